@@ -1,0 +1,81 @@
+/* jet_call: one RPC, on either side (brpc's Controller).
+ *
+ * Client side: take one with jet_call_create(), set its options (or inherit
+ * the channel's), fill the request attachment, pass it to jet_channel_call()
+ * and read the outcome when the call is done. A call is reusable after
+ * jet_call_reset(). It must not be reset or destroyed while in flight.
+ *
+ * Server side: a handler gets the call from its closure_data with
+ * jet_server_call(); it reads the request attachment and log id, fills the
+ * response attachment, and may fail the call with jet_call_set_failed()
+ * before invoking the closure. The server owns server-side calls.
+ *
+ * Threads: a call is used by one thread at a time; completion hands it from
+ * the completing thread to the waiter or the done callback. */
+#ifndef JETRPC_CALL_H
+#define JETRPC_CALL_H
+
+#include <stdbool.h>
+#include <stdint.h>
+
+#include <protobuf-c/protobuf-c.h>
+
+#include "jetrpc/iobuf.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+typedef struct jet_call jet_call_t;
+typedef void (*jet_call_done_cb_t)(jet_call_t *call, void *arg);
+
+/* NULL when memory is out. */
+jet_call_t *jet_call_create(void);
+void jet_call_destroy(jet_call_t *call);
+/* Back to the state of a new call (attachments emptied, response freed). */
+void jet_call_reset(jet_call_t *call);
+
+/* --- client-side settings (before jet_channel_call) --- */
+void jet_call_set_timeout_ms(jet_call_t *call, int32_t timeout_ms); /* < 0: no limit */
+void jet_call_set_max_retry(jet_call_t *call, int32_t max_retry);
+void jet_call_set_log_id(jet_call_t *call, uint64_t log_id);
+void jet_call_set_request_compress_type(jet_call_t *call, int type);
+/* Adds a CRC32C checksum to the request (checksum_type 1). */
+void jet_call_set_request_checksum(jet_call_t *call, bool with_attachment);
+
+/* --- both sides --- */
+jet_iobuf_t *jet_call_request_attachment(jet_call_t *call);
+jet_iobuf_t *jet_call_response_attachment(jet_call_t *call);
+uint64_t jet_call_log_id(const jet_call_t *call);
+/* Peer "ip:port" (or unix path) of the call's connection; "" before any. */
+const char *jet_call_remote_side(const jet_call_t *call);
+
+/* --- outcome --- */
+bool jet_call_failed(const jet_call_t *call);
+/* 0 on success; else a brpc code (1001...) or a system errno value (positive). */
+int jet_call_error_code(const jet_call_t *call);
+const char *jet_call_error_text(const jet_call_t *call);
+/* Client: the decoded response (owned by the call; NULL when failed). */
+const ProtobufCMessage *jet_call_response(const jet_call_t *call);
+/* Client: microseconds from jet_channel_call to completion. */
+int64_t jet_call_latency_us(const jet_call_t *call);
+/* Attempts made (1 + retries). */
+int jet_call_attempts(const jet_call_t *call);
+/* Compress type of the received message part. */
+int jet_call_response_compress_type(const jet_call_t *call);
+
+/* --- server side --- */
+/* The call behind a handler's closure_data. */
+jet_call_t *jet_server_call(void *closure_data);
+/* Fails the call with code (> 0, a brpc code or a user code; 0 or negative
+ * becomes EINTERNAL 2001) and a printf-style text. The handler still calls
+ * its closure (with NULL or any message: no message is sent on failure). */
+void jet_call_set_failed(jet_call_t *call, int code, const char *fmt, ...)
+    __attribute__((format(printf, 3, 4)));
+void jet_call_set_response_compress_type(jet_call_t *call, int type);
+int jet_call_request_compress_type(const jet_call_t *call);
+
+#ifdef __cplusplus
+}
+#endif
+#endif

@@ -1,0 +1,58 @@
+/* jet_channel: the client side of one server address.
+ *
+ *   jet_channel_t *ch; jet_channel_create("127.0.0.1:8000", &opts, &ch);
+ *   jet_call_t *call = jet_call_create();
+ *   jet_channel_call(ch, &example__echo_service__descriptor, 0, call,
+ *                    &req.base, NULL, NULL);      // synchronous
+ *   if (!jet_call_failed(call)) use(jet_call_response(call));
+ *
+ * Addresses: "ip:port", "host:port" (resolved once at create), "[v6]:port",
+ * "unix:/path". Connections are made lazily, on the first call, and again
+ * after one fails ("reconnect on the next call").
+ *
+ * A call with done == NULL is synchronous: jet_channel_call returns when it
+ * is complete. With done, it returns at once and done(call, arg) runs exactly
+ * once when the call completes, on an event-loop thread (or on the deadline
+ * timer's thread for a timeout; or inside jet_channel_call when the call
+ * fails before anything was sent). Every call completes: with the response,
+ * with the server's error, with ERPCTIMEDOUT at its deadline, or with the
+ * connection's error (EEOF, ECONNREFUSED...) once max_retry retries on new
+ * connections are used up.
+ *
+ * Threads: any number of threads may call through one channel. Destroy only
+ * when no call is in flight. */
+#ifndef JETRPC_CHANNEL_H
+#define JETRPC_CHANNEL_H
+
+#include <protobuf-c/protobuf-c.h>
+
+#include "jetrpc/call.h"
+#include "jetrpc/options.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+typedef struct jet_channel jet_channel_t;
+
+/* opts may be NULL. 0, -EINVAL (bad address or options), -ENOMEM,
+ * -EPROTONOSUPPORT (protocol other than baidu_std, or SSL). */
+int jet_channel_create(const char *addr, const jet_channel_options_t *opts, jet_channel_t **ch_p);
+void jet_channel_destroy(jet_channel_t *ch);
+
+/* Calls method number method_index of service on the server. The request is
+ * serialised before the function returns (the caller may free it then). The
+ * call's own settings override the channel's. Returns 0 when the call was
+ * issued (for a synchronous call: completed; check jet_call_failed), or a
+ * negative code for misuse (-EINVAL: bad index, call in flight). */
+int jet_channel_call(jet_channel_t *ch, const ProtobufCServiceDescriptor *service,
+                     unsigned method_index, jet_call_t *call, const ProtobufCMessage *request,
+                     jet_call_done_cb_t done, void *arg);
+
+/* Waits for an asynchronous call to complete (not from its loop thread). */
+void jet_call_join(jet_call_t *call);
+
+#ifdef __cplusplus
+}
+#endif
+#endif

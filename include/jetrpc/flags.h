@@ -1,0 +1,88 @@
+/* jetrpc flags: process-wide named settings.
+ *
+ * Every flag has a name (brpc's name where brpc has the same setting), a type,
+ * a default and a help line. A flag is set, in increasing priority, by its
+ * default, by the environment variable JETRPC_<NAME> (name upper-cased), and
+ * by "--name=value" (or "--name value", "-name=value"; a bare "--name" sets a
+ * bool to true and "--noname" to false) on the command line of a program that
+ * calls jet_flags_parse(). "--help" lists every flag with its default.
+ *
+ * Flags are defined at file scope with JET_FLAG_DEFINE_<TYPE>(name, default,
+ * help) and read as JET_FLAG(name); another file reads them after
+ * JET_FLAG_DECLARE_<TYPE>(name). Reading a flag is a plain load; flags are
+ * meant to be set before the threads that read them start. */
+#ifndef JETRPC_FLAGS_H
+#define JETRPC_FLAGS_H
+
+#include <stdbool.h>
+#include <stdint.h>
+#include <stdio.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+typedef enum jet_flag_type {
+    JET_FLAG_TYPE_BOOL,
+    JET_FLAG_TYPE_INT32,
+    JET_FLAG_TYPE_INT64,
+    JET_FLAG_TYPE_DOUBLE,
+    JET_FLAG_TYPE_STRING, /* value is a const char * that the registry owns once set */
+} jet_flag_type_t;
+
+typedef struct jet_flag {
+    const char *name;
+    jet_flag_type_t type;
+    void *ptr;
+    const char *help;
+    const char *default_text;
+    const char *file;
+    struct jet_flag *next; /* registry link, owned by the registry */
+} jet_flag_t;
+
+/* Adds a flag to the registry (called by the DEFINE macros before main()).
+ * A second flag with the same name is refused with a message on stderr. */
+void jet_flag_register(jet_flag_t *flag);
+
+/* Applies JETRPC_* environment variables, then the command line. Recognised
+ * arguments are removed from argv (argc updated); the others, and everything
+ * after "--", stay. "--help" prints every flag and exits the process with 0.
+ * Returns 0, or -EINVAL after printing the offending argument (unknown flag,
+ * value that does not parse as the flag's type). */
+int jet_flags_parse(int *argc, char ***argv);
+
+/* Sets one flag from text. 0, -ENOENT (no such flag) or -EINVAL (bad value). */
+int jet_flag_set(const char *name, const char *value);
+/* Finds a flag by name; NULL when there is none. */
+const jet_flag_t *jet_flag_find(const char *name);
+/* Prints "--name=default  help" for every flag, sorted by name. */
+void jet_flags_print_help(FILE *out);
+
+#define JET_FLAG(name) jet_flag__##name
+
+#define JET_FLAG_DEFINE_(ctype, tag, name, def, helptext)                                          \
+    ctype jet_flag__##name = def;                                                                  \
+    static jet_flag_t jet_flag_rec__##name = {#name, JET_FLAG_TYPE_##tag, &jet_flag__##name,       \
+                                              helptext, #def, __FILE__, 0};                        \
+    __attribute__((constructor)) static void jet_flag_reg__##name(void)                            \
+    {                                                                                              \
+        jet_flag_register(&jet_flag_rec__##name);                                                  \
+    }
+
+#define JET_FLAG_DEFINE_BOOL(name, def, help)   JET_FLAG_DEFINE_(bool, BOOL, name, def, help)
+#define JET_FLAG_DEFINE_INT32(name, def, help)  JET_FLAG_DEFINE_(int32_t, INT32, name, def, help)
+#define JET_FLAG_DEFINE_INT64(name, def, help)  JET_FLAG_DEFINE_(int64_t, INT64, name, def, help)
+#define JET_FLAG_DEFINE_DOUBLE(name, def, help) JET_FLAG_DEFINE_(double, DOUBLE, name, def, help)
+#define JET_FLAG_DEFINE_STRING(name, def, help)                                                    \
+    JET_FLAG_DEFINE_(const char *, STRING, name, def, help)
+
+#define JET_FLAG_DECLARE_BOOL(name)   extern bool jet_flag__##name
+#define JET_FLAG_DECLARE_INT32(name)  extern int32_t jet_flag__##name
+#define JET_FLAG_DECLARE_INT64(name)  extern int64_t jet_flag__##name
+#define JET_FLAG_DECLARE_DOUBLE(name) extern double jet_flag__##name
+#define JET_FLAG_DECLARE_STRING(name) extern const char *jet_flag__##name
+
+#ifdef __cplusplus
+}
+#endif
+#endif

@@ -1,0 +1,73 @@
+/* Options of servers and channels, and the socket modes (transports). */
+#ifndef JETRPC_OPTIONS_H
+#define JETRPC_OPTIONS_H
+
+#include <stdbool.h>
+#include <stdint.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/* A socket is bound to one transport for its life. The numbers are brpc's
+ * SOCKET_MODE_* values. */
+typedef enum jet_socket_mode {
+    JET_SOCKET_MODE_TCP = 0,
+    JET_SOCKET_MODE_RDMA = 1, /* brpc's; not provided by jetrpc */
+    JET_SOCKET_MODE_UBRING = 2,
+    JET_SOCKET_MODE_URMA = 3,
+    JET_SOCKET_MODE_MAX = 4,
+} jet_socket_mode_t;
+
+/* "tcp", "rdma", "ubring", "urma"; NULL for an unknown value. */
+const char *jet_socket_mode_name(int mode);
+/* Parses a name; -EINVAL for an unknown one. */
+int jet_socket_mode_parse(const char *name, jet_socket_mode_t *mode_p);
+
+typedef enum jet_connection_type {
+    JET_CONNECTION_SINGLE = 0, /* one connection per channel, calls multiplexed */
+    JET_CONNECTION_POOLED = 1, /* one call at a time per connection, idle ones kept */
+    JET_CONNECTION_SHORT = 2,  /* a new connection per call, closed after it */
+} jet_connection_type_t;
+
+int jet_connection_type_parse(const char *name, jet_connection_type_t *type_p);
+
+/* Compression of the message part (baidu_std compress_type values). */
+typedef enum jet_compress_type {
+    JET_COMPRESS_NONE = 0,
+    JET_COMPRESS_SNAPPY = 1,
+    JET_COMPRESS_GZIP = 2,
+    JET_COMPRESS_ZLIB = 3,
+} jet_compress_type_t;
+
+typedef struct jet_server_options {
+    jet_socket_mode_t socket_mode; /* default TCP */
+    /* Handlers run on the connection's event-loop thread (false, default) or on a
+     * pool of worker threads (true: for handlers that block). */
+    bool usercode_in_pool;
+    int num_workers;            /* worker threads when usercode_in_pool; 0 = cores */
+    int max_concurrency;        /* in-flight requests; over it ELIMIT. 0 = unlimited */
+    uint32_t max_body_size;     /* 0 = flag max_body_size (64 MiB) */
+    int idle_timeout_sec;       /* > 0: close connections idle that long */
+    int graceful_stop_ms;       /* jet_server_stop waits this long for in-flight calls; default 5000 */
+    const char *ssl_cert;       /* not supported: non-NULL is refused by non-TCP modes */
+} jet_server_options_t;
+
+typedef struct jet_channel_options {
+    jet_socket_mode_t socket_mode;         /* default TCP */
+    jet_connection_type_t connection_type; /* default SINGLE */
+    int32_t timeout_ms;                    /* per call, default 500; < 0 = no limit */
+    int32_t connect_timeout_ms;            /* default: timeout_ms */
+    int32_t max_retry;                     /* retries after connection failures, default 3 */
+    uint32_t max_body_size;                /* 0 = flag max_body_size */
+    const char *protocol;                  /* NULL or "baidu_std" */
+    bool use_ssl;                          /* not supported */
+} jet_channel_options_t;
+
+void jet_server_options_init(jet_server_options_t *opts);
+void jet_channel_options_init(jet_channel_options_t *opts);
+
+#ifdef __cplusplus
+}
+#endif
+#endif

@@ -1,0 +1,66 @@
+/* jet_server: serves protoc-c generated services over baidu_std.
+ *
+ * Usage:
+ *   jet_server_t *srv; jet_server_create(&opts, &srv);
+ *   jet_server_add_service(srv, &my_service.base);   // a ProtobufCService
+ *   jet_server_start(srv, "0.0.0.0:8000");           // or "unix:/path"
+ *   ... jet_server_stop(srv); jet_server_destroy(srv);
+ *
+ * A service is a protoc-c ProtobufCService (generated *_Service struct
+ * initialised with the generated *_INIT macro and the user's method
+ * functions). A method is invoked as protoc-c defines it:
+ *   method(service, input, closure, closure_data)
+ * and answers by calling closure(output, closure_data) exactly once, on any
+ * thread, now or later (asynchronous completion). closure(NULL, ...) without
+ * jet_call_set_failed() answers EINTERNAL. The input message and the call
+ * stay valid until the closure is called; the output is serialised during
+ * the closure call and remains the handler's. jet_server_call(closure_data)
+ * gives the call (attachments, log id, set_failed).
+ *
+ * Dispatch is by full service name ("package.Service") and method name; an
+ * undotted name also matches a service's short name. Errors use brpc's codes
+ * and texts ("[ip:port][E1002]Fail to find method=...").
+ *
+ * Threads: create/add/start/stop/destroy from one controlling thread. */
+#ifndef JETRPC_SERVER_H
+#define JETRPC_SERVER_H
+
+#include <protobuf-c/protobuf-c.h>
+
+#include "jetrpc/options.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+typedef struct jet_server jet_server_t;
+
+/* opts may be NULL (defaults). 0, -EINVAL (bad options), -ENOMEM. */
+int jet_server_create(const jet_server_options_t *opts, jet_server_t **srv_p);
+/* Adds a service before start. -EEXIST for a duplicate full name. The
+ * service must outlive the server. */
+int jet_server_add_service(jet_server_t *srv, ProtobufCService *service);
+/* Listens on "ip:port", ":port", "port", "[v6]:port" or "unix:/path" (port 0
+ * picks a free one: see jet_server_listen_port). Starts the event loops. */
+int jet_server_start(jet_server_t *srv, const char *addr);
+int jet_server_listen_port(const jet_server_t *srv);
+/* Stops accepting, answers new requests with ELOGOFF, waits up to
+ * graceful_stop_ms for in-flight calls, then closes every connection.
+ * Idempotent. */
+void jet_server_stop(jet_server_t *srv);
+void jet_server_destroy(jet_server_t *srv);
+
+/* Counters for tests and /status. */
+typedef struct jet_server_stats {
+    uint64_t connections_accepted;
+    uint64_t connections_open;
+    uint64_t requests;
+    uint64_t requests_failed;
+    uint64_t in_flight;
+} jet_server_stats_t;
+void jet_server_get_stats(const jet_server_t *srv, jet_server_stats_t *out);
+
+#ifdef __cplusplus
+}
+#endif
+#endif

@@ -1,0 +1,42 @@
+#include <errno.h>
+#include <limits.h>
+#include <string.h>
+
+#include "jetrpc/errors.h"
+
+const char *jet_strerror(int code)
+{
+    /* -INT_MIN overflows; no code has that value. */
+    if (code == INT_MIN) return "Unknown error";
+    if (code < 0) code = -code;
+    switch (code) {
+#define JET_ERR_TEXT_(name, num, text)                                                             \
+    case num:                                                                                      \
+        return text;
+        JET_RPC_ERRNO_MAP(JET_ERR_TEXT_)
+#undef JET_ERR_TEXT_
+    case 0:
+        return "OK";
+    default:
+        return strerror(code);
+    }
+}
+
+const char *jet_err_name(int code)
+{
+    if (code == INT_MIN) return "UNKNOWN";
+    if (code < 0) code = -code;
+    switch (code) {
+#define JET_ERR_NAME_(name, num, text)                                                             \
+    case num:                                                                                      \
+        return #name;
+        JET_RPC_ERRNO_MAP(JET_ERR_NAME_)
+#undef JET_ERR_NAME_
+    case 0:
+        return "OK";
+    default: {
+        const char *n = strerrorname_np(code);
+        return n ? n : "UNKNOWN";
+    }
+    }
+}

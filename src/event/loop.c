@@ -1,0 +1,603 @@
+#include "event/loop.h"
+
+#include <assert.h>
+#include <errno.h>
+#include <limits.h>
+#include <pthread.h>
+#include <sched.h>
+#include <stdatomic.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/epoll.h>
+#include <sys/eventfd.h>
+#include <unistd.h>
+
+#include "base/log.h"
+#include "base/time.h"
+#include "jetrpc/flags.h"
+
+JET_FLAG_DEFINE_INT32(event_loop_num, 0,
+                      "Event-loop threads in the process group (0: one per core)");
+JET_FLAG_DEFINE_BOOL(event_poll_yield, false,
+                     "In busy-poll mode, sched_yield() after an iteration that found no work");
+JET_FLAG_DEFINE_INT32(event_max_events, 256, "Most epoll events fetched by one epoll_wait");
+
+/* Tasks run per iteration before the loop goes back to epoll, so that a
+ * flood of posts cannot starve I/O and timers. */
+#define LOOP_TASK_BATCH 1024
+#define LOOP_HEAP_INIT  64
+#define LOOP_MAX_EVENTS 65536
+#define LOOP_MAX_GROUP  1024
+
+struct jet_loop {
+    int epfd;
+    int wakefd;
+    int index; /* position in the group, -1 for a standalone loop */
+    bool started;
+    pthread_t thread;
+    _Atomic bool stop;
+
+    /* Timers: binary min-heap on deadline_us; each timer knows its slot. */
+    jet_timer_t **heap;
+    uint32_t heap_len;
+    uint32_t heap_cap;
+
+    jet_poller_t *pollers;
+    /* The poller to run after the current one; poller_del advances it so a
+     * poller may remove any other poller (or itself) from its callback. */
+    jet_poller_t *poll_next;
+
+    /* The epoll batch being dispatched, so io_del can cancel entries that
+     * were fetched but not yet delivered. */
+    int batch_n;
+    int batch_i;
+    int max_events;
+    struct epoll_event *events;
+
+    /* Written by posters, read by the loop: kept away from the loop-private
+     * fields above and from the inbox head that posters swap. */
+    _Alignas(64) _Atomic int sleeping;
+    _Alignas(64) jet_mpsc_t inbox;
+};
+
+static __thread jet_loop_t *loop_tls_current;
+
+/* Owner check for loop-thread-only calls: the loop thread, or any single
+ * thread while the loop's thread is not running (set-up and tear-down). */
+#define LOOP_ASSERT_OWNER(loop) assert(!(loop)->started || jet_loop_in_thread(loop))
+
+/* ---- timers ------------------------------------------------------------ */
+
+static inline void heap_set(jet_loop_t *loop, uint32_t i, jet_timer_t *t)
+{
+    loop->heap[i] = t;
+    t->heap_index = i;
+}
+
+static void heap_up(jet_loop_t *loop, uint32_t i)
+{
+    jet_timer_t *t = loop->heap[i];
+    while (i > 0) {
+        uint32_t parent = (i - 1) / 2;
+        jet_timer_t *p = loop->heap[parent];
+        if (p->deadline_us <= t->deadline_us) break;
+        heap_set(loop, i, p);
+        i = parent;
+    }
+    heap_set(loop, i, t);
+}
+
+static void heap_down(jet_loop_t *loop, uint32_t i)
+{
+    jet_timer_t *t = loop->heap[i];
+    uint32_t n = loop->heap_len;
+    for (;;) {
+        uint32_t c = 2 * i + 1;
+        if (c >= n) break;
+        if (c + 1 < n && loop->heap[c + 1]->deadline_us < loop->heap[c]->deadline_us) c++;
+        if (t->deadline_us <= loop->heap[c]->deadline_us) break;
+        heap_set(loop, i, loop->heap[c]);
+        i = c;
+    }
+    heap_set(loop, i, t);
+}
+
+static void heap_remove(jet_loop_t *loop, uint32_t i)
+{
+    jet_timer_t *t = loop->heap[i];
+    uint32_t last = --loop->heap_len;
+    if (i != last) {
+        jet_timer_t *moved = loop->heap[last];
+        heap_set(loop, i, moved);
+        if (i > 0 && moved->deadline_us < loop->heap[(i - 1) / 2]->deadline_us)
+            heap_up(loop, i);
+        else
+            heap_down(loop, i);
+    }
+    loop->heap[last] = NULL;
+    t->heap_index = UINT32_MAX;
+}
+
+/* An armed timer belongs to this loop only if its slot points back at it. */
+static inline bool heap_owns(const jet_loop_t *loop, const jet_timer_t *t)
+{
+    return t->heap_index < loop->heap_len && loop->heap[t->heap_index] == t;
+}
+
+void jet_loop_timer_start(jet_loop_t *loop, jet_timer_t *t, int64_t deadline_us)
+{
+    LOOP_ASSERT_OWNER(loop);
+    if (jet_timer_armed(t)) {
+        if (!heap_owns(loop, t)) {
+            JET_ERROR("timer %p is armed on another loop; not re-armed", (void *)t);
+            return;
+        }
+        int64_t old = t->deadline_us;
+        t->deadline_us = deadline_us;
+        if (deadline_us < old)
+            heap_up(loop, t->heap_index);
+        else
+            heap_down(loop, t->heap_index);
+        return;
+    }
+    if (loop->heap_len == loop->heap_cap) {
+        /* Grows by doubling, so a loop reallocates only while its number of
+         * simultaneously armed timers reaches a new high. */
+        uint32_t cap = loop->heap_cap * 2;
+        jet_timer_t **heap = cap > loop->heap_cap ? realloc(loop->heap, cap * sizeof *heap) : NULL;
+        if (!heap) {
+            /* The header gives timer_start no way to fail; a timer that never
+             * fires would hang its owner silently, so stop loudly instead. */
+            JET_ERROR("event loop: cannot grow the timer heap beyond %u timers", loop->heap_cap);
+            abort();
+        }
+        loop->heap = heap;
+        loop->heap_cap = cap;
+    }
+    t->deadline_us = deadline_us;
+    loop->heap[loop->heap_len] = t;
+    t->heap_index = loop->heap_len++;
+    heap_up(loop, t->heap_index);
+}
+
+void jet_loop_timer_stop(jet_loop_t *loop, jet_timer_t *t)
+{
+    LOOP_ASSERT_OWNER(loop);
+    if (!jet_timer_armed(t)) return;
+    if (!heap_owns(loop, t)) {
+        JET_ERROR("timer %p is armed on another loop; not stopped", (void *)t);
+        return;
+    }
+    heap_remove(loop, t->heap_index);
+}
+
+/* Fires the timers due at now. A callback that re-arms a timer in the past
+ * would otherwise keep this pass going forever: the pass fires at most as
+ * many timers as were armed when it began, the rest wait one iteration. */
+static int loop_run_timers(jet_loop_t *loop, int64_t now)
+{
+    uint32_t budget = loop->heap_len;
+    int fired = 0;
+    while (budget-- > 0 && loop->heap_len > 0 && loop->heap[0]->deadline_us <= now) {
+        jet_timer_t *t = loop->heap[0];
+        heap_remove(loop, 0);
+        t->fn(t);
+        fired++;
+    }
+    return fired;
+}
+
+/* ---- tasks and the wake protocol --------------------------------------- */
+
+/* Never losing a wake-up (Dekker's pattern):
+ *   poster: push the task;      seq_cst fence; read  sleeping
+ *   loop:   write sleeping = 1; seq_cst fence; check the inbox, then sleep
+ * The two fences are totally ordered. If the loop's fence comes second, its
+ * inbox check sees the pushed task and it does not sleep. If the poster's
+ * fence comes second, the poster reads sleeping == 1 (or a later value) and
+ * writes the eventfd, which ends or pre-empts epoll_wait. A later value is 0
+ * only if another poster already took the wake-up (and writes the eventfd) or
+ * the loop is awake again, in which case the loop still has to pass its own
+ * write+fence+check before it can sleep, and that check comes after this
+ * poster's fence. Posters exchange sleeping to 0 so that one write of the
+ * eventfd serves all the posts made while the loop sleeps; a poster that
+ * reads sleeping == 0 costs no system call. */
+void jet_loop_post(jet_loop_t *loop, jet_task_t *task)
+{
+    jet__mpsc_push(&loop->inbox, &task->node);
+    atomic_thread_fence(memory_order_seq_cst);
+    if (atomic_load_explicit(&loop->sleeping, memory_order_relaxed) &&
+        atomic_exchange_explicit(&loop->sleeping, 0, memory_order_relaxed)) {
+        uint64_t one = 1;
+        ssize_t w = write(loop->wakefd, &one, sizeof one);
+        /* EAGAIN means the counter is saturated: the loop is already woken. */
+        (void)w;
+    }
+}
+
+static void loop_wake(jet_loop_t *loop)
+{
+    uint64_t one = 1;
+    ssize_t w = write(loop->wakefd, &one, sizeof one);
+    (void)w;
+}
+
+static int loop_run_tasks(jet_loop_t *loop, int limit)
+{
+    int n = 0;
+    while (n < limit) {
+        jet_mpsc_node_t *node = jet__mpsc_pop(&loop->inbox);
+        if (!node) break;
+        jet_task_t *task = (jet_task_t *)((char *)node - offsetof(jet_task_t, node));
+        /* The task may free itself: nothing touches it after fn. */
+        task->fn(task);
+        n++;
+    }
+    return n;
+}
+
+/* ---- io ---------------------------------------------------------------- */
+
+int jet_loop_io_add(jet_loop_t *loop, jet_io_t *io)
+{
+    if (!loop || !io || !io->cb || io->fd < 0) return -EINVAL;
+    struct epoll_event ev = {.events = io->events | EPOLLET, .data.ptr = io};
+    /* Set first: the loop thread may deliver an event (and the callback use
+     * io->loop) before epoll_ctl even returns here. */
+    io->loop = loop;
+    if (epoll_ctl(loop->epfd, EPOLL_CTL_ADD, io->fd, &ev) < 0) {
+        int err = -errno;
+        io->loop = NULL;
+        return err;
+    }
+    return 0;
+}
+
+int jet_loop_io_mod(jet_io_t *io, uint32_t events)
+{
+    if (!io || !io->loop) return -EINVAL;
+    struct epoll_event ev = {.events = events | EPOLLET, .data.ptr = io};
+    io->events = events;
+    if (epoll_ctl(io->loop->epfd, EPOLL_CTL_MOD, io->fd, &ev) < 0) return -errno;
+    return 0;
+}
+
+int jet_loop_io_del(jet_io_t *io)
+{
+    if (!io || !io->loop) return -EINVAL;
+    jet_loop_t *loop = io->loop;
+    LOOP_ASSERT_OWNER(loop);
+    int rc = 0;
+    /* epoll drops a registration by itself when the file is closed, so a
+     * failure here (EBADF after close) still leaves the io unregistered. */
+    if (epoll_ctl(loop->epfd, EPOLL_CTL_DEL, io->fd, NULL) < 0) rc = -errno;
+    for (int i = loop->batch_i + 1; i < loop->batch_n; i++)
+        if (loop->events[i].data.ptr == io) loop->events[i].data.ptr = NULL;
+    io->loop = NULL;
+    return rc;
+}
+
+static void loop_drain_wakefd(jet_loop_t *loop)
+{
+    uint64_t v;
+    ssize_t r = read(loop->wakefd, &v, sizeof v);
+    (void)r;
+}
+
+static void loop_dispatch(jet_loop_t *loop, int n)
+{
+    loop->batch_n = n;
+    for (loop->batch_i = 0; loop->batch_i < loop->batch_n; loop->batch_i++) {
+        struct epoll_event *ev = &loop->events[loop->batch_i];
+        void *ptr = ev->data.ptr;
+        if (!ptr) continue; /* io_del'd earlier in this batch */
+        if (ptr == loop) {
+            loop_drain_wakefd(loop);
+            continue;
+        }
+        jet_io_t *io = ptr;
+        io->cb(io, ev->events);
+    }
+    loop->batch_n = 0;
+    loop->batch_i = 0;
+}
+
+/* ---- pollers ----------------------------------------------------------- */
+
+void jet_loop_poller_add(jet_loop_t *loop, jet_poller_t *p)
+{
+    LOOP_ASSERT_OWNER(loop);
+    for (jet_poller_t *q = loop->pollers; q; q = q->next) {
+        if (q == p) {
+            JET_ERROR("poller %p is already registered", (void *)p);
+            return;
+        }
+    }
+    /* Pushed at the head: a poller added from a poller first runs in the
+     * next pass. */
+    p->next = loop->pollers;
+    loop->pollers = p;
+}
+
+void jet_loop_poller_del(jet_loop_t *loop, jet_poller_t *p)
+{
+    LOOP_ASSERT_OWNER(loop);
+    for (jet_poller_t **pp = &loop->pollers; *pp; pp = &(*pp)->next) {
+        if (*pp == p) {
+            *pp = p->next;
+            if (loop->poll_next == p) loop->poll_next = p->next;
+            p->next = NULL;
+            return;
+        }
+    }
+}
+
+static int loop_run_pollers(jet_loop_t *loop)
+{
+    int work = 0;
+    jet_poller_t *p = loop->pollers;
+    while (p) {
+        loop->poll_next = p->next;
+        int r = p->poll(p);
+        if (r > 0) work += r;
+        p = loop->poll_next;
+    }
+    loop->poll_next = NULL;
+    return work;
+}
+
+/* ---- the loop ---------------------------------------------------------- */
+
+static void loop_iterate(jet_loop_t *loop)
+{
+    int work = loop_run_timers(loop, jet_now_us());
+    int ran = loop_run_tasks(loop, LOOP_TASK_BATCH);
+    work += ran;
+
+    int timeout = -1;
+    if (ran == LOOP_TASK_BATCH || loop->pollers ||
+        atomic_load_explicit(&loop->stop, memory_order_acquire) || !jet__mpsc_empty(&loop->inbox)) {
+        timeout = 0;
+    } else if (loop->heap_len > 0) {
+        int64_t wait = loop->heap[0]->deadline_us - jet_now_us();
+        /* Rounded up: waking before the deadline would only spin. */
+        timeout = wait <= 0                         ? 0
+                  : wait >= (int64_t)INT_MAX * 1000 ? INT_MAX
+                                                    : (int)((wait + 999) / 1000);
+    }
+
+    bool armed = timeout != 0;
+    if (armed) {
+        atomic_store_explicit(&loop->sleeping, 1, memory_order_relaxed);
+        atomic_thread_fence(memory_order_seq_cst);
+        if (!jet__mpsc_empty(&loop->inbox) ||
+            atomic_load_explicit(&loop->stop, memory_order_acquire))
+            timeout = 0;
+    }
+    int n = epoll_wait(loop->epfd, loop->events, loop->max_events, timeout);
+    if (armed) atomic_store_explicit(&loop->sleeping, 0, memory_order_relaxed);
+    if (n < 0) {
+        if (errno != EINTR) JET_LOG_ONCE(JET_LOG_ERROR, "epoll_wait: %s", strerror(errno));
+        n = 0;
+    }
+    if (n > 0) {
+        loop_dispatch(loop, n);
+        work += n;
+    }
+    if (loop->pollers) {
+        work += loop_run_pollers(loop);
+        if (work == 0 && JET_FLAG(event_poll_yield)) sched_yield();
+    }
+}
+
+static void *loop_main(void *arg)
+{
+    jet_loop_t *loop = arg;
+    char name[16];
+    if (loop->index >= 0)
+        snprintf(name, sizeof name, "jet_loop_%d", loop->index);
+    else
+        snprintf(name, sizeof name, "jet_loop");
+    pthread_setname_np(pthread_self(), name);
+    loop_tls_current = loop;
+
+    while (!atomic_load_explicit(&loop->stop, memory_order_acquire))
+        loop_iterate(loop);
+
+    /* Run what was posted before stop; pop() may return NULL while a post is
+     * half done, so go on until the inbox is really empty. */
+    while (!jet__mpsc_empty(&loop->inbox))
+        loop_run_tasks(loop, INT_MAX);
+    loop_tls_current = NULL;
+    return NULL;
+}
+
+int jet_loop_create(jet_loop_t **loop_p)
+{
+    int rc;
+    void *mem = NULL;
+    size_t size = (sizeof(jet_loop_t) + 63) & ~(size_t)63;
+    if ((rc = posix_memalign(&mem, 64, size)) != 0) return -rc;
+    jet_loop_t *loop = mem;
+    memset(loop, 0, sizeof *loop);
+    loop->index = -1;
+    atomic_init(&loop->stop, false);
+    atomic_init(&loop->sleeping, 0);
+    jet__mpsc_init(&loop->inbox);
+
+    int max = JET_FLAG(event_max_events);
+    loop->max_events = max < 1 ? 1 : max > LOOP_MAX_EVENTS ? LOOP_MAX_EVENTS : max;
+    loop->events = calloc((size_t)loop->max_events, sizeof *loop->events);
+    if (!loop->events) {
+        rc = -ENOMEM;
+        goto err_free_loop;
+    }
+    loop->heap_cap = LOOP_HEAP_INIT;
+    loop->heap = calloc(loop->heap_cap, sizeof *loop->heap);
+    if (!loop->heap) {
+        rc = -ENOMEM;
+        goto err_free_events;
+    }
+    loop->epfd = epoll_create1(EPOLL_CLOEXEC);
+    if (loop->epfd < 0) {
+        rc = -errno;
+        goto err_free_heap;
+    }
+    loop->wakefd = eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
+    if (loop->wakefd < 0) {
+        rc = -errno;
+        goto err_close_epfd;
+    }
+    /* The loop's own address marks the wake-up fd in epoll data: no io can
+     * live there. */
+    struct epoll_event ev = {.events = EPOLLIN | EPOLLET, .data.ptr = loop};
+    if (epoll_ctl(loop->epfd, EPOLL_CTL_ADD, loop->wakefd, &ev) < 0) {
+        rc = -errno;
+        goto err_close_wakefd;
+    }
+    *loop_p = loop;
+    return 0;
+
+err_close_wakefd:
+    close(loop->wakefd);
+err_close_epfd:
+    close(loop->epfd);
+err_free_heap:
+    free(loop->heap);
+err_free_events:
+    free(loop->events);
+err_free_loop:
+    free(loop);
+    return rc;
+}
+
+int jet_loop_start(jet_loop_t *loop)
+{
+    if (!loop) return -EINVAL;
+    if (loop->started) return -EALREADY;
+    atomic_store_explicit(&loop->stop, false, memory_order_relaxed);
+    loop->started = true;
+    int rc = pthread_create(&loop->thread, NULL, loop_main, loop);
+    if (rc != 0) {
+        loop->started = false;
+        return -rc;
+    }
+    return 0;
+}
+
+void jet_loop_stop(jet_loop_t *loop)
+{
+    if (!loop || !loop->started) return;
+    if (jet_loop_in_thread(loop)) {
+        JET_ERROR("jet_loop_stop called on the loop's own thread; ignored");
+        return;
+    }
+    atomic_store_explicit(&loop->stop, true, memory_order_release);
+    loop_wake(loop);
+    pthread_join(loop->thread, NULL);
+    loop->started = false;
+}
+
+void jet_loop_destroy(jet_loop_t *loop)
+{
+    if (!loop) return;
+    jet_loop_stop(loop);
+    if (loop->started) return; /* called on its own thread: stop refused, so must we */
+    /* Armed timers and registered pollers belong to their owners; mark the
+     * timers disarmed so the owners see a consistent state. */
+    for (uint32_t i = 0; i < loop->heap_len; i++)
+        loop->heap[i]->heap_index = UINT32_MAX;
+    close(loop->wakefd);
+    close(loop->epfd);
+    free(loop->heap);
+    free(loop->events);
+    free(loop);
+}
+
+bool jet_loop_in_thread(const jet_loop_t *loop)
+{
+    return loop && loop_tls_current == loop;
+}
+
+int jet_loop_index(const jet_loop_t *loop)
+{
+    return loop ? loop->index : -1;
+}
+
+/* ---- the process-wide group -------------------------------------------- */
+
+static pthread_mutex_t group_lock = PTHREAD_MUTEX_INITIALIZER;
+static jet_loop_t **group_loops;
+static _Atomic int group_count;
+static _Atomic unsigned group_next;
+
+int jet_loops_start(int n)
+{
+    int rc = 0;
+    pthread_mutex_lock(&group_lock);
+    if (atomic_load_explicit(&group_count, memory_order_relaxed) > 0) goto out_unlock;
+    if (n <= 0) n = JET_FLAG(event_loop_num);
+    if (n <= 0) {
+        long cores = sysconf(_SC_NPROCESSORS_ONLN);
+        n = cores > 0 ? (int)(cores < LOOP_MAX_GROUP ? cores : LOOP_MAX_GROUP) : 1;
+    }
+    if (n > LOOP_MAX_GROUP) {
+        rc = -EINVAL;
+        goto out_unlock;
+    }
+    jet_loop_t **loops = calloc((size_t)n, sizeof *loops);
+    if (!loops) {
+        rc = -ENOMEM;
+        goto out_unlock;
+    }
+    int made = 0;
+    for (; made < n; made++) {
+        if ((rc = jet_loop_create(&loops[made])) < 0) goto err_destroy_loops;
+        loops[made]->index = made;
+        if ((rc = jet_loop_start(loops[made])) < 0) {
+            made++;
+            goto err_destroy_loops;
+        }
+    }
+    group_loops = loops;
+    /* Release: a reader that sees the count also sees the array. */
+    atomic_store_explicit(&group_count, n, memory_order_release);
+    goto out_unlock;
+
+err_destroy_loops:
+    while (made-- > 0)
+        jet_loop_destroy(loops[made]);
+    free(loops);
+    JET_ERROR("cannot start %d event loops: %s", n, strerror(-rc));
+out_unlock:
+    pthread_mutex_unlock(&group_lock);
+    return rc;
+}
+
+int jet_loops_count(void)
+{
+    return atomic_load_explicit(&group_count, memory_order_acquire);
+}
+
+jet_loop_t *jet_loop_at(int i)
+{
+    int n = jet_loops_count();
+    return i >= 0 && i < n ? group_loops[i] : NULL;
+}
+
+jet_loop_t *jet_loop_pick(void)
+{
+    int n = jet_loops_count();
+    if (n == 0) {
+        if (jet_loops_start(0) < 0) return NULL;
+        n = jet_loops_count();
+    }
+    unsigned i = atomic_fetch_add_explicit(&group_next, 1, memory_order_relaxed);
+    return group_loops[i % (unsigned)n];
+}
+
+jet_loop_t *jet_loop_current(void)
+{
+    return loop_tls_current;
+}

@@ -1,0 +1,108 @@
+/* Event loops: one thread each, epoll edge-triggered, with timers, a
+ * cross-thread task inbox and optional busy-poll pollers.
+ *
+ * Ownership and threads:
+ *  - A jet_io, jet_task, jet_timer or jet_poller is memory owned by the
+ *    caller (embedded in a socket, a call...); the loop only links it. It must
+ *    stay valid until it is removed (io, timer, poller) or has run (task).
+ *  - io_add/io_mod may be called from any thread; io_del, timers and pollers
+ *    only on the loop's own thread (jet_loop_in_thread). After io_del returns,
+ *    the io's callback is not called again, even for events already fetched
+ *    in the current batch.
+ *  - jet_loop_post() runs a task on the loop thread, in FIFO order per
+ *    producer; it wakes the loop (one eventfd write) only when the loop is
+ *    asleep or about to sleep, so posting to a busy loop costs no syscall.
+ *  - Callbacks run on the loop thread and must not block.
+ *
+ * Busy-poll: while any poller is registered, the loop never sleeps in
+ * epoll_wait; each iteration runs every poller once and checks epoll with a
+ * zero timeout. With the flag event_poll_yield it calls sched_yield() when an
+ * iteration found nothing to do. */
+#ifndef JET_EVENT_LOOP_H
+#define JET_EVENT_LOOP_H
+
+#include <stdbool.h>
+#include <stdint.h>
+
+#include "base/mpsc.h"
+
+typedef struct jet_loop jet_loop_t;
+struct jet_io;
+
+/* events: EPOLLIN/EPOLLOUT/EPOLLERR/EPOLLHUP/EPOLLRDHUP bits as epoll gives them. */
+typedef void (*jet_io_cb_t)(struct jet_io *io, uint32_t events);
+
+typedef struct jet_io {
+    int fd;
+    uint32_t events; /* EPOLLIN | EPOLLOUT ...; EPOLLET is always added */
+    jet_io_cb_t cb;
+    void *arg;
+    jet_loop_t *loop; /* set by io_add */
+} jet_io_t;
+
+typedef struct jet_task {
+    jet_mpsc_node_t node;
+    void (*fn)(struct jet_task *t);
+} jet_task_t;
+
+typedef struct jet_timer {
+    int64_t deadline_us; /* monotonic, jet_now_us() scale */
+    void (*fn)(struct jet_timer *t);
+    uint32_t heap_index; /* UINT32_MAX when not armed */
+} jet_timer_t;
+
+typedef struct jet_poller {
+    /* Returns how much work it found (0 = idle). */
+    int (*poll)(struct jet_poller *p);
+    struct jet_poller *next; /* owned by the loop */
+    void *arg;
+} jet_poller_t;
+
+/* --- the process-wide loop group (what servers and channels use) -------- */
+
+/* Starts the group once (later calls return 0). n <= 0 takes the flag
+ * event_loop_num, whose default 0 means the number of cores. */
+int jet_loops_start(int n);
+int jet_loops_count(void);
+jet_loop_t *jet_loop_at(int i);
+/* Round-robin choice for a new connection. Starts the group if needed. */
+jet_loop_t *jet_loop_pick(void);
+/* The loop running on this thread, or NULL. */
+jet_loop_t *jet_loop_current(void);
+
+/* --- single loops (the group is made of these; tests use them too) ------ */
+
+int jet_loop_create(jet_loop_t **loop_p);
+/* Starts the loop's thread. */
+int jet_loop_start(jet_loop_t *loop);
+/* Asks the loop to stop after the current iteration and joins its thread;
+ * tasks still queued are run first. Not callable on the loop's thread. */
+void jet_loop_stop(jet_loop_t *loop);
+void jet_loop_destroy(jet_loop_t *loop);
+
+bool jet_loop_in_thread(const jet_loop_t *loop);
+int jet_loop_index(const jet_loop_t *loop);
+
+int jet_loop_io_add(jet_loop_t *loop, jet_io_t *io);
+int jet_loop_io_mod(jet_io_t *io, uint32_t events);
+int jet_loop_io_del(jet_io_t *io);
+
+void jet_loop_post(jet_loop_t *loop, jet_task_t *task);
+
+/* Arms (or re-arms) t to fire at t->deadline_us. Loop thread only. */
+void jet_loop_timer_start(jet_loop_t *loop, jet_timer_t *t, int64_t deadline_us);
+/* Disarms t; no effect when it is not armed. Loop thread only. */
+void jet_loop_timer_stop(jet_loop_t *loop, jet_timer_t *t);
+static inline bool jet_timer_armed(const jet_timer_t *t) { return t->heap_index != UINT32_MAX; }
+static inline void jet_timer_init(jet_timer_t *t, void (*fn)(jet_timer_t *))
+{
+    t->deadline_us = 0;
+    t->fn = fn;
+    t->heap_index = UINT32_MAX;
+}
+
+/* Loop thread only. */
+void jet_loop_poller_add(jet_loop_t *loop, jet_poller_t *p);
+void jet_loop_poller_del(jet_loop_t *loop, jet_poller_t *p);
+
+#endif

@@ -1,0 +1,546 @@
+/* Block pool: memfd-backed regions carved into fixed-size blocks.
+ *
+ * Locks, in the only order they are ever nested:
+ *   bp_grow_lock  (region creation, region table writes, registrar)
+ *   bp_class[c].lock  (free list of one class)
+ *   bp_tc_lock  (list of thread caches, for statistics)
+ * A registrar callback runs under bp_grow_lock: it must not allocate blocks
+ * from this pool (the allocation could need to grow and would deadlock). */
+#include "iobuf/block_pool.h"
+
+#include <errno.h>
+#include <pthread.h>
+#include <stdbool.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/mman.h>
+#include <unistd.h>
+
+#include "base/log.h"
+#include "base/pool.h"
+#include "jetrpc/flags.h"
+
+JET_FLAG_DEFINE_INT32(iobuf_region_mb_8k, 32, "Size in MiB of each memory region of 8 KiB iobuf blocks");
+JET_FLAG_DEFINE_INT32(iobuf_region_mb_64k, 64,
+                      "Size in MiB of each memory region of 64 KiB iobuf blocks");
+JET_FLAG_DEFINE_INT32(iobuf_region_mb_2m, 128, "Size in MiB of each memory region of 2 MiB iobuf blocks");
+JET_FLAG_DEFINE_INT32(iobuf_max_mb, 4096,
+                      "Cap in MiB on the memory mapped for iobuf blocks; allocations fail past it");
+
+#define BP_MAX_REGIONS 1024
+#define BP_TCACHE_MAX  64 /* 8 KiB blocks kept per thread */
+#define BP_TCACHE_MOVE (BP_TCACHE_MAX / 2)
+#define BP_MiB         ((size_t)1 << 20)
+
+static const uint32_t bp_class_size[JET_BLOCK_NCLASS] = {JET_BLOCK_SIZE_8K, JET_BLOCK_SIZE_64K,
+                                                         JET_BLOCK_SIZE_2M};
+static const char *const bp_class_name[JET_BLOCK_NCLASS] = {"jetrpc-iobuf-8k", "jetrpc-iobuf-64k",
+                                                            "jetrpc-iobuf-2m"};
+
+typedef struct bp_class {
+    pthread_mutex_t lock;
+    jet_block_t *free;
+    size_t nfree;  /* blocks on the free list */
+    size_t ntotal; /* blocks carved from every region of the class */
+} bp_class_t;
+
+static bp_class_t bp_class[JET_BLOCK_NCLASS] = {
+    {.lock = PTHREAD_MUTEX_INITIALIZER},
+    {.lock = PTHREAD_MUTEX_INITIALIZER},
+    {.lock = PTHREAD_MUTEX_INITIALIZER},
+};
+
+/* Everything below up to the thread cache is guarded by bp_grow_lock, except
+ * the sorted table, which readers walk without it (see bp_table_insert). */
+static pthread_mutex_t bp_grow_lock = PTHREAD_MUTEX_INITIALIZER;
+static jet_region_t *bp_by_age[BP_MAX_REGIONS]; /* creation order */
+static size_t bp_nregion;
+static size_t bp_bytes_mapped;
+static jet_registrar_t bp_registrar;
+static bool bp_registrar_set;
+
+static _Atomic uint32_t bp_seq; /* odd while the sorted table is being changed */
+static _Atomic uint32_t bp_nsorted;
+static jet_region_t *_Atomic bp_sorted[BP_MAX_REGIONS];
+
+/* ---- region table ---------------------------------------------------- */
+
+/* The sorted table is a seqlock-protected fixed array. Regions are never
+ * removed or freed, and their base/len never change after creation, so any
+ * pointer a reader loads from the table, even in the middle of a shift, is a
+ * live region it may dereference; the sequence tells it whether the search
+ * ran over a stable table, and it retries otherwise. Compared with publishing
+ * a fresh sorted copy per insert this needs no allocation and leaks nothing,
+ * and insertions (one per region, at most BP_MAX_REGIONS for the process)
+ * are rare enough that readers practically never retry. Entries are stored
+ * with release and loaded with acquire so a reader sees a region's fields
+ * initialised whatever sequence value it started from. */
+static void bp_table_insert(jet_region_t *r)
+{
+    uint32_t n = atomic_load_explicit(&bp_nsorted, memory_order_relaxed);
+    uint32_t pos = n;
+    while (pos > 0 &&
+           atomic_load_explicit(&bp_sorted[pos - 1], memory_order_relaxed)->base > r->base)
+        pos--;
+    uint32_t s = atomic_load_explicit(&bp_seq, memory_order_relaxed);
+    atomic_store_explicit(&bp_seq, s + 1, memory_order_relaxed);
+    atomic_thread_fence(memory_order_release);
+    for (uint32_t i = n; i > pos; i--)
+        atomic_store_explicit(&bp_sorted[i],
+                              atomic_load_explicit(&bp_sorted[i - 1], memory_order_relaxed),
+                              memory_order_release);
+    atomic_store_explicit(&bp_sorted[pos], r, memory_order_release);
+    atomic_store_explicit(&bp_nsorted, n + 1, memory_order_relaxed);
+    atomic_store_explicit(&bp_seq, s + 2, memory_order_release);
+}
+
+static inline void bp_cpu_relax(void)
+{
+#if defined(__x86_64__) || defined(__i386__)
+    __builtin_ia32_pause();
+#elif defined(__aarch64__)
+    __asm__ __volatile__("yield");
+#endif
+}
+
+const jet_region_t *jet__block_pool_find(const void *addr)
+{
+    const char *a = addr;
+    for (;;) {
+        uint32_t s1 = atomic_load_explicit(&bp_seq, memory_order_acquire);
+        if (s1 & 1) {
+            bp_cpu_relax();
+            continue;
+        }
+        uint32_t lo = 0, hi = atomic_load_explicit(&bp_nsorted, memory_order_relaxed);
+        if (hi > BP_MAX_REGIONS) hi = BP_MAX_REGIONS;
+        const jet_region_t *found = NULL;
+        while (lo < hi) {
+            uint32_t mid = lo + (hi - lo) / 2;
+            const jet_region_t *r = atomic_load_explicit(&bp_sorted[mid], memory_order_acquire);
+            if (!r) break; /* only mid-insert; the sequence check below retries */
+            if (a < r->base) {
+                hi = mid;
+            } else if (a >= r->base + r->len) {
+                lo = mid + 1;
+            } else {
+                found = r;
+                break;
+            }
+        }
+        atomic_thread_fence(memory_order_acquire);
+        if (atomic_load_explicit(&bp_seq, memory_order_relaxed) == s1) return found;
+    }
+}
+
+/* ---- regions ------------------------------------------------------------ */
+
+static size_t bp_region_bytes(int cls)
+{
+    int32_t mb = cls == JET_BLOCK_CLASS_8K    ? JET_FLAG(iobuf_region_mb_8k)
+                 : cls == JET_BLOCK_CLASS_64K ? JET_FLAG(iobuf_region_mb_64k)
+                                              : JET_FLAG(iobuf_region_mb_2m);
+    if (mb < 1) mb = 1;
+    if (mb > 4096) mb = 4096;
+    size_t bs = bp_class_size[cls];
+    size_t len = (size_t)mb * BP_MiB;
+    return len < bs ? bs : len / bs * bs;
+}
+
+static void bp_region_unmap(jet_region_t *r)
+{
+    munmap(r->base, r->len);
+    close(r->memfd);
+    free(r->descs);
+    free(r);
+}
+
+/* Creates, registers and publishes a region of class cls; bp_grow_lock held.
+ * Its blocks are not yet on any free list. NULL with *err_p set on failure. */
+static jet_region_t *bp_region_create(int cls, int *err_p)
+{
+    size_t bs = bp_class_size[cls];
+    size_t len = bp_region_bytes(cls);
+    int64_t max_mb = JET_FLAG(iobuf_max_mb);
+    size_t cap = max_mb > 0 ? (size_t)max_mb * BP_MiB : 0;
+    size_t room = cap > bp_bytes_mapped ? cap - bp_bytes_mapped : 0;
+    if (room < bs) {
+        JET_LOG_ONCE(JET_LOG_WARN, "iobuf memory cap reached (iobuf_max_mb=%d)",
+                     JET_FLAG(iobuf_max_mb));
+        *err_p = ENOMEM;
+        return NULL;
+    }
+    /* Near the cap, a smaller region still serves allocations. */
+    if (len > room) len = room / bs * bs;
+    if (bp_nregion == BP_MAX_REGIONS) {
+        JET_LOG_ONCE(JET_LOG_WARN, "iobuf region table full (%d regions)", BP_MAX_REGIONS);
+        *err_p = ENOMEM;
+        return NULL;
+    }
+
+    jet_region_t *r = calloc(1, sizeof *r);
+    if (!r) goto err_none;
+    r->nblock = (uint32_t)(len / bs);
+    r->descs = calloc(r->nblock, sizeof *r->descs);
+    if (!r->descs) goto err_free_region;
+    r->memfd = memfd_create(bp_class_name[cls], MFD_CLOEXEC);
+    if (r->memfd < 0) goto err_free_descs;
+    if (ftruncate(r->memfd, (off_t)len) != 0) goto err_close_fd;
+    r->base = mmap(NULL, len, PROT_READ | PROT_WRITE, MAP_SHARED, r->memfd, 0);
+    if (r->base == MAP_FAILED) goto err_close_fd;
+    r->len = len;
+    r->cls = (uint8_t)cls;
+    r->block_size = (uint32_t)bs;
+    for (uint32_t i = 0; i < r->nblock; i++) {
+        jet_block_t *b = &r->descs[i];
+        b->cap = (uint32_t)bs;
+        b->cls = (uint8_t)cls;
+        b->data = r->base + (size_t)i * bs;
+        b->region = r;
+    }
+    /* Registered before publication, so no block of an unregistered region
+     * is ever handed out while a registrar is installed. */
+    if (bp_registrar_set) {
+        int rc = bp_registrar.reg(bp_registrar.ctx, r->base, r->len, r->memfd, &r->reg);
+        if (rc != 0) {
+            JET_WARN("iobuf: registrar %s refused a %zu-byte region: %d",
+                     bp_registrar.name ? bp_registrar.name : "?", r->len, rc);
+            bp_region_unmap(r);
+            *err_p = ENOMEM;
+            return NULL;
+        }
+    }
+    bp_by_age[bp_nregion++] = r;
+    bp_bytes_mapped += len;
+    bp_table_insert(r);
+    return r;
+
+err_close_fd:
+    close(r->memfd);
+err_free_descs:
+    free(r->descs);
+err_free_region:
+    free(r);
+err_none:
+    JET_WARN("iobuf: cannot create a %zu-byte region: %s", len, strerror(errno));
+    *err_p = ENOMEM;
+    return NULL;
+}
+
+/* ---- free lists ------------------------------------------------------- */
+
+static void bp_push_locked(bp_class_t *c, jet_block_t *b)
+{
+    b->next_free = c->free;
+    c->free = b;
+    c->nfree++;
+}
+
+static jet_block_t *bp_pop_locked(bp_class_t *c)
+{
+    jet_block_t *b = c->free;
+    if (b) {
+        c->free = b->next_free;
+        c->nfree--;
+    }
+    return b;
+}
+
+/* Called when the free list of cls was seen empty: returns one block, from the
+ * list if another thread refilled it meanwhile, else from a new region whose
+ * other blocks go to the list. */
+static jet_block_t *bp_grow(int cls)
+{
+    bp_class_t *c = &bp_class[cls];
+    pthread_mutex_lock(&bp_grow_lock);
+    pthread_mutex_lock(&c->lock);
+    jet_block_t *b = bp_pop_locked(c);
+    pthread_mutex_unlock(&c->lock);
+    if (b) goto out_unlock;
+    int err = 0;
+    jet_region_t *r = bp_region_create(cls, &err);
+    if (!r) {
+        errno = err;
+        goto out_unlock;
+    }
+    b = &r->descs[0];
+    pthread_mutex_lock(&c->lock);
+    for (uint32_t i = r->nblock; i-- > 1;) bp_push_locked(c, &r->descs[i]);
+    c->ntotal += r->nblock;
+    pthread_mutex_unlock(&c->lock);
+out_unlock:
+    pthread_mutex_unlock(&bp_grow_lock);
+    return b;
+}
+
+static jet_block_t *bp_get_global(int cls)
+{
+    bp_class_t *c = &bp_class[cls];
+    pthread_mutex_lock(&c->lock);
+    jet_block_t *b = bp_pop_locked(c);
+    pthread_mutex_unlock(&c->lock);
+    return b ? b : bp_grow(cls);
+}
+
+static void bp_put_global(jet_block_t *b)
+{
+    bp_class_t *c = &bp_class[b->cls];
+    pthread_mutex_lock(&c->lock);
+    bp_push_locked(c, b);
+    pthread_mutex_unlock(&c->lock);
+}
+
+/* ---- thread cache of 8 KiB blocks ---------------------------------- */
+
+/* n is written only by the owning thread; statistics read it from others.
+ * A thread whose cache could not be set up (no pthread key) or that is past
+ * its exit flush uses the global list directly. */
+typedef struct bp_tcache {
+    jet_block_t *blk[BP_TCACHE_MAX];
+    _Atomic uint32_t n;
+    bool linked;
+    bool off;
+    struct bp_tcache *prev, *next;
+} bp_tcache_t;
+
+static __thread bp_tcache_t bp_tc;
+static pthread_mutex_t bp_tc_lock = PTHREAD_MUTEX_INITIALIZER;
+static bp_tcache_t bp_tc_list = {.prev = &bp_tc_list, .next = &bp_tc_list};
+static pthread_once_t bp_tc_once = PTHREAD_ONCE_INIT;
+static pthread_key_t bp_tc_key;
+static bool bp_tc_key_ok;
+
+static void bp_tc_flush(bp_tcache_t *tc, uint32_t keep)
+{
+    bp_class_t *c = &bp_class[JET_BLOCK_CLASS_8K];
+    uint32_t n = atomic_load_explicit(&tc->n, memory_order_relaxed);
+    if (n <= keep) return;
+    pthread_mutex_lock(&c->lock);
+    for (uint32_t i = keep; i < n; i++) bp_push_locked(c, tc->blk[i]);
+    atomic_store_explicit(&tc->n, keep, memory_order_relaxed);
+    pthread_mutex_unlock(&c->lock);
+}
+
+/* Runs at thread exit (pthread key destructor). The cache is switched off
+ * for good: blocks freed by later destructors of this thread go straight to
+ * the global list, and the list of caches never points into exited TLS. */
+static void bp_tc_exit(void *arg)
+{
+    bp_tcache_t *tc = arg;
+    tc->off = true;
+    bp_tc_flush(tc, 0);
+    pthread_mutex_lock(&bp_tc_lock);
+    tc->prev->next = tc->next;
+    tc->next->prev = tc->prev;
+    tc->linked = false;
+    pthread_mutex_unlock(&bp_tc_lock);
+}
+
+static void bp_tc_key_create(void) { bp_tc_key_ok = pthread_key_create(&bp_tc_key, bp_tc_exit) == 0; }
+
+static bool bp_tc_ready(bp_tcache_t *tc)
+{
+    if (tc->linked) return true;
+    if (tc->off) return false;
+    pthread_once(&bp_tc_once, bp_tc_key_create);
+    if (!bp_tc_key_ok || pthread_setspecific(bp_tc_key, tc) != 0) {
+        tc->off = true;
+        return false;
+    }
+    pthread_mutex_lock(&bp_tc_lock);
+    tc->next = &bp_tc_list;
+    tc->prev = bp_tc_list.prev;
+    tc->prev->next = tc;
+    bp_tc_list.prev = tc;
+    tc->linked = true;
+    pthread_mutex_unlock(&bp_tc_lock);
+    return true;
+}
+
+static jet_block_t *bp_tc_get(void)
+{
+    bp_tcache_t *tc = &bp_tc;
+    uint32_t n = atomic_load_explicit(&tc->n, memory_order_relaxed);
+    if (n > 0) {
+        atomic_store_explicit(&tc->n, n - 1, memory_order_relaxed);
+        return tc->blk[n - 1];
+    }
+    if (!bp_tc_ready(tc)) return bp_get_global(JET_BLOCK_CLASS_8K);
+    bp_class_t *c = &bp_class[JET_BLOCK_CLASS_8K];
+    pthread_mutex_lock(&c->lock);
+    jet_block_t *b = bp_pop_locked(c);
+    if (b) {
+        for (n = 0; n < BP_TCACHE_MOVE && c->free; n++) tc->blk[n] = bp_pop_locked(c);
+        atomic_store_explicit(&tc->n, n, memory_order_relaxed);
+    }
+    pthread_mutex_unlock(&c->lock);
+    return b ? b : bp_grow(JET_BLOCK_CLASS_8K);
+}
+
+static void bp_tc_put(jet_block_t *b)
+{
+    bp_tcache_t *tc = &bp_tc;
+    if (!bp_tc_ready(tc)) {
+        bp_put_global(b);
+        return;
+    }
+    uint32_t n = atomic_load_explicit(&tc->n, memory_order_relaxed);
+    if (n == BP_TCACHE_MAX) {
+        bp_tc_flush(tc, BP_TCACHE_MAX - BP_TCACHE_MOVE);
+        n -= BP_TCACHE_MOVE;
+    }
+    tc->blk[n] = b;
+    atomic_store_explicit(&tc->n, n + 1, memory_order_relaxed);
+}
+
+/* ---- blocks --------------------------------------------------------- */
+
+jet_block_t *jet__block_alloc(size_t size)
+{
+    int cls;
+    if (size == 0 || size > JET_BLOCK_SIZE_2M) {
+        errno = EINVAL;
+        return NULL;
+    }
+    if (size <= JET_BLOCK_SIZE_8K)
+        cls = JET_BLOCK_CLASS_8K;
+    else if (size <= JET_BLOCK_SIZE_64K)
+        cls = JET_BLOCK_CLASS_64K;
+    else
+        cls = JET_BLOCK_CLASS_2M;
+    jet_block_t *b = cls == JET_BLOCK_CLASS_8K ? bp_tc_get() : bp_get_global(cls);
+    if (!b) return NULL;
+    atomic_store_explicit(&b->refcnt, 1, memory_order_relaxed);
+    atomic_store_explicit(&b->used, 0, memory_order_relaxed);
+    b->next_free = NULL;
+    return b;
+}
+
+jet_block_t *jet__block_alloc_default(void) { return jet__block_alloc(JET_BLOCK_SIZE_8K); }
+
+/* Descriptors of user blocks (pool blocks' descriptors live in their region). */
+static jet_pool_t bp_user_pool = JET_POOL_INIT("iobuf_user_block", sizeof(jet_block_t));
+static jet_block_t *bp_user_desc_get(void) { return jet__pool_get(&bp_user_pool); }
+static void bp_user_desc_put(jet_block_t *b) { jet__pool_put(&bp_user_pool, b); }
+
+jet_block_t *jet__block_wrap_user(void *data, size_t len, jet_iobuf_free_cb_t cb, void *arg)
+{
+    if (len > UINT32_MAX) {
+        errno = EINVAL;
+        return NULL;
+    }
+    jet_block_t *b = bp_user_desc_get();
+    if (!b) {
+        errno = ENOMEM;
+        return NULL;
+    }
+    memset(b, 0, sizeof *b);
+    atomic_init(&b->refcnt, 1);
+    atomic_init(&b->used, (uint32_t)len);
+    b->cap = (uint32_t)len;
+    b->cls = JET_BLOCK_CLASS_USER;
+    b->data = data;
+    b->free_cb = cb;
+    b->free_arg = arg;
+    return b;
+}
+
+void jet__block_unref(jet_block_t *b)
+{
+    if (atomic_fetch_sub_explicit(&b->refcnt, 1, memory_order_release) != 1) return;
+    /* Every other holder's accesses to the block happen before its reuse. */
+    atomic_thread_fence(memory_order_acquire);
+    if (b->cls == JET_BLOCK_CLASS_USER) {
+        /* A live user block's next_free names the block that owns the
+         * callback of a larger user buffer split into several blocks (see
+         * jet_iobuf_append_user); the owner is dropped after this part. */
+        jet_iobuf_free_cb_t cb = b->free_cb;
+        void *data = b->data, *arg = b->free_arg;
+        jet_block_t *owner = b->next_free;
+        bp_user_desc_put(b);
+        if (cb) cb(data, arg);
+        if (owner) jet__block_unref(owner);
+        return;
+    }
+    if (b->cls == JET_BLOCK_CLASS_8K)
+        bp_tc_put(b);
+    else
+        bp_put_global(b);
+}
+
+/* ---- registrar ------------------------------------------------------ */
+
+int jet__block_pool_set_registrar(const jet_registrar_t *r)
+{
+    if (!r || !r->reg || !r->dereg) return -EINVAL;
+    int rc = 0;
+    pthread_mutex_lock(&bp_grow_lock);
+    if (bp_registrar_set) {
+        rc = -EBUSY;
+        goto out_unlock;
+    }
+    size_t i;
+    for (i = 0; i < bp_nregion; i++) {
+        jet_region_t *g = bp_by_age[i];
+        rc = r->reg(r->ctx, g->base, g->len, g->memfd, &g->reg);
+        if (rc != 0) break;
+    }
+    if (rc != 0) {
+        JET_WARN("iobuf: registrar %s refused an existing %zu-byte region: %d",
+                 r->name ? r->name : "?", bp_by_age[i]->len, rc);
+        if (rc > 0) rc = -EIO;
+        bp_by_age[i]->reg = NULL;
+        while (i-- > 0) {
+            r->dereg(r->ctx, bp_by_age[i]->reg);
+            bp_by_age[i]->reg = NULL;
+        }
+        goto out_unlock;
+    }
+    bp_registrar = *r;
+    bp_registrar_set = true;
+out_unlock:
+    pthread_mutex_unlock(&bp_grow_lock);
+    return rc;
+}
+
+void jet__block_pool_clear_registrar(void)
+{
+    pthread_mutex_lock(&bp_grow_lock);
+    if (bp_registrar_set) {
+        /* Every region in the table is registered while a registrar is set:
+         * install registers all or none, and a new region is published only
+         * after its registration succeeded. */
+        for (size_t i = 0; i < bp_nregion; i++) {
+            bp_registrar.dereg(bp_registrar.ctx, bp_by_age[i]->reg);
+            bp_by_age[i]->reg = NULL;
+        }
+        bp_registrar_set = false;
+        memset(&bp_registrar, 0, sizeof bp_registrar);
+    }
+    pthread_mutex_unlock(&bp_grow_lock);
+}
+
+/* ---- statistics ----------------------------------------------------- */
+
+void jet__block_pool_stats(jet_block_pool_stats_t *out)
+{
+    memset(out, 0, sizeof *out);
+    pthread_mutex_lock(&bp_grow_lock);
+    out->regions = bp_nregion;
+    out->bytes_mapped = bp_bytes_mapped;
+    pthread_mutex_unlock(&bp_grow_lock);
+    for (int cls = 0; cls < JET_BLOCK_NCLASS; cls++) {
+        bp_class_t *c = &bp_class[cls];
+        pthread_mutex_lock(&c->lock);
+        size_t idle = c->nfree;
+        size_t total = c->ntotal;
+        if (cls == JET_BLOCK_CLASS_8K) {
+            pthread_mutex_lock(&bp_tc_lock);
+            for (bp_tcache_t *tc = bp_tc_list.next; tc != &bp_tc_list; tc = tc->next)
+                idle += atomic_load_explicit(&tc->n, memory_order_relaxed);
+            pthread_mutex_unlock(&bp_tc_lock);
+        }
+        pthread_mutex_unlock(&c->lock);
+        out->blocks_in_use[cls] = total > idle ? total - idle : 0;
+    }
+}

@@ -1,0 +1,110 @@
+/* Block pool: the memory behind every jet_iobuf block.
+ *
+ * Memory comes in regions, each a memfd mapped shared (so that a peer process
+ * can map it, and so that a memory registrar can register it whole), carved
+ * into blocks of one size class: 8 KiB (default), 64 KiB, 2 MiB. A block's
+ * descriptor (struct jet_block) lives outside the block, in the region's
+ * descriptor array, so the whole block is payload and its address is
+ * class-aligned within the region.
+ *
+ * Registration: a registrar (the URMA global context, later others) installs
+ * callbacks once; every existing region is registered at install time and
+ * every new region before any block of it is handed out. A region whose
+ * registration fails is not used. Only one registrar may be installed per
+ * process (-EBUSY for a second).
+ *
+ * Lookup: jet__block_pool_find(addr) returns the region holding addr in
+ * O(log regions) (binary search over a sorted, append-only table read
+ * without locks).
+ *
+ * Threads: alloc/free are thread-safe; the 8 KiB class has a per-thread cache
+ * so the common path takes no lock. */
+#ifndef JET_IOBUF_BLOCK_POOL_H
+#define JET_IOBUF_BLOCK_POOL_H
+
+#include <stdatomic.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "jetrpc/iobuf.h"
+
+enum {
+    JET_BLOCK_CLASS_8K = 0,
+    JET_BLOCK_CLASS_64K = 1,
+    JET_BLOCK_CLASS_2M = 2,
+    JET_BLOCK_NCLASS = 3,
+    JET_BLOCK_CLASS_USER = 0xff, /* user memory wrapped by jet_iobuf_append_user */
+};
+
+#define JET_BLOCK_SIZE_8K  (8u * 1024)
+#define JET_BLOCK_SIZE_64K (64u * 1024)
+#define JET_BLOCK_SIZE_2M  (2u * 1024 * 1024)
+
+struct jet_region;
+
+typedef struct jet_block {
+    _Atomic uint32_t refcnt;
+    _Atomic uint32_t used; /* bytes written from data[0]; appenders claim space by CAS */
+    uint32_t cap;
+    uint8_t cls;
+    uint8_t pad_[3];
+    char *data;
+    struct jet_region *region; /* NULL for user blocks */
+    jet_iobuf_free_cb_t free_cb; /* user blocks */
+    void *free_arg;
+    struct jet_block *next_free;
+} jet_block_t;
+
+typedef struct jet_region {
+    char *base;
+    size_t len;
+    int memfd;
+    uint8_t cls;
+    uint32_t block_size;
+    uint32_t nblock;
+    jet_block_t *descs; /* nblock descriptors */
+    void *reg;          /* what the registrar returned for this region */
+} jet_region_t;
+
+typedef struct jet_registrar {
+    const char *name;
+    /* Registers [base, base+len) backed by memfd; *reg_p receives the
+     * registrar's handle. 0 or a negative code (the region is then unused). */
+    int (*reg)(void *ctx, void *base, size_t len, int memfd, void **reg_p);
+    void (*dereg)(void *ctx, void *reg);
+    void *ctx;
+} jet_registrar_t;
+
+/* A new block of at least size bytes (size <= 2 MiB) with refcnt 1 and
+ * used 0; NULL when size is 0 or too large (errno EINVAL) or memory is out
+ * (errno ENOMEM). */
+jet_block_t *jet__block_alloc(size_t size);
+/* A block of the default class (8 KiB). */
+jet_block_t *jet__block_alloc_default(void);
+static inline void jet__block_ref(jet_block_t *b)
+{
+    atomic_fetch_add_explicit(&b->refcnt, 1, memory_order_relaxed);
+}
+/* Drops a reference; the last one returns the block to its pool (or runs the
+ * user free callback). */
+void jet__block_unref(jet_block_t *b);
+/* Wraps user memory (refcnt 1, used == cap == len). NULL on -ENOMEM. */
+jet_block_t *jet__block_wrap_user(void *data, size_t len, jet_iobuf_free_cb_t cb, void *arg);
+
+/* Installs the registrar (see above). 0, -EBUSY if one is installed, or the
+ * first registration failure (then nothing stays installed). */
+int jet__block_pool_set_registrar(const jet_registrar_t *r);
+/* Removes the registrar, deregistering every region. */
+void jet__block_pool_clear_registrar(void);
+/* The region that holds addr, or NULL (user memory, stack, heap). */
+const jet_region_t *jet__block_pool_find(const void *addr);
+
+/* Statistics for tests and /status. */
+typedef struct jet_block_pool_stats {
+    size_t regions;
+    size_t bytes_mapped;
+    size_t blocks_in_use[JET_BLOCK_NCLASS];
+} jet_block_pool_stats_t;
+void jet__block_pool_stats(jet_block_pool_stats_t *out);
+
+#endif

@@ -1,0 +1,117 @@
+#include "net/listener.h"
+
+#include <errno.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/epoll.h>
+#include <unistd.h>
+
+#include "base/futex.h"
+#include "base/log.h"
+
+struct jet_listener {
+    int fd;
+    jet_addr_t addr;
+    char name[80];
+    jet_loop_t *loop;
+    jet_io_t io;
+    jet_accept_cb_t cb;
+    void *arg;
+    jet_task_t stop_task;
+    _Atomic uint32_t stopped;
+};
+
+static void listener_io_cb(jet_io_t *io, uint32_t events)
+{
+    jet_listener_t *l = io->arg;
+    /* Bounded per event so one busy listener cannot starve its loop. */
+    for (int i = 0; i < 256; i++) {
+        jet_addr_t peer;
+        peer.len = sizeof peer.u;
+        int fd = accept4(l->fd, &peer.u.sa, &peer.len, SOCK_NONBLOCK | SOCK_CLOEXEC);
+        if (fd < 0) {
+            if (errno == EINTR || errno == ECONNABORTED) continue;
+            if (errno != EAGAIN) JET_WARN("accept on %s: %s", l->name, strerror(errno));
+            return;
+        }
+        if (l->addr.u.sa.sa_family == AF_UNIX) peer = l->addr;
+        l->cb(l, fd, &peer, l->arg);
+    }
+    /* More may be pending: re-arm by modifying (edge-triggered epoll re-reports). */
+    jet_loop_io_mod(&l->io, EPOLLIN);
+}
+
+int jet__listener_create(const jet_addr_t *addr, jet_accept_cb_t cb, void *arg,
+                         jet_listener_t **l_p)
+{
+    jet_listener_t *l = calloc(1, sizeof *l);
+    if (!l) return -ENOMEM;
+    int rc;
+    l->addr = *addr;
+    l->cb = cb;
+    l->arg = arg;
+    jet__addr_format(addr, l->name, sizeof l->name);
+    l->fd = socket(addr->u.sa.sa_family, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
+    if (l->fd < 0) {
+        rc = -errno;
+        goto err_free;
+    }
+    if (addr->u.sa.sa_family == AF_UNIX) {
+        unlink(addr->u.un.sun_path);
+    } else {
+        int one = 1;
+        setsockopt(l->fd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof one);
+    }
+    if (bind(l->fd, &addr->u.sa, addr->len) < 0 || listen(l->fd, 1024) < 0) {
+        rc = -errno;
+        goto err_close;
+    }
+    l->addr.len = sizeof l->addr.u;
+    getsockname(l->fd, &l->addr.u.sa, &l->addr.len);
+    if (addr->u.sa.sa_family == AF_UNIX) l->addr = *addr;
+    jet__addr_format(&l->addr, l->name, sizeof l->name);
+    l->loop = jet_loop_pick();
+    if (!l->loop) {
+        rc = -ENOMEM;
+        goto err_close;
+    }
+    l->io.fd = l->fd;
+    l->io.events = EPOLLIN;
+    l->io.cb = listener_io_cb;
+    l->io.arg = l;
+    rc = jet_loop_io_add(l->loop, &l->io);
+    if (rc < 0) goto err_close;
+    *l_p = l;
+    return 0;
+err_close:
+    close(l->fd);
+err_free:
+    free(l);
+    return rc;
+}
+
+int jet__listener_port(const jet_listener_t *l)
+{
+    if (l->addr.u.sa.sa_family == AF_INET) return ntohs(l->addr.u.in4.sin_port);
+    if (l->addr.u.sa.sa_family == AF_INET6) return ntohs(l->addr.u.in6.sin6_port);
+    return 0;
+}
+
+static void listener_stop_task(jet_task_t *t)
+{
+    jet_listener_t *l = (jet_listener_t *)((char *)t - offsetof(jet_listener_t, stop_task));
+    jet_loop_io_del(&l->io);
+    atomic_store(&l->stopped, 1);
+    jet__futex_wake(&l->stopped, 1);
+}
+
+void jet__listener_destroy(jet_listener_t *l)
+{
+    if (!l) return;
+    l->stop_task.fn = listener_stop_task;
+    jet_loop_post(l->loop, &l->stop_task);
+    while (!atomic_load(&l->stopped)) jet__futex_wait(&l->stopped, 0, -1);
+    close(l->fd);
+    if (l->addr.u.sa.sa_family == AF_UNIX) unlink(l->addr.u.un.sun_path);
+    free(l);
+}

@@ -1,0 +1,159 @@
+/* jet_socket: one connection (client or accepted), its read buffer, its
+ * wait-free write queue and its life cycle.
+ *
+ * Life cycle: a socket is created with one reference (the creator's); being
+ * registered in its loop holds another. jet__socket_set_failed() marks it
+ * failed once (first error wins), shuts the fd down and schedules the
+ * teardown on the loop thread: the fd leaves epoll, pending writes are
+ * dropped, the handler's on_failed runs, and the loop's reference is
+ * dropped. The fd is closed and the transport released when the last
+ * reference goes. Anyone who keeps the pointer holds a reference.
+ *
+ * Writes: jet__socket_write() may be called from any thread. The caller that
+ * finds the queue empty becomes the writer and writes directly from its own
+ * thread (no hop on the uncontended path); concurrent callers just link
+ * their request and return. When the transport answers -EAGAIN the loop
+ * takes over the write side and resumes when jet__socket_writable() says so.
+ * Bytes of one write request are never interleaved with another's.
+ *
+ * Reads: the transport's on_input appends bytes to read_buf on the loop
+ * thread and calls jet__socket_deliver(), which runs handler->on_read. */
+#ifndef JET_NET_SOCKET_H
+#define JET_NET_SOCKET_H
+
+#include <netinet/in.h>
+#include <pthread.h>
+#include <stdatomic.h>
+#include <stdbool.h>
+#include <stdint.h>
+#include <sys/socket.h>
+#include <sys/un.h>
+
+#include "event/loop.h"
+#include "jetrpc/iobuf.h"
+#include "net/transport.h"
+
+typedef struct jet_socket jet_socket_t;
+
+typedef enum jet_socket_state {
+    JET_SOCK_CONNECTING = 0, /* TCP connect in progress */
+    JET_SOCK_HANDSHAKE = 1,  /* transport's application handshake */
+    JET_SOCK_READY = 2,
+    JET_SOCK_FAILED = 3,
+} jet_socket_state_t;
+
+/* What the owner of a socket (a server, a channel) is told. Callbacks run on
+ * the socket's loop thread. */
+typedef struct jet_socket_handler {
+    /* New bytes in s->read_buf. Consume what forms whole messages. */
+    void (*on_read)(jet_socket_t *s);
+    /* The socket failed with err (negative code); runs once. */
+    void (*on_failed)(jet_socket_t *s, int err);
+    /* Client sockets: connected and handshake done. May be NULL. */
+    void (*on_ready)(jet_socket_t *s);
+    /* The last reference is going: free owner_ctx. Any thread. May be NULL. */
+    void (*on_release)(jet_socket_t *s);
+} jet_socket_handler_t;
+
+typedef struct jet_addr {
+    union {
+        struct sockaddr sa;
+        struct sockaddr_in in4;
+        struct sockaddr_in6 in6;
+        struct sockaddr_un un;
+    } u;
+    socklen_t len;
+} jet_addr_t;
+
+/* Parses "ip:port", ":port", "port", "host:port", "[v6]:port", "unix:/path".
+ * 0 or -EINVAL. */
+int jet__addr_parse(const char *text, jet_addr_t *addr);
+/* "ip:port" or the unix path. */
+void jet__addr_format(const jet_addr_t *addr, char *buf, size_t len);
+
+typedef struct jet_write_req {
+    _Atomic(struct jet_write_req *) next;
+    jet_iobuf_t data;
+} jet_write_req_t;
+
+struct jet_socket {
+    _Atomic int32_t refcnt;
+    _Atomic int32_t state; /* jet_socket_state_t */
+    _Atomic int32_t error; /* first failure, negative */
+    int fd;
+    int mode;
+    bool is_server_side;
+    jet_loop_t *loop;
+    jet_io_t io;
+    const jet_transport_ops_t *ops;
+    void *tstate; /* transport's per-socket state */
+    const jet_socket_handler_t *handler;
+    void *owner;     /* the server or channel-side object */
+    void *owner_ctx; /* free for the owner (e.g. its per-connection state) */
+    char peer[64];   /* "ip:port" of the other end, for every log line */
+    char local[64];  /* "ip:port" of this end */
+    jet_addr_t addr;
+
+    /* read side: loop thread only */
+    jet_iobuf_t read_buf;
+    jet_task_t read_task; /* resumes reading when a read budget ran out */
+    bool read_posted;
+
+    /* write side */
+    _Atomic(jet_write_req_t *) write_head; /* newest request; NULL = no writer */
+    jet_write_req_t *w_first;              /* writer's FIFO list, oldest first */
+    jet_write_req_t *w_last;               /* newest request the writer knows */
+    _Atomic int64_t unwritten;             /* bytes queued and not written */
+    jet_task_t write_task;                 /* hands the write side to the loop */
+    bool wait_ready;                       /* writer waits for READY (loop thread) */
+    bool wait_out;                         /* writer waits for jet__socket_writable */
+    _Atomic bool writable_posted;
+
+    jet_task_t fail_task;
+    jet_task_t ctl_task; /* arms the connect timer on the loop */
+    jet_timer_t connect_timer;
+    int64_t connect_deadline_us;
+    int64_t last_active_us;
+};
+
+/* Connects to addr in mode (non-blocking; the result comes through the
+ * handler: on_ready, or on_failed). connect_timeout_ms < 0: no limit.
+ * *s_p gets a socket with one reference for the caller. */
+int jet__socket_connect(const jet_addr_t *addr, int mode, const jet_socket_handler_t *handler,
+                        void *owner, int32_t connect_timeout_ms, jet_socket_t **s_p);
+/* Wraps an accepted fd (server side), registers it in loop. One reference
+ * for the caller. */
+int jet__socket_accept(int fd, const jet_addr_t *peer, int mode, jet_loop_t *loop,
+                       const jet_socket_handler_t *handler, void *owner, jet_socket_t **s_p);
+
+static inline void jet__socket_ref(jet_socket_t *s)
+{
+    atomic_fetch_add_explicit(&s->refcnt, 1, memory_order_relaxed);
+}
+void jet__socket_unref(jet_socket_t *s);
+
+static inline bool jet__socket_failed(const jet_socket_t *s)
+{
+    return atomic_load_explicit(&s->state, memory_order_acquire) == JET_SOCK_FAILED;
+}
+
+/* Queues data (moved out of *data, which is left empty) for writing. Any
+ * thread; the caller holds a reference. 0, the socket's error if it has
+ * failed, or -EOVERCROWDED-like JET_EOVERCROWDED when too many bytes wait. */
+int jet__socket_write(jet_socket_t *s, jet_iobuf_t *data);
+
+/* Marks the socket failed with err (negative); first call wins. Any thread. */
+void jet__socket_set_failed(jet_socket_t *s, int err);
+
+/* Transport → socket notifications. */
+void jet__socket_deliver(jet_socket_t *s);           /* loop thread */
+void jet__socket_writable(jet_socket_t *s);          /* any thread */
+void jet__socket_connected(jet_socket_t *s, int err); /* loop thread */
+
+/* Loop thread: the transport stopped reading with bytes possibly left (its
+ * read budget ran out); on_input(s, EPOLLIN) runs again after other work. */
+void jet__socket_post_read(jet_socket_t *s);
+
+int jet__socket_debug(jet_socket_t *s, char *buf, size_t len);
+
+#endif

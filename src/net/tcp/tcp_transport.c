@@ -1,0 +1,125 @@
+/* The TCP transport: readv into pool blocks, writev straight from the
+ * write requests' blocks. Also the base that URMA and UBRing compose for
+ * their handshakes and their fallback. */
+#include <errno.h>
+#include <limits.h>
+#include <stdio.h>
+#include <sys/epoll.h>
+#include <sys/uio.h>
+#include <unistd.h>
+
+#include "base/log.h"
+#include "jetrpc/errors.h"
+#include "jetrpc/flags.h"
+#include "net/socket.h"
+
+JET_FLAG_DEFINE_INT32(tcp_read_budget, 16,
+                      "Reads per connection per event before other connections get a turn");
+
+#define TCP_READ_CHUNK (256 * 1024)
+#define TCP_IOV_MAX    256
+
+static int tcp_global_init(const jet_transport_check_t *check)
+{
+    return 0;
+}
+
+static int tcp_init(jet_socket_t *s)
+{
+    return 0;
+}
+
+static void tcp_release(jet_socket_t *s)
+{
+}
+
+static int tcp_reset(jet_socket_t *s)
+{
+    return 0;
+}
+
+static int tcp_connect(jet_socket_t *s)
+{
+    return 0;
+}
+
+static ssize_t tcp_cut_from_iobuf_list(jet_socket_t *s, jet_iobuf_t *const *bufs, int n)
+{
+    struct iovec iov[TCP_IOV_MAX];
+    int niov = 0;
+    for (int i = 0; i < n && niov < TCP_IOV_MAX; i++) {
+        uint32_t nref = jet_iobuf_nref(bufs[i]);
+        for (uint32_t j = 0; j < nref && niov < TCP_IOV_MAX; j++) {
+            size_t len;
+            const void *p = jet_iobuf_ref_data(bufs[i], j, &len);
+            iov[niov].iov_base = (void *)p;
+            iov[niov].iov_len = len;
+            niov++;
+        }
+    }
+    if (niov == 0) return 0;
+    ssize_t w = writev(s->fd, iov, niov);
+    if (w < 0) {
+        if (errno == EAGAIN || errno == EINTR) return -EAGAIN;
+        return errno == EPIPE || errno == ECONNRESET ? -JET_EEOF : -errno;
+    }
+    size_t left = (size_t)w;
+    for (int i = 0; i < n && left > 0; i++) left -= jet_iobuf_pop_front(bufs[i], left);
+    return w;
+}
+
+static int tcp_wait_writable(jet_socket_t *s, int64_t deadline_us)
+{
+    /* The fd is registered edge-triggered for EPOLLOUT from the start: the next
+     * edge reaches on_input, which reports it. */
+    return 0;
+}
+
+/* Reads and delivers until the kernel has nothing or the budget is spent. */
+void jet__tcp_read(jet_socket_t *s);
+void jet__tcp_read(jet_socket_t *s)
+{
+    for (int i = 0; i < JET_FLAG(tcp_read_budget); i++) {
+        ssize_t r = jet_iobuf_read_fd(&s->read_buf, s->fd, TCP_READ_CHUNK);
+        if (r > 0) {
+            jet__socket_deliver(s);
+            if (jet__socket_failed(s)) return;
+            if ((size_t)r < TCP_READ_CHUNK) return; /* drained: the next edge wakes us */
+            continue;
+        }
+        if (r == 0) {
+            jet__socket_set_failed(s, -JET_EEOF);
+            return;
+        }
+        if (r == -EAGAIN) return;
+        if (r == -EINTR) continue;
+        jet__socket_set_failed(s, r == -ECONNRESET ? -JET_EEOF : (int)r);
+        return;
+    }
+    jet__socket_post_read(s);
+}
+
+static void tcp_on_input(jet_socket_t *s, uint32_t events)
+{
+    if (events & EPOLLOUT) jet__socket_writable(s);
+    if (events & (EPOLLIN | EPOLLRDHUP | EPOLLHUP | EPOLLERR)) jet__tcp_read(s);
+}
+
+static int tcp_debug(jet_socket_t *s, char *buf, size_t len)
+{
+    return snprintf(buf, len, "read_buf=%zu", jet_iobuf_len(&s->read_buf));
+}
+
+const jet_transport_ops_t jet__tcp_transport = {
+    .name = "tcp",
+    .mode = JET_SOCKET_MODE_TCP,
+    .global_init = tcp_global_init,
+    .init = tcp_init,
+    .release = tcp_release,
+    .reset = tcp_reset,
+    .connect = tcp_connect,
+    .cut_from_iobuf_list = tcp_cut_from_iobuf_list,
+    .wait_writable = tcp_wait_writable,
+    .on_input = tcp_on_input,
+    .debug = tcp_debug,
+};

@@ -1,0 +1,194 @@
+#include "rpc/call.h"
+
+#include <errno.h>
+#include <limits.h>
+#include <pthread.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "base/pool.h"
+#include "jetrpc/errors.h"
+
+/* ---- correlation-id registry -------------------------------------------- */
+
+#define CID_CHUNK_BITS 12
+#define CID_CHUNK      (1u << CID_CHUNK_BITS)
+#define CID_MAX_CHUNKS 1024 /* 4M calls in flight at most */
+
+typedef struct cid_slot {
+    _Atomic uint32_t version;
+    jet_call_t *call;
+    uint32_t next_free;
+} cid_slot_t;
+
+static _Atomic(cid_slot_t *) cid_chunks[CID_MAX_CHUNKS];
+static struct {
+    pthread_mutex_t lock;
+    uint32_t free_head; /* slot index + 1; 0 = empty */
+    uint32_t nslots;
+} cid_reg = {.lock = PTHREAD_MUTEX_INITIALIZER};
+
+static cid_slot_t *cid_slot(uint32_t idx)
+{
+    if (idx >= CID_MAX_CHUNKS * CID_CHUNK) return NULL;
+    cid_slot_t *chunk = atomic_load_explicit(&cid_chunks[idx >> CID_CHUNK_BITS],
+                                             memory_order_acquire);
+    return chunk ? &chunk[idx & (CID_CHUNK - 1)] : NULL;
+}
+
+int jet__cid_alloc(jet_call_t *call, uint64_t *cid_p)
+{
+    pthread_mutex_lock(&cid_reg.lock);
+    uint32_t idx;
+    if (cid_reg.free_head) {
+        idx = cid_reg.free_head - 1;
+        cid_reg.free_head = cid_slot(idx)->next_free;
+    } else {
+        if (cid_reg.nslots >= CID_MAX_CHUNKS * CID_CHUNK) {
+            pthread_mutex_unlock(&cid_reg.lock);
+            return -EAGAIN;
+        }
+        idx = cid_reg.nslots;
+        if ((idx & (CID_CHUNK - 1)) == 0) {
+            cid_slot_t *chunk = calloc(CID_CHUNK, sizeof *chunk);
+            if (!chunk) {
+                pthread_mutex_unlock(&cid_reg.lock);
+                return -ENOMEM;
+            }
+            /* Version 1 first, so that a zero correlation id never matches. */
+            for (uint32_t i = 0; i < CID_CHUNK; i++) atomic_init(&chunk[i].version, 1);
+            atomic_store_explicit(&cid_chunks[idx >> CID_CHUNK_BITS], chunk, memory_order_release);
+        }
+        cid_reg.nslots++;
+    }
+    cid_slot_t *slot = cid_slot(idx);
+    slot->call = call;
+    pthread_mutex_unlock(&cid_reg.lock);
+    call->slot = idx;
+    *cid_p = ((uint64_t)idx << 32) | atomic_load_explicit(&slot->version, memory_order_relaxed);
+    return 0;
+}
+
+jet_call_t *jet__cid_claim(uint64_t cid, uint64_t *next_cid_p)
+{
+    uint32_t idx = (uint32_t)(cid >> 32), ver = (uint32_t)cid;
+    cid_slot_t *slot = cid_slot(idx);
+    if (!slot) return NULL;
+    uint32_t expected = ver;
+    if (!atomic_compare_exchange_strong_explicit(&slot->version, &expected, ver + 1,
+                                                 memory_order_acq_rel, memory_order_relaxed))
+        return NULL;
+    if (next_cid_p) *next_cid_p = ((uint64_t)idx << 32) | (uint32_t)(ver + 1);
+    return slot->call;
+}
+
+void jet__cid_free(uint32_t idx)
+{
+    pthread_mutex_lock(&cid_reg.lock);
+    cid_slot_t *slot = cid_slot(idx);
+    slot->call = NULL;
+    /* A version never reused by this slot's next call: claims of old ids fail. */
+    atomic_fetch_add_explicit(&slot->version, 1, memory_order_release);
+    slot->next_free = cid_reg.free_head;
+    cid_reg.free_head = idx + 1;
+    pthread_mutex_unlock(&cid_reg.lock);
+}
+
+/* ---- the call object ---------------------------------------------------- */
+
+static jet_pool_t call_pool = JET_POOL_INIT("call", sizeof(jet_call_t));
+
+static void call_init(jet_call_t *c)
+{
+    memset(c, 0, sizeof *c);
+    jet_iobuf_init(&c->req_att);
+    jet_iobuf_init(&c->resp_att);
+    jet_iobuf_init(&c->req_body);
+    c->timeout_ms = INT32_MIN;
+    c->max_retry = -1;
+    jet__deadline_init(&c->deadline);
+}
+
+jet_call_t *jet_call_create(void)
+{
+    jet_call_t *c = jet__pool_get(&call_pool);
+    if (c) call_init(c);
+    return c;
+}
+
+static void call_release_fields(jet_call_t *c)
+{
+    jet_iobuf_fini(&c->req_att);
+    jet_iobuf_fini(&c->resp_att);
+    jet_iobuf_fini(&c->req_body);
+    free(c->error_text);
+    if (c->response) protobuf_c_message_free_unpacked(c->response, NULL);
+}
+
+void jet_call_destroy(jet_call_t *c)
+{
+    if (!c) return;
+    call_release_fields(c);
+    jet__pool_put(&call_pool, c);
+}
+
+void jet_call_reset(jet_call_t *c)
+{
+    call_release_fields(c);
+    call_init(c);
+}
+
+void jet_call_set_timeout_ms(jet_call_t *c, int32_t timeout_ms) { c->timeout_ms = timeout_ms; }
+void jet_call_set_max_retry(jet_call_t *c, int32_t max_retry) { c->max_retry = max_retry; }
+void jet_call_set_log_id(jet_call_t *c, uint64_t log_id)
+{
+    c->log_id = log_id;
+    c->has_log_id = true;
+}
+void jet_call_set_request_compress_type(jet_call_t *c, int type) { c->req_compress = type; }
+void jet_call_set_request_checksum(jet_call_t *c, bool with_attachment)
+{
+    c->checksum = true;
+    c->checksum_with_att = with_attachment;
+}
+jet_iobuf_t *jet_call_request_attachment(jet_call_t *c) { return &c->req_att; }
+jet_iobuf_t *jet_call_response_attachment(jet_call_t *c) { return &c->resp_att; }
+uint64_t jet_call_log_id(const jet_call_t *c) { return c->log_id; }
+const char *jet_call_remote_side(const jet_call_t *c) { return c->remote; }
+bool jet_call_failed(const jet_call_t *c) { return c->error_code != 0; }
+int jet_call_error_code(const jet_call_t *c) { return c->error_code; }
+const char *jet_call_error_text(const jet_call_t *c)
+{
+    return c->error_text ? c->error_text : (c->error_code ? jet_strerror(c->error_code) : "");
+}
+const ProtobufCMessage *jet_call_response(const jet_call_t *c) { return c->response; }
+int64_t jet_call_latency_us(const jet_call_t *c)
+{
+    return c->end_us > c->start_us ? c->end_us - c->start_us : 0;
+}
+int jet_call_attempts(const jet_call_t *c) { return c->attempts; }
+int jet_call_response_compress_type(const jet_call_t *c) { return c->resp_compress; }
+int jet_call_request_compress_type(const jet_call_t *c) { return c->req_compress; }
+void jet_call_set_response_compress_type(jet_call_t *c, int type) { c->resp_compress = type; }
+
+void jet__call_set_error(jet_call_t *c, int code, const char *text)
+{
+    c->error_code = code;
+    free(c->error_text);
+    c->error_text = text ? strdup(text) : NULL;
+}
+
+jet_call_t *jet_server_call(void *closure_data) { return closure_data; }
+
+void jet_call_set_failed(jet_call_t *c, int code, const char *fmt, ...)
+{
+    char text[1024];
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(text, sizeof text, fmt, ap);
+    va_end(ap);
+    if (code <= 0) code = JET_EINTERNAL;
+    jet__call_set_error(c, code, text);
+}

@@ -1,0 +1,83 @@
+/* The call object's layout and the client-side correlation-id registry. */
+#ifndef JET_RPC_CALL_H
+#define JET_RPC_CALL_H
+
+#include <stdatomic.h>
+#include <stdbool.h>
+#include <stdint.h>
+
+#include "event/loop.h"
+#include "event/timer_thread.h"
+#include "jetrpc/call.h"
+#include "jetrpc/channel.h"
+#include "net/socket.h"
+
+struct jet_server;
+struct jet_server_conn;
+
+struct jet_call {
+    /* both sides */
+    jet_iobuf_t req_att;
+    jet_iobuf_t resp_att;
+    int error_code;
+    char *error_text; /* heap, NULL when none */
+    uint64_t log_id;
+    bool has_log_id;
+    int req_compress;
+    int resp_compress;
+    char remote[64];
+
+    /* client */
+    int32_t timeout_ms; /* INT32_MIN: the channel's */
+    int32_t max_retry;  /* < 0: the channel's */
+    bool checksum;
+    bool checksum_with_att;
+    bool in_flight;
+    ProtobufCMessage *response;
+    const ProtobufCServiceDescriptor *service;
+    const ProtobufCMethodDescriptor *method;
+    jet_channel_t *channel;
+    jet_socket_t *sock;          /* the current attempt's connection (a reference) */
+    struct jet_call *sock_prev;  /* the connection's pending list */
+    struct jet_call *sock_next;
+    bool on_sock_list;
+    jet_iobuf_t req_body;        /* serialised (and compressed) request, kept for retries */
+    uint64_t cid;
+    uint32_t slot;
+    int attempts;
+    int max_attempts;
+    int64_t start_us;
+    int64_t deadline_us; /* INT64_MAX: none */
+    int64_t end_us;
+    jet_call_done_cb_t done;
+    void *done_arg;
+    _Atomic uint32_t finished; /* futex word for synchronous waiters */
+    jet_deadline_t deadline;
+    jet_task_t retry_task;
+    int retry_err;
+
+    /* server */
+    struct jet_server *server;
+    jet_socket_t *srv_sock;
+    ProtobufCService *srv_service;
+    unsigned srv_method;
+    ProtobufCMessage *srv_input;
+    int64_t srv_cid;
+    jet_task_t srv_task; /* runs the handler on a worker */
+};
+
+/* Shared by client and server: fills error_code/error_text. */
+void jet__call_set_error(jet_call_t *call, int code, const char *text);
+
+/* Correlation ids: slot (high 32 bits) + version (low 32 bits). A holder of a
+ * cid owns the call only after claiming it; a claim succeeds once per
+ * version, so a response, a deadline and a connection failure racing for
+ * the same attempt never complete it twice. */
+int jet__cid_alloc(jet_call_t *call, uint64_t *cid_p);
+/* Claims cid; returns the call or NULL (stale, unknown or already claimed).
+ * On success the slot accepts the next version: *next_cid_p (may be NULL)
+ * is the cid of a retry. */
+jet_call_t *jet__cid_claim(uint64_t cid, uint64_t *next_cid_p);
+void jet__cid_free(uint32_t slot);
+
+#endif

@@ -1,0 +1,568 @@
+#include "jetrpc/channel.h"
+
+#include <errno.h>
+#include <limits.h>
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "base/futex.h"
+#include "base/log.h"
+#include "base/time.h"
+#include "jetrpc/errors.h"
+#include "net/socket.h"
+#include "rpc/call.h"
+#include "rpc/compress.h"
+#include "rpc/protocol.h"
+
+#define CH_POOL_MAX_IDLE 256
+
+struct jet_channel {
+    jet_addr_t addr;
+    char name[80];
+    jet_channel_options_t opts;
+    uint32_t max_body;
+    pthread_mutex_t lock;
+    jet_socket_t *single;
+    jet_socket_t *idle[CH_POOL_MAX_IDLE];
+    int nidle;
+};
+
+/* Per-connection client state (the socket's owner). */
+typedef struct cli_conn {
+    pthread_mutex_t lock;
+    jet_call_t *pending; /* calls written on this connection, not answered */
+    bool dead;
+    uint32_t max_body;
+} cli_conn_t;
+
+static void cli_on_read(jet_socket_t *s);
+static void cli_on_failed(jet_socket_t *s, int err);
+static void cli_on_release(jet_socket_t *s);
+
+static const jet_socket_handler_t cli_handler = {
+    .on_read = cli_on_read,
+    .on_failed = cli_on_failed,
+    .on_release = cli_on_release,
+};
+
+int jet_channel_create(const char *addr, const jet_channel_options_t *opts, jet_channel_t **ch_p)
+{
+    jet_channel_t *ch = calloc(1, sizeof *ch);
+    if (!ch) return -ENOMEM;
+    int rc = -EINVAL;
+    if (opts)
+        ch->opts = *opts;
+    else
+        jet_channel_options_init(&ch->opts);
+    if (ch->opts.connect_timeout_ms == -2) ch->opts.connect_timeout_ms = ch->opts.timeout_ms;
+    if (ch->opts.protocol && strcmp(ch->opts.protocol, "baidu_std") != 0) {
+        JET_ERROR("channel to %s: protocol '%s' is not supported (baidu_std only)",
+                  addr ? addr : "?", ch->opts.protocol);
+        rc = -EPROTONOSUPPORT;
+        goto err_free;
+    }
+    if (ch->opts.connection_type < JET_CONNECTION_SINGLE ||
+        ch->opts.connection_type > JET_CONNECTION_SHORT || ch->opts.max_retry < 0)
+        goto err_free;
+    if (jet__addr_parse(addr, &ch->addr) < 0) {
+        JET_ERROR("channel: bad address '%s'", addr ? addr : "(null)");
+        goto err_free;
+    }
+    const jet_transport_ops_t *ops = jet__transport_get(ch->opts.socket_mode);
+    if (!ops) {
+        JET_ERROR("channel to %s: socket mode %d is not available", addr, ch->opts.socket_mode);
+        rc = -EPROTONOSUPPORT;
+        goto err_free;
+    }
+    jet_transport_check_t check = {.is_server = false, .protocol = "baidu_std",
+                                   .use_ssl = ch->opts.use_ssl};
+    rc = ops->global_init(&check);
+    if (rc < 0) goto err_free;
+    rc = jet_loops_start(0);
+    if (rc < 0) goto err_free;
+    jet__addr_format(&ch->addr, ch->name, sizeof ch->name);
+    ch->max_body = jet__max_body_size(ch->opts.max_body_size);
+    pthread_mutex_init(&ch->lock, NULL);
+    *ch_p = ch;
+    return 0;
+err_free:
+    free(ch);
+    return rc;
+}
+
+void jet_channel_destroy(jet_channel_t *ch)
+{
+    if (!ch) return;
+    pthread_mutex_lock(&ch->lock);
+    if (ch->single) {
+        jet__socket_set_failed(ch->single, -JET_ECLOSE);
+        jet__socket_unref(ch->single);
+    }
+    for (int i = 0; i < ch->nidle; i++) {
+        jet__socket_set_failed(ch->idle[i], -JET_ECLOSE);
+        jet__socket_unref(ch->idle[i]);
+    }
+    pthread_mutex_unlock(&ch->lock);
+    pthread_mutex_destroy(&ch->lock);
+    free(ch);
+}
+
+/* ---- connections ------------------------------------------------------------ */
+
+static int ch_connect(jet_channel_t *ch, jet_socket_t **s_p)
+{
+    cli_conn_t *conn = calloc(1, sizeof *conn);
+    if (!conn) return -ENOMEM;
+    pthread_mutex_init(&conn->lock, NULL);
+    conn->max_body = ch->max_body;
+    int rc = jet__socket_connect(&ch->addr, ch->opts.socket_mode, &cli_handler, conn,
+                                 ch->opts.connect_timeout_ms, s_p);
+    if (rc < 0) {
+        pthread_mutex_destroy(&conn->lock);
+        free(conn);
+    }
+    return rc;
+}
+
+/* A connection for one attempt, with a reference for the call. */
+static int ch_get_socket(jet_channel_t *ch, jet_socket_t **s_p)
+{
+    int rc = 0;
+    jet_socket_t *s = NULL;
+    switch (ch->opts.connection_type) {
+    case JET_CONNECTION_SINGLE:
+        pthread_mutex_lock(&ch->lock);
+        s = ch->single;
+        if (s && jet__socket_failed(s)) {
+            /* Reconnect on the next call after a failure. */
+            jet__socket_unref(s);
+            s = ch->single = NULL;
+        }
+        if (!s) {
+            rc = ch_connect(ch, &s);
+            if (rc == 0) ch->single = s;
+        }
+        if (rc == 0) jet__socket_ref(s);
+        pthread_mutex_unlock(&ch->lock);
+        break;
+    case JET_CONNECTION_POOLED:
+        pthread_mutex_lock(&ch->lock);
+        while (ch->nidle > 0) {
+            s = ch->idle[--ch->nidle];
+            if (!jet__socket_failed(s)) break;
+            jet__socket_unref(s);
+            s = NULL;
+        }
+        pthread_mutex_unlock(&ch->lock);
+        if (!s) rc = ch_connect(ch, &s);
+        break;
+    case JET_CONNECTION_SHORT:
+        rc = ch_connect(ch, &s);
+        break;
+    }
+    if (rc == 0) *s_p = s;
+    return rc;
+}
+
+static void ch_put_socket(jet_channel_t *ch, jet_socket_t *s)
+{
+    if (ch->opts.connection_type == JET_CONNECTION_POOLED && !jet__socket_failed(s)) {
+        pthread_mutex_lock(&ch->lock);
+        if (ch->nidle < CH_POOL_MAX_IDLE) {
+            ch->idle[ch->nidle++] = s;
+            s = NULL;
+        }
+        pthread_mutex_unlock(&ch->lock);
+        if (!s) return;
+    }
+    if (ch->opts.connection_type != JET_CONNECTION_SINGLE) jet__socket_set_failed(s, -JET_ECLOSE);
+    jet__socket_unref(s);
+}
+
+static void conn_unlink(cli_conn_t *conn, jet_call_t *call)
+{
+    pthread_mutex_lock(&conn->lock);
+    if (call->on_sock_list) {
+        if (call->sock_prev)
+            call->sock_prev->sock_next = call->sock_next;
+        else
+            conn->pending = call->sock_next;
+        if (call->sock_next) call->sock_next->sock_prev = call->sock_prev;
+        call->on_sock_list = false;
+    }
+    pthread_mutex_unlock(&conn->lock);
+}
+
+/* ---- completion ------------------------------------------------------------- */
+
+static void ch_deadline_cb(uint64_t cid);
+
+/* The caller owns the call (claimed it). Ends it with code (0 = success). */
+static void ch_complete(jet_call_t *call, int code, const char *text)
+{
+    if (code) jet__call_set_error(call, code, text);
+    call->end_us = jet_now_us();
+    jet__deadline_del(&call->deadline);
+    if (call->sock) {
+        ch_put_socket(call->channel, call->sock);
+        call->sock = NULL;
+    }
+    jet__cid_free(call->slot);
+    call->in_flight = false;
+    jet_call_done_cb_t done = call->done;
+    void *arg = call->done_arg;
+    /* Once finished is set a synchronous caller may free the call. */
+    atomic_store_explicit(&call->finished, 1, memory_order_release);
+    jet__futex_wake(&call->finished, INT_MAX);
+    if (done) done(call, arg);
+}
+
+static void ch_issue(jet_call_t *call);
+
+static bool ch_retriable(int err)
+{
+    return err != -JET_ERPCTIMEDOUT && err != -EMSGSIZE && err != -JET_EOVERCROWDED;
+}
+
+/* The caller owns the call; its attempt failed with err (negative). */
+static void ch_attempt_failed(jet_call_t *call, int err)
+{
+    if (call->sock) {
+        jet__socket_unref(call->sock);
+        call->sock = NULL;
+    }
+    if (call->attempts < call->max_attempts && ch_retriable(err) &&
+        jet_now_us() < call->deadline_us) {
+        /* A new deadline entry carries the new cid: the old one can no longer claim. */
+        jet__deadline_del(&call->deadline);
+        if (call->deadline_us != INT64_MAX &&
+            jet__deadline_add(&call->deadline, call->deadline_us, ch_deadline_cb, call->cid) < 0) {
+            ch_complete(call, ENOMEM, NULL);
+            return;
+        }
+        JET_DEBUG("retry call to %s after %s", call->channel->name, jet_strerror(err));
+        ch_issue(call);
+        return;
+    }
+    int code = -err;
+    char text[256];
+    snprintf(text, sizeof text, "[%s] %s", call->channel->name, jet_strerror(err));
+    ch_complete(call, code, text);
+}
+
+static void ch_deadline_cb(uint64_t cid)
+{
+    jet_call_t *call = jet__cid_claim(cid, NULL);
+    if (!call) return;
+    jet_socket_t *s = call->sock;
+    if (s) conn_unlink(s->owner, call);
+    char text[128];
+    snprintf(text, sizeof text, "Reached timeout=%dms @%s",
+             (int)((call->deadline_us - call->start_us) / 1000), call->channel->name);
+    ch_complete(call, JET_ERPCTIMEDOUT, text);
+}
+
+/* ---- sending ---------------------------------------------------------------- */
+
+static int ch_pack_request(jet_call_t *call, jet_iobuf_t *frame)
+{
+    Brpc__Policy__RpcMeta meta = BRPC__POLICY__RPC_META__INIT;
+    Brpc__Policy__RpcRequestMeta rmeta = BRPC__POLICY__RPC_REQUEST_META__INIT;
+    uint8_t ck[4];
+    meta.request = &rmeta;
+    rmeta.service_name = (char *)call->service->name;
+    rmeta.method_name = (char *)call->method->name;
+    if (call->has_log_id) {
+        rmeta.has_log_id = true;
+        rmeta.log_id = (int64_t)call->log_id;
+    }
+    meta.has_compress_type = true;
+    meta.compress_type = call->req_compress;
+    meta.has_correlation_id = true;
+    meta.correlation_id = (int64_t)call->cid;
+    if (!jet_iobuf_empty(&call->req_att)) {
+        meta.has_attachment_size = true;
+        meta.attachment_size = (int32_t)jet_iobuf_len(&call->req_att);
+    }
+    meta.has_content_type = true;
+    meta.has_checksum_type = true;
+    meta.has_checksum_value = true;
+    if (call->checksum) {
+        uint32_t crc = jet__crc32c_iobuf(0, &call->req_body);
+        if (call->checksum_with_att) {
+            crc = jet__crc32c_iobuf(crc, &call->req_att);
+            meta.has_checksum_with_attachment = true;
+            meta.checksum_with_attachment = true;
+        }
+        crc = jet__crc32c_mask(crc);
+        ck[0] = (uint8_t)(crc >> 24);
+        ck[1] = (uint8_t)(crc >> 16);
+        ck[2] = (uint8_t)(crc >> 8);
+        ck[3] = (uint8_t)crc;
+        meta.checksum_type = 1;
+        meta.checksum_value.data = ck;
+        meta.checksum_value.len = 4;
+    }
+    /* Body and attachment are shared, not moved: a retry sends them again. */
+    jet_iobuf_t body, att;
+    jet_iobuf_init(&body);
+    jet_iobuf_init(&att);
+    int rc = jet_iobuf_append_iobuf(&body, &call->req_body);
+    if (rc == 0) rc = jet_iobuf_append_iobuf(&att, &call->req_att);
+    if (rc == 0) rc = jet__baidu_pack(frame, &meta, &body, &att);
+    jet_iobuf_fini(&body);
+    jet_iobuf_fini(&att);
+    return rc;
+}
+
+/* The caller owns the call: makes one attempt. */
+static void ch_issue(jet_call_t *call)
+{
+    jet_channel_t *ch = call->channel;
+    call->attempts++;
+    jet_socket_t *s;
+    int rc = ch_get_socket(ch, &s);
+    if (rc < 0) {
+        ch_attempt_failed(call, rc);
+        return;
+    }
+    call->sock = s;
+    memcpy(call->remote, s->peer, sizeof call->remote);
+    cli_conn_t *conn = s->owner;
+    jet_iobuf_t frame;
+    jet_iobuf_init(&frame);
+    rc = ch_pack_request(call, &frame);
+    if (rc < 0) {
+        jet_iobuf_fini(&frame);
+        call->attempts = call->max_attempts; /* not a connection problem: no retry */
+        ch_attempt_failed(call, rc);
+        return;
+    }
+    pthread_mutex_lock(&conn->lock);
+    bool dead = conn->dead;
+    if (!dead) {
+        /* Linked before writing so that an answer racing the write finds it. */
+        call->sock_prev = NULL;
+        call->sock_next = conn->pending;
+        if (conn->pending) conn->pending->sock_prev = call;
+        conn->pending = call;
+        call->on_sock_list = true;
+    }
+    pthread_mutex_unlock(&conn->lock);
+    if (dead) {
+        jet_iobuf_fini(&frame);
+        int err = atomic_load(&s->error);
+        ch_attempt_failed(call, err ? err : -JET_EFAILEDSOCKET);
+        return;
+    }
+    uint64_t cid = call->cid;
+    rc = jet__socket_write(s, &frame);
+    jet_iobuf_fini(&frame);
+    if (rc < 0 && !jet__socket_failed(s)) {
+        /* Refused without failing the connection (overcrowded): end this attempt. */
+        uint64_t next;
+        if (jet__cid_claim(cid, &next) == call) {
+            conn_unlink(conn, call);
+            call->cid = next;
+            ch_attempt_failed(call, rc);
+        }
+    }
+    /* Otherwise the connection's failure handler owns the outcome. */
+}
+
+int jet_channel_call(jet_channel_t *ch, const ProtobufCServiceDescriptor *service,
+                     unsigned method_index, jet_call_t *call, const ProtobufCMessage *request,
+                     jet_call_done_cb_t done, void *arg)
+{
+    if (!ch || !service || !call || method_index >= service->n_methods || call->in_flight)
+        return -EINVAL;
+    const ProtobufCMethodDescriptor *m = &service->methods[method_index];
+    if (request && request->descriptor != m->input) return -EINVAL;
+    /* The outcome of a previous use goes; the settings and attachment stay. */
+    if (call->response) protobuf_c_message_free_unpacked(call->response, NULL);
+    call->response = NULL;
+    free(call->error_text);
+    call->error_text = NULL;
+    call->error_code = 0;
+    jet_iobuf_clear(&call->resp_att);
+    jet_iobuf_clear(&call->req_body);
+    atomic_store(&call->finished, 0);
+    call->service = service;
+    call->method = m;
+    call->channel = ch;
+    call->done = done;
+    call->done_arg = arg;
+    call->attempts = 0;
+    call->resp_compress = 0;
+    call->start_us = jet_now_us();
+    call->end_us = 0;
+    call->in_flight = true;
+    int32_t timeout = call->timeout_ms != INT32_MIN ? call->timeout_ms : ch->opts.timeout_ms;
+    int32_t retry = call->max_retry >= 0 ? call->max_retry : ch->opts.max_retry;
+    call->max_attempts = retry + 1;
+    call->deadline_us = timeout < 0 ? INT64_MAX : call->start_us + (int64_t)timeout * 1000;
+
+    if (request && !protobuf_c_message_check(request)) {
+        /* brpc fails such a call before sending (request_not_init). */
+        call->attempts = 1;
+        call->in_flight = false;
+        char text[256];
+        snprintf(text, sizeof text, "Missing required fields in request: %s", m->input->name);
+        jet__call_set_error(call, JET_EREQUEST, text);
+        call->end_us = jet_now_us();
+        atomic_store(&call->finished, 1);
+        if (done) done(call, arg);
+        return 0;
+    }
+    int rc = jet__encode_message(request, call->req_compress, &call->req_body);
+    if (rc == 0 && jet_iobuf_len(&call->req_body) + jet_iobuf_len(&call->req_att) > ch->max_body)
+        rc = -EMSGSIZE;
+    if (rc == 0) rc = jet__cid_alloc(call, &call->cid);
+    if (rc < 0) {
+        call->attempts = 1;
+        call->in_flight = false;
+        jet__call_set_error(call, rc == -EINVAL ? JET_EREQUEST : -rc,
+                            rc == -EINVAL ? "Unsupported compress type" : jet_strerror(rc));
+        call->end_us = jet_now_us();
+        atomic_store(&call->finished, 1);
+        if (done) done(call, arg);
+        return 0;
+    }
+    if (call->deadline_us != INT64_MAX) {
+        rc = jet__deadline_add(&call->deadline, call->deadline_us, ch_deadline_cb, call->cid);
+        if (rc < 0) {
+            /* Owned: nothing else knows the cid yet. */
+            jet__cid_claim(call->cid, NULL);
+            ch_complete(call, -rc, NULL);
+            return 0;
+        }
+    }
+    ch_issue(call);
+    if (!done) jet_call_join(call);
+    return 0;
+}
+
+void jet_call_join(jet_call_t *call)
+{
+    while (!atomic_load_explicit(&call->finished, memory_order_acquire))
+        jet__futex_wait(&call->finished, 0, -1);
+}
+
+/* ---- connection events ------------------------------------------------------ */
+
+static void cli_handle_response(jet_socket_t *s, jet_baidu_frame_t *f, int bad_att)
+{
+    cli_conn_t *conn = s->owner;
+    Brpc__Policy__RpcMeta *meta = f->meta;
+    uint64_t cid = (uint64_t)meta->correlation_id;
+    jet_call_t *call = meta->has_correlation_id ? jet__cid_claim(cid, NULL) : NULL;
+    if (!call) {
+        JET_DEBUG("%s: dropped a response with unknown correlation_id=%llu", s->peer,
+                  (unsigned long long)cid);
+        return;
+    }
+    conn_unlink(conn, call);
+    Brpc__Policy__RpcResponseMeta *rm = meta->response;
+    if (rm && rm->has_error_code && rm->error_code != 0) {
+        ch_complete(call, rm->error_code, rm->error_text);
+        return;
+    }
+    if (bad_att) {
+        char text[160];
+        snprintf(text, sizeof text, "attachment_size=%d is larger than response_size=%zu",
+                 meta->attachment_size, jet_iobuf_len(&f->body));
+        ch_complete(call, JET_ERESPONSE, text);
+        return;
+    }
+    const char *why = NULL;
+    ProtobufCMessage *msg = jet__decode_message(call->method->output, meta, &f->body,
+                                                &f->attachment, conn->max_body, &why);
+    if (!msg) {
+        char text[512];
+        jet__format_parse_error(text, sizeof text, "response", call->method->output->name, meta,
+                                jet_iobuf_len(&f->body));
+        ch_complete(call, JET_EREQUEST, text);
+        return;
+    }
+    call->response = msg;
+    call->resp_compress = meta->has_compress_type ? meta->compress_type : 0;
+    jet_iobuf_move(&call->resp_att, &f->attachment);
+    ch_complete(call, 0, NULL);
+}
+
+static void cli_on_read(jet_socket_t *s)
+{
+    cli_conn_t *conn = s->owner;
+    for (;;) {
+        if (jet_iobuf_empty(&s->read_buf)) return;
+        jet_baidu_frame_t f;
+        jet__baidu_frame_init(&f);
+        int bad_att = 0;
+        jet_parse_result_t r = jet__baidu_cut(&s->read_buf, conn->max_body, &f, &bad_att);
+        switch (r) {
+        case JET_PARSE_OK:
+            cli_handle_response(s, &f, bad_att);
+            break;
+        case JET_PARSE_NEED_MORE:
+            jet__baidu_frame_fini(&f);
+            return;
+        case JET_PARSE_NOT_MINE:
+            jet__baidu_frame_fini(&f);
+            JET_WARN("close %s: the server sent bytes that are not baidu_std", s->peer);
+            jet__socket_set_failed(s, -EPROTO);
+            return;
+        case JET_PARSE_TOO_BIG:
+            jet__baidu_frame_fini(&f);
+            JET_WARN("close %s: response body over %u bytes", s->peer, conn->max_body);
+            jet__socket_set_failed(s, -EMSGSIZE);
+            return;
+        case JET_PARSE_META_SIZE:
+        case JET_PARSE_BAD_META:
+            /* brpc drops such a response; its call ends at its deadline. */
+            JET_WARN("%s: dropped a response whose RpcMeta does not parse", s->peer);
+            break;
+        }
+        jet__baidu_frame_fini(&f);
+        if (jet__socket_failed(s)) return;
+    }
+}
+
+static void cli_on_failed(jet_socket_t *s, int err)
+{
+    cli_conn_t *conn = s->owner;
+    uint64_t small[64], *cids = small;
+    size_t n = 0, cap = 64;
+    pthread_mutex_lock(&conn->lock);
+    conn->dead = true;
+    for (jet_call_t *c = conn->pending; c; c = c->sock_next) {
+        if (n == cap) {
+            uint64_t *bigger = malloc(cap * 2 * sizeof *bigger);
+            if (!bigger) break; /* the rest end at their deadlines */
+            memcpy(bigger, cids, n * sizeof *cids);
+            if (cids != small) free(cids);
+            cids = bigger;
+            cap *= 2;
+        }
+        cids[n++] = c->cid;
+    }
+    pthread_mutex_unlock(&conn->lock);
+    for (size_t i = 0; i < n; i++) {
+        uint64_t next;
+        jet_call_t *call = jet__cid_claim(cids[i], &next);
+        if (!call) continue; /* answered or timed out meanwhile */
+        conn_unlink(conn, call);
+        call->cid = next;
+        ch_attempt_failed(call, err);
+    }
+    if (cids != small) free(cids);
+}
+
+static void cli_on_release(jet_socket_t *s)
+{
+    cli_conn_t *conn = s->owner;
+    if (!conn) return;
+    pthread_mutex_destroy(&conn->lock);
+    free(conn);
+}

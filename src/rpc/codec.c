@@ -1,0 +1,358 @@
+/* baidu_std framing (see codec.h for the contract). */
+#include "rpc/codec.h"
+
+#include <errno.h>
+#include <stdalign.h>
+#include <stdlib.h>
+#include <string.h>
+
+/* Bytes of header + meta assembled on the stack; larger metas use the heap.
+ * brpc's own metas are 20..100 bytes, so this covers every ordinary frame. */
+#define CODEC_STACK_META 512
+
+static inline uint32_t codec_get_be32(const uint8_t *p)
+{
+    return (uint32_t)p[0] << 24 | (uint32_t)p[1] << 16 | (uint32_t)p[2] << 8 | (uint32_t)p[3];
+}
+
+static inline void codec_put_be32(uint8_t *p, uint32_t v)
+{
+    p[0] = (uint8_t)(v >> 24);
+    p[1] = (uint8_t)(v >> 16);
+    p[2] = (uint8_t)(v >> 8);
+    p[3] = (uint8_t)v;
+}
+
+/* True when the first n bytes of buf lie in its first reference, so that
+ * jet_iobuf_fetch returns them in place and needs no scratch memory. */
+static int codec_front_holds(const jet_iobuf_t *buf, size_t n)
+{
+    size_t len0 = 0;
+    if (jet_iobuf_nref(buf) == 0) return 0;
+    jet_iobuf_ref_data(buf, 0, &len0);
+    return len0 >= n;
+}
+
+/* ---- arena for decoded metas ----
+ *
+ * protobuf-c allocates the RpcMeta, each sub-message, each string and array
+ * separately; with the default allocator that is 4-8 mallocs per frame. The
+ * arena serves them all from one chunk sized from meta_size (overflow goes to
+ * malloc, linked so it is freed with the chunk) and frees nothing one by one:
+ * frame_fini drops the whole arena. Every allocation carries the arena's
+ * address just before it, so frame_fini finds the arena from f->meta alone
+ * and jet_baidu_frame_t needs no extra field. Consequently a frame's meta must
+ * never be freed with protobuf_c_message_free_unpacked. */
+
+#define ARENA_HDR 16 /* keeps max_align_t alignment after the prefix */
+
+typedef struct arena_big {
+    struct arena_big *next;
+    size_t pad_;
+    alignas(16) unsigned char data[];
+} arena_big_t;
+
+typedef struct arena {
+    arena_big_t *big;
+    size_t used;
+    size_t cap;
+    size_t pad_;
+    alignas(16) unsigned char data[];
+} arena_t;
+
+_Static_assert(offsetof(arena_t, data) % ARENA_HDR == 0, "arena data alignment");
+_Static_assert(offsetof(arena_big_t, data) % ARENA_HDR == 0, "arena big alignment");
+
+static arena_t *arena_create(size_t cap)
+{
+    arena_t *a = malloc(sizeof(*a) + cap);
+    if (!a) return NULL;
+    a->big = NULL;
+    a->used = 0;
+    a->cap = cap;
+    return a;
+}
+
+static void arena_destroy(arena_t *a)
+{
+    arena_big_t *b = a->big;
+    while (b) {
+        arena_big_t *next = b->next;
+        free(b);
+        b = next;
+    }
+    free(a);
+}
+
+static void *arena_alloc(void *data, size_t size)
+{
+    arena_t *a = data;
+    unsigned char *p;
+    if (size > SIZE_MAX / 2) return NULL;
+    size_t need = ARENA_HDR + ((size + 15) & ~(size_t)15);
+    if (need <= a->cap - a->used) {
+        p = a->data + a->used;
+        a->used += need;
+    } else {
+        arena_big_t *b = malloc(sizeof(*b) + need);
+        if (!b) return NULL;
+        b->next = a->big;
+        a->big = b;
+        p = b->data;
+    }
+    memcpy(p, &a, sizeof(a));
+    return p + ARENA_HDR;
+}
+
+static void arena_free(void *data, void *ptr)
+{
+    (void)data;
+    (void)ptr; /* released with the whole arena */
+}
+
+static arena_t *arena_of(const void *ptr)
+{
+    arena_t *a;
+    memcpy(&a, (const unsigned char *)ptr - ARENA_HDR, sizeof(a));
+    return a;
+}
+
+/* Room for the decoded meta: the structs (RpcMeta ~150 B, request meta ~100 B
+ * plus prefixes) and strings that are at most meta_size bytes in total. Unknown
+ * fields and repeated entries can expand more; they spill to malloc. */
+static size_t arena_size_for(uint32_t meta_size)
+{
+    size_t cap = 512 + (size_t)meta_size + meta_size / 2;
+    return cap > 65536 ? 65536 : cap;
+}
+
+/* ---- frames ---- */
+
+void jet__baidu_frame_init(jet_baidu_frame_t *f)
+{
+    f->meta = NULL;
+    jet_iobuf_init(&f->body);
+    jet_iobuf_init(&f->attachment);
+}
+
+void jet__baidu_frame_fini(jet_baidu_frame_t *f)
+{
+    if (f->meta) {
+        arena_destroy(arena_of(f->meta));
+        f->meta = NULL;
+    }
+    jet_iobuf_fini(&f->body);
+    jet_iobuf_fini(&f->attachment);
+}
+
+jet_parse_result_t jet__baidu_peek(const jet_iobuf_t *in, uint32_t max_body_size,
+                                   uint32_t *body_size_p, uint32_t *meta_size_p)
+{
+    uint8_t hdr[JET_BAIDU_HEADER_SIZE];
+    size_t n = jet_iobuf_len(in);
+    size_t have = n < sizeof(hdr) ? n : sizeof(hdr);
+    jet_iobuf_copy_to(in, hdr, have, 0);
+
+    /* Compare only the magic bytes present, as brpc does: a prefix of PRPC
+     * must wait, anything else is for another protocol. */
+    size_t nmagic = have < 4 ? have : 4;
+    if (memcmp(hdr, JET_BAIDU_MAGIC, nmagic) != 0) return JET_PARSE_NOT_MINE;
+    if (have < sizeof(hdr)) return JET_PARSE_NEED_MORE;
+
+    uint32_t body_size = codec_get_be32(hdr + 4);
+    uint32_t meta_size = codec_get_be32(hdr + 8);
+    if (body_size > max_body_size) return JET_PARSE_TOO_BIG;
+    *body_size_p = body_size;
+    *meta_size_p = meta_size;
+    if (n - sizeof(hdr) < body_size) return JET_PARSE_NEED_MORE;
+    return JET_PARSE_OK;
+}
+
+/* Decodes header + meta from the front of in; NULL if it does not decode
+ * (or on out of memory: the frame is dropped either way). */
+static Brpc__Policy__RpcMeta *codec_decode_meta(const jet_iobuf_t *in, uint32_t meta_size)
+{
+    uint8_t stack[CODEC_STACK_META];
+    size_t n = JET_BAIDU_HEADER_SIZE + (size_t)meta_size;
+    uint8_t *tmp = stack;
+    if (n > sizeof(stack) && !codec_front_holds(in, n)) {
+        tmp = malloc(n);
+        if (!tmp) return NULL;
+    }
+    Brpc__Policy__RpcMeta *meta = NULL;
+    const uint8_t *p = jet_iobuf_fetch(in, tmp, n);
+    arena_t *a = p ? arena_create(arena_size_for(meta_size)) : NULL;
+    if (!a) goto out_free_tmp;
+
+    ProtobufCAllocator alloc = {.alloc = arena_alloc, .free = arena_free, .allocator_data = a};
+    meta = (Brpc__Policy__RpcMeta *)protobuf_c_message_unpack(
+        &brpc__policy__rpc_meta__descriptor, &alloc, meta_size, p + JET_BAIDU_HEADER_SIZE);
+    if (!meta) arena_destroy(a);
+out_free_tmp:
+    if (tmp != stack) free(tmp);
+    return meta;
+}
+
+jet_parse_result_t jet__baidu_cut(jet_iobuf_t *in, uint32_t max_body_size, jet_baidu_frame_t *f,
+                                  int *bad_attachment_p)
+{
+    uint32_t body_size = 0, meta_size = 0;
+    *bad_attachment_p = 0;
+    jet_parse_result_t r = jet__baidu_peek(in, max_body_size, &body_size, &meta_size);
+    if (r != JET_PARSE_OK) return r;
+
+    size_t frame_len = JET_BAIDU_HEADER_SIZE + (size_t)body_size;
+    if (meta_size > body_size) {
+        jet_iobuf_pop_front(in, frame_len);
+        return JET_PARSE_BAD_META;
+    }
+    Brpc__Policy__RpcMeta *meta = codec_decode_meta(in, meta_size);
+    if (!meta) {
+        jet_iobuf_pop_front(in, frame_len);
+        return JET_PARSE_BAD_META;
+    }
+    jet_iobuf_pop_front(in, JET_BAIDU_HEADER_SIZE + (size_t)meta_size);
+
+    size_t payload = body_size - meta_size;
+    size_t att = 0;
+    if (meta->has_attachment_size) {
+        if (meta->attachment_size < 0 || (size_t)meta->attachment_size > payload)
+            *bad_attachment_p = 1;
+        else
+            att = (size_t)meta->attachment_size;
+    }
+    /* cutn only fails on -ENOMEM growing a reference array; the frame is then
+     * dropped whole, like an undecodable one, so in stays at a frame boundary. */
+    size_t left = payload;
+    if (jet_iobuf_cutn(in, &f->body, payload - att) < 0) goto err_drop;
+    left = att;
+    if (att && jet_iobuf_cutn(in, &f->attachment, att) < 0) goto err_drop;
+    f->meta = meta;
+    return JET_PARSE_OK;
+
+err_drop:
+    jet_iobuf_pop_front(in, left);
+    jet_iobuf_clear(&f->body);
+    arena_destroy(arena_of(meta));
+    *bad_attachment_p = 0;
+    return JET_PARSE_BAD_META;
+}
+
+/* ---- packing ---- */
+
+/* A ProtobufCBuffer that gathers protobuf-c's many small appends (tags,
+ * varints) in a stack buffer and hands the iobuf large pieces; big fields
+ * (strings, bytes) go to the iobuf directly. */
+typedef struct codec_sink {
+    ProtobufCBuffer base;
+    jet_iobuf_t *out;
+    int err;
+    size_t n;
+    uint8_t buf[256];
+} codec_sink_t;
+
+static void codec_sink_flush(codec_sink_t *s)
+{
+    if (s->n && !s->err) s->err = jet_iobuf_append(s->out, s->buf, s->n);
+    s->n = 0;
+}
+
+static void codec_sink_append(ProtobufCBuffer *b, size_t len, const uint8_t *data)
+{
+    codec_sink_t *s = (codec_sink_t *)b;
+    if (s->err) return;
+    if (len <= sizeof(s->buf) - s->n) {
+        memcpy(s->buf + s->n, data, len);
+        s->n += len;
+        return;
+    }
+    codec_sink_flush(s);
+    if (len < sizeof(s->buf)) {
+        memcpy(s->buf, data, len);
+        s->n = len;
+    } else if (!s->err) {
+        s->err = jet_iobuf_append(s->out, data, len);
+    }
+}
+
+/* Packs msg at the end of out; on failure out is restored to orig_len. */
+static int codec_pack_sink(const ProtobufCMessage *msg, jet_iobuf_t *out, size_t orig_len)
+{
+    codec_sink_t s = {.base = {.append = codec_sink_append}, .out = out};
+    protobuf_c_message_pack_to_buffer(msg, &s.base);
+    codec_sink_flush(&s);
+    if (s.err) {
+        jet_iobuf_pop_back(out, jet_iobuf_len(out) - orig_len);
+        return s.err;
+    }
+    return 0;
+}
+
+int jet__pb_pack_iobuf(const ProtobufCMessage *msg, jet_iobuf_t *out)
+{
+    return codec_pack_sink(msg, out, jet_iobuf_len(out));
+}
+
+ProtobufCMessage *jet__pb_unpack_iobuf(const ProtobufCMessageDescriptor *desc,
+                                       const jet_iobuf_t *in)
+{
+    size_t n = jet_iobuf_len(in);
+    static const uint8_t empty[1];
+    if (n == 0) return protobuf_c_message_unpack(desc, NULL, 0, empty);
+
+    uint8_t stack[1024];
+    uint8_t *tmp = stack;
+    if (n > sizeof(stack) && !codec_front_holds(in, n)) {
+        tmp = malloc(n);
+        if (!tmp) return NULL;
+    }
+    const uint8_t *p = jet_iobuf_fetch(in, tmp, n);
+    ProtobufCMessage *msg = p ? protobuf_c_message_unpack(desc, NULL, n, p) : NULL;
+    if (tmp != stack) free(tmp);
+    return msg;
+}
+
+int jet__baidu_pack(jet_iobuf_t *out, const Brpc__Policy__RpcMeta *meta, jet_iobuf_t *body,
+                    jet_iobuf_t *attachment)
+{
+    size_t meta_size = protobuf_c_message_get_packed_size(&meta->base);
+    size_t blen = body ? jet_iobuf_len(body) : 0;
+    size_t alen = attachment ? jet_iobuf_len(attachment) : 0;
+    if (meta_size > UINT32_MAX || blen > UINT32_MAX || alen > UINT32_MAX ||
+        meta_size + blen + alen > UINT32_MAX)
+        return -EMSGSIZE;
+
+    size_t orig_len = jet_iobuf_len(out);
+    uint8_t stack[CODEC_STACK_META];
+    codec_put_be32(stack + 4, (uint32_t)(meta_size + blen + alen));
+    codec_put_be32(stack + 8, (uint32_t)meta_size);
+    memcpy(stack, JET_BAIDU_MAGIC, 4);
+    int rc;
+    if (JET_BAIDU_HEADER_SIZE + meta_size <= sizeof(stack)) {
+        protobuf_c_message_pack(&meta->base, stack + JET_BAIDU_HEADER_SIZE);
+        rc = jet_iobuf_append(out, stack, JET_BAIDU_HEADER_SIZE + meta_size);
+        if (rc < 0) return rc;
+    } else {
+        rc = jet_iobuf_append(out, stack, JET_BAIDU_HEADER_SIZE);
+        if (rc < 0) return rc;
+        rc = codec_pack_sink(&meta->base, out, orig_len);
+        if (rc < 0) return rc;
+    }
+
+    /* With both parts present, the body is shared rather than moved so that a
+     * failure to move the attachment can still leave both inputs untouched. */
+    if (blen) {
+        rc = alen ? jet_iobuf_append_iobuf(out, body) : jet_iobuf_move(out, body);
+        if (rc < 0) goto err_rollback;
+    }
+    if (alen) {
+        rc = jet_iobuf_move(out, attachment);
+        if (rc < 0) goto err_rollback;
+        if (blen) jet_iobuf_clear(body);
+    }
+    return 0;
+
+err_rollback:
+    jet_iobuf_pop_back(out, jet_iobuf_len(out) - orig_len);
+    return rc;
+}

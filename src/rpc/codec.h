@@ -1,0 +1,72 @@
+/* baidu_std framing: 12-byte header "PRPC" + body_size (u32 BE) +
+ * meta_size (u32 BE), then RpcMeta, message, attachment.
+ *
+ * The parser is stateless and zero-copy: it looks at the front of an input
+ * iobuf, and either reports "need more", "not mine", an error, or cuts one
+ * whole frame off (the payload blocks move, they are not copied). It never
+ * allocates more than the frame's declared size, and refuses a body_size over
+ * the limit from the header alone, before the body arrives. */
+#ifndef JET_RPC_CODEC_H
+#define JET_RPC_CODEC_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "jetrpc/iobuf.h"
+#include "rpc_meta.pb-c.h"
+
+#define JET_BAIDU_HEADER_SIZE 12
+#define JET_BAIDU_MAGIC       "PRPC"
+
+typedef enum jet_parse_result {
+    JET_PARSE_OK = 0,        /* a frame was cut */
+    JET_PARSE_NEED_MORE = 1, /* a prefix of a valid frame; wait for bytes */
+    JET_PARSE_NOT_MINE = 2,  /* the first bytes are not PRPC */
+    JET_PARSE_TOO_BIG = 3,   /* body_size over the limit: close the connection */
+    JET_PARSE_BAD_META = 4,  /* RpcMeta does not decode (frame consumed): close */
+    JET_PARSE_META_SIZE = 5, /* meta_size > body_size (frame consumed): brpc drops the
+                                frame and keeps the connection */
+} jet_parse_result_t;
+
+typedef struct jet_baidu_frame {
+    Brpc__Policy__RpcMeta *meta; /* decoded meta; free with jet__baidu_frame_fini */
+    jet_iobuf_t body;            /* message bytes (still compressed, if they are) */
+    jet_iobuf_t attachment;
+} jet_baidu_frame_t;
+
+void jet__baidu_frame_init(jet_baidu_frame_t *f);
+void jet__baidu_frame_fini(jet_baidu_frame_t *f);
+
+/* Checks the header at the front of in (which may hold fewer than 12 bytes).
+ * On OK, *body_size_p and *meta_size_p are set. NEED_MORE when in holds a
+ * proper prefix of a header (or a full header and fewer than 12+body_size
+ * bytes: then the sizes are set too), NOT_MINE, TOO_BIG. */
+jet_parse_result_t jet__baidu_peek(const jet_iobuf_t *in, uint32_t max_body_size,
+                                   uint32_t *body_size_p, uint32_t *meta_size_p);
+
+/* Cuts one frame from the front of in into f (f initialised, empty). On OK
+ * the frame's bytes are consumed, meta decoded, body and attachment split
+ * (attachment_size over the payload is reported as OK with
+ * *bad_attachment_p = 1 and the whole payload in body: the caller answers
+ * EREQUEST/ERESPONSE). On META_SIZE (meta_size > body_size) the frame's
+ * bytes are consumed and nothing is decoded; on BAD_META (undecodable meta)
+ * the frame's bytes are consumed too. NEED_MORE, NOT_MINE and TOO_BIG consume
+ * nothing. */
+jet_parse_result_t jet__baidu_cut(jet_iobuf_t *in, uint32_t max_body_size, jet_baidu_frame_t *f,
+                                  int *bad_attachment_p);
+
+/* Appends one frame to out: header, packed meta (attachment_size is taken
+ * from meta as given: the caller sets it), then body and attachment, which
+ * are moved (left empty). body and attachment may be NULL. 0 or -ENOMEM,
+ * -EMSGSIZE when the frame would exceed 4 GiB. */
+int jet__baidu_pack(jet_iobuf_t *out, const Brpc__Policy__RpcMeta *meta, jet_iobuf_t *body,
+                    jet_iobuf_t *attachment);
+
+/* Serialises a protobuf-c message at the end of out (no intermediate copy). */
+int jet__pb_pack_iobuf(const ProtobufCMessage *msg, jet_iobuf_t *out);
+/* Decodes a message from the whole of in (copies only when in spans several
+ * blocks). NULL when it does not decode. Free with protobuf_c_message_free_unpacked. */
+ProtobufCMessage *jet__pb_unpack_iobuf(const ProtobufCMessageDescriptor *desc,
+                                       const jet_iobuf_t *in);
+
+#endif

@@ -1,0 +1,527 @@
+#include "jetrpc/server.h"
+
+#include <errno.h>
+#include <pthread.h>
+#include <stdarg.h>
+#include <stdatomic.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "base/log.h"
+#include "base/time.h"
+#include "jetrpc/errors.h"
+#include "net/listener.h"
+#include "net/socket.h"
+#include "rpc/call.h"
+#include "rpc/compress.h"
+#include "rpc/protocol.h"
+#include "rpc/worker_pool.h"
+
+/* Foreign handshakes a TCP-mode port answers so that clients fall back (RDMA
+ * clients of brpc get the "un-negotiable" hello every brpc server sends). */
+#define SRV_RDMA_V2_MIN 40
+#define SRV_RDMA_V2_MAX 4096
+#define SRV_RDMA_V3_MAX 8192
+
+typedef enum srv_hello_state {
+    SRV_HELLO_NONE = 0, /* protocol not decided yet */
+    SRV_HELLO_WAIT_ACK, /* answered a foreign hello; drain the 4-byte ACK */
+    SRV_HELLO_DONE,
+} srv_hello_state_t;
+
+typedef struct srv_conn {
+    jet_socket_t *s;
+    struct srv_conn *prev, *next;
+    srv_hello_state_t hello;
+} srv_conn_t;
+
+struct jet_server {
+    jet_server_options_t opts;
+    uint32_t max_body;
+    ProtobufCService **services;
+    size_t nservices;
+    jet_listener_t *listener;
+    jet_worker_pool_t *workers;
+    _Atomic bool stopping;
+    bool started;
+    _Atomic int64_t in_flight;
+    pthread_mutex_t lock;
+    srv_conn_t conns; /* list head */
+    _Atomic uint64_t n_accepted, n_open, n_requests, n_failed;
+};
+
+static void srv_on_read(jet_socket_t *s);
+static void srv_on_failed(jet_socket_t *s, int err);
+static void srv_on_release(jet_socket_t *s);
+
+static const jet_socket_handler_t srv_handler = {
+    .on_read = srv_on_read,
+    .on_failed = srv_on_failed,
+    .on_release = srv_on_release,
+};
+
+int jet_server_create(const jet_server_options_t *opts, jet_server_t **srv_p)
+{
+    jet_server_t *srv = calloc(1, sizeof *srv);
+    if (!srv) return -ENOMEM;
+    if (opts)
+        srv->opts = *opts;
+    else
+        jet_server_options_init(&srv->opts);
+    if (srv->opts.socket_mode < 0 || srv->opts.socket_mode >= JET_SOCKET_MODE_MAX) {
+        free(srv);
+        return -EINVAL;
+    }
+    srv->max_body = jet__max_body_size(srv->opts.max_body_size);
+    pthread_mutex_init(&srv->lock, NULL);
+    srv->conns.prev = srv->conns.next = &srv->conns;
+    *srv_p = srv;
+    return 0;
+}
+
+int jet_server_add_service(jet_server_t *srv, ProtobufCService *service)
+{
+    if (!service || !service->descriptor || srv->started) return -EINVAL;
+    for (size_t i = 0; i < srv->nservices; i++)
+        if (strcmp(srv->services[i]->descriptor->name, service->descriptor->name) == 0)
+            return -EEXIST;
+    ProtobufCService **v = realloc(srv->services, (srv->nservices + 1) * sizeof *v);
+    if (!v) return -ENOMEM;
+    srv->services = v;
+    srv->services[srv->nservices++] = service;
+    return 0;
+}
+
+static void srv_on_accept(jet_listener_t *l, int fd, const jet_addr_t *peer, void *arg)
+{
+    jet_server_t *srv = arg;
+    if (atomic_load(&srv->stopping)) {
+        close(fd);
+        return;
+    }
+    srv_conn_t *c = calloc(1, sizeof *c);
+    if (!c) {
+        close(fd);
+        return;
+    }
+    jet_socket_t *s;
+    pthread_mutex_lock(&srv->lock);
+    int rc = jet__socket_accept(fd, peer, srv->opts.socket_mode, jet_loop_pick(), &srv_handler,
+                                srv, &s);
+    if (rc < 0) {
+        pthread_mutex_unlock(&srv->lock);
+        JET_WARN("cannot serve a connection: %s", jet_strerror(rc));
+        close(fd);
+        free(c);
+        return;
+    }
+    /* Linked under the lock that on_failed takes, so it always finds c. */
+    c->s = s; /* the creator's reference, dropped by on_failed */
+    s->owner_ctx = c;
+    c->next = &srv->conns;
+    c->prev = srv->conns.prev;
+    srv->conns.prev->next = c;
+    srv->conns.prev = c;
+    pthread_mutex_unlock(&srv->lock);
+    atomic_fetch_add(&srv->n_accepted, 1);
+    atomic_fetch_add(&srv->n_open, 1);
+    JET_DEBUG("accepted %s", s->peer);
+}
+
+int jet_server_start(jet_server_t *srv, const char *addr_text)
+{
+    if (srv->started) return -EINVAL;
+    jet_addr_t addr;
+    if (jet__addr_parse(addr_text, &addr) < 0) {
+        JET_ERROR("bad listen address '%s'", addr_text ? addr_text : "(null)");
+        return -EINVAL;
+    }
+    const jet_transport_ops_t *ops = jet__transport_get(srv->opts.socket_mode);
+    if (!ops) {
+        JET_ERROR("socket mode %d is not available", srv->opts.socket_mode);
+        return -EPROTONOSUPPORT;
+    }
+    jet_transport_check_t check = {.is_server = true, .protocol = "baidu_std",
+                                   .use_ssl = srv->opts.ssl_cert != NULL};
+    int rc = ops->global_init(&check);
+    if (rc < 0) return rc;
+    rc = jet_loops_start(0);
+    if (rc < 0) return rc;
+    if (srv->opts.usercode_in_pool) {
+        int n = srv->opts.num_workers > 0 ? srv->opts.num_workers : (int)sysconf(_SC_NPROCESSORS_ONLN);
+        rc = jet__worker_pool_create(n, &srv->workers);
+        if (rc < 0) return rc;
+    }
+    rc = jet__listener_create(&addr, srv_on_accept, srv, &srv->listener);
+    if (rc < 0) {
+        JET_ERROR("cannot listen on %s: %s", addr_text, jet_strerror(rc));
+        jet__worker_pool_destroy(srv->workers);
+        srv->workers = NULL;
+        return rc;
+    }
+    srv->started = true;
+    JET_INFO("server listening on %s (%s)", addr_text, ops->name);
+    return 0;
+}
+
+int jet_server_listen_port(const jet_server_t *srv)
+{
+    return srv->listener ? jet__listener_port(srv->listener) : 0;
+}
+
+static void srv_wait_in_flight(jet_server_t *srv, int64_t limit_ms)
+{
+    int64_t until = limit_ms < 0 ? INT64_MAX : jet_now_us() + limit_ms * 1000;
+    int64_t warn_at = jet_now_us() + 5000000;
+    while (atomic_load(&srv->in_flight) > 0 && jet_now_us() < until) {
+        usleep(1000);
+        if (jet_now_us() > warn_at) {
+            JET_WARN("server waits for %lld calls whose handlers have not answered",
+                     (long long)atomic_load(&srv->in_flight));
+            warn_at = jet_now_us() + 5000000;
+        }
+    }
+}
+
+void jet_server_stop(jet_server_t *srv)
+{
+    if (!srv->started || atomic_exchange(&srv->stopping, true)) return;
+    jet__listener_destroy(srv->listener);
+    srv->listener = NULL;
+    srv_wait_in_flight(srv, srv->opts.graceful_stop_ms > 0 ? srv->opts.graceful_stop_ms : 0);
+    pthread_mutex_lock(&srv->lock);
+    for (srv_conn_t *c = srv->conns.next; c != &srv->conns; c = c->next)
+        jet__socket_set_failed(c->s, -JET_ELOGOFF);
+    pthread_mutex_unlock(&srv->lock);
+    while (atomic_load(&srv->n_open) > 0) usleep(1000);
+}
+
+void jet_server_destroy(jet_server_t *srv)
+{
+    if (!srv) return;
+    jet_server_stop(srv);
+    srv_wait_in_flight(srv, -1);
+    jet__worker_pool_destroy(srv->workers);
+    pthread_mutex_destroy(&srv->lock);
+    free(srv->services);
+    free(srv);
+}
+
+void jet_server_get_stats(const jet_server_t *srv, jet_server_stats_t *out)
+{
+    out->connections_accepted = atomic_load(&srv->n_accepted);
+    out->connections_open = atomic_load(&srv->n_open);
+    out->requests = atomic_load(&srv->n_requests);
+    out->requests_failed = atomic_load(&srv->n_failed);
+    out->in_flight = (uint64_t)atomic_load(&srv->in_flight);
+}
+
+static void srv_on_failed(jet_socket_t *s, int err)
+{
+    jet_server_t *srv = s->owner;
+    srv_conn_t *c = s->owner_ctx;
+    pthread_mutex_lock(&srv->lock);
+    c->prev->next = c->next;
+    c->next->prev = c->prev;
+    pthread_mutex_unlock(&srv->lock);
+    atomic_fetch_sub(&srv->n_open, 1);
+    jet__socket_unref(s); /* the list's reference; owner_ctx lives until release */
+}
+
+static void srv_on_release(jet_socket_t *s)
+{
+    free(s->owner_ctx);
+    s->owner_ctx = NULL;
+}
+
+/* ---- responses ------------------------------------------------------------ */
+
+static void srv_call_finish(jet_call_t *call)
+{
+    jet_server_t *srv = call->server;
+    if (call->srv_input) protobuf_c_message_free_unpacked(call->srv_input, NULL);
+    call->srv_input = NULL;
+    if (call->error_code) atomic_fetch_add(&srv->n_failed, 1);
+    jet__socket_unref(call->srv_sock);
+    jet_call_destroy(call);
+    atomic_fetch_sub(&srv->in_flight, 1);
+}
+
+static void srv_send_response(jet_call_t *call, const ProtobufCMessage *output)
+{
+    jet_socket_t *s = call->srv_sock;
+    jet_iobuf_t body, frame;
+    jet_iobuf_init(&body);
+    jet_iobuf_init(&frame);
+    if (!call->error_code) {
+        if (!output) {
+            jet_call_set_failed(call, JET_EINTERNAL, "Handler answered without a response");
+        } else if (!protobuf_c_message_check(output)) {
+            jet_call_set_failed(call, JET_EINTERNAL, "Fail to serialize response=%s: missing required fields",
+                                output->descriptor->name);
+        } else if (jet__encode_message(output, call->resp_compress, &body) < 0) {
+            jet_iobuf_clear(&body);
+            jet_call_set_failed(call, JET_EINTERNAL, "Fail to serialize response=%s, CompressType=%s",
+                                output->descriptor->name, jet__compress_name(call->resp_compress));
+        }
+    }
+    Brpc__Policy__RpcMeta meta = BRPC__POLICY__RPC_META__INIT;
+    Brpc__Policy__RpcResponseMeta rmeta = BRPC__POLICY__RPC_RESPONSE_META__INIT;
+    char text[1200];
+    meta.response = &rmeta;
+    rmeta.has_error_code = true;
+    rmeta.error_code = call->error_code;
+    if (call->error_code) {
+        /* brpc's form: "[ip:port][E<code>]<text>"; clients treat it as opaque. */
+        snprintf(text, sizeof text, "[%s][E%d]%s", s->local, call->error_code,
+                 call->error_text ? call->error_text : jet_strerror(call->error_code));
+        rmeta.error_text = text;
+        jet_iobuf_clear(&body);
+    }
+    meta.has_compress_type = true;
+    meta.compress_type = call->error_code ? 0 : call->resp_compress;
+    meta.has_correlation_id = true;
+    meta.correlation_id = call->srv_cid;
+    jet_iobuf_t *att = NULL;
+    if (!call->error_code && !jet_iobuf_empty(&call->resp_att)) {
+        meta.has_attachment_size = true;
+        meta.attachment_size = (int32_t)jet_iobuf_len(&call->resp_att);
+        att = &call->resp_att;
+    }
+    meta.has_content_type = true;
+    meta.has_checksum_type = true;
+    meta.has_checksum_value = true;
+    int rc = jet__baidu_pack(&frame, &meta, &body, att);
+    if (rc == 0) rc = jet__socket_write(s, &frame);
+    if (rc < 0 && !jet__socket_failed(s))
+        JET_WARN("cannot answer %s: %s", s->peer, jet_strerror(rc));
+    jet_iobuf_fini(&body);
+    jet_iobuf_fini(&frame);
+}
+
+static void srv_closure(const ProtobufCMessage *output, void *closure_data)
+{
+    jet_call_t *call = closure_data;
+    srv_send_response(call, output);
+    srv_call_finish(call);
+}
+
+static void srv_fail_now(jet_call_t *call, int code, const char *fmt, ...)
+    __attribute__((format(printf, 3, 4)));
+static void srv_fail_now(jet_call_t *call, int code, const char *fmt, ...)
+{
+    char text[1024];
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(text, sizeof text, fmt, ap);
+    va_end(ap);
+    jet__call_set_error(call, code, text);
+    srv_send_response(call, NULL);
+    srv_call_finish(call);
+}
+
+static void srv_invoke(jet_call_t *call)
+{
+    ProtobufCService *svc = call->srv_service;
+    svc->invoke(svc, call->srv_method, call->srv_input, srv_closure, call);
+}
+
+static void srv_worker_task(jet_task_t *t)
+{
+    srv_invoke((jet_call_t *)((char *)t - offsetof(jet_call_t, srv_task)));
+}
+
+/* ---- requests ------------------------------------------------------------- */
+
+static ProtobufCService *srv_find_service(jet_server_t *srv, const char *name)
+{
+    for (size_t i = 0; i < srv->nservices; i++)
+        if (strcmp(srv->services[i]->descriptor->name, name) == 0) return srv->services[i];
+    if (strchr(name, '.')) return NULL;
+    /* jprotobuf-style undotted names match a service's short name. */
+    for (size_t i = 0; i < srv->nservices; i++)
+        if (strcmp(srv->services[i]->descriptor->short_name, name) == 0) return srv->services[i];
+    return NULL;
+}
+
+static void srv_process(jet_socket_t *s, jet_baidu_frame_t *f, int bad_att)
+{
+    jet_server_t *srv = s->owner;
+    Brpc__Policy__RpcMeta *meta = f->meta;
+    jet_call_t *call = jet_call_create();
+    if (!call) {
+        JET_ERROR("out of memory serving %s", s->peer);
+        jet__socket_set_failed(s, -ENOMEM);
+        return;
+    }
+    atomic_fetch_add(&srv->in_flight, 1);
+    atomic_fetch_add(&srv->n_requests, 1);
+    jet__socket_ref(s);
+    call->server = srv;
+    call->srv_sock = s;
+    call->srv_cid = meta->has_correlation_id ? meta->correlation_id : 0;
+    memcpy(call->remote, s->peer, sizeof call->remote);
+    jet_iobuf_move(&call->req_att, &f->attachment);
+    call->req_compress = meta->has_compress_type ? meta->compress_type : 0;
+    Brpc__Policy__RpcRequestMeta *req = meta->request;
+    if (req && req->has_log_id) {
+        call->log_id = (uint64_t)req->log_id;
+        call->has_log_id = true;
+    }
+    if (atomic_load(&srv->stopping)) {
+        srv_fail_now(call, JET_ELOGOFF, "Server is stopping");
+        return;
+    }
+    if (srv->opts.max_concurrency > 0 && atomic_load(&srv->in_flight) > srv->opts.max_concurrency) {
+        srv_fail_now(call, JET_ELIMIT, "Reached server's max_concurrency=%d", srv->opts.max_concurrency);
+        return;
+    }
+    if (bad_att) {
+        srv_fail_now(call, JET_EREQUEST, "attachment_size=%d is larger than request_size=%zu",
+                     meta->attachment_size, jet_iobuf_len(&f->body));
+        return;
+    }
+    if (!req) {
+        srv_fail_now(call, JET_ENOSERVICE, "Fail to find service=");
+        return;
+    }
+    ProtobufCService *svc = srv_find_service(srv, req->service_name);
+    const ProtobufCMethodDescriptor *m =
+        svc ? protobuf_c_service_descriptor_get_method_by_name(svc->descriptor, req->method_name)
+            : NULL;
+    if (!svc && !strchr(req->service_name, '.')) {
+        srv_fail_now(call, JET_ENOSERVICE, "Fail to find service=%s", req->service_name);
+        return;
+    }
+    if (!m) {
+        srv_fail_now(call, JET_ENOMETHOD, "Fail to find method=%s/%s", req->service_name,
+                     req->method_name);
+        return;
+    }
+    const char *why = NULL;
+    call->srv_input = jet__decode_message(m->input, meta, &f->body, &call->req_att, srv->max_body, &why);
+    if (!call->srv_input) {
+        char text[512];
+        jet__format_parse_error(text, sizeof text, "request", m->input->name, meta,
+                                jet_iobuf_len(&f->body));
+        srv_fail_now(call, JET_EREQUEST, "%s", text);
+        return;
+    }
+    call->srv_service = svc;
+    call->srv_method = (unsigned)(m - svc->descriptor->methods);
+    if (srv->workers) {
+        call->srv_task.fn = srv_worker_task;
+        jet__worker_pool_post(srv->workers, &call->srv_task);
+    } else {
+        srv_invoke(call);
+    }
+}
+
+/* A first packet that is not PRPC: answer brpc RDMA hellos with the
+ * un-negotiable hello (so the client falls back to TCP on this connection),
+ * close on anything else. Returns true when parsing may go on. */
+static bool srv_foreign_hello(jet_socket_t *s, srv_conn_t *c)
+{
+    uint8_t hdr[8];
+    size_t have = jet_iobuf_len(&s->read_buf);
+    if (have < 8) return false;
+    jet_iobuf_copy_to(&s->read_buf, hdr, 8, 0);
+    static const uint8_t v3_answer[] = {0x52, 0x44, 0x4d, 0x33, 0, 0, 0, 0x1c, 0x08, 0, 0x10, 0,
+                                        0x18, 0, 0x20, 0, 0x2a, 0x10, 0, 0, 0, 0, 0, 0,
+                                        0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0x30, 0};
+    uint8_t v2_answer[40] = {0x52, 0x44, 0x4d, 0x41, 0x00, 0x28, 0xff, 0xff};
+    size_t need;
+    const uint8_t *answer;
+    size_t answer_len;
+    if (memcmp(hdr, "RDMA", 4) == 0) {
+        need = (size_t)hdr[4] << 8 | hdr[5];
+        if (need < SRV_RDMA_V2_MIN || need > SRV_RDMA_V2_MAX) goto bad;
+        answer = v2_answer;
+        answer_len = sizeof v2_answer;
+    } else if (memcmp(hdr, "RDM3", 4) == 0) {
+        uint32_t pb = (uint32_t)hdr[4] << 24 | (uint32_t)hdr[5] << 16 | (uint32_t)hdr[6] << 8 | hdr[7];
+        if (pb == 0 || pb > SRV_RDMA_V3_MAX) goto bad;
+        need = 8 + pb;
+        answer = v3_answer;
+        answer_len = sizeof v3_answer;
+    } else {
+        goto bad;
+    }
+    if (have < need) return false;
+    jet_iobuf_pop_front(&s->read_buf, need);
+    jet_iobuf_t out;
+    jet_iobuf_init(&out);
+    if (jet_iobuf_append(&out, answer, answer_len) < 0 || jet__socket_write(s, &out) < 0) {
+        jet_iobuf_fini(&out);
+        jet__socket_set_failed(s, -ENOMEM);
+        return false;
+    }
+    jet_iobuf_fini(&out);
+    JET_INFO("%s sent an RDMA hello to a %s port: answered un-negotiable, staying on TCP", s->peer,
+             s->ops->name);
+    c->hello = SRV_HELLO_WAIT_ACK;
+    return true;
+bad:
+    JET_WARN("close %s: first bytes are not baidu_std (%02x %02x %02x %02x)", s->peer, hdr[0],
+             hdr[1], hdr[2], hdr[3]);
+    jet__socket_set_failed(s, -EPROTO);
+    return false;
+}
+
+static void srv_on_read(jet_socket_t *s)
+{
+    jet_server_t *srv = s->owner;
+    srv_conn_t *c = s->owner_ctx;
+    for (;;) {
+        if (c->hello == SRV_HELLO_WAIT_ACK) {
+            if (jet_iobuf_len(&s->read_buf) < 4) return;
+            jet_iobuf_pop_front(&s->read_buf, 4);
+            c->hello = SRV_HELLO_DONE;
+        }
+        if (jet_iobuf_empty(&s->read_buf)) return;
+        jet_baidu_frame_t f;
+        jet__baidu_frame_init(&f);
+        int bad_att = 0;
+        uint32_t body_size = 0, meta_size = 0;
+        jet_parse_result_t r = jet__baidu_cut(&s->read_buf, srv->max_body, &f, &bad_att);
+        switch (r) {
+        case JET_PARSE_OK:
+            c->hello = SRV_HELLO_DONE;
+            srv_process(s, &f, bad_att);
+            jet__baidu_frame_fini(&f);
+            if (jet__socket_failed(s)) return;
+            continue;
+        case JET_PARSE_NEED_MORE:
+            jet__baidu_frame_fini(&f);
+            return;
+        case JET_PARSE_NOT_MINE:
+            jet__baidu_frame_fini(&f);
+            if (c->hello == SRV_HELLO_NONE) {
+                if (!srv_foreign_hello(s, c)) return;
+                continue;
+            }
+            JET_WARN("close %s: bytes that are not baidu_std after a request", s->peer);
+            jet__socket_set_failed(s, -EPROTO);
+            return;
+        case JET_PARSE_TOO_BIG:
+            jet__baidu_frame_fini(&f);
+            jet__baidu_peek(&s->read_buf, UINT32_MAX, &body_size, &meta_size);
+            JET_WARN("close %s: body_size=%u is bigger than %u bytes", s->peer, body_size,
+                     srv->max_body);
+            jet__socket_set_failed(s, -EMSGSIZE);
+            return;
+        case JET_PARSE_META_SIZE:
+            /* brpc drops such a frame and keeps the connection. */
+            jet__baidu_frame_fini(&f);
+            JET_WARN("%s: dropped a frame whose meta_size exceeds body_size", s->peer);
+            continue;
+        case JET_PARSE_BAD_META:
+            jet__baidu_frame_fini(&f);
+            JET_WARN("close %s: RpcMeta does not parse", s->peer);
+            jet__socket_set_failed(s, -JET_EREQUEST);
+            return;
+        }
+    }
+}

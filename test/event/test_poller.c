@@ -1,0 +1,308 @@
+/* Busy-poll pollers (run every iteration, removable from inside, io and tasks
+ * still served) and the process-wide loop group. */
+#include <fcntl.h>
+#include <pthread.h>
+#include <stdatomic.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/epoll.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "base/time.h"
+#include "event/loop.h"
+#include "jetrpc/flags.h"
+#include "testutil.h"
+
+JET_FLAG_DECLARE_BOOL(event_poll_yield);
+
+#define GUARD_US (5 * 1000 * 1000)
+
+static bool wait_at_least(_Atomic int *v, int target, int64_t guard_us)
+{
+    int64_t end = jet_now_us() + guard_us;
+    while (atomic_load(v) < target) {
+        if (jet_now_us() > end) return false;
+        struct timespec ts = {0, 100 * 1000};
+        nanosleep(&ts, NULL);
+    }
+    return true;
+}
+
+typedef struct sync_call {
+    jet_task_t task;
+    void (*fn)(void *arg);
+    void *arg;
+    _Atomic int done;
+} sync_call_t;
+
+static void sync_call_run(jet_task_t *t)
+{
+    sync_call_t *c = (sync_call_t *)t;
+    if (c->fn) c->fn(c->arg);
+    atomic_store(&c->done, 1);
+}
+
+static void run_on(jet_loop_t *loop, void (*fn)(void *), void *arg)
+{
+    sync_call_t c = {.task.fn = sync_call_run, .fn = fn, .arg = arg};
+    jet_loop_post(loop, &c.task);
+    if (!wait_at_least(&c.done, 1, GUARD_US)) abort(); /* c is on this stack */
+}
+
+static jet_loop_t *loop;
+
+typedef struct count_poller {
+    jet_poller_t p;
+    _Atomic int runs;
+    int stop_at;                 /* removes itself on this run (0: never) */
+    struct count_poller *victim; /* removed on its first run */
+} count_poller_t;
+
+static int count_poll(jet_poller_t *p)
+{
+    count_poller_t *c = (count_poller_t *)p;
+    if (!jet_loop_in_thread(loop)) abort();
+    int n = atomic_fetch_add(&c->runs, 1) + 1;
+    if (c->victim) {
+        jet_loop_poller_del(loop, &c->victim->p);
+        c->victim = NULL;
+    }
+    if (c->stop_at && n == c->stop_at) jet_loop_poller_del(loop, p);
+    return 0;
+}
+
+static void add_poller(void *arg)
+{
+    jet_loop_poller_add(loop, arg);
+}
+static void del_poller(void *arg)
+{
+    jet_loop_poller_del(loop, arg);
+}
+
+static void test_pollers_run_repeatedly(void)
+{
+    JT_REQUIRE(jet_loop_create(&loop) == 0);
+    JT_REQUIRE(jet_loop_start(loop) == 0);
+    count_poller_t a = {.p.poll = count_poll};
+    count_poller_t b = {.p.poll = count_poll};
+    run_on(loop, add_poller, &a.p);
+    run_on(loop, add_poller, &b.p);
+    run_on(loop, add_poller, &a.p); /* a second add is refused, not a loop */
+    /* No events, no tasks: only busy polling keeps calling them. */
+    JT_CHECK(wait_at_least(&a.runs, 1000, GUARD_US));
+    JT_CHECK(wait_at_least(&b.runs, 1000, GUARD_US));
+    run_on(loop, del_poller, &a.p);
+    run_on(loop, del_poller, &a.p); /* not registered: no effect */
+    int a_after = atomic_load(&a.runs);
+    int b_before = atomic_load(&b.runs);
+    JT_CHECK(wait_at_least(&b.runs, b_before + 1000, GUARD_US));
+    JT_CHECK_EQ(atomic_load(&a.runs), a_after);
+    run_on(loop, del_poller, &b.p);
+    int b_after = atomic_load(&b.runs);
+    for (int i = 0; i < 10; i++)
+        run_on(loop, NULL, NULL);
+    JT_CHECK_EQ(atomic_load(&b.runs), b_after);
+    jet_loop_stop(loop);
+    jet_loop_destroy(loop);
+}
+
+static void add_victim_killer(void *arg)
+{
+    count_poller_t *killer = arg;
+    jet_loop_poller_add(loop, &killer->victim->p);
+    jet_loop_poller_add(loop, &killer->p);
+}
+
+static void test_poller_removes_itself_and_next(void)
+{
+    JT_REQUIRE(jet_loop_create(&loop) == 0);
+    JT_REQUIRE(jet_loop_start(loop) == 0);
+    count_poller_t self = {.p.poll = count_poll, .stop_at = 10};
+    count_poller_t victim = {.p.poll = count_poll};
+    count_poller_t killer = {.p.poll = count_poll, .victim = &victim};
+    count_poller_t keep = {.p.poll = count_poll};
+    run_on(loop, add_poller, &keep.p);
+    run_on(loop, add_poller, &self.p);
+    JT_CHECK(wait_at_least(&self.runs, 10, GUARD_US));
+    /* Added at the head, in one task: the next pass runs killer, then victim
+     * (removed by killer just before its turn), then keep. */
+    run_on(loop, add_victim_killer, &killer);
+    int keep_before = atomic_load(&keep.runs);
+    JT_CHECK(wait_at_least(&keep.runs, keep_before + 1000, GUARD_US));
+    JT_CHECK_EQ(atomic_load(&self.runs), 10);
+    JT_CHECK_EQ(atomic_load(&victim.runs), 0);
+    JT_CHECK(atomic_load(&killer.runs) > 0);
+    run_on(loop, del_poller, &killer.p);
+    run_on(loop, del_poller, &keep.p);
+    jet_loop_stop(loop);
+    jet_loop_destroy(loop);
+}
+
+/* ---- busy-poll still serves io and tasks ------------------------------- */
+
+typedef struct read_io {
+    jet_io_t io;
+    _Atomic int bytes;
+} read_io_t;
+
+static void read_cb(jet_io_t *io, uint32_t events)
+{
+    read_io_t *r = (read_io_t *)io;
+    char buf[64];
+    ssize_t n;
+    /* Edge-triggered: read until EAGAIN. */
+    while ((n = read(io->fd, buf, sizeof buf)) > 0)
+        atomic_fetch_add(&r->bytes, (int)n);
+}
+
+static void io_del_fn(void *arg)
+{
+    jet_loop_io_del(arg);
+}
+
+typedef struct flag_task {
+    jet_task_t task;
+    _Atomic int *counter;
+} flag_task_t;
+
+static void flag_task_fn(jet_task_t *t)
+{
+    atomic_fetch_add(((flag_task_t *)t)->counter, 1);
+}
+
+static void busy_poll_serves(bool yield)
+{
+    JET_FLAG(event_poll_yield) = yield;
+    JT_REQUIRE(jet_loop_create(&loop) == 0);
+    JT_REQUIRE(jet_loop_start(loop) == 0);
+    count_poller_t idle = {.p.poll = count_poll};
+    run_on(loop, add_poller, &idle.p);
+    JT_CHECK(wait_at_least(&idle.runs, 100, GUARD_US));
+
+    int p[2];
+    JT_REQUIRE(pipe2(p, O_NONBLOCK | O_CLOEXEC) == 0);
+    read_io_t r = {.io = {.fd = p[0], .events = EPOLLIN, .cb = read_cb}};
+    JT_CHECK_EQ(jet_loop_io_add(loop, &r.io), 0);
+    for (int i = 1; i <= 100; i++) {
+        JT_CHECK_EQ(write(p[1], "z", 1), 1);
+        JT_REQUIRE(wait_at_least(&r.bytes, i, GUARD_US));
+    }
+
+    enum { N = 10000 };
+    static flag_task_t tasks[N];
+    static _Atomic int ran;
+    atomic_store(&ran, 0);
+    for (int i = 0; i < N; i++) {
+        tasks[i] = (flag_task_t){.task.fn = flag_task_fn, .counter = &ran};
+        jet_loop_post(loop, &tasks[i].task);
+    }
+    JT_CHECK(wait_at_least(&ran, N, GUARD_US * 4));
+
+    run_on(loop, io_del_fn, &r.io);
+    run_on(loop, del_poller, &idle.p);
+    /* Without pollers it sleeps again, and a post still wakes it. */
+    run_on(loop, NULL, NULL);
+    jet_loop_stop(loop);
+    jet_loop_destroy(loop);
+    close(p[0]);
+    close(p[1]);
+    JET_FLAG(event_poll_yield) = false;
+}
+
+static void test_busy_poll_serves_io_and_tasks(void)
+{
+    busy_poll_serves(false);
+}
+static void test_busy_poll_yield_serves_io_and_tasks(void)
+{
+    busy_poll_serves(true);
+}
+
+/* ---- the group --------------------------------------------------------- */
+
+typedef struct where {
+    jet_loop_t *current;
+    bool in_thread;
+    int index;
+    char name[16];
+} where_t;
+
+static void where_fn(void *arg)
+{
+    where_t *w = arg;
+    w->current = jet_loop_current();
+    w->in_thread = jet_loop_in_thread(w->current);
+    w->index = jet_loop_index(w->current);
+    pthread_getname_np(pthread_self(), w->name, sizeof w->name);
+}
+
+static void test_group(void)
+{
+    JT_CHECK(jet_loop_current() == NULL);
+    JT_CHECK_EQ(jet_loops_start(2), 0);
+    JT_CHECK_EQ(jet_loops_start(3), 0); /* once: later calls change nothing */
+    JT_REQUIRE(jet_loops_count() == 2);
+    JT_CHECK(jet_loop_at(-1) == NULL);
+    JT_CHECK(jet_loop_at(2) == NULL);
+    jet_loop_t *l0 = jet_loop_at(0), *l1 = jet_loop_at(1);
+    JT_REQUIRE(l0 && l1 && l0 != l1);
+    JT_CHECK_EQ(jet_loop_index(l0), 0);
+    JT_CHECK_EQ(jet_loop_index(l1), 1);
+    JT_CHECK(!jet_loop_in_thread(l0));
+    JT_CHECK(jet_loop_current() == NULL);
+
+    /* Round-robin: consecutive picks alternate and cover both loops. */
+    jet_loop_t *first = jet_loop_pick();
+    JT_REQUIRE(first == l0 || first == l1);
+    for (int i = 1; i < 10; i++) {
+        jet_loop_t *next = jet_loop_pick();
+        JT_CHECK(next == ((i % 2) ? (first == l0 ? l1 : l0) : first));
+    }
+
+    for (int i = 0; i < 2; i++) {
+        where_t w = {0};
+        run_on(jet_loop_at(i), where_fn, &w);
+        JT_CHECK(w.current == jet_loop_at(i));
+        JT_CHECK(w.in_thread);
+        JT_CHECK_EQ(w.index, i);
+        char want[16];
+        snprintf(want, sizeof want, "jet_loop_%d", i);
+        JT_CHECK(strcmp(w.name, want) == 0);
+    }
+}
+
+/* jet_loops_start from many threads at once: one group. */
+static void *start_racer(void *arg)
+{
+    if (jet_loops_start(2) != 0) return NULL;
+    *(jet_loop_t **)arg = jet_loop_pick();
+    return NULL;
+}
+
+static void test_group_concurrent_start(void)
+{
+    pthread_t th[4];
+    jet_loop_t *got[4] = {0};
+    for (int i = 0; i < 4; i++)
+        JT_REQUIRE(pthread_create(&th[i], NULL, start_racer, &got[i]) == 0);
+    for (int i = 0; i < 4; i++)
+        pthread_join(th[i], NULL);
+    for (int i = 0; i < 4; i++) {
+        JT_REQUIRE(got[i]);
+        JT_CHECK(got[i] == jet_loop_at(jet_loop_index(got[i])));
+    }
+    JT_CHECK_EQ(jet_loops_count(), 2);
+}
+
+int main(void)
+{
+    JT_RUN(test_pollers_run_repeatedly);
+    JT_RUN(test_poller_removes_itself_and_next);
+    JT_RUN(test_busy_poll_serves_io_and_tasks);
+    JT_RUN(test_busy_poll_yield_serves_io_and_tasks);
+    JT_RUN(test_group_concurrent_start);
+    JT_RUN(test_group);
+    return jt_finish();
+}

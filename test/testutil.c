@@ -1,0 +1,111 @@
+#include "testutil.h"
+
+#include <signal.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/mman.h>
+#include <sys/wait.h>
+#include <time.h>
+#include <unistd.h>
+
+int jt_case_failed;
+static int jt_passed, jt_failed;
+
+void jt_fail(const char *file, int line, const char *expr)
+{
+    fprintf(stderr, "  FAIL %s:%d: %s\n", file, line, expr);
+    jt_case_failed = 1;
+}
+
+void jt_run(const char *name, void (*fn)(void))
+{
+    jt_case_failed = 0;
+    fprintf(stderr, "[ RUN  ] %s\n", name);
+    uint64_t t0 = jt_now_us();
+    fn();
+    uint64_t t1 = jt_now_us();
+    if (jt_case_failed)
+        jt_failed++;
+    else
+        jt_passed++;
+    fprintf(stderr, "[ %s ] %s (%.1f ms)\n", jt_case_failed ? "FAIL" : " OK ", name,
+            (double)(t1 - t0) / 1000.0);
+}
+
+int jt_finish(void)
+{
+    printf("%d passed, %d failed\n", jt_passed, jt_failed);
+    return jt_failed ? 1 : 0;
+}
+
+void *jt_read_file(const char *path, size_t *len_p)
+{
+    FILE *f = fopen(path, "rb");
+    if (!f) return NULL;
+    fseek(f, 0, SEEK_END);
+    long n = ftell(f);
+    fseek(f, 0, SEEK_SET);
+    char *p = malloc(n > 0 ? (size_t)n : 1);
+    if (p && n > 0 && fread(p, 1, (size_t)n, f) != (size_t)n) {
+        free(p);
+        p = NULL;
+    }
+    fclose(f);
+    if (p) *len_p = (size_t)n;
+    return p;
+}
+
+const char *jt_shared_path(const char *rel)
+{
+    static char buf[4096];
+    const char *dir = getenv("JET_SHARED_DIR");
+    snprintf(buf, sizeof buf, "%s/%s", dir && *dir ? dir : "../shared", rel);
+    return buf;
+}
+
+void *jt_guard_alloc(const void *src, size_t len)
+{
+    size_t pg = (size_t)sysconf(_SC_PAGESIZE);
+    size_t data_pages = (len + pg - 1) / pg;
+    size_t total = (data_pages + 1) * pg;
+    char *base = mmap(NULL, total, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+    if (base == MAP_FAILED) abort();
+    mprotect(base + data_pages * pg, pg, PROT_NONE);
+    char *p = base + data_pages * pg - len;
+    if (len) memcpy(p, src, len);
+    return p;
+}
+
+void jt_guard_free(void *p, size_t len)
+{
+    size_t pg = (size_t)sysconf(_SC_PAGESIZE);
+    size_t data_pages = (len + pg - 1) / pg;
+    char *end = (char *)p + len;
+    char *base = end - data_pages * pg;
+    munmap(base, (data_pages + 1) * pg);
+}
+
+uint64_t jt_now_us(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (uint64_t)ts.tv_sec * 1000000u + (uint64_t)ts.tv_nsec / 1000u;
+}
+
+pid_t jt_fork(int (*fn)(void *arg), void *arg)
+{
+    fflush(stdout);
+    fflush(stderr);
+    pid_t pid = fork();
+    if (pid == 0) _exit(fn(arg));
+    return pid;
+}
+
+int jt_wait(pid_t pid)
+{
+    int st = 0;
+    if (waitpid(pid, &st, 0) < 0) return -1;
+    if (WIFEXITED(st)) return WEXITSTATUS(st);
+    if (WIFSIGNALED(st)) return 128 + WTERMSIG(st);
+    return -1;
+}
