@@ -504,10 +504,8 @@ void jet_loop_destroy(jet_loop_t *loop)
     if (!loop) return;
     jet_loop_stop(loop);
     if (loop->started) return; /* called on its own thread: stop refused, so must we */
-    /* Armed timers and registered pollers belong to their owners; mark the
-     * timers disarmed so the owners see a consistent state. */
-    for (uint32_t i = 0; i < loop->heap_len; i++)
-        loop->heap[i]->heap_index = UINT32_MAX;
+    /* Timers, pollers and ios still linked are not touched: their owners
+     * may already have freed them once the thread was gone. */
     close(loop->wakefd);
     close(loop->epfd);
     free(loop->heap);

@@ -20,12 +20,15 @@
 #include "base/pool.h"
 #include "jetrpc/flags.h"
 
-JET_FLAG_DEFINE_INT32(iobuf_region_mb_8k, 32, "Size in MiB of each memory region of 8 KiB iobuf blocks");
+JET_FLAG_DEFINE_INT32(iobuf_region_mb_8k, 32,
+                      "Size in MiB of each memory region of 8 KiB iobuf blocks");
 JET_FLAG_DEFINE_INT32(iobuf_region_mb_64k, 64,
                       "Size in MiB of each memory region of 64 KiB iobuf blocks");
-JET_FLAG_DEFINE_INT32(iobuf_region_mb_2m, 128, "Size in MiB of each memory region of 2 MiB iobuf blocks");
+JET_FLAG_DEFINE_INT32(iobuf_region_mb_2m, 128,
+                      "Size in MiB of each memory region of 2 MiB iobuf blocks");
 JET_FLAG_DEFINE_INT32(iobuf_max_mb, 4096,
-                      "Cap in MiB on the memory mapped for iobuf blocks; allocations fail past it");
+                      "Cap in MiB on the memory mapped for iobuf blocks; allocations fail past "
+                      "it (0: no cap)");
 
 #define BP_MAX_REGIONS 1024
 #define BP_TCACHE_MAX  64 /* 8 KiB blocks kept per thread */
@@ -162,7 +165,7 @@ static jet_region_t *bp_region_create(int cls, int *err_p)
     size_t bs = bp_class_size[cls];
     size_t len = bp_region_bytes(cls);
     int64_t max_mb = JET_FLAG(iobuf_max_mb);
-    size_t cap = max_mb > 0 ? (size_t)max_mb * BP_MiB : 0;
+    size_t cap = max_mb > 0 ? (size_t)max_mb * BP_MiB : SIZE_MAX;
     size_t room = cap > bp_bytes_mapped ? cap - bp_bytes_mapped : 0;
     if (room < bs) {
         JET_LOG_ONCE(JET_LOG_WARN, "iobuf memory cap reached (iobuf_max_mb=%d)",
@@ -265,7 +268,8 @@ static jet_block_t *bp_grow(int cls)
     }
     b = &r->descs[0];
     pthread_mutex_lock(&c->lock);
-    for (uint32_t i = r->nblock; i-- > 1;) bp_push_locked(c, &r->descs[i]);
+    for (uint32_t i = r->nblock; i-- > 1;)
+        bp_push_locked(c, &r->descs[i]);
     c->ntotal += r->nblock;
     pthread_mutex_unlock(&c->lock);
 out_unlock:
@@ -316,7 +320,8 @@ static void bp_tc_flush(bp_tcache_t *tc, uint32_t keep)
     uint32_t n = atomic_load_explicit(&tc->n, memory_order_relaxed);
     if (n <= keep) return;
     pthread_mutex_lock(&c->lock);
-    for (uint32_t i = keep; i < n; i++) bp_push_locked(c, tc->blk[i]);
+    for (uint32_t i = keep; i < n; i++)
+        bp_push_locked(c, tc->blk[i]);
     atomic_store_explicit(&tc->n, keep, memory_order_relaxed);
     pthread_mutex_unlock(&c->lock);
 }
@@ -336,7 +341,10 @@ static void bp_tc_exit(void *arg)
     pthread_mutex_unlock(&bp_tc_lock);
 }
 
-static void bp_tc_key_create(void) { bp_tc_key_ok = pthread_key_create(&bp_tc_key, bp_tc_exit) == 0; }
+static void bp_tc_key_create(void)
+{
+    bp_tc_key_ok = pthread_key_create(&bp_tc_key, bp_tc_exit) == 0;
+}
 
 static bool bp_tc_ready(bp_tcache_t *tc)
 {
@@ -370,7 +378,8 @@ static jet_block_t *bp_tc_get(void)
     pthread_mutex_lock(&c->lock);
     jet_block_t *b = bp_pop_locked(c);
     if (b) {
-        for (n = 0; n < BP_TCACHE_MOVE && c->free; n++) tc->blk[n] = bp_pop_locked(c);
+        for (n = 0; n < BP_TCACHE_MOVE && c->free; n++)
+            tc->blk[n] = bp_pop_locked(c);
         atomic_store_explicit(&tc->n, n, memory_order_relaxed);
     }
     pthread_mutex_unlock(&c->lock);
@@ -416,12 +425,21 @@ jet_block_t *jet__block_alloc(size_t size)
     return b;
 }
 
-jet_block_t *jet__block_alloc_default(void) { return jet__block_alloc(JET_BLOCK_SIZE_8K); }
+jet_block_t *jet__block_alloc_default(void)
+{
+    return jet__block_alloc(JET_BLOCK_SIZE_8K);
+}
 
 /* Descriptors of user blocks (pool blocks' descriptors live in their region). */
 static jet_pool_t bp_user_pool = JET_POOL_INIT("iobuf_user_block", sizeof(jet_block_t));
-static jet_block_t *bp_user_desc_get(void) { return jet__pool_get(&bp_user_pool); }
-static void bp_user_desc_put(jet_block_t *b) { jet__pool_put(&bp_user_pool, b); }
+static jet_block_t *bp_user_desc_get(void)
+{
+    return jet__pool_get(&bp_user_pool);
+}
+static void bp_user_desc_put(jet_block_t *b)
+{
+    jet__pool_put(&bp_user_pool, b);
+}
 
 jet_block_t *jet__block_wrap_user(void *data, size_t len, jet_iobuf_free_cb_t cb, void *arg)
 {
@@ -470,6 +488,10 @@ void jet__block_unref(jet_block_t *b)
 
 /* ---- registrar ------------------------------------------------------ */
 
+/* Existing regions get their `reg` written here, after they were published:
+ * a registrar reads region->reg (through jet__block_pool_find) only once its
+ * install returned, and stops before it clears itself. New regions carry
+ * `reg` from before their publication. */
 int jet__block_pool_set_registrar(const jet_registrar_t *r)
 {
     if (!r || !r->reg || !r->dereg) return -EINVAL;

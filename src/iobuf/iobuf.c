@@ -25,18 +25,21 @@
  * 8 KiB blocks). The 2 MiB class is left to explicit users (receive buffers):
  * its regions hold few blocks, and a buffer's half-filled tail block would pin
  * up to 2 MiB. */
-#define IOB_LARGE_CHUNK   JET_BLOCK_SIZE_64K
-#define IOB_READ_BLOCKS   16 /* fresh 8 KiB blocks per read_fd: 128 KiB per readv */
-#define IOB_KEEP_REFS     64 /* clear() keeps a grown reference array up to this size */
-#define IOB_USER_CHUNK    ((size_t)1 << 31)
-#define IOB_MAX_REFS      (UINT32_MAX / 2)
+#define IOB_LARGE_CHUNK JET_BLOCK_SIZE_64K
+#define IOB_READ_BLOCKS 16 /* fresh 8 KiB blocks per read_fd: 128 KiB per readv */
+#define IOB_KEEP_REFS   64 /* clear() keeps a grown reference array up to this size */
+#define IOB_USER_CHUNK  ((size_t)1 << 31)
+#define IOB_MAX_REFS    (UINT32_MAX / 2)
 
 static inline jet_iobuf_ref_t *iob_ref(const jet_iobuf_t *buf, uint32_t i)
 {
     return &buf->refs[buf->head + i];
 }
 
-static inline size_t iob_min(size_t a, size_t b) { return a < b ? a : b; }
+static inline size_t iob_min(size_t a, size_t b)
+{
+    return a < b ? a : b;
+}
 
 void jet_iobuf_init(jet_iobuf_t *buf)
 {
@@ -50,7 +53,8 @@ void jet_iobuf_init(jet_iobuf_t *buf)
 
 static void iob_unref_all(jet_iobuf_t *buf)
 {
-    for (uint32_t i = 0; i < buf->nref; i++) jet__block_unref(iob_ref(buf, i)->block);
+    for (uint32_t i = 0; i < buf->nref; i++)
+        jet__block_unref(iob_ref(buf, i)->block);
     buf->head = 0;
     buf->nref = 0;
     buf->len = 0;
@@ -91,7 +95,8 @@ static int iob_reserve(jet_iobuf_t *buf, size_t extra)
         return 0;
     }
     size_t ncap = (size_t)buf->cap * 2;
-    while (ncap < need) ncap *= 2;
+    while (ncap < need)
+        ncap *= 2;
     if (ncap > IOB_MAX_REFS) ncap = IOB_MAX_REFS;
     jet_iobuf_ref_t *p = malloc(ncap * sizeof *p);
     if (!p) return -ENOMEM;
@@ -125,7 +130,8 @@ static void iob_push(jet_iobuf_t *buf, jet_block_t *b, uint32_t off, uint32_t le
 /* Drops the references pushed after the first `nref` (failure rollback). */
 static void iob_truncate_refs(jet_iobuf_t *buf, uint32_t nref)
 {
-    while (buf->nref > nref) jet__block_unref(iob_ref(buf, --buf->nref)->block);
+    while (buf->nref > nref)
+        jet__block_unref(iob_ref(buf, --buf->nref)->block);
 }
 
 /* Claims up to `want` bytes of free space in the tail block: *off_p gets the
@@ -178,8 +184,8 @@ int jet_iobuf_append(jet_iobuf_t *buf, const void *data, size_t len)
     if (done < len && iob_reserve(buf, iob_append_nblocks(len - done)) != 0) goto err_unclaim;
     while (done < len) {
         size_t left = len - done;
-        jet_block_t *b = jet__block_alloc(left >= IOB_LARGE_CHUNK ? IOB_LARGE_CHUNK
-                                                                  : JET_BLOCK_SIZE_8K);
+        jet_block_t *b =
+            jet__block_alloc(left >= IOB_LARGE_CHUNK ? IOB_LARGE_CHUNK : JET_BLOCK_SIZE_8K);
         if (!b) goto err_drop_blocks;
         uint32_t k = (uint32_t)iob_min(left, b->cap);
         memcpy(b->data, src + done, k);
@@ -223,8 +229,8 @@ int jet_iobuf_append_user(jet_iobuf_t *buf, void *data, size_t len, jet_iobuf_fr
     iob_push(buf, owner, 0, owner->cap);
     for (size_t i = 1; i < nchunk; i++) {
         size_t off = i * IOB_USER_CHUNK;
-        jet_block_t *b =
-            jet__block_wrap_user((char *)data + off, iob_min(len - off, IOB_USER_CHUNK), NULL, NULL);
+        jet_block_t *b = jet__block_wrap_user((char *)data + off,
+                                              iob_min(len - off, IOB_USER_CHUNK), NULL, NULL);
         if (!b) {
             /* Dropping the parts drops the owner last: the callback runs once. */
             iob_truncate_refs(buf, nref0);
@@ -291,7 +297,8 @@ ssize_t jet_iobuf_cutn(jet_iobuf_t *src, jet_iobuf_t *dst, size_t n)
     if (n > src->len) n = src->len;
     if (n == 0) return 0;
     size_t need = 0, seen = 0;
-    while (seen < n) seen += iob_ref(src, (uint32_t)need++)->len;
+    while (seen < n)
+        seen += iob_ref(src, (uint32_t)need++)->len;
     if (iob_reserve(dst, need) != 0) return -ENOMEM;
     /* Works for src == dst too (a rotation): the front reference is read
      * before the push and the array cannot move once room is reserved. */
@@ -455,7 +462,8 @@ ssize_t jet_iobuf_read_fd(jet_iobuf_t *buf, int fd, size_t max)
     } while (n < 0 && errno == EINTR);
     int err = n < 0 ? -errno : 0;
     if (n <= 0) {
-        for (size_t i = 0; i < got; i++) jet__block_unref(fresh[i]);
+        for (size_t i = 0; i < got; i++)
+            jet__block_unref(fresh[i]);
         if (claimed) iob_unclaim(tail, tail_off, claimed, 0);
         return err;
     }

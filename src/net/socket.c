@@ -60,7 +60,7 @@ static jet_socket_t *sock_new(int fd, int mode, const jet_socket_handler_t *hand
     s->io.cb = sock_io_cb;
     s->io.arg = s;
     s->io.events = EPOLLIN | EPOLLOUT | EPOLLRDHUP;
-    s->last_active_us = jet_now_us();
+    atomic_init(&s->last_active_us, jet_now_us());
     return s;
 }
 
@@ -268,7 +268,7 @@ static void sock_io_cb(jet_io_t *io, uint32_t events)
         if (st == JET_SOCK_FAILED || !(events & EPOLLIN)) return;
         events &= ~(uint32_t)EPOLLOUT;
     }
-    s->last_active_us = jet_now_us();
+    atomic_store_explicit(&s->last_active_us, jet_now_us(), memory_order_relaxed);
     s->ops->on_input(s, events);
 }
 
@@ -315,6 +315,7 @@ int jet__socket_write(jet_socket_t *s, jet_iobuf_t *data)
         return -ENOMEM;
     }
     sock_iobuf_take(&req->data, data);
+    atomic_store_explicit(&s->last_active_us, jet_now_us(), memory_order_relaxed);
     atomic_fetch_add_explicit(&s->unwritten, (int64_t)len, memory_order_relaxed);
     atomic_store_explicit(&req->next, SOCK_UNCONNECTED, memory_order_relaxed);
     jet_write_req_t *prev = atomic_exchange_explicit(&s->write_head, req, memory_order_acq_rel);

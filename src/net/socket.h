@@ -113,7 +113,7 @@ struct jet_socket {
     jet_task_t ctl_task; /* arms the connect timer on the loop */
     jet_timer_t connect_timer;
     int64_t connect_deadline_us;
-    int64_t last_active_us;
+    _Atomic int64_t last_active_us; /* last read or write, for idle timeouts */
 };
 
 /* Connects to addr in mode (non-blocking; the result comes through the

@@ -50,6 +50,9 @@ struct jet_server {
     pthread_mutex_t lock;
     srv_conn_t conns; /* list head */
     _Atomic uint64_t n_accepted, n_open, n_requests, n_failed;
+    pthread_t idle_thread; /* closes idle connections when idle_timeout_sec > 0 */
+    bool idle_thread_started;
+    pthread_cond_t idle_cond;
 };
 
 static void srv_on_read(jet_socket_t *s);
@@ -76,6 +79,11 @@ int jet_server_create(const jet_server_options_t *opts, jet_server_t **srv_p)
     }
     srv->max_body = jet__max_body_size(srv->opts.max_body_size);
     pthread_mutex_init(&srv->lock, NULL);
+    pthread_condattr_t ca;
+    pthread_condattr_init(&ca);
+    pthread_condattr_setclock(&ca, CLOCK_MONOTONIC);
+    pthread_cond_init(&srv->idle_cond, &ca);
+    pthread_condattr_destroy(&ca);
     srv->conns.prev = srv->conns.next = &srv->conns;
     *srv_p = srv;
     return 0;
@@ -130,6 +138,30 @@ static void srv_on_accept(jet_listener_t *l, int fd, const jet_addr_t *peer, voi
     JET_DEBUG("accepted %s", s->peer);
 }
 
+static void *srv_idle_main(void *arg)
+{
+    jet_server_t *srv = arg;
+    pthread_setname_np(pthread_self(), "jet_idle");
+    int64_t limit_us = (int64_t)srv->opts.idle_timeout_sec * 1000000;
+    pthread_mutex_lock(&srv->lock);
+    while (!atomic_load(&srv->stopping)) {
+        int64_t now = jet_now_us();
+        for (srv_conn_t *c = srv->conns.next; c != &srv->conns; c = c->next) {
+            int64_t last = atomic_load_explicit(&c->s->last_active_us, memory_order_relaxed);
+            if (now - last > limit_us && !jet__socket_failed(c->s)) {
+                JET_INFO("close %s: idle for more than %d s", c->s->peer, srv->opts.idle_timeout_sec);
+                jet__socket_set_failed(c->s, -JET_ECLOSE);
+            }
+        }
+        struct timespec ts;
+        clock_gettime(CLOCK_MONOTONIC, &ts);
+        ts.tv_sec += 1;
+        pthread_cond_timedwait(&srv->idle_cond, &srv->lock, &ts);
+    }
+    pthread_mutex_unlock(&srv->lock);
+    return NULL;
+}
+
 int jet_server_start(jet_server_t *srv, const char *addr_text)
 {
     if (srv->started) return -EINVAL;
@@ -162,6 +194,9 @@ int jet_server_start(jet_server_t *srv, const char *addr_text)
         return rc;
     }
     srv->started = true;
+    if (srv->opts.idle_timeout_sec > 0 &&
+        pthread_create(&srv->idle_thread, NULL, srv_idle_main, srv) == 0)
+        srv->idle_thread_started = true;
     JET_INFO("server listening on %s (%s)", addr_text, ops->name);
     return 0;
 }
@@ -190,6 +225,13 @@ void jet_server_stop(jet_server_t *srv)
     if (!srv->started || atomic_exchange(&srv->stopping, true)) return;
     jet__listener_destroy(srv->listener);
     srv->listener = NULL;
+    if (srv->idle_thread_started) {
+        pthread_mutex_lock(&srv->lock);
+        pthread_cond_signal(&srv->idle_cond);
+        pthread_mutex_unlock(&srv->lock);
+        pthread_join(srv->idle_thread, NULL);
+        srv->idle_thread_started = false;
+    }
     srv_wait_in_flight(srv, srv->opts.graceful_stop_ms > 0 ? srv->opts.graceful_stop_ms : 0);
     pthread_mutex_lock(&srv->lock);
     for (srv_conn_t *c = srv->conns.next; c != &srv->conns; c = c->next)
@@ -205,6 +247,7 @@ void jet_server_destroy(jet_server_t *srv)
     srv_wait_in_flight(srv, -1);
     jet__worker_pool_destroy(srv->workers);
     pthread_mutex_destroy(&srv->lock);
+    pthread_cond_destroy(&srv->idle_cond);
     free(srv->services);
     free(srv);
 }

@@ -66,7 +66,7 @@ static size_t raw_frame(uint8_t *out, const void *meta, size_t meta_len, const v
     memcpy(out, "PRPC", 4);
     put_be32(out + 4, (uint32_t)(meta_len + payload_len));
     put_be32(out + 8, (uint32_t)meta_len);
-    memcpy(out + 12, meta, meta_len);
+    if (meta_len) memcpy(out + 12, meta, meta_len);
     if (payload_len) memcpy(out + 12 + meta_len, payload, payload_len);
     return 12 + meta_len + payload_len;
 }

@@ -129,7 +129,8 @@ static void bs_add(blockset_t *s, jet_block_t *b)
 
 static void bs_free(blockset_t *s)
 {
-    for (size_t i = 0; i < s->n; i++) jet__block_unref(s->b[i]);
+    for (size_t i = 0; i < s->n; i++)
+        jet__block_unref(s->b[i]);
     free(s->b);
     memset(s, 0, sizeof *s);
 }
@@ -160,10 +161,14 @@ static void test_lookup(void)
     blockset_t set = {0};
     /* Enough blocks to span several regions of each class (small regions are
      * configured in main). */
-    for (int i = 0; i < 600; i++) bs_add(&set, jet__block_alloc(1 + rnd() % JET_BLOCK_SIZE_8K));
-    for (int i = 0; i < 60; i++) bs_add(&set, jet__block_alloc(JET_BLOCK_SIZE_64K));
-    for (int i = 0; i < 7; i++) bs_add(&set, jet__block_alloc(JET_BLOCK_SIZE_2M));
-    for (size_t i = 0; i < set.n; i++) JT_REQUIRE(set.b[i] != NULL);
+    for (int i = 0; i < 600; i++)
+        bs_add(&set, jet__block_alloc(1 + rnd() % JET_BLOCK_SIZE_8K));
+    for (int i = 0; i < 60; i++)
+        bs_add(&set, jet__block_alloc(JET_BLOCK_SIZE_64K));
+    for (int i = 0; i < 7; i++)
+        bs_add(&set, jet__block_alloc(JET_BLOCK_SIZE_2M));
+    for (size_t i = 0; i < set.n; i++)
+        JT_REQUIRE(set.b[i] != NULL);
     JT_CHECK(stats().regions >= 10);
 
     const jet_region_t *seen[1024];
@@ -173,10 +178,12 @@ static void test_lookup(void)
         JT_CHECK(jet__block_pool_find(b->data) == b->region);
         JT_CHECK(jet__block_pool_find(b->data + b->cap - 1) == b->region);
         size_t k = 0;
-        while (k < nseen && seen[k] != b->region) k++;
+        while (k < nseen && seen[k] != b->region)
+            k++;
         if (k == nseen && nseen < 1024) seen[nseen++] = b->region;
     }
-    for (size_t k = 0; k < nseen; k++) check_region_lookup(seen[k]);
+    for (size_t k = 0; k < nseen; k++)
+        check_region_lookup(seen[k]);
 
     int local = 0;
     void *heap = malloc(64);
@@ -217,7 +224,8 @@ static void *lg_reader(void *arg)
         if (n == 0) continue;
         x = x * 6364136223846793005ull + 1442695040888963407ull;
         jet_block_t *b = lg_blocks[(x >> 33) % n];
-        if (jet__block_pool_find(b->data + (x >> 20) % b->cap) != b->region) atomic_fetch_add(&lg_bad, 1);
+        if (jet__block_pool_find(b->data + (x >> 20) % b->cap) != b->region)
+            atomic_fetch_add(&lg_bad, 1);
         atomic_fetch_add_explicit(&lg_lookups, 1, memory_order_relaxed);
     }
     return NULL;
@@ -228,7 +236,8 @@ static void test_lookup_during_growth(void)
     pthread_t th[2];
     atomic_store(&lg_n, 0);
     atomic_store(&lg_stop, 0);
-    for (long i = 0; i < 2; i++) pthread_create(&th[i], NULL, lg_reader, (void *)i);
+    for (long i = 0; i < 2; i++)
+        pthread_create(&th[i], NULL, lg_reader, (void *)i);
     size_t regions0 = stats().regions;
     /* 64 KiB regions hold 16 blocks here: every 16th allocation adds one. */
     for (size_t i = 0; i < 400; i++) {
@@ -239,12 +248,14 @@ static void test_lookup_during_growth(void)
         if (i % 16 == 0) sched_yield();
     }
     atomic_store(&lg_stop, 1);
-    for (int i = 0; i < 2; i++) pthread_join(th[i], NULL);
+    for (int i = 0; i < 2; i++)
+        pthread_join(th[i], NULL);
     JT_CHECK_EQ(atomic_load(&lg_n), 400);
     JT_CHECK(stats().regions >= regions0 + 20);
     JT_CHECK_EQ(atomic_load(&lg_bad), 0);
     JT_CHECK(atomic_load(&lg_lookups) > 0);
-    for (size_t i = 0; i < atomic_load(&lg_n); i++) jet__block_unref(lg_blocks[i]);
+    for (size_t i = 0; i < atomic_load(&lg_n); i++)
+        jet__block_unref(lg_blocks[i]);
     JT_CHECK(all_idle());
 }
 
@@ -303,7 +314,8 @@ static jet_registrar_t fr_registrar(fake_reg_t *f)
 static int fr_live(const fake_reg_t *f)
 {
     int n = 0;
-    for (int i = 0; i < f->nreg; i++) n += f->r[i].live;
+    for (int i = 0; i < f->nreg; i++)
+        n += f->r[i].live;
     return n;
 }
 
@@ -335,7 +347,8 @@ static void test_registrar(void)
     jet_registrar_t r = fr_registrar(&fr);
     JT_REQUIRE(jet__block_pool_set_registrar(&r) == 0);
     JT_CHECK_EQ(fr.nreg, (int)regions0);
-    for (size_t i = 0; i < held.n; i++) fr_check_block(&fr, held.b[i]);
+    for (size_t i = 0; i < held.n; i++)
+        fr_check_block(&fr, held.b[i]);
 
     fake_reg_t other = {.fail_after = -1};
     jet_registrar_t r2 = fr_registrar(&other);
@@ -385,7 +398,8 @@ static void test_registrar(void)
     JT_CHECK_EQ(fr.ndereg, (int)regions2);
     JT_CHECK_EQ(fr_live(&fr), 0);
     JT_CHECK(fr.nfail < 1000);
-    for (size_t i = 0; i < held.n; i++) JT_CHECK(jet__block_pool_find(held.b[i]->data)->reg == NULL);
+    for (size_t i = 0; i < held.n; i++)
+        JT_CHECK(jet__block_pool_find(held.b[i]->data)->reg == NULL);
     jet__block_pool_clear_registrar(); /* nothing installed: no-op */
     JT_CHECK_EQ(fr.ndereg, (int)regions2);
 
@@ -411,7 +425,8 @@ static void test_registrar(void)
     other.fail_after = -1;
     JT_REQUIRE(jet__block_pool_set_registrar(&r2) == 0);
     JT_CHECK_EQ(other.nreg, (int)regions3);
-    for (size_t i = 0; i < held.n; i++) fr_check_block(&other, held.b[i]);
+    for (size_t i = 0; i < held.n; i++)
+        fr_check_block(&other, held.b[i]);
     jet__block_pool_clear_registrar();
     JT_CHECK_EQ(other.ndereg, (int)regions3);
     JT_CHECK_EQ(fr_live(&other), 0);
@@ -486,7 +501,8 @@ static void *ch_worker(void *arg)
             }
         }
     }
-    for (int k = 0; k < n; k++) ch_verify_and_free(mine[k], tags[k]);
+    for (int k = 0; k < n; k++)
+        ch_verify_and_free(mine[k], tags[k]);
     return NULL;
 }
 
@@ -494,8 +510,10 @@ static void test_threads_churn(void)
 {
     JT_REQUIRE(all_idle());
     pthread_t th[CH_THREADS];
-    for (long i = 0; i < CH_THREADS; i++) pthread_create(&th[i], NULL, ch_worker, (void *)(i + 1));
-    for (int i = 0; i < CH_THREADS; i++) pthread_join(th[i], NULL);
+    for (long i = 0; i < CH_THREADS; i++)
+        pthread_create(&th[i], NULL, ch_worker, (void *)(i + 1));
+    for (int i = 0; i < CH_THREADS; i++)
+        pthread_join(th[i], NULL);
     for (int i = 0; i < CH_SLOTS; i++) {
         jet_block_t *b = atomic_exchange(&ch_slots[i], NULL);
         if (b) {
@@ -514,7 +532,8 @@ static jet_block_t *te_blocks[TE_N];
 
 static void *te_worker(void *arg)
 {
-    for (int i = 0; i < TE_N; i++) te_blocks[i] = jet__block_alloc_default();
+    for (int i = 0; i < TE_N; i++)
+        te_blocks[i] = jet__block_alloc_default();
     for (int i = 0; i < TE_N; i++)
         if (te_blocks[i]) jet__block_unref(te_blocks[i]);
     return NULL;
@@ -525,7 +544,8 @@ static void test_thread_exit_flush(void)
     pthread_t th;
     pthread_create(&th, NULL, te_worker, NULL);
     pthread_join(th, NULL);
-    for (int i = 0; i < TE_N; i++) JT_REQUIRE(te_blocks[i]);
+    for (int i = 0; i < TE_N; i++)
+        JT_REQUIRE(te_blocks[i]);
     JT_CHECK(all_idle());
     size_t regions0 = stats().regions;
     /* The exited thread's blocks sit on top of the shared list: they come
@@ -536,12 +556,14 @@ static void test_thread_exit_flush(void)
         jet_block_t *b = jet__block_alloc_default();
         JT_REQUIRE(b);
         got[ngot++] = b;
-        for (int i = 0; i < TE_N; i++) found += te_blocks[i] == b;
+        for (int i = 0; i < TE_N; i++)
+            found += te_blocks[i] == b;
     }
     JT_CHECK_EQ(found, TE_N);
     JT_CHECK_EQ(stats().regions, regions0);
     JT_CHECK_EQ(stats().blocks_in_use[0], (size_t)ngot);
-    for (int i = 0; i < ngot; i++) jet__block_unref(got[i]);
+    for (int i = 0; i < ngot; i++)
+        jet__block_unref(got[i]);
     JT_CHECK(all_idle());
 }
 
@@ -556,7 +578,8 @@ static void test_memory_cap(void)
     blockset_t held = {0};
     jet_block_t *b;
     errno = 0;
-    while (held.n < 100000 && (b = jet__block_alloc(JET_BLOCK_SIZE_64K)) != NULL) bs_add(&held, b);
+    while (held.n < 100000 && (b = jet__block_alloc(JET_BLOCK_SIZE_64K)) != NULL)
+        bs_add(&held, b);
     JT_CHECK(b == NULL);
     JT_CHECK_EQ(errno, ENOMEM);
     jet_block_pool_stats_t s1 = stats();
@@ -617,7 +640,8 @@ static void test_memfd_remap(void)
     const jet_region_t *g = jet__block_pool_find(b->data);
     JT_REQUIRE(g == b->region);
     size_t off = (size_t)(b->data - g->base);
-    for (uint32_t i = 0; i < b->cap; i++) b->data[i] = (char)(i * 31 + 7);
+    for (uint32_t i = 0; i < b->cap; i++)
+        b->data[i] = (char)(i * 31 + 7);
 
     /* Through the fd itself. */
     char *m = mmap(NULL, g->len, PROT_READ | PROT_WRITE, MAP_SHARED, g->memfd, 0);

@@ -5,6 +5,7 @@
 #include <limits.h>
 #include <stdio.h>
 #include <sys/epoll.h>
+#include <sys/socket.h>
 #include <sys/uio.h>
 #include <unistd.h>
 
@@ -16,7 +17,11 @@
 JET_FLAG_DEFINE_INT32(tcp_read_budget, 16,
                       "Reads per connection per event before other connections get a turn");
 
-#define TCP_READ_CHUNK (256 * 1024)
+/* The first read of an event offers little room (small messages are the
+ * common case, and every offered block is taken from the pool); each read
+ * that fills its room doubles it, up to TCP_READ_MAX. */
+#define TCP_READ_FIRST (16 * 1024)
+#define TCP_READ_MAX   (512 * 1024)
 #define TCP_IOV_MAX    256
 
 static int tcp_global_init(const jet_transport_check_t *check)
@@ -58,7 +63,10 @@ static ssize_t tcp_cut_from_iobuf_list(jet_socket_t *s, jet_iobuf_t *const *bufs
         }
     }
     if (niov == 0) return 0;
-    ssize_t w = writev(s->fd, iov, niov);
+    /* sendmsg, not writev: MSG_NOSIGNAL turns a write to a closed peer into
+     * EPIPE instead of a SIGPIPE that would kill the process. */
+    struct msghdr mh = {.msg_iov = iov, .msg_iovlen = (size_t)niov};
+    ssize_t w = sendmsg(s->fd, &mh, MSG_NOSIGNAL);
     if (w < 0) {
         if (errno == EAGAIN || errno == EINTR) return -EAGAIN;
         return errno == EPIPE || errno == ECONNRESET ? -JET_EEOF : -errno;
@@ -79,12 +87,14 @@ static int tcp_wait_writable(jet_socket_t *s, int64_t deadline_us)
 void jet__tcp_read(jet_socket_t *s);
 void jet__tcp_read(jet_socket_t *s)
 {
+    size_t room = TCP_READ_FIRST;
     for (int i = 0; i < JET_FLAG(tcp_read_budget); i++) {
-        ssize_t r = jet_iobuf_read_fd(&s->read_buf, s->fd, TCP_READ_CHUNK);
+        ssize_t r = jet_iobuf_read_fd(&s->read_buf, s->fd, room);
         if (r > 0) {
             jet__socket_deliver(s);
             if (jet__socket_failed(s)) return;
-            if ((size_t)r < TCP_READ_CHUNK) return; /* drained: the next edge wakes us */
+            if ((size_t)r < room) return; /* drained: the next edge wakes us */
+            if (room < TCP_READ_MAX) room *= 2;
             continue;
         }
         if (r == 0) {

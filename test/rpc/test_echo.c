@@ -1,0 +1,942 @@
+/* End-to-end echo over TCP (and a unix socket): synchronous and asynchronous
+ * calls, many threads through one channel, the three connection types,
+ * attachments up to 16 MiB, compression, checksums, log ids, handlers that
+ * answer later from another thread or from the worker pool, handler failures,
+ * client-side misuse, and call reuse.
+ *
+ * One service; the request message picks the handler's behaviour:
+ *   "logid"               answers the log id it saw, in decimal
+ *   "thread"              answers the name of the thread it runs on
+ *   "later:<ms>"          answers from another thread after <ms>
+ *   "fail:<code>:<text>"  set_failed(code, text), closure(NULL)
+ *   "failmsg:<code>:<t>"  set_failed(code, text), closure(response)
+ *   "null"                closure(NULL) without set_failed
+ *   anything else         echoes message and attachment, compressing the
+ *                         response as the request was compressed */
+#include <errno.h>
+#include <limits.h>
+#include <pthread.h>
+#include <stdatomic.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include <jetrpc/jetrpc.h>
+
+#include "base/futex.h"
+#include "echo.pb-c.h"
+#include "testutil.h"
+
+#define WAIT_LIMIT_US (30 * 1000000LL) /* generous guard for anything awaited */
+
+/* ---- the service ------------------------------------------------------------ */
+
+typedef struct later_answer {
+    Example__EchoResponse_Closure closure;
+    void *closure_data;
+    int delay_ms;
+    char message[64];
+} later_answer_t;
+
+static void *later_main(void *arg)
+{
+    later_answer_t *la = arg;
+    usleep((useconds_t)la->delay_ms * 1000);
+    jet_call_t *call = jet_server_call(la->closure_data);
+    jet_iobuf_move(jet_call_response_attachment(call), jet_call_request_attachment(call));
+    Example__EchoResponse resp = EXAMPLE__ECHO_RESPONSE__INIT;
+    resp.message = la->message;
+    la->closure(&resp, la->closure_data);
+    free(la);
+    return NULL;
+}
+
+static void t_echo(Example__EchoService_Service *service, const Example__EchoRequest *req,
+                   Example__EchoResponse_Closure closure, void *closure_data)
+{
+    jet_call_t *call = jet_server_call(closure_data);
+    Example__EchoResponse resp = EXAMPLE__ECHO_RESPONSE__INIT;
+    char buf[128];
+    const char *msg = req->message;
+    int code = 0, n = 0;
+
+    if (strcmp(msg, "logid") == 0) {
+        snprintf(buf, sizeof buf, "%llu", (unsigned long long)jet_call_log_id(call));
+        resp.message = buf;
+        closure(&resp, closure_data);
+        return;
+    }
+    if (strcmp(msg, "thread") == 0) {
+        buf[0] = 0;
+        pthread_getname_np(pthread_self(), buf, sizeof buf);
+        resp.message = buf;
+        closure(&resp, closure_data);
+        return;
+    }
+    if (strncmp(msg, "later:", 6) == 0) {
+        later_answer_t *la = calloc(1, sizeof *la);
+        pthread_t th;
+        pthread_attr_t attr;
+        if (!la) abort();
+        la->closure = closure;
+        la->closure_data = closure_data;
+        la->delay_ms = atoi(msg + 6);
+        snprintf(la->message, sizeof la->message, "%s", msg);
+        pthread_attr_init(&attr);
+        pthread_attr_setdetachstate(&attr, PTHREAD_CREATE_DETACHED);
+        if (pthread_create(&th, &attr, later_main, la) != 0) abort();
+        pthread_attr_destroy(&attr);
+        return;
+    }
+    if (sscanf(msg, "fail:%d:%n", &code, &n) == 1 && n > 0) {
+        jet_call_set_failed(call, code, "%s", msg + n);
+        closure(NULL, closure_data);
+        return;
+    }
+    if (sscanf(msg, "failmsg:%d:%n", &code, &n) == 1 && n > 0) {
+        jet_call_set_failed(call, code, "%s", msg + n);
+        resp.message = (char *)msg;
+        jet_iobuf_append(jet_call_response_attachment(call), "must not arrive", 15);
+        closure(&resp, closure_data);
+        return;
+    }
+    if (strcmp(msg, "null") == 0) {
+        closure(NULL, closure_data);
+        return;
+    }
+    resp.message = (char *)msg;
+    jet_call_set_response_compress_type(call, jet_call_request_compress_type(call));
+    jet_iobuf_move(jet_call_response_attachment(call), jet_call_request_attachment(call));
+    closure(&resp, closure_data);
+}
+
+static Example__EchoService_Service g_service = EXAMPLE__ECHO_SERVICE__INIT(t_);
+
+static jet_server_t *g_srv;      /* handlers on the loop threads */
+static jet_server_t *g_pool_srv; /* usercode_in_pool */
+static int g_port, g_pool_port;
+
+static jet_server_t *start_server(const char *addr, bool in_pool, int *port_p)
+{
+    jet_server_options_t so;
+    jet_server_options_init(&so);
+    so.usercode_in_pool = in_pool;
+    so.num_workers = in_pool ? 3 : 0;
+    jet_server_t *srv = NULL;
+    if (jet_server_create(&so, &srv) < 0) return NULL;
+    if (jet_server_add_service(srv, &g_service.base) < 0 || jet_server_start(srv, addr) < 0) {
+        jet_server_destroy(srv);
+        return NULL;
+    }
+    if (port_p) *port_p = jet_server_listen_port(srv);
+    return srv;
+}
+
+static jet_channel_t *open_channel_addr(const char *addr, jet_connection_type_t type)
+{
+    jet_channel_options_t co;
+    jet_channel_options_init(&co);
+    co.connection_type = type;
+    co.timeout_ms = 20000; /* no call here is meant to time out */
+    jet_channel_t *ch = NULL;
+    if (jet_channel_create(addr, &co, &ch) < 0) return NULL;
+    return ch;
+}
+
+static jet_channel_t *open_channel(int port, jet_connection_type_t type)
+{
+    char addr[64];
+    snprintf(addr, sizeof addr, "127.0.0.1:%d", port);
+    return open_channel_addr(addr, type);
+}
+
+/* ---- helpers ------------------------------------------------------------------ */
+
+static void stats(jet_server_t *srv, jet_server_stats_t *st)
+{
+    jet_server_get_stats(srv, st);
+}
+
+/* The server decrements in_flight after it wrote the answer, so a client can
+ * see its answer a moment before: wait (bounded) for the count to drain. */
+static bool wait_in_flight_zero(jet_server_t *srv)
+{
+    uint64_t until = jt_now_us() + WAIT_LIMIT_US;
+    jet_server_stats_t st;
+    for (;;) {
+        stats(srv, &st);
+        if (st.in_flight == 0) return true;
+        if (jt_now_us() > until) return false;
+        usleep(1000);
+    }
+}
+
+static bool wait_open_at_most(jet_server_t *srv, uint64_t n)
+{
+    uint64_t until = jt_now_us() + WAIT_LIMIT_US;
+    jet_server_stats_t st;
+    for (;;) {
+        stats(srv, &st);
+        if (st.connections_open <= n) return true;
+        if (jt_now_us() > until) return false;
+        usleep(1000);
+    }
+}
+
+/* Deterministic bytes, different for every (seed, offset). */
+static void fill_pattern(uint8_t *p, size_t n, uint32_t seed)
+{
+    uint32_t x = seed * 2654435761u + 12345u;
+    for (size_t i = 0; i < n; i++) {
+        x ^= x << 13;
+        x ^= x >> 17;
+        x ^= x << 5;
+        p[i] = (uint8_t)(x >> 7);
+    }
+}
+
+static const char *resp_message(const jet_call_t *call)
+{
+    const Example__EchoResponse *r = (const void *)jet_call_response(call);
+    return r ? r->message : NULL;
+}
+
+static bool resp_is(const jet_call_t *call, const char *expected)
+{
+    const char *m = resp_message(call);
+    return !jet_call_failed(call) && m && strcmp(m, expected) == 0;
+}
+
+typedef struct counter {
+    _Atomic uint32_t n;
+} counter_t;
+
+static void count_done(jet_call_t *call, void *arg)
+{
+    counter_t *c = arg;
+    atomic_fetch_add(&c->n, 1);
+    jet__futex_wake(&c->n, INT_MAX);
+}
+
+static bool wait_count(counter_t *c, uint32_t target)
+{
+    uint64_t until = jt_now_us() + WAIT_LIMIT_US;
+    for (;;) {
+        uint32_t v = atomic_load(&c->n);
+        if (v >= target) return true;
+        if (jt_now_us() > until) return false;
+        jet__futex_wait(&c->n, v, 100000);
+    }
+}
+
+static int sync_echo(jet_channel_t *ch, jet_call_t *call, const char *msg)
+{
+    Example__EchoRequest req = EXAMPLE__ECHO_REQUEST__INIT;
+    req.message = (char *)msg;
+    return jet_channel_call(ch, &example__echo_service__descriptor, 0, call, &req.base, NULL, NULL);
+}
+
+/* ---- cases ---------------------------------------------------------------- */
+
+static void test_sync_calls(void)
+{
+    jet_channel_t *ch = open_channel(g_port, JET_CONNECTION_SINGLE);
+    JT_REQUIRE(ch);
+    jet_server_stats_t before, after;
+    stats(g_srv, &before);
+    jet_call_t *call = jet_call_create();
+    JT_REQUIRE(call);
+    char expected[64], remote[64];
+    snprintf(remote, sizeof remote, "127.0.0.1:%d", g_port);
+    int bad = 0;
+    for (int i = 0; i < 500; i++) {
+        snprintf(expected, sizeof expected, "hello %d", i);
+        jet_call_reset(call);
+        JT_CHECK_EQ(sync_echo(ch, call, expected), 0);
+        if (!resp_is(call, expected) || jet_call_attempts(call) != 1 ||
+            jet_iobuf_len(jet_call_response_attachment(call)) != 0 ||
+            jet_call_response_compress_type(call) != 0 || jet_call_latency_us(call) <= 0 ||
+            strcmp(jet_call_remote_side(call), remote) != 0)
+            bad++;
+    }
+    JT_CHECK_EQ(bad, 0);
+    /* The empty string is a valid value of a required field. */
+    jet_call_reset(call);
+    JT_CHECK_EQ(sync_echo(ch, call, ""), 0);
+    JT_CHECK(resp_is(call, ""));
+    jet_call_destroy(call);
+    JT_CHECK(wait_in_flight_zero(g_srv));
+    stats(g_srv, &after);
+    JT_CHECK_EQ(after.requests - before.requests, 501);
+    JT_CHECK_EQ(after.requests_failed, before.requests_failed);
+    /* A single connection carries every call. */
+    JT_CHECK_EQ(after.connections_accepted - before.connections_accepted, 1);
+    jet_channel_destroy(ch);
+    JT_CHECK(wait_open_at_most(g_srv, before.connections_open));
+}
+
+static void test_async_calls(void)
+{
+    jet_channel_t *ch = open_channel(g_port, JET_CONNECTION_SINGLE);
+    JT_REQUIRE(ch);
+    enum { N = 64 };
+    jet_call_t *calls[N];
+    counter_t done = {0};
+    char msgs[N][32];
+    for (int i = 0; i < N; i++) {
+        calls[i] = jet_call_create();
+        JT_REQUIRE(calls[i]);
+        snprintf(msgs[i], sizeof msgs[i], "async %d", i);
+        Example__EchoRequest req = EXAMPLE__ECHO_REQUEST__INIT;
+        req.message = msgs[i];
+        jet_iobuf_append(jet_call_request_attachment(calls[i]), msgs[i], strlen(msgs[i]));
+        JT_CHECK_EQ(jet_channel_call(ch, &example__echo_service__descriptor, 0, calls[i], &req.base,
+                                     count_done, &done),
+                    0);
+    }
+    JT_CHECK(wait_count(&done, N));
+    for (int i = 0; i < N; i++) {
+        jet_call_join(calls[i]); /* returns at once for a completed call */
+        JT_CHECK(resp_is(calls[i], msgs[i]));
+        JT_CHECK_EQ(jet_iobuf_equals(jet_call_response_attachment(calls[i]), msgs[i],
+                                     strlen(msgs[i])),
+                    0);
+    }
+    /* Done runs exactly once per call. */
+    usleep(20000);
+    JT_CHECK_EQ(atomic_load(&done.n), N);
+    for (int i = 0; i < N; i++) jet_call_destroy(calls[i]);
+    jet_channel_destroy(ch);
+}
+
+/* ---- many threads, many calls in flight on one connection ---- */
+
+enum { MT_THREADS = 8, MT_CALLS = 2000, MT_BATCH = 16 };
+
+typedef struct mt_slot {
+    jet_call_t *call;
+    _Atomic uint32_t ndone;
+    char msg[48];
+    char att[48];
+    size_t att_len;
+} mt_slot_t;
+
+typedef struct mt_ctx {
+    jet_channel_t *ch;
+    int id;
+    jet_connection_type_t type;
+    bool async;
+    int calls;
+    _Atomic int *bad;
+} mt_ctx_t;
+
+static void mt_done(jet_call_t *call, void *arg)
+{
+    counter_t *c = arg;
+    atomic_fetch_add(&c->n, 1);
+    jet__futex_wake(&c->n, INT_MAX);
+}
+
+static void *mt_main(void *arg)
+{
+    mt_ctx_t *ctx = arg;
+    mt_slot_t slots[MT_BATCH];
+    memset(slots, 0, sizeof slots);
+    for (int k = 0; k < MT_BATCH; k++) {
+        slots[k].call = jet_call_create();
+        if (!slots[k].call) abort();
+    }
+    int batch = ctx->async ? MT_BATCH : 1;
+    counter_t done = {0};
+    uint32_t issued = 0;
+    bool stuck = false;
+    for (int r = 0; r * batch < ctx->calls; r++) {
+        for (int k = 0; k < batch; k++) {
+            mt_slot_t *sl = &slots[k];
+            jet_call_reset(sl->call);
+            snprintf(sl->msg, sizeof sl->msg, "t%d r%d k%d", ctx->id, r, k);
+            /* Attachment lengths 0..31, so some calls carry none. */
+            sl->att_len = (size_t)((ctx->id * 7 + r * 3 + k) % 32);
+            fill_pattern((uint8_t *)sl->att, sl->att_len, (uint32_t)(ctx->id << 20 | r << 5 | k));
+            jet_iobuf_append(jet_call_request_attachment(sl->call), sl->att, sl->att_len);
+            Example__EchoRequest req = EXAMPLE__ECHO_REQUEST__INIT;
+            req.message = sl->msg;
+            int rc = jet_channel_call(ctx->ch, &example__echo_service__descriptor, 0, sl->call,
+                                      &req.base, ctx->async ? mt_done : NULL, &done);
+            if (rc != 0) atomic_fetch_add(ctx->bad, 1);
+            if (rc == 0 && ctx->async) issued++;
+        }
+        if (ctx->async && !wait_count(&done, issued)) {
+            atomic_fetch_add(ctx->bad, 1000000);
+            stuck = true;
+            break;
+        }
+        for (int k = 0; k < batch; k++) {
+            mt_slot_t *sl = &slots[k];
+            if (!resp_is(sl->call, sl->msg) ||
+                jet_iobuf_equals(jet_call_response_attachment(sl->call), sl->att, sl->att_len) !=
+                    0) {
+                if (atomic_fetch_add(ctx->bad, 1) < 5)
+                    fprintf(stderr, "  thread %d call %s: [E%d] %s\n", ctx->id, sl->msg,
+                            jet_call_error_code(sl->call), jet_call_error_text(sl->call));
+            }
+        }
+    }
+    if (stuck) return NULL; /* calls still in flight: leak them rather than free them */
+    if (ctx->async && atomic_load(&done.n) != issued) atomic_fetch_add(ctx->bad, 1);
+    for (int k = 0; k < MT_BATCH; k++) jet_call_destroy(slots[k].call);
+    return NULL;
+}
+
+static int run_threads(jet_channel_t *ch, int nthreads, int calls, bool async)
+{
+    pthread_t th[MT_THREADS];
+    mt_ctx_t ctx[MT_THREADS];
+    _Atomic int bad = 0;
+    for (int i = 0; i < nthreads; i++) {
+        ctx[i] = (mt_ctx_t){.ch = ch, .id = i, .async = async, .calls = calls, .bad = &bad};
+        if (pthread_create(&th[i], NULL, mt_main, &ctx[i]) != 0) abort();
+    }
+    for (int i = 0; i < nthreads; i++) pthread_join(th[i], NULL);
+    return atomic_load(&bad);
+}
+
+static void test_threads_single_connection(void)
+{
+    jet_channel_t *ch = open_channel(g_port, JET_CONNECTION_SINGLE);
+    JT_REQUIRE(ch);
+    jet_server_stats_t before, after;
+    stats(g_srv, &before);
+    JT_CHECK_EQ(run_threads(ch, MT_THREADS, MT_CALLS, true), 0);
+    JT_CHECK(wait_in_flight_zero(g_srv));
+    stats(g_srv, &after);
+    JT_CHECK_EQ(after.requests - before.requests, MT_THREADS * MT_CALLS);
+    JT_CHECK_EQ(after.requests_failed, before.requests_failed);
+    JT_CHECK_EQ(after.connections_accepted - before.connections_accepted, 1);
+    jet_channel_destroy(ch);
+    JT_CHECK(wait_open_at_most(g_srv, before.connections_open));
+}
+
+static void test_pooled_connections(void)
+{
+    jet_channel_t *ch = open_channel(g_port, JET_CONNECTION_POOLED);
+    JT_REQUIRE(ch);
+    jet_server_stats_t before, mid, after;
+    stats(g_srv, &before);
+    /* Synchronous: one call per thread at a time, so at most 4 connections. */
+    JT_CHECK_EQ(run_threads(ch, 4, 300, false), 0);
+    stats(g_srv, &mid);
+    JT_CHECK(mid.connections_accepted - before.connections_accepted >= 1);
+    JT_CHECK(mid.connections_accepted - before.connections_accepted <= 4);
+    /* Asynchronous: 16 in flight per thread, one connection each at most. */
+    JT_CHECK_EQ(run_threads(ch, 2, 320, true), 0);
+    JT_CHECK(wait_in_flight_zero(g_srv));
+    stats(g_srv, &after);
+    JT_CHECK_EQ(after.requests - before.requests, 4 * 300 + 2 * 320);
+    JT_CHECK(after.connections_accepted - before.connections_accepted <= 4 + 2 * MT_BATCH);
+    /* Idle connections stay open until the channel goes. */
+    JT_CHECK(after.connections_open > before.connections_open);
+    jet_channel_destroy(ch);
+    JT_CHECK(wait_open_at_most(g_srv, before.connections_open));
+}
+
+static void test_short_connections(void)
+{
+    jet_channel_t *ch = open_channel(g_port, JET_CONNECTION_SHORT);
+    JT_REQUIRE(ch);
+    jet_server_stats_t before, after;
+    stats(g_srv, &before);
+    JT_CHECK_EQ(run_threads(ch, 4, 50, false), 0);
+    JT_CHECK_EQ(run_threads(ch, 1, 64, true), 0);
+    JT_CHECK(wait_in_flight_zero(g_srv));
+    stats(g_srv, &after);
+    /* One connection per call, each closed after its call. */
+    JT_CHECK_EQ(after.connections_accepted - before.connections_accepted, 4 * 50 + 64);
+    JT_CHECK(wait_open_at_most(g_srv, before.connections_open));
+    jet_channel_destroy(ch);
+}
+
+/* ---- payloads ---- */
+
+static void attachment_round_trip(jet_channel_t *ch, size_t len, uint32_t seed)
+{
+    uint8_t *data = malloc(len ? len : 1);
+    JT_REQUIRE(data);
+    fill_pattern(data, len, seed);
+    jet_call_t *call = jet_call_create();
+    jet_call_set_timeout_ms(call, 60000);
+    JT_CHECK_EQ(jet_iobuf_append(jet_call_request_attachment(call), data, len), 0);
+    char msg[64];
+    snprintf(msg, sizeof msg, "attachment %zu", len);
+    JT_CHECK_EQ(sync_echo(ch, call, msg), 0);
+    JT_CHECK(resp_is(call, msg));
+    if (jet_call_failed(call))
+        fprintf(stderr, "  %zu bytes: [E%d] %s\n", len, jet_call_error_code(call),
+                jet_call_error_text(call));
+    jet_iobuf_t *att = jet_call_response_attachment(call);
+    JT_CHECK_EQ(jet_iobuf_len(att), len);
+    JT_CHECK_EQ(jet_iobuf_equals(att, data, len), 0);
+    jet_call_destroy(call);
+    free(data);
+}
+
+static void test_attachments(void)
+{
+    jet_channel_t *ch = open_channel(g_port, JET_CONNECTION_SINGLE);
+    JT_REQUIRE(ch);
+    static const size_t sizes[] = {0, 1, 4095, 4096, 65537, 1u << 20, 16u << 20};
+    for (size_t i = 0; i < sizeof sizes / sizeof sizes[0]; i++)
+        attachment_round_trip(ch, sizes[i], (uint32_t)i + 1);
+    /* A 16 MiB attachment through the worker-pool server too. */
+    jet_channel_t *pch = open_channel(g_pool_port, JET_CONNECTION_SINGLE);
+    JT_REQUIRE(pch);
+    attachment_round_trip(pch, 16u << 20, 99);
+    jet_channel_destroy(pch);
+    jet_channel_destroy(ch);
+}
+
+static void test_compression(void)
+{
+    jet_channel_t *ch = open_channel(g_port, JET_CONNECTION_SINGLE);
+    JT_REQUIRE(ch);
+    /* Compressible (repeated text) and incompressible (random printable) messages. */
+    size_t len = 100000;
+    char *text = malloc(len + 1), *noise = malloc(len + 1);
+    JT_REQUIRE(text && noise);
+    for (size_t i = 0; i < len; i++) text[i] = "the quick brown fox jumps "[i % 26];
+    text[len] = 0;
+    fill_pattern((uint8_t *)noise, len, 7);
+    for (size_t i = 0; i < len; i++) noise[i] = (char)('!' + (uint8_t)noise[i] % 90);
+    noise[len] = 0;
+    static const int types[] = {JET_COMPRESS_NONE, JET_COMPRESS_SNAPPY, JET_COMPRESS_GZIP,
+                                JET_COMPRESS_ZLIB};
+    uint8_t att[3000];
+    fill_pattern(att, sizeof att, 3);
+    for (size_t t = 0; t < sizeof types / sizeof types[0]; t++) {
+        for (int which = 0; which < 3; which++) {
+            const char *msg = which == 0 ? text : which == 1 ? noise : "short";
+            jet_call_t *call = jet_call_create();
+            jet_call_set_request_compress_type(call, types[t]);
+            /* The attachment travels uncompressed next to a compressed message. */
+            jet_iobuf_append(jet_call_request_attachment(call), att, sizeof att);
+            JT_CHECK_EQ(sync_echo(ch, call, msg), 0);
+            JT_CHECK(resp_is(call, msg));
+            if (jet_call_failed(call))
+                fprintf(stderr, "  compress %d: [E%d] %s\n", types[t], jet_call_error_code(call),
+                        jet_call_error_text(call));
+            /* The handler compresses its answer as the request was compressed:
+             * so the server saw the request's type, and the client decoded it. */
+            JT_CHECK_EQ(jet_call_response_compress_type(call), types[t]);
+            JT_CHECK_EQ(jet_iobuf_equals(jet_call_response_attachment(call), att, sizeof att), 0);
+            jet_call_destroy(call);
+        }
+    }
+    /* A type the client cannot compress with fails before anything is sent. */
+    jet_server_stats_t before, after;
+    JT_CHECK(wait_in_flight_zero(g_srv));
+    stats(g_srv, &before);
+    jet_call_t *call = jet_call_create();
+    jet_call_set_request_compress_type(call, 4 /* LZ4: not supported */);
+    JT_CHECK_EQ(sync_echo(ch, call, "lz4"), 0);
+    JT_CHECK(jet_call_failed(call));
+    JT_CHECK_EQ(jet_call_error_code(call), JET_EREQUEST);
+    JT_CHECK(jet_call_response(call) == NULL);
+    stats(g_srv, &after);
+    JT_CHECK_EQ(after.requests, before.requests);
+    jet_call_destroy(call);
+    free(text);
+    free(noise);
+    jet_channel_destroy(ch);
+}
+
+static void test_checksum(void)
+{
+    jet_channel_t *ch = open_channel(g_port, JET_CONNECTION_SINGLE);
+    JT_REQUIRE(ch);
+    uint8_t att[10000];
+    fill_pattern(att, sizeof att, 11);
+    for (int with_att = 0; with_att < 2; with_att++) {
+        for (int has_att = 0; has_att < 2; has_att++) {
+            for (int compress = 0; compress < 2; compress++) {
+                jet_call_t *call = jet_call_create();
+                jet_call_set_request_checksum(call, with_att);
+                if (compress) jet_call_set_request_compress_type(call, JET_COMPRESS_GZIP);
+                if (has_att) jet_iobuf_append(jet_call_request_attachment(call), att, sizeof att);
+                JT_CHECK_EQ(sync_echo(ch, call, "checksummed"), 0);
+                JT_CHECK(resp_is(call, "checksummed"));
+                if (jet_call_failed(call))
+                    fprintf(stderr, "  checksum with_att=%d has_att=%d: [E%d] %s\n", with_att,
+                            has_att, jet_call_error_code(call), jet_call_error_text(call));
+                JT_CHECK_EQ(jet_iobuf_equals(jet_call_response_attachment(call), att,
+                                             has_att ? sizeof att : 0),
+                            0);
+                jet_call_destroy(call);
+            }
+        }
+    }
+    jet_channel_destroy(ch);
+}
+
+static void test_log_id(void)
+{
+    jet_channel_t *ch = open_channel(g_port, JET_CONNECTION_SINGLE);
+    JT_REQUIRE(ch);
+    static const uint64_t ids[] = {1, 123456789, 0x7fffffffffffffffull, 0xfedcba9876543210ull};
+    char expected[32];
+    for (size_t i = 0; i < sizeof ids / sizeof ids[0]; i++) {
+        jet_call_t *call = jet_call_create();
+        jet_call_set_log_id(call, ids[i]);
+        JT_CHECK_EQ(jet_call_log_id(call), ids[i]);
+        JT_CHECK_EQ(sync_echo(ch, call, "logid"), 0);
+        snprintf(expected, sizeof expected, "%llu", (unsigned long long)ids[i]);
+        JT_CHECK(resp_is(call, expected));
+        jet_call_destroy(call);
+    }
+    /* Without one the handler sees 0. */
+    jet_call_t *call = jet_call_create();
+    JT_CHECK_EQ(sync_echo(ch, call, "logid"), 0);
+    JT_CHECK(resp_is(call, "0"));
+    jet_call_destroy(call);
+    jet_channel_destroy(ch);
+}
+
+static void test_unix_socket(void)
+{
+    char path[108], addr[128];
+    snprintf(path, sizeof path, "/tmp/jetrpc_test_echo_%d.sock", (int)getpid());
+    snprintf(addr, sizeof addr, "unix:%s", path);
+    jet_server_t *srv = start_server(addr, false, NULL);
+    JT_REQUIRE(srv);
+    JT_CHECK(access(path, F_OK) == 0);
+    jet_channel_t *ch = open_channel_addr(addr, JET_CONNECTION_SINGLE);
+    JT_CHECK(ch);
+    if (ch) {
+        uint8_t att[70000];
+        fill_pattern(att, sizeof att, 5);
+        for (int i = 0; i < 50; i++) {
+            jet_call_t *call = jet_call_create();
+            char msg[32];
+            snprintf(msg, sizeof msg, "unix %d", i);
+            jet_iobuf_append(jet_call_request_attachment(call), att, (size_t)i * 1000);
+            JT_CHECK_EQ(sync_echo(ch, call, msg), 0);
+            JT_CHECK(resp_is(call, msg));
+            JT_CHECK_EQ(jet_iobuf_equals(jet_call_response_attachment(call), att, (size_t)i * 1000),
+                        0);
+            if (i == 0) JT_CHECK(strstr(jet_call_remote_side(call), path) != NULL);
+            jet_call_destroy(call);
+        }
+        JT_CHECK_EQ(run_threads(ch, 4, 200, true), 0);
+        jet_channel_destroy(ch);
+    }
+    jet_server_stats_t st;
+    stats(srv, &st);
+    JT_CHECK_EQ(st.connections_accepted, 1);
+    jet_server_stop(srv);
+    jet_server_destroy(srv);
+    /* The server removes its socket file. */
+    JT_CHECK(access(path, F_OK) != 0);
+}
+
+static void test_handler_answers_later(void)
+{
+    jet_channel_t *ch = open_channel(g_port, JET_CONNECTION_SINGLE);
+    JT_REQUIRE(ch);
+    /* Synchronous, with an attachment that the late answer moves back. */
+    jet_call_t *call = jet_call_create();
+    jet_iobuf_append(jet_call_request_attachment(call), "late bytes", 10);
+    JT_CHECK_EQ(sync_echo(ch, call, "later:50"), 0);
+    JT_CHECK(resp_is(call, "later:50"));
+    JT_CHECK_EQ(jet_iobuf_equals(jet_call_response_attachment(call), "late bytes", 10), 0);
+    jet_call_destroy(call);
+    /* Asynchronous, answered out of order: later delays first. */
+    enum { N = 12 };
+    jet_call_t *calls[N];
+    char msgs[N][32];
+    counter_t done = {0};
+    for (int i = 0; i < N; i++) {
+        calls[i] = jet_call_create();
+        snprintf(msgs[i], sizeof msgs[i], "later:%d", (N - i) * 10);
+        Example__EchoRequest req = EXAMPLE__ECHO_REQUEST__INIT;
+        req.message = msgs[i];
+        JT_CHECK_EQ(jet_channel_call(ch, &example__echo_service__descriptor, 0, calls[i], &req.base,
+                                     count_done, &done),
+                    0);
+    }
+    JT_CHECK(wait_count(&done, N));
+    for (int i = 0; i < N; i++) {
+        JT_CHECK(resp_is(calls[i], msgs[i]));
+        jet_call_destroy(calls[i]);
+    }
+    /* While a handler holds its answer, the loop keeps serving others. */
+    jet_call_t *slow = jet_call_create();
+    counter_t slow_done = {0};
+    Example__EchoRequest req = EXAMPLE__ECHO_REQUEST__INIT;
+    req.message = "later:300";
+    JT_CHECK_EQ(jet_channel_call(ch, &example__echo_service__descriptor, 0, slow, &req.base,
+                                 count_done, &slow_done),
+                0);
+    call = jet_call_create();
+    JT_CHECK_EQ(sync_echo(ch, call, "meanwhile"), 0);
+    JT_CHECK(resp_is(call, "meanwhile"));
+    jet_call_destroy(call);
+    JT_CHECK(wait_count(&slow_done, 1));
+    JT_CHECK(resp_is(slow, "later:300"));
+    jet_call_destroy(slow);
+    jet_channel_destroy(ch);
+}
+
+static void test_usercode_in_pool(void)
+{
+    jet_channel_t *ch = open_channel(g_pool_port, JET_CONNECTION_SINGLE);
+    jet_channel_t *loop_ch = open_channel(g_port, JET_CONNECTION_SINGLE);
+    JT_REQUIRE(ch && loop_ch);
+    jet_call_t *call = jet_call_create();
+    JT_CHECK_EQ(sync_echo(ch, call, "thread"), 0);
+    JT_CHECK(resp_is(call, "jet_worker"));
+    jet_call_reset(call);
+    JT_CHECK_EQ(sync_echo(loop_ch, call, "thread"), 0);
+    JT_CHECK(!jet_call_failed(call));
+    JT_CHECK(resp_message(call) && strncmp(resp_message(call), "jet_loop", 8) == 0);
+    jet_call_destroy(call);
+    /* Everything else works the same through the pool. */
+    JT_CHECK_EQ(run_threads(ch, 4, 400, true), 0);
+    call = jet_call_create();
+    JT_CHECK_EQ(sync_echo(ch, call, "fail:4321:from a worker"), 0);
+    JT_CHECK_EQ(jet_call_error_code(call), 4321);
+    JT_CHECK(strstr(jet_call_error_text(call), "from a worker") != NULL);
+    jet_call_destroy(call);
+    JT_CHECK(wait_in_flight_zero(g_pool_srv));
+    jet_channel_destroy(ch);
+    jet_channel_destroy(loop_ch);
+}
+
+static void test_handler_set_failed(void)
+{
+    jet_channel_t *ch = open_channel(g_port, JET_CONNECTION_SINGLE);
+    JT_REQUIRE(ch);
+    jet_server_stats_t before, after;
+    JT_CHECK(wait_in_flight_zero(g_srv));
+    stats(g_srv, &before);
+    jet_call_t *call = jet_call_create();
+    jet_iobuf_append(jet_call_request_attachment(call), "req att", 7);
+    JT_CHECK_EQ(sync_echo(ch, call, "fail:5678:handler refused x=7"), 0);
+    JT_CHECK(jet_call_failed(call));
+    JT_CHECK_EQ(jet_call_error_code(call), 5678);
+    JT_CHECK(strstr(jet_call_error_text(call), "handler refused x=7") != NULL);
+    JT_CHECK(jet_call_response(call) == NULL);
+    JT_CHECK_EQ(jet_call_attempts(call), 1); /* a server error is not retried */
+    JT_CHECK_EQ(jet_iobuf_len(jet_call_response_attachment(call)), 0);
+
+    /* With a message passed to the closure anyway: still a failure, no message. */
+    jet_call_reset(call);
+    JT_CHECK_EQ(sync_echo(ch, call, "failmsg:77:no message"), 0);
+    JT_CHECK_EQ(jet_call_error_code(call), 77);
+    JT_CHECK(strstr(jet_call_error_text(call), "no message") != NULL);
+    JT_CHECK(jet_call_response(call) == NULL);
+    JT_CHECK_EQ(jet_iobuf_len(jet_call_response_attachment(call)), 0);
+
+    /* A brpc code from a handler. */
+    jet_call_reset(call);
+    JT_CHECK_EQ(sync_echo(ch, call, "fail:1003:you sent nonsense"), 0);
+    JT_CHECK_EQ(jet_call_error_code(call), JET_EREQUEST);
+    JT_CHECK(strstr(jet_call_error_text(call), "you sent nonsense") != NULL);
+
+    /* 0 and negative codes become EINTERNAL. */
+    jet_call_reset(call);
+    JT_CHECK_EQ(sync_echo(ch, call, "fail:0:zero code"), 0);
+    JT_CHECK_EQ(jet_call_error_code(call), JET_EINTERNAL);
+    JT_CHECK(strstr(jet_call_error_text(call), "zero code") != NULL);
+    jet_call_reset(call);
+    JT_CHECK_EQ(sync_echo(ch, call, "fail:-5:negative code"), 0);
+    JT_CHECK_EQ(jet_call_error_code(call), JET_EINTERNAL);
+
+    /* closure(NULL) without set_failed. */
+    jet_call_reset(call);
+    JT_CHECK_EQ(sync_echo(ch, call, "null"), 0);
+    JT_CHECK(jet_call_failed(call));
+    JT_CHECK_EQ(jet_call_error_code(call), JET_EINTERNAL);
+    JT_CHECK(jet_call_response(call) == NULL);
+
+    /* The connection is fine afterwards. */
+    jet_call_reset(call);
+    JT_CHECK_EQ(sync_echo(ch, call, "still alive"), 0);
+    JT_CHECK(resp_is(call, "still alive"));
+    jet_call_destroy(call);
+    JT_CHECK(wait_in_flight_zero(g_srv));
+    stats(g_srv, &after);
+    JT_CHECK_EQ(after.requests - before.requests, 7);
+    JT_CHECK_EQ(after.requests_failed - before.requests_failed, 6);
+    JT_CHECK_EQ(after.connections_accepted - before.connections_accepted, 1);
+    jet_channel_destroy(ch);
+}
+
+static void test_missing_required_field(void)
+{
+    jet_channel_t *ch = open_channel(g_port, JET_CONNECTION_SINGLE);
+    JT_REQUIRE(ch);
+    jet_server_stats_t before, after;
+    JT_CHECK(wait_in_flight_zero(g_srv));
+    stats(g_srv, &before);
+    Example__EchoRequest req = EXAMPLE__ECHO_REQUEST__INIT; /* message (required) unset */
+    jet_call_t *call = jet_call_create();
+    JT_CHECK_EQ(jet_channel_call(ch, &example__echo_service__descriptor, 0, call, &req.base, NULL,
+                                 NULL),
+                0);
+    JT_CHECK(jet_call_failed(call));
+    JT_CHECK_EQ(jet_call_error_code(call), JET_EREQUEST);
+    JT_CHECK_EQ(jet_call_attempts(call), 1);
+    JT_CHECK(jet_call_response(call) == NULL);
+    /* Asynchronous: done runs inside jet_channel_call. */
+    counter_t done = {0};
+    jet_call_reset(call);
+    JT_CHECK_EQ(jet_channel_call(ch, &example__echo_service__descriptor, 0, call, &req.base,
+                                 count_done, &done),
+                0);
+    JT_CHECK_EQ(atomic_load(&done.n), 1);
+    JT_CHECK_EQ(jet_call_error_code(call), JET_EREQUEST);
+    stats(g_srv, &after);
+    JT_CHECK_EQ(after.requests, before.requests);
+    /* Nothing was connected for it. */
+    JT_CHECK_EQ(after.connections_accepted, before.connections_accepted);
+    /* The call object is reusable for a proper request. */
+    jet_call_reset(call);
+    JT_CHECK_EQ(sync_echo(ch, call, "proper"), 0);
+    JT_CHECK(resp_is(call, "proper"));
+    jet_call_destroy(call);
+    jet_channel_destroy(ch);
+}
+
+static void test_misuse(void)
+{
+    jet_channel_t *ch = open_channel(g_port, JET_CONNECTION_SINGLE);
+    JT_REQUIRE(ch);
+    jet_call_t *call = jet_call_create();
+    Example__EchoRequest req = EXAMPLE__ECHO_REQUEST__INIT;
+    req.message = "x";
+    /* Unknown method index. */
+    JT_CHECK_EQ(jet_channel_call(ch, &example__echo_service__descriptor, 1, call, &req.base, NULL,
+                                 NULL),
+                -EINVAL);
+    JT_CHECK_EQ(jet_channel_call(ch, &example__echo_service__descriptor, 1000000, call, &req.base,
+                                 NULL, NULL),
+                -EINVAL);
+    /* A request of another type than the method's input. */
+    Example__EchoResponse wrong = EXAMPLE__ECHO_RESPONSE__INIT;
+    wrong.message = "x";
+    JT_CHECK_EQ(jet_channel_call(ch, &example__echo_service__descriptor, 0, call, &wrong.base, NULL,
+                                 NULL),
+                -EINVAL);
+    JT_CHECK_EQ(jet_channel_call(NULL, &example__echo_service__descriptor, 0, call, &req.base, NULL,
+                                 NULL),
+                -EINVAL);
+    JT_CHECK_EQ(jet_channel_call(ch, &example__echo_service__descriptor, 0, NULL, &req.base, NULL,
+                                 NULL),
+                -EINVAL);
+    /* A call in flight cannot be issued again. */
+    counter_t done = {0};
+    req.message = "later:1000"; /* long enough to still be in flight below */
+    JT_CHECK_EQ(jet_channel_call(ch, &example__echo_service__descriptor, 0, call, &req.base,
+                                 count_done, &done),
+                0);
+    req.message = "again";
+    JT_CHECK_EQ(jet_channel_call(ch, &example__echo_service__descriptor, 0, call, &req.base, NULL,
+                                 NULL),
+                -EINVAL);
+    jet_call_join(call);
+    JT_CHECK(wait_count(&done, 1));
+    JT_CHECK(resp_is(call, "later:1000"));
+    /* After the refusals the call works. */
+    jet_call_reset(call);
+    JT_CHECK_EQ(sync_echo(ch, call, "after misuse"), 0);
+    JT_CHECK(resp_is(call, "after misuse"));
+    jet_call_destroy(call);
+    jet_channel_destroy(ch);
+}
+
+static void test_call_reuse(void)
+{
+    jet_channel_t *ch = open_channel(g_port, JET_CONNECTION_SINGLE);
+    JT_REQUIRE(ch);
+    jet_call_t *call = jet_call_create();
+    jet_call_set_log_id(call, 42);
+    jet_iobuf_append(jet_call_request_attachment(call), "first", 5);
+    JT_CHECK_EQ(sync_echo(ch, call, "one"), 0);
+    JT_CHECK(resp_is(call, "one"));
+    JT_CHECK_EQ(jet_iobuf_equals(jet_call_response_attachment(call), "first", 5), 0);
+
+    /* Reset: everything back to a new call's state. */
+    jet_call_reset(call);
+    JT_CHECK(!jet_call_failed(call));
+    JT_CHECK_EQ(jet_call_error_code(call), 0);
+    JT_CHECK(jet_call_response(call) == NULL);
+    JT_CHECK_EQ(jet_iobuf_len(jet_call_request_attachment(call)), 0);
+    JT_CHECK_EQ(jet_iobuf_len(jet_call_response_attachment(call)), 0);
+    JT_CHECK_EQ(jet_call_log_id(call), 0);
+    JT_CHECK_EQ(jet_call_attempts(call), 0);
+    JT_CHECK_EQ(sync_echo(ch, call, "logid"), 0);
+    JT_CHECK(resp_is(call, "0"));
+    JT_CHECK_EQ(jet_iobuf_len(jet_call_response_attachment(call)), 0);
+
+    /* Reset after a failure. */
+    jet_call_reset(call);
+    JT_CHECK_EQ(sync_echo(ch, call, "fail:99:first fails"), 0);
+    JT_CHECK_EQ(jet_call_error_code(call), 99);
+    jet_call_reset(call);
+    JT_CHECK(!jet_call_failed(call));
+    JT_CHECK_EQ(strcmp(jet_call_error_text(call), ""), 0);
+    jet_iobuf_append(jet_call_request_attachment(call), "second", 6);
+    JT_CHECK_EQ(sync_echo(ch, call, "two"), 0);
+    JT_CHECK(resp_is(call, "two"));
+    JT_CHECK_EQ(jet_iobuf_equals(jet_call_response_attachment(call), "second", 6), 0);
+
+    /* Reset after an asynchronous call, then reuse asynchronously. */
+    counter_t done = {0};
+    for (int i = 0; i < 20; i++) {
+        jet_call_reset(call);
+        char msg[32];
+        snprintf(msg, sizeof msg, "round %d", i);
+        Example__EchoRequest req = EXAMPLE__ECHO_REQUEST__INIT;
+        req.message = msg;
+        JT_CHECK_EQ(jet_channel_call(ch, &example__echo_service__descriptor, 0, call, &req.base,
+                                     count_done, &done),
+                    0);
+        JT_CHECK(wait_count(&done, (uint32_t)i + 1));
+        JT_CHECK(resp_is(call, msg));
+    }
+    jet_call_destroy(call);
+    jet_channel_destroy(ch);
+}
+
+int main(void)
+{
+    g_srv = start_server("127.0.0.1:0", false, &g_port);
+    g_pool_srv = start_server("127.0.0.1:0", true, &g_pool_port);
+    if (!g_srv || !g_pool_srv || g_port <= 0 || g_pool_port <= 0) {
+        fprintf(stderr, "cannot start the echo servers\n");
+        return 1;
+    }
+    JT_RUN(test_sync_calls);
+    JT_RUN(test_async_calls);
+    JT_RUN(test_threads_single_connection);
+    JT_RUN(test_pooled_connections);
+    JT_RUN(test_short_connections);
+    JT_RUN(test_attachments);
+    JT_RUN(test_compression);
+    JT_RUN(test_checksum);
+    JT_RUN(test_log_id);
+    JT_RUN(test_unix_socket);
+    JT_RUN(test_handler_answers_later);
+    JT_RUN(test_usercode_in_pool);
+    JT_RUN(test_handler_set_failed);
+    JT_RUN(test_missing_required_field);
+    JT_RUN(test_misuse);
+    JT_RUN(test_call_reuse);
+    jet_server_stats_t st;
+    jet_server_get_stats(g_srv, &st);
+    jet_server_stop(g_srv);
+    jet_server_stop(g_pool_srv);
+    jet_server_destroy(g_srv);
+    jet_server_destroy(g_pool_srv);
+    return jt_finish();
+}

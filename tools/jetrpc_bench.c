@@ -1,0 +1,903 @@
+/* jetrpc_bench: echo RPC throughput and latency between two processes of
+ * this host.
+ *
+ * The bench forks and execs itself as the echo server (--bench_role=server,
+ * on a loopback port or, with --unix_socket, a unix socket) or calls an
+ * external echo server (--server). The client keeps thread_num x queue_depth
+ * calls in flight: with queue_depth 1 (and no --async) each thread makes
+ * synchronous calls back to back, the latency case; otherwise every slot is
+ * an asynchronous call whose done callback, on an event-loop thread, records
+ * it and issues the next one. Each thread has its own channel (connection)
+ * unless --share_channel.
+ *
+ * A run is a warm-up, then test_seconds measured: calls completed in the
+ * window, their latencies (a log-bucketed histogram per slot, merged at the
+ * end), the payload bytes, and the CPU time both processes used in the window
+ * (the forked server reports its getrusage over the control socket).
+ *
+ * The per-call path of the bench allocates nothing: each slot reuses its call
+ * object (whose request attachment stays filled across calls) and all slots
+ * share one request message; what the library allocates per call is its own. */
+#include <errno.h>
+#include <fcntl.h>
+#include <inttypes.h>
+#include <limits.h>
+#include <poll.h>
+#include <pthread.h>
+#include <signal.h>
+#include <stdatomic.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/prctl.h>
+#include <sys/resource.h>
+#include <sys/socket.h>
+#include <sys/wait.h>
+#include <time.h>
+#include <unistd.h>
+
+#include <jetrpc/jetrpc.h>
+
+#include "echo.pb-c.h"
+
+/* Names of brpc's example/rdma_performance where it has the setting. */
+JET_FLAG_DEFINE_INT32(thread_num, 1, "Client threads, each with its own channel (connection)");
+JET_FLAG_DEFINE_INT32(queue_depth, 1,
+                      "Calls in flight per thread; 1 makes synchronous calls unless --async");
+JET_FLAG_DEFINE_INT32(attachment_size, 0, "Bytes of request attachment");
+JET_FLAG_DEFINE_BOOL(echo_attachment, true, "The forked server echoes the attachment back");
+JET_FLAG_DEFINE_INT32(test_seconds, 10, "Measured seconds of each run");
+JET_FLAG_DEFINE_INT32(warmup_seconds, 2, "Unmeasured seconds before each run");
+JET_FLAG_DEFINE_STRING(socket_mode, "tcp",
+                       "Transport: tcp, ubring or urma; a comma list runs each in turn");
+JET_FLAG_DEFINE_INT32(message_size, 16, "Bytes of the request's message string (echoed back)");
+JET_FLAG_DEFINE_STRING(server, "",
+                       "Call this external echo server (ip:port or unix:/path) instead of "
+                       "forking one");
+JET_FLAG_DEFINE_BOOL(unix_socket, false, "The forked server listens on a unix socket, not TCP");
+JET_FLAG_DEFINE_BOOL(json, false, "Print one JSON object per run instead of the table");
+JET_FLAG_DEFINE_BOOL(matrix, false,
+                     "Run the standard set (1x1 and 8x8 at 16 B, 1x1 with a 1 MiB attachment)");
+JET_FLAG_DEFINE_BOOL(async, false, "Asynchronous calls even when queue_depth is 1");
+JET_FLAG_DEFINE_BOOL(share_channel, false, "All threads call through one channel");
+JET_FLAG_DEFINE_INT32(rpc_timeout_ms, 2000, "RPC call timeout");
+JET_FLAG_DEFINE_BOOL(usercode_in_pool, false, "Forked server: run handlers on worker threads");
+JET_FLAG_DEFINE_STRING(bench_role, "client", "Internal: 'server' in the forked server process");
+JET_FLAG_DEFINE_INT32(bench_ctl_fd, -1, "Internal: the forked server's control socket");
+
+#define BENCH_MAX_SLOTS   65536
+#define BENCH_MIB         (1024.0 * 1024.0)
+#define BENCH_REF_LABEL   "brpc (reference, quiet machine)"
+#define BENCH_CTL_WAIT_MS 10000
+
+/* ---- latency histogram -------------------------------------------------------
+ * HDR-style: values (ns) below 2*SUB are exact; above, each power of two is cut
+ * into SUB buckets, so a bucket is at most 1/SUB (3%) of its value wide. */
+
+#define HIST_SUB_BITS  5
+#define HIST_SUB       (1u << HIST_SUB_BITS)
+#define HIST_MAX_SHIFT 36 /* top bucket starts near 2^41 ns (~37 min) */
+#define HIST_BUCKETS   ((HIST_MAX_SHIFT + 2) * HIST_SUB)
+
+typedef struct bench_hist {
+    uint64_t count;
+    uint64_t sum_ns;
+    uint64_t min_ns;
+    uint64_t max_ns;
+    uint64_t b[HIST_BUCKETS];
+} bench_hist_t;
+
+static unsigned hist_index(uint64_t v)
+{
+    if (v < 2 * HIST_SUB) return (unsigned)v;
+    unsigned shift = (unsigned)(63 - __builtin_clzll(v)) - HIST_SUB_BITS;
+    if (shift > HIST_MAX_SHIFT) return HIST_BUCKETS - 1;
+    return (shift + 1) * HIST_SUB + (unsigned)(v >> shift) - HIST_SUB;
+}
+
+/* The middle of bucket idx. */
+static uint64_t hist_value(unsigned idx)
+{
+    if (idx < 2 * HIST_SUB) return idx;
+    unsigned shift = idx / HIST_SUB - 1;
+    uint64_t low = (uint64_t)(HIST_SUB + idx % HIST_SUB) << shift;
+    return low + ((1ull << shift) >> 1);
+}
+
+static inline void hist_add(bench_hist_t *h, uint64_t v)
+{
+    h->b[hist_index(v)]++;
+    if (h->count == 0 || v < h->min_ns) h->min_ns = v;
+    if (v > h->max_ns) h->max_ns = v;
+    h->count++;
+    h->sum_ns += v;
+}
+
+static void hist_merge(bench_hist_t *dst, const bench_hist_t *src)
+{
+    if (!src->count) return;
+    for (unsigned i = 0; i < HIST_BUCKETS; i++) dst->b[i] += src->b[i];
+    if (dst->count == 0 || src->min_ns < dst->min_ns) dst->min_ns = src->min_ns;
+    if (src->max_ns > dst->max_ns) dst->max_ns = src->max_ns;
+    dst->count += src->count;
+    dst->sum_ns += src->sum_ns;
+}
+
+/* The value at quantile q (0..1], in ns; 0 for an empty histogram. */
+static double hist_quantile(const bench_hist_t *h, double q)
+{
+    if (!h->count) return 0;
+    uint64_t rank = (uint64_t)(q * (double)h->count + 0.999999);
+    if (rank < 1) rank = 1;
+    if (rank > h->count) rank = h->count;
+    uint64_t seen = 0;
+    for (unsigned i = 0; i < HIST_BUCKETS; i++) {
+        seen += h->b[i];
+        if (seen >= rank) {
+            uint64_t v = hist_value(i);
+            if (v < h->min_ns) v = h->min_ns;
+            if (v > h->max_ns) v = h->max_ns;
+            return (double)v;
+        }
+    }
+    return (double)h->max_ns;
+}
+
+/* ---- small helpers ------------------------------------------------------------ */
+
+static int64_t bench_now_ns(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (int64_t)ts.tv_sec * 1000000000 + ts.tv_nsec;
+}
+
+static double bench_self_cpu_us(void)
+{
+    struct rusage ru;
+    getrusage(RUSAGE_SELF, &ru);
+    return (double)(ru.ru_utime.tv_sec + ru.ru_stime.tv_sec) * 1e6 +
+           (double)(ru.ru_utime.tv_usec + ru.ru_stime.tv_usec);
+}
+
+/* Reads one '\n'-terminated line (without it) within timeout_ms. 0, -ETIMEDOUT,
+ * -EPIPE at EOF, -EMSGSIZE, or -errno. Control traffic only: byte reads are fine. */
+static int bench_read_line(int fd, char *buf, size_t size, int timeout_ms)
+{
+    int64_t deadline = bench_now_ns() + (int64_t)timeout_ms * 1000000;
+    size_t n = 0;
+    for (;;) {
+        int64_t left_ms = (deadline - bench_now_ns()) / 1000000;
+        if (left_ms <= 0) return -ETIMEDOUT;
+        struct pollfd pfd = {.fd = fd, .events = POLLIN};
+        int rc = poll(&pfd, 1, (int)left_ms);
+        if (rc < 0 && errno != EINTR) return -errno;
+        if (rc <= 0) continue;
+        char c;
+        ssize_t got = read(fd, &c, 1);
+        if (got == 0) return -EPIPE;
+        if (got < 0) {
+            if (errno == EINTR || errno == EAGAIN) continue;
+            return -errno;
+        }
+        if (c == '\n') {
+            buf[n] = '\0';
+            return 0;
+        }
+        if (n + 1 >= size) return -EMSGSIZE;
+        buf[n++] = c;
+    }
+}
+
+/* ---- the forked server ---------------------------------------------------------
+ * Control protocol on a socketpair: the server writes "ready <addr>\n" (or
+ * "error <text>\n") once started; each byte 'c' from the client is answered
+ * with "cpu <microseconds of user+system time>\n"; EOF stops the server. */
+
+static void echo_echo(Example__EchoService_Service *service, const Example__EchoRequest *req,
+                      Example__EchoResponse_Closure closure, void *closure_data)
+{
+    Example__EchoResponse resp = EXAMPLE__ECHO_RESPONSE__INIT;
+    resp.message = req->message;
+    if (JET_FLAG(echo_attachment)) {
+        jet_call_t *call = jet_server_call(closure_data);
+        jet_iobuf_move(jet_call_response_attachment(call), jet_call_request_attachment(call));
+    }
+    closure(&resp, closure_data);
+}
+
+static int bench_server_main(void)
+{
+    int ctl = JET_FLAG(bench_ctl_fd);
+    if (ctl < 0) {
+        fprintf(stderr, "jetrpc_bench: --bench_role=server needs --bench_ctl_fd\n");
+        return 2;
+    }
+    /* The client may die without closing the control socket cleanly. */
+    prctl(PR_SET_PDEATHSIG, SIGKILL);
+    if (getppid() == 1) return 1;
+
+    jet_server_options_t opts;
+    jet_server_options_init(&opts);
+    opts.usercode_in_pool = JET_FLAG(usercode_in_pool);
+    opts.graceful_stop_ms = 1000;
+    int rc = jet_socket_mode_parse(JET_FLAG(socket_mode), &opts.socket_mode);
+    if (rc < 0) {
+        dprintf(ctl, "error unknown socket_mode '%s'\n", JET_FLAG(socket_mode));
+        return 2;
+    }
+    static Example__EchoService_Service service = EXAMPLE__ECHO_SERVICE__INIT(echo_);
+    char addr[128];
+    if (JET_FLAG(unix_socket)) {
+        snprintf(addr, sizeof addr, "unix:/tmp/jetrpc_bench.%d.sock", (int)getpid());
+        unlink(addr + 5);
+    } else {
+        snprintf(addr, sizeof addr, "127.0.0.1:0");
+    }
+    jet_server_t *srv;
+    rc = jet_server_create(&opts, &srv);
+    if (rc < 0) {
+        dprintf(ctl, "error jet_server_create: %s\n", jet_strerror(rc));
+        return 1;
+    }
+    rc = jet_server_add_service(srv, &service.base);
+    if (rc == 0) rc = jet_server_start(srv, addr);
+    if (rc < 0) {
+        dprintf(ctl, "error cannot serve on %s: %s\n", addr, jet_strerror(rc));
+        goto out_destroy;
+    }
+    if (!JET_FLAG(unix_socket))
+        snprintf(addr, sizeof addr, "127.0.0.1:%d", jet_server_listen_port(srv));
+    dprintf(ctl, "ready %s\n", addr);
+    for (;;) {
+        char c;
+        ssize_t got = read(ctl, &c, 1);
+        if (got < 0 && errno == EINTR) continue;
+        if (got <= 0) break;
+        if (c == 'c') dprintf(ctl, "cpu %.0f\n", bench_self_cpu_us());
+    }
+    jet_server_stop(srv);
+out_destroy:
+    jet_server_destroy(srv);
+    if (JET_FLAG(unix_socket)) unlink(addr + 5);
+    return rc < 0 ? 1 : 0;
+}
+
+typedef struct bench_server {
+    pid_t pid;
+    int ctl;
+    char addr[128];
+} bench_server_t;
+
+/* argv as given, before jet_flags_parse consumed it: the server gets the same
+ * flags (library ones included), plus its role and mode appended (later
+ * arguments win). */
+static int bench_argc;
+static char **bench_argv;
+
+static void bench_server_reap(bench_server_t *s)
+{
+    if (s->ctl >= 0) close(s->ctl);
+    s->ctl = -1;
+    if (s->pid <= 0) return;
+    for (int i = 0; i < 1000; i++) {
+        pid_t r = waitpid(s->pid, NULL, WNOHANG);
+        if (r == s->pid || (r < 0 && errno != EINTR)) {
+            s->pid = 0;
+            return;
+        }
+        usleep(10000);
+    }
+    fprintf(stderr, "jetrpc_bench: server %d did not stop, killing it\n", (int)s->pid);
+    kill(s->pid, SIGKILL);
+    waitpid(s->pid, NULL, 0);
+    s->pid = 0;
+}
+
+static int bench_server_spawn(const char *mode, bench_server_t *s)
+{
+    s->pid = 0;
+    s->ctl = -1;
+    int sv[2];
+    if (socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, sv) < 0) return -errno;
+    char role[] = "--bench_role=server";
+    char fdarg[48], modearg[96];
+    snprintf(fdarg, sizeof fdarg, "--bench_ctl_fd=%d", sv[1]);
+    snprintf(modearg, sizeof modearg, "--socket_mode=%s", mode);
+    char **argv = calloc((size_t)bench_argc + 4, sizeof *argv);
+    if (!argv) {
+        close(sv[0]);
+        close(sv[1]);
+        return -ENOMEM;
+    }
+    for (int i = 0; i < bench_argc; i++) argv[i] = bench_argv[i];
+    argv[bench_argc] = role;
+    argv[bench_argc + 1] = fdarg;
+    argv[bench_argc + 2] = modearg;
+    pid_t pid = fork();
+    if (pid == 0) {
+        /* Only async-signal-safe calls between fork and exec: other threads may
+         * have held locks at the fork. */
+        if (fcntl(sv[1], F_SETFD, 0) < 0) _exit(127);
+        execv("/proc/self/exe", argv);
+        _exit(127);
+    }
+    int err = pid < 0 ? -errno : 0;
+    free(argv);
+    close(sv[1]);
+    if (err) {
+        close(sv[0]);
+        return err;
+    }
+    s->pid = pid;
+    s->ctl = sv[0];
+    char line[256];
+    int rc = bench_read_line(s->ctl, line, sizeof line, BENCH_CTL_WAIT_MS);
+    if (rc == 0 && strncmp(line, "ready ", 6) == 0) {
+        snprintf(s->addr, sizeof s->addr, "%s", line + 6);
+        return 0;
+    }
+    if (rc == 0)
+        fprintf(stderr, "jetrpc_bench: server (%s): %s\n", mode, line);
+    else
+        fprintf(stderr, "jetrpc_bench: server (%s) did not start: %s\n", mode, jet_strerror(rc));
+    bench_server_reap(s);
+    return rc < 0 ? rc : -EIO;
+}
+
+/* CPU microseconds the server process used so far; -1 when unknown. */
+static double bench_server_cpu_us(bench_server_t *s)
+{
+    if (!s || s->ctl < 0) return -1;
+    if (send(s->ctl, "c", 1, MSG_NOSIGNAL) != 1) return -1;
+    char line[64];
+    double us;
+    if (bench_read_line(s->ctl, line, sizeof line, BENCH_CTL_WAIT_MS) < 0 ||
+        sscanf(line, "cpu %lf", &us) != 1)
+        return -1;
+    return us;
+}
+
+/* ---- one run -------------------------------------------------------------------- */
+
+enum { PHASE_WARMUP, PHASE_MEASURE, PHASE_STOP };
+
+typedef struct bench_cfg {
+    const char *mode_name;
+    jet_socket_mode_t mode;
+    int threads;
+    int depth;
+    bool sync;
+    int msg_size;
+    int att_size;
+} bench_cfg_t;
+
+typedef struct bench_result {
+    bench_cfg_t cfg;
+    double seconds;
+    uint64_t calls;
+    uint64_t errors;
+    double bytes;
+    double avg_us, p50_us, p99_us, p999_us, max_us;
+    double client_cpu_us; /* over the window */
+    double server_cpu_us; /* < 0: unknown */
+} bench_result_t;
+
+typedef struct bench_run bench_run_t;
+
+typedef struct bench_slot {
+    bench_run_t *run;
+    jet_channel_t *ch;
+    jet_call_t *call;
+    pthread_t thread;
+    bool thread_started;
+    int64_t start_ns;
+    uint64_t errors;
+    uint64_t bytes;
+    bench_hist_t hist;
+} bench_slot_t;
+
+struct bench_run {
+    const bench_cfg_t *cfg;
+    _Atomic int phase;
+    uint64_t req_bytes; /* payload of one request */
+    pthread_mutex_t lock;
+    pthread_cond_t cond;
+    int nslots;
+    int finished; /* slots that stopped issuing */
+    char first_error[256];
+};
+
+static Example__EchoRequest bench_request = EXAMPLE__ECHO_REQUEST__INIT;
+
+static void bench_note_error(bench_run_t *run, const char *text)
+{
+    pthread_mutex_lock(&run->lock);
+    if (!run->first_error[0]) snprintf(run->first_error, sizeof run->first_error, "%s", text);
+    pthread_mutex_unlock(&run->lock);
+}
+
+static void bench_slot_finish(bench_slot_t *sl)
+{
+    bench_run_t *run = sl->run;
+    pthread_mutex_lock(&run->lock);
+    run->finished++;
+    pthread_cond_broadcast(&run->cond);
+    pthread_mutex_unlock(&run->lock);
+}
+
+/* Accounts the call that just ended; true when the slot should issue another. */
+static bool bench_slot_done(bench_slot_t *sl, int64_t now)
+{
+    bench_run_t *run = sl->run;
+    jet_call_t *call = sl->call;
+    int phase = atomic_load_explicit(&run->phase, memory_order_relaxed);
+    if (jet_call_failed(call)) {
+        /* As brpc's rdma_performance does, a failed slot stops: a dead server
+         * must not turn the bench into a busy loop. */
+        sl->errors++;
+        char text[256];
+        snprintf(text, sizeof text, "[E%d] %s", jet_call_error_code(call),
+                 jet_call_error_text(call));
+        bench_note_error(run, text);
+        return false;
+    }
+    if (phase == PHASE_MEASURE) {
+        hist_add(&sl->hist, (uint64_t)(now - sl->start_ns));
+        sl->bytes += run->req_bytes + (uint64_t)run->cfg->msg_size +
+                     jet_iobuf_len(jet_call_response_attachment(call));
+    }
+    return phase != PHASE_STOP;
+}
+
+static void *bench_sync_thread(void *arg)
+{
+    bench_slot_t *sl = arg;
+    for (;;) {
+        sl->start_ns = bench_now_ns();
+        int rc = jet_channel_call(sl->ch, &example__echo_service__descriptor, 0, sl->call,
+                                  &bench_request.base, NULL, NULL);
+        if (rc < 0) {
+            sl->errors++;
+            bench_note_error(sl->run, jet_strerror(rc));
+            break;
+        }
+        if (!bench_slot_done(sl, bench_now_ns())) break;
+    }
+    bench_slot_finish(sl);
+    return NULL;
+}
+
+static void bench_async_issue(bench_slot_t *sl);
+
+/* Runs on an event-loop thread (or inside jet_channel_call when the call
+ * failed before being sent: a failed slot does not re-issue, so this never
+ * recurses). */
+static void bench_async_done(jet_call_t *call, void *arg)
+{
+    bench_slot_t *sl = arg;
+    if (bench_slot_done(sl, bench_now_ns()))
+        bench_async_issue(sl);
+    else
+        bench_slot_finish(sl);
+}
+
+static void bench_async_issue(bench_slot_t *sl)
+{
+    sl->start_ns = bench_now_ns();
+    /* After this returns the call may be complete and the slot finished: no
+     * access to sl here. */
+    int rc = jet_channel_call(sl->ch, &example__echo_service__descriptor, 0, sl->call,
+                              &bench_request.base, bench_async_done, sl);
+    if (rc < 0) {
+        sl->errors++;
+        bench_note_error(sl->run, jet_strerror(rc));
+        bench_slot_finish(sl);
+    }
+}
+
+/* Waits until deadline_ns (CLOCK_MONOTONIC) or until every slot finished.
+ * true when every slot finished. */
+static bool bench_wait(bench_run_t *run, int64_t deadline_ns)
+{
+    struct timespec ts = {.tv_sec = deadline_ns / 1000000000, .tv_nsec = deadline_ns % 1000000000};
+    pthread_mutex_lock(&run->lock);
+    while (run->finished < run->nslots) {
+        int rc = pthread_cond_timedwait(&run->cond, &run->lock, &ts);
+        if (rc == ETIMEDOUT) break;
+    }
+    bool all = run->finished >= run->nslots;
+    pthread_mutex_unlock(&run->lock);
+    return all;
+}
+
+static int bench_run_one(const bench_cfg_t *cfg, const char *addr, bench_server_t *srv,
+                         bench_result_t *res)
+{
+    int rc = 0;
+    memset(res, 0, sizeof *res);
+    res->cfg = *cfg;
+    int nslots = cfg->threads * cfg->depth;
+    int nch = JET_FLAG(share_channel) ? 1 : cfg->threads;
+
+    /* On the heap: a run abandoned with calls in flight is leaked, not freed
+     * under their feet. */
+    bench_run_t *run = calloc(1, sizeof *run);
+    if (!run) return -ENOMEM;
+    run->cfg = cfg;
+    run->nslots = nslots;
+    run->req_bytes = (uint64_t)cfg->msg_size + (uint64_t)cfg->att_size;
+    atomic_init(&run->phase, PHASE_WARMUP);
+    pthread_mutex_init(&run->lock, NULL);
+    pthread_condattr_t ca;
+    pthread_condattr_init(&ca);
+    pthread_condattr_setclock(&ca, CLOCK_MONOTONIC);
+    pthread_cond_init(&run->cond, &ca);
+    pthread_condattr_destroy(&ca);
+
+    jet_channel_t **chs = calloc((size_t)nch, sizeof *chs);
+    bench_slot_t *slots = calloc((size_t)nslots, sizeof *slots);
+    char *att = cfg->att_size > 0 ? malloc((size_t)cfg->att_size) : NULL;
+    if (!chs || !slots || (cfg->att_size > 0 && !att)) {
+        rc = -ENOMEM;
+        goto out_free;
+    }
+    for (int i = 0; i < cfg->att_size; i++) att[i] = (char)('a' + i % 26);
+
+    jet_channel_options_t copts;
+    jet_channel_options_init(&copts);
+    copts.socket_mode = cfg->mode;
+    copts.timeout_ms = JET_FLAG(rpc_timeout_ms);
+    copts.max_retry = 0;
+    for (int i = 0; i < nch; i++) {
+        rc = jet_channel_create(addr, &copts, &chs[i]);
+        if (rc < 0) {
+            fprintf(stderr, "jetrpc_bench: channel to %s: %s\n", addr, jet_strerror(rc));
+            goto out_channels;
+        }
+    }
+    for (int i = 0; i < nslots; i++) {
+        bench_slot_t *sl = &slots[i];
+        sl->run = run;
+        sl->ch = chs[(i / cfg->depth) % nch];
+        sl->call = jet_call_create();
+        if (!sl->call) {
+            rc = -ENOMEM;
+            goto out_calls;
+        }
+        /* Filled once: a call keeps its request attachment across uses. */
+        if (att && jet_iobuf_append(jet_call_request_attachment(sl->call), att,
+                                    (size_t)cfg->att_size) < 0) {
+            rc = -ENOMEM;
+            goto out_calls;
+        }
+    }
+
+    int started = 0;
+    for (; started < nslots; started++) {
+        bench_slot_t *sl = &slots[started];
+        if (cfg->sync) {
+            int err = pthread_create(&sl->thread, NULL, bench_sync_thread, sl);
+            if (err) {
+                rc = -err;
+                break;
+            }
+            sl->thread_started = true;
+        } else {
+            bench_async_issue(sl);
+        }
+    }
+    double ccpu0 = 0, scpu0 = -1, ccpu1 = 0, scpu1 = -1;
+    int64_t t0 = bench_now_ns(), t1 = t0;
+    if (started < nslots) {
+        /* The slots never started count as finished; the others are stopped. */
+        pthread_mutex_lock(&run->lock);
+        run->finished += nslots - started;
+        pthread_mutex_unlock(&run->lock);
+        atomic_store(&run->phase, PHASE_STOP);
+    } else {
+        bench_wait(run, t0 + (int64_t)JET_FLAG(warmup_seconds) * 1000000000);
+        ccpu0 = bench_self_cpu_us();
+        scpu0 = bench_server_cpu_us(srv);
+        t0 = bench_now_ns();
+        atomic_store(&run->phase, PHASE_MEASURE);
+        bench_wait(run, t0 + (int64_t)JET_FLAG(test_seconds) * 1000000000);
+        atomic_store(&run->phase, PHASE_STOP);
+        t1 = bench_now_ns();
+        ccpu1 = bench_self_cpu_us();
+        scpu1 = bench_server_cpu_us(srv);
+    }
+
+    int64_t drain_ms = (JET_FLAG(rpc_timeout_ms) > 0 ? JET_FLAG(rpc_timeout_ms) : 10000) + 5000;
+    if (!bench_wait(run, bench_now_ns() + drain_ms * 1000000)) {
+        fprintf(stderr, "jetrpc_bench: %d of %d slots did not finish; abandoning the run\n",
+                run->nslots - run->finished, run->nslots);
+        return -ETIMEDOUT;
+    }
+    for (int i = 0; i < nslots; i++)
+        if (slots[i].thread_started) pthread_join(slots[i].thread, NULL);
+    if (rc < 0) goto out_calls;
+
+    bench_hist_t *all = calloc(1, sizeof *all);
+    if (!all) {
+        rc = -ENOMEM;
+        goto out_calls;
+    }
+    uint64_t bytes = 0;
+    for (int i = 0; i < nslots; i++) {
+        hist_merge(all, &slots[i].hist);
+        bytes += slots[i].bytes;
+        res->errors += slots[i].errors;
+    }
+    res->seconds = (double)(t1 - t0) / 1e9;
+    res->calls = all->count;
+    res->bytes = (double)bytes;
+    res->avg_us = all->count ? (double)all->sum_ns / (double)all->count / 1e3 : 0;
+    res->p50_us = hist_quantile(all, 0.50) / 1e3;
+    res->p99_us = hist_quantile(all, 0.99) / 1e3;
+    res->p999_us = hist_quantile(all, 0.999) / 1e3;
+    res->max_us = (double)all->max_ns / 1e3;
+    res->client_cpu_us = ccpu1 - ccpu0;
+    res->server_cpu_us = scpu0 >= 0 && scpu1 >= 0 ? scpu1 - scpu0 : -1;
+    free(all);
+    if (run->first_error[0])
+        fprintf(stderr, "jetrpc_bench: %" PRIu64 " failed calls, first: %s\n", res->errors,
+                run->first_error);
+
+out_calls:
+    for (int i = 0; i < nslots; i++) jet_call_destroy(slots[i].call);
+out_channels:
+    for (int i = 0; i < nch; i++) jet_channel_destroy(chs[i]);
+out_free:
+    free(att);
+    free(slots);
+    free(chs);
+    pthread_cond_destroy(&run->cond);
+    pthread_mutex_destroy(&run->lock);
+    free(run);
+    return rc;
+}
+
+/* ---- output ------------------------------------------------------------------- */
+
+#define ROW_FMT "%-32s %-11s %7s %8s %9s %8s %8s %8s %9s %9s %11s %11s %6s\n"
+
+static void bench_print_header(void)
+{
+    printf(ROW_FMT, "mode", "thr x depth", "msg B", "att B", "QPS", "avg us", "p50 us", "p99 us",
+           "p99.9 us", "MB/s", "cli us/call", "srv us/call", "errors");
+}
+
+static void bench_fmt(char *buf, size_t size, const char *fmt, double v)
+{
+    if (v < 0)
+        snprintf(buf, size, "-");
+    else
+        snprintf(buf, size, fmt, v);
+}
+
+typedef struct bench_row {
+    const char *label;
+    int threads, depth;
+    bool sync;
+    int msg, att;
+    /* < 0: unknown */
+    double qps, avg, p50, p99, p999, mbps, ccpu, scpu;
+    double errors;
+} bench_row_t;
+
+static void bench_row_from_result(const bench_result_t *r, bench_row_t *row)
+{
+    double calls = (double)r->calls;
+    row->label = r->cfg.mode_name;
+    row->threads = r->cfg.threads;
+    row->depth = r->cfg.depth;
+    row->sync = r->cfg.sync;
+    row->msg = r->cfg.msg_size;
+    row->att = r->cfg.att_size;
+    row->qps = r->seconds > 0 ? calls / r->seconds : 0;
+    row->avg = r->avg_us;
+    row->p50 = r->p50_us;
+    row->p99 = r->p99_us;
+    row->p999 = r->p999_us;
+    row->mbps = r->seconds > 0 ? r->bytes / BENCH_MIB / r->seconds : 0;
+    row->ccpu = calls > 0 ? r->client_cpu_us / calls : -1;
+    row->scpu = calls > 0 && r->server_cpu_us >= 0 ? r->server_cpu_us / calls : -1;
+    row->errors = (double)r->errors;
+}
+
+static void bench_print_row(const bench_row_t *row)
+{
+    char shape[32], msg[16], att[16], qps[24], avg[16], p50[16], p99[16], p999[16], mbps[24],
+        ccpu[16], scpu[16], err[24];
+    snprintf(shape, sizeof shape, "%dx%d %s", row->threads, row->depth,
+             row->sync ? "sync" : "async");
+    snprintf(msg, sizeof msg, "%d", row->msg);
+    snprintf(att, sizeof att, "%d", row->att);
+    bench_fmt(qps, sizeof qps, "%.0f", row->qps);
+    bench_fmt(avg, sizeof avg, "%.1f", row->avg);
+    bench_fmt(p50, sizeof p50, "%.1f", row->p50);
+    bench_fmt(p99, sizeof p99, "%.1f", row->p99);
+    bench_fmt(p999, sizeof p999, "%.1f", row->p999);
+    bench_fmt(mbps, sizeof mbps, "%.2f", row->mbps);
+    bench_fmt(ccpu, sizeof ccpu, "%.1f", row->ccpu);
+    bench_fmt(scpu, sizeof scpu, "%.1f", row->scpu);
+    bench_fmt(err, sizeof err, "%.0f", row->errors);
+    printf(ROW_FMT, row->label, shape, msg, att, qps, avg, p50, p99, p999, mbps, ccpu, scpu, err);
+}
+
+static void bench_json_num(const char *key, double v, const char *fmt, bool last)
+{
+    printf("\"%s\":", key);
+    if (v < 0)
+        printf("null");
+    else
+        printf(fmt, v);
+    printf(last ? "}\n" : ",");
+}
+
+static void bench_print_json(const bench_row_t *row, const bench_result_t *r)
+{
+    printf("{\"label\":\"%s\",\"reference\":%s,\"threads\":%d,\"queue_depth\":%d,"
+           "\"sync\":%s,\"message_size\":%d,\"attachment_size\":%d,\"echo_attachment\":%s,",
+           row->label, r ? "false" : "true", row->threads, row->depth,
+           row->sync ? "true" : "false", row->msg, row->att,
+           JET_FLAG(echo_attachment) ? "true" : "false");
+    if (r) {
+        printf("\"seconds\":%.3f,\"calls\":%" PRIu64 ",\"errors\":%" PRIu64 ",", r->seconds,
+               r->calls, r->errors);
+        double s = r->seconds > 0 ? r->seconds : 1;
+        bench_json_num("client_cpu_pct", r->client_cpu_us / s / 1e4, "%.1f", false);
+        bench_json_num("server_cpu_pct", r->server_cpu_us >= 0 ? r->server_cpu_us / s / 1e4 : -1,
+                       "%.1f", false);
+        bench_json_num("lat_max_us", r->max_us, "%.1f", false);
+    }
+    bench_json_num("qps", row->qps, "%.1f", false);
+    bench_json_num("lat_avg_us", row->avg, "%.2f", false);
+    bench_json_num("lat_p50_us", row->p50, "%.2f", false);
+    bench_json_num("lat_p99_us", row->p99, "%.2f", false);
+    bench_json_num("lat_p999_us", row->p999, "%.2f", false);
+    bench_json_num("mb_per_s", row->mbps, "%.3f", false);
+    bench_json_num("client_cpu_us_per_call", row->ccpu, "%.2f", false);
+    bench_json_num("server_cpu_us_per_call", row->scpu, "%.2f", true);
+}
+
+/* brpc's figures on this kind of machine (quiet), for the standard set. */
+static const bench_row_t bench_refs[] = {
+    {BENCH_REF_LABEL, 1, 1, true, 16, 0, 19700, -1, 42, -1, -1, -1, -1, -1, -1},
+    {BENCH_REF_LABEL, 8, 8, false, 16, 0, 33700, -1, -1, -1, -1, -1, -1, -1, -1},
+    {BENCH_REF_LABEL, 1, 1, true, 16, 1 << 20, -1, -1, -1, -1, -1, 328, -1, -1, -1},
+};
+
+/* ---- main ---------------------------------------------------------------------- */
+
+static int bench_check_flags(void)
+{
+    if (JET_FLAG(thread_num) < 1 || JET_FLAG(queue_depth) < 1 ||
+        (int64_t)JET_FLAG(thread_num) * JET_FLAG(queue_depth) > BENCH_MAX_SLOTS) {
+        fprintf(stderr, "jetrpc_bench: need thread_num >= 1, queue_depth >= 1 and at most %d "
+                        "calls in flight\n", BENCH_MAX_SLOTS);
+        return -EINVAL;
+    }
+    if (JET_FLAG(message_size) < 0 || JET_FLAG(attachment_size) < 0) {
+        fprintf(stderr, "jetrpc_bench: message_size and attachment_size must be >= 0\n");
+        return -EINVAL;
+    }
+    if (JET_FLAG(test_seconds) < 1 || JET_FLAG(warmup_seconds) < 0) {
+        fprintf(stderr, "jetrpc_bench: need test_seconds >= 1 and warmup_seconds >= 0\n");
+        return -EINVAL;
+    }
+    return 0;
+}
+
+/* Runs the standard set (or the single configuration of the flags) for one
+ * socket mode; fills results from *n on. */
+static int bench_mode(const char *mode_name, bench_result_t *results, int *n, int max)
+{
+    jet_socket_mode_t mode;
+    if (jet_socket_mode_parse(mode_name, &mode) < 0) {
+        fprintf(stderr, "jetrpc_bench: unknown socket_mode '%s'\n", mode_name);
+        return -EINVAL;
+    }
+    bench_cfg_t cfgs[3];
+    int ncfg = 0;
+    if (JET_FLAG(matrix)) {
+        cfgs[ncfg++] = (bench_cfg_t){NULL, mode, 1, 1, true, 16, 0};
+        cfgs[ncfg++] = (bench_cfg_t){NULL, mode, 8, 8, false, 16, 0};
+        cfgs[ncfg++] = (bench_cfg_t){NULL, mode, 1, 1, true, 16, 1 << 20};
+    } else {
+        int depth = JET_FLAG(queue_depth);
+        cfgs[ncfg++] = (bench_cfg_t){NULL,
+                                     mode,
+                                     JET_FLAG(thread_num),
+                                     depth,
+                                     depth == 1 && !JET_FLAG(async),
+                                     JET_FLAG(message_size),
+                                     JET_FLAG(attachment_size)};
+    }
+    bench_server_t srv = {.pid = 0, .ctl = -1};
+    const char *addr = JET_FLAG(server);
+    if (!addr[0]) {
+        int rc = bench_server_spawn(mode_name, &srv);
+        if (rc < 0) return rc;
+        addr = srv.addr;
+    }
+    int rc = 0;
+    for (int i = 0; i < ncfg && *n < max; i++) {
+        cfgs[i].mode_name = jet_socket_mode_name(mode);
+        fprintf(stderr, "jetrpc_bench: %s %dx%d %s msg=%d att=%d on %s: %ds warm-up + %ds\n",
+                cfgs[i].mode_name, cfgs[i].threads, cfgs[i].depth,
+                cfgs[i].sync ? "sync" : "async", cfgs[i].msg_size, cfgs[i].att_size, addr,
+                JET_FLAG(warmup_seconds), JET_FLAG(test_seconds));
+        rc = bench_run_one(&cfgs[i], addr, srv.ctl >= 0 ? &srv : NULL, &results[*n]);
+        if (rc < 0) break;
+        (*n)++;
+    }
+    /* A run abandoned with calls in flight leaves the server alone: stopping
+     * it would only turn those calls into errors we can no longer count. */
+    if (rc != -ETIMEDOUT) bench_server_reap(&srv);
+    return rc;
+}
+
+int main(int argc, char **argv)
+{
+    bench_argc = argc;
+    bench_argv = calloc((size_t)argc + 1, sizeof *bench_argv);
+    if (!bench_argv) return 1;
+    for (int i = 0; i < argc; i++) bench_argv[i] = argv[i];
+    if (jet_flags_parse(&argc, &argv) < 0) return 2;
+    if (argc > 1) {
+        fprintf(stderr, "jetrpc_bench: unexpected argument '%s' (see --help)\n", argv[1]);
+        return 2;
+    }
+    if (strcmp(JET_FLAG(bench_role), "server") == 0) {
+        int rc = bench_server_main();
+        free(bench_argv);
+        return rc;
+    }
+    if (strcmp(JET_FLAG(bench_role), "client") != 0) {
+        fprintf(stderr, "jetrpc_bench: unknown --bench_role=%s\n", JET_FLAG(bench_role));
+        return 2;
+    }
+    if (bench_check_flags() < 0) return 2;
+    signal(SIGPIPE, SIG_IGN);
+
+    int msg_size = JET_FLAG(matrix) ? 16 : JET_FLAG(message_size);
+    char *msg = malloc((size_t)msg_size + 1);
+    if (!msg) return 1;
+    memset(msg, 'x', (size_t)msg_size);
+    msg[msg_size] = '\0';
+    bench_request.message = msg;
+
+    enum { MAX_RESULTS = 64 };
+    bench_result_t results[MAX_RESULTS];
+    int nres = 0, rc = 0;
+    char *modes = strdup(JET_FLAG(socket_mode)), *save = NULL;
+    if (!modes) return 1;
+    for (char *m = strtok_r(modes, ",", &save); m && rc == 0; m = strtok_r(NULL, ",", &save))
+        rc = bench_mode(m, results, &nres, MAX_RESULTS);
+    free(modes);
+
+    if (!JET_FLAG(json) && (nres > 0 || JET_FLAG(matrix))) bench_print_header();
+    for (int i = 0; i < nres; i++) {
+        bench_row_t row;
+        bench_row_from_result(&results[i], &row);
+        if (JET_FLAG(json))
+            bench_print_json(&row, &results[i]);
+        else
+            bench_print_row(&row);
+    }
+    if (JET_FLAG(matrix)) {
+        for (size_t i = 0; i < sizeof bench_refs / sizeof bench_refs[0]; i++) {
+            if (JET_FLAG(json))
+                bench_print_json(&bench_refs[i], NULL);
+            else
+                bench_print_row(&bench_refs[i]);
+        }
+    }
+    fflush(stdout);
+    free(msg);
+    free(bench_argv);
+    if (rc == -ETIMEDOUT) _exit(1); /* calls still in flight: no orderly teardown */
+    return rc < 0 ? 1 : 0;
+}
