@@ -65,7 +65,7 @@ JET_FLAG_DEFINE_BOOL(usercode_in_pool, false, "Forked server: run handlers on wo
 JET_FLAG_DEFINE_STRING(bench_role, "client", "Internal: 'server' in the forked server process");
 JET_FLAG_DEFINE_INT32(bench_ctl_fd, -1, "Internal: the forked server's control socket");
 
-#define BENCH_MAX_SLOTS   65536
+#define BENCH_MAX_SLOTS   4096 /* a 10 KiB histogram each */
 #define BENCH_MIB         (1024.0 * 1024.0)
 #define BENCH_REF_LABEL   "brpc (reference, quiet machine)"
 #define BENCH_CTL_WAIT_MS 10000
@@ -116,7 +116,8 @@ static inline void hist_add(bench_hist_t *h, uint64_t v)
 static void hist_merge(bench_hist_t *dst, const bench_hist_t *src)
 {
     if (!src->count) return;
-    for (unsigned i = 0; i < HIST_BUCKETS; i++) dst->b[i] += src->b[i];
+    for (unsigned i = 0; i < HIST_BUCKETS; i++)
+        dst->b[i] += src->b[i];
     if (dst->count == 0 || src->min_ns < dst->min_ns) dst->min_ns = src->min_ns;
     if (src->max_ns > dst->max_ns) dst->max_ns = src->max_ns;
     dst->count += src->count;
@@ -266,7 +267,7 @@ out_destroy:
 typedef struct bench_server {
     pid_t pid;
     int ctl;
-    char addr[128];
+    char addr[256];
 } bench_server_t;
 
 /* argv as given, before jet_flags_parse consumed it: the server gets the same
@@ -274,6 +275,9 @@ typedef struct bench_server {
  * arguments win). */
 static int bench_argc;
 static char **bench_argv;
+/* Our own executable, resolved once: exec of "/proc/self/exe" itself would
+ * run the wrong program under valgrind, which virtualises readlink only. */
+static char bench_exe[PATH_MAX];
 
 static void bench_server_reap(bench_server_t *s)
 {
@@ -310,7 +314,8 @@ static int bench_server_spawn(const char *mode, bench_server_t *s)
         close(sv[1]);
         return -ENOMEM;
     }
-    for (int i = 0; i < bench_argc; i++) argv[i] = bench_argv[i];
+    for (int i = 0; i < bench_argc; i++)
+        argv[i] = bench_argv[i];
     argv[bench_argc] = role;
     argv[bench_argc + 1] = fdarg;
     argv[bench_argc + 2] = modearg;
@@ -319,7 +324,7 @@ static int bench_server_spawn(const char *mode, bench_server_t *s)
         /* Only async-signal-safe calls between fork and exec: other threads may
          * have held locks at the fork. */
         if (fcntl(sv[1], F_SETFD, 0) < 0) _exit(127);
-        execv("/proc/self/exe", argv);
+        execv(bench_exe, argv);
         _exit(127);
     }
     int err = pid < 0 ? -errno : 0;
@@ -331,7 +336,7 @@ static int bench_server_spawn(const char *mode, bench_server_t *s)
     }
     s->pid = pid;
     s->ctl = sv[0];
-    char line[256];
+    char line[sizeof s->addr - 8];
     int rc = bench_read_line(s->ctl, line, sizeof line, BENCH_CTL_WAIT_MS);
     if (rc == 0 && strncmp(line, "ready ", 6) == 0) {
         snprintf(s->addr, sizeof s->addr, "%s", line + 6);
@@ -485,8 +490,8 @@ static void bench_async_done(jet_call_t *call, void *arg)
 static void bench_async_issue(bench_slot_t *sl)
 {
     sl->start_ns = bench_now_ns();
-    /* After this returns the call may be complete and the slot finished: no
-     * access to sl here. */
+    /* Once issued (rc == 0) the call may already be complete and the slot
+     * finished and freed: sl is touched again only when it was not issued. */
     int rc = jet_channel_call(sl->ch, &example__echo_service__descriptor, 0, sl->call,
                               &bench_request.base, bench_async_done, sl);
     if (rc < 0) {
@@ -542,7 +547,8 @@ static int bench_run_one(const bench_cfg_t *cfg, const char *addr, bench_server_
         rc = -ENOMEM;
         goto out_free;
     }
-    for (int i = 0; i < cfg->att_size; i++) att[i] = (char)('a' + i % 26);
+    for (int i = 0; i < cfg->att_size; i++)
+        att[i] = (char)('a' + i % 26);
 
     jet_channel_options_t copts;
     jet_channel_options_init(&copts);
@@ -645,9 +651,11 @@ static int bench_run_one(const bench_cfg_t *cfg, const char *addr, bench_server_
                 run->first_error);
 
 out_calls:
-    for (int i = 0; i < nslots; i++) jet_call_destroy(slots[i].call);
+    for (int i = 0; i < nslots; i++)
+        jet_call_destroy(slots[i].call);
 out_channels:
-    for (int i = 0; i < nch; i++) jet_channel_destroy(chs[i]);
+    for (int i = 0; i < nch; i++)
+        jet_channel_destroy(chs[i]);
 out_free:
     free(att);
     free(slots);
@@ -696,10 +704,11 @@ static void bench_row_from_result(const bench_result_t *r, bench_row_t *row)
     row->msg = r->cfg.msg_size;
     row->att = r->cfg.att_size;
     row->qps = r->seconds > 0 ? calls / r->seconds : 0;
-    row->avg = r->avg_us;
-    row->p50 = r->p50_us;
-    row->p99 = r->p99_us;
-    row->p999 = r->p999_us;
+    /* No completed call: no latency to show (not zero). */
+    row->avg = calls > 0 ? r->avg_us : -1;
+    row->p50 = calls > 0 ? r->p50_us : -1;
+    row->p99 = calls > 0 ? r->p99_us : -1;
+    row->p999 = calls > 0 ? r->p999_us : -1;
     row->mbps = r->seconds > 0 ? r->bytes / BENCH_MIB / r->seconds : 0;
     row->ccpu = calls > 0 ? r->client_cpu_us / calls : -1;
     row->scpu = calls > 0 && r->server_cpu_us >= 0 ? r->server_cpu_us / calls : -1;
@@ -740,9 +749,8 @@ static void bench_print_json(const bench_row_t *row, const bench_result_t *r)
 {
     printf("{\"label\":\"%s\",\"reference\":%s,\"threads\":%d,\"queue_depth\":%d,"
            "\"sync\":%s,\"message_size\":%d,\"attachment_size\":%d,\"echo_attachment\":%s,",
-           row->label, r ? "false" : "true", row->threads, row->depth,
-           row->sync ? "true" : "false", row->msg, row->att,
-           JET_FLAG(echo_attachment) ? "true" : "false");
+           row->label, r ? "false" : "true", row->threads, row->depth, row->sync ? "true" : "false",
+           row->msg, row->att, JET_FLAG(echo_attachment) ? "true" : "false");
     if (r) {
         printf("\"seconds\":%.3f,\"calls\":%" PRIu64 ",\"errors\":%" PRIu64 ",", r->seconds,
                r->calls, r->errors);
@@ -775,8 +783,10 @@ static int bench_check_flags(void)
 {
     if (JET_FLAG(thread_num) < 1 || JET_FLAG(queue_depth) < 1 ||
         (int64_t)JET_FLAG(thread_num) * JET_FLAG(queue_depth) > BENCH_MAX_SLOTS) {
-        fprintf(stderr, "jetrpc_bench: need thread_num >= 1, queue_depth >= 1 and at most %d "
-                        "calls in flight\n", BENCH_MAX_SLOTS);
+        fprintf(stderr,
+                "jetrpc_bench: need thread_num >= 1, queue_depth >= 1 and at most %d "
+                "calls in flight\n",
+                BENCH_MAX_SLOTS);
         return -EINVAL;
     }
     if (JET_FLAG(message_size) < 0 || JET_FLAG(attachment_size) < 0) {
@@ -807,13 +817,12 @@ static int bench_mode(const char *mode_name, bench_result_t *results, int *n, in
         cfgs[ncfg++] = (bench_cfg_t){NULL, mode, 1, 1, true, 16, 1 << 20};
     } else {
         int depth = JET_FLAG(queue_depth);
-        cfgs[ncfg++] = (bench_cfg_t){NULL,
-                                     mode,
-                                     JET_FLAG(thread_num),
-                                     depth,
-                                     depth == 1 && !JET_FLAG(async),
-                                     JET_FLAG(message_size),
-                                     JET_FLAG(attachment_size)};
+        cfgs[ncfg++] = (bench_cfg_t){.mode = mode,
+                                     .threads = JET_FLAG(thread_num),
+                                     .depth = depth,
+                                     .sync = depth == 1 && !JET_FLAG(async),
+                                     .msg_size = JET_FLAG(message_size),
+                                     .att_size = JET_FLAG(attachment_size)};
     }
     bench_server_t srv = {.pid = 0, .ctl = -1};
     const char *addr = JET_FLAG(server);
@@ -826,9 +835,9 @@ static int bench_mode(const char *mode_name, bench_result_t *results, int *n, in
     for (int i = 0; i < ncfg && *n < max; i++) {
         cfgs[i].mode_name = jet_socket_mode_name(mode);
         fprintf(stderr, "jetrpc_bench: %s %dx%d %s msg=%d att=%d on %s: %ds warm-up + %ds\n",
-                cfgs[i].mode_name, cfgs[i].threads, cfgs[i].depth,
-                cfgs[i].sync ? "sync" : "async", cfgs[i].msg_size, cfgs[i].att_size, addr,
-                JET_FLAG(warmup_seconds), JET_FLAG(test_seconds));
+                cfgs[i].mode_name, cfgs[i].threads, cfgs[i].depth, cfgs[i].sync ? "sync" : "async",
+                cfgs[i].msg_size, cfgs[i].att_size, addr, JET_FLAG(warmup_seconds),
+                JET_FLAG(test_seconds));
         rc = bench_run_one(&cfgs[i], addr, srv.ctl >= 0 ? &srv : NULL, &results[*n]);
         if (rc < 0) break;
         (*n)++;
@@ -844,7 +853,8 @@ int main(int argc, char **argv)
     bench_argc = argc;
     bench_argv = calloc((size_t)argc + 1, sizeof *bench_argv);
     if (!bench_argv) return 1;
-    for (int i = 0; i < argc; i++) bench_argv[i] = argv[i];
+    for (int i = 0; i < argc; i++)
+        bench_argv[i] = argv[i];
     if (jet_flags_parse(&argc, &argv) < 0) return 2;
     if (argc > 1) {
         fprintf(stderr, "jetrpc_bench: unexpected argument '%s' (see --help)\n", argv[1]);
@@ -860,6 +870,12 @@ int main(int argc, char **argv)
         return 2;
     }
     if (bench_check_flags() < 0) return 2;
+    ssize_t exe_len = readlink("/proc/self/exe", bench_exe, sizeof bench_exe - 1);
+    if (exe_len <= 0) {
+        fprintf(stderr, "jetrpc_bench: cannot find my own executable: %s\n", strerror(errno));
+        return 1;
+    }
+    bench_exe[exe_len] = '\0';
     signal(SIGPIPE, SIG_IGN);
 
     int msg_size = JET_FLAG(matrix) ? 16 : JET_FLAG(message_size);
@@ -872,6 +888,7 @@ int main(int argc, char **argv)
     enum { MAX_RESULTS = 64 };
     bench_result_t results[MAX_RESULTS];
     int nres = 0, rc = 0;
+    bool had_errors = false;
     char *modes = strdup(JET_FLAG(socket_mode)), *save = NULL;
     if (!modes) return 1;
     for (char *m = strtok_r(modes, ",", &save); m && rc == 0; m = strtok_r(NULL, ",", &save))
@@ -882,6 +899,7 @@ int main(int argc, char **argv)
     for (int i = 0; i < nres; i++) {
         bench_row_t row;
         bench_row_from_result(&results[i], &row);
+        if (results[i].errors) had_errors = true;
         if (JET_FLAG(json))
             bench_print_json(&row, &results[i]);
         else
@@ -899,5 +917,5 @@ int main(int argc, char **argv)
     free(msg);
     free(bench_argv);
     if (rc == -ETIMEDOUT) _exit(1); /* calls still in flight: no orderly teardown */
-    return rc < 0 ? 1 : 0;
+    return rc < 0 || had_errors ? 1 : 0;
 }

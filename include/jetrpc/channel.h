@@ -49,7 +49,10 @@ int jet_channel_call(jet_channel_t *ch, const ProtobufCServiceDescriptor *servic
                      unsigned method_index, jet_call_t *call, const ProtobufCMessage *request,
                      jet_call_done_cb_t done, void *arg);
 
-/* Waits for an asynchronous call to complete (not from its loop thread). */
+/* Waits until an asynchronous call is complete and its done callback has
+ * returned (not from its loop thread). Calling jet_call_destroy inside done
+ * is allowed (the free happens after done returns); joining such a call is
+ * not. */
 void jet_call_join(jet_call_t *call);
 
 #ifdef __cplusplus

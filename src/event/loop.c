@@ -394,11 +394,12 @@ static void loop_iterate(jet_loop_t *loop)
 static void *loop_main(void *arg)
 {
     jet_loop_t *loop = arg;
-    char name[16];
+    char name[32];
     if (loop->index >= 0)
         snprintf(name, sizeof name, "jet_loop_%d", loop->index);
     else
         snprintf(name, sizeof name, "jet_loop");
+    name[15] = 0; /* the kernel keeps 15 characters */
     pthread_setname_np(pthread_self(), name);
     loop_tls_current = loop;
 

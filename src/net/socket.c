@@ -26,6 +26,7 @@ JET_FLAG_DEFINE_INT64(socket_max_unwritten_bytes, 64 * 1024 * 1024,
 static jet_pool_t sock_req_pool = JET_POOL_INIT("write_req", sizeof(jet_write_req_t));
 
 static void sock_io_cb(jet_io_t *io, uint32_t events);
+static void sock_free(jet_socket_t *s);
 static void sock_fail_task(jet_task_t *t);
 static void sock_write_task(jet_task_t *t);
 static void sock_writable_task(jet_task_t *t);
@@ -62,6 +63,13 @@ static jet_socket_t *sock_new(int fd, int mode, const jet_socket_handler_t *hand
     s->io.events = EPOLLIN | EPOLLOUT | EPOLLRDHUP;
     atomic_init(&s->last_active_us, jet_now_us());
     return s;
+}
+
+/* Frees a socket that never reached its caller: the caller keeps its owner. */
+static void sock_discard(jet_socket_t *s)
+{
+    s->handler = NULL;
+    sock_free(s);
 }
 
 static void sock_free(jet_socket_t *s)
@@ -113,27 +121,31 @@ int jet__socket_connect(const jet_addr_t *addr, int mode, const jet_socket_handl
     int rc = ops->init(s);
     if (rc < 0) {
         s->ops = NULL;
-        sock_free(s);
+        sock_discard(s);
         return rc;
     }
     int cerr = 0;
     if (connect(fd, &addr->u.sa, addr->len) < 0 && errno != EINPROGRESS) cerr = -errno;
     s->loop = jet_loop_pick();
     if (!s->loop) {
-        sock_free(s);
+        sock_discard(s);
         return -ENOMEM;
     }
-    jet__socket_ref(s); /* the loop's reference */
+    jet__socket_ref(s); /* the loop's reference, dropped by the fail task */
+    if (cerr) {
+        /* Never registered: a writable fd would look connected to the loop. */
+        JET_WARN("connect to %s failed: %s", s->peer, jet_strerror(cerr));
+        jet__socket_set_failed(s, cerr);
+        *s_p = s;
+        return 0;
+    }
     rc = jet_loop_io_add(s->loop, &s->io);
     if (rc < 0) {
         jet__socket_unref(s);
-        sock_free(s);
+        sock_discard(s);
         return rc;
     }
-    if (cerr) {
-        JET_WARN("connect to %s failed: %s", s->peer, jet_strerror(cerr));
-        jet__socket_set_failed(s, cerr);
-    } else if (connect_timeout_ms >= 0) {
+    if (connect_timeout_ms >= 0) {
         /* Timers are armed on the loop's own thread. */
         s->connect_deadline_us = jet_now_us() + (int64_t)connect_timeout_ms * 1000;
         s->ctl_task.fn = sock_arm_connect_timer;
@@ -162,7 +174,7 @@ int jet__socket_accept(int fd, const jet_addr_t *peer, int mode, jet_loop_t *loo
     if (rc < 0) {
         s->ops = NULL;
         s->fd = -1; /* the caller still owns fd on failure */
-        sock_free(s);
+        sock_discard(s);
         return rc;
     }
     s->loop = loop;
@@ -171,7 +183,7 @@ int jet__socket_accept(int fd, const jet_addr_t *peer, int mode, jet_loop_t *loo
     if (rc < 0) {
         jet__socket_unref(s);
         s->fd = -1;
-        sock_free(s);
+        sock_discard(s);
         return rc;
     }
     *s_p = s;
@@ -349,11 +361,12 @@ static void sock_req_free(jet_write_req_t *r)
  * was released). */
 static bool sock_writer_grab_or_release(jet_socket_t *s)
 {
-    jet_write_req_t *expected = s->w_last;
+    jet_write_req_t *last = s->w_last, *expected = last;
     if (atomic_compare_exchange_strong_explicit(&s->write_head, &expected, NULL,
                                                 memory_order_acq_rel, memory_order_acquire)) {
-        sock_req_free(s->w_last);
-        s->w_first = s->w_last = NULL;
+        /* The write side is free from here on: the next writer owns w_first and
+         * w_last, so only the local copy may be touched. */
+        sock_req_free(last);
         return false;
     }
     jet_write_req_t *head = expected, *p = head, *fifo = NULL;

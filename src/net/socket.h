@@ -51,7 +51,8 @@ typedef struct jet_socket_handler {
     void (*on_failed)(jet_socket_t *s, int err);
     /* Client sockets: connected and handshake done. May be NULL. */
     void (*on_ready)(jet_socket_t *s);
-    /* The last reference is going: free owner_ctx. Any thread. May be NULL. */
+    /* The last reference is going: free what owner points to. Any thread.
+     * May be NULL. Not called when connect/accept fail (the caller keeps it). */
     void (*on_release)(jet_socket_t *s);
 } jet_socket_handler_t;
 
@@ -88,8 +89,7 @@ struct jet_socket {
     const jet_transport_ops_t *ops;
     void *tstate; /* transport's per-socket state */
     const jet_socket_handler_t *handler;
-    void *owner;     /* the server or channel-side object */
-    void *owner_ctx; /* free for the owner (e.g. its per-connection state) */
+    void *owner;     /* the owner's per-connection state */
     char peer[64];   /* "ip:port" of the other end, for every log line */
     char local[64];  /* "ip:port" of this end */
     jet_addr_t addr;

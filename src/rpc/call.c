@@ -127,11 +127,23 @@ static void call_release_fields(jet_call_t *c)
     if (c->response) protobuf_c_message_free_unpacked(c->response, NULL);
 }
 
+__thread jet_call_t *jet__call_in_done;
+
+void jet__call_free(jet_call_t *c)
+{
+    call_release_fields(c);
+    jet__pool_put(&call_pool, c);
+}
+
 void jet_call_destroy(jet_call_t *c)
 {
     if (!c) return;
-    call_release_fields(c);
-    jet__pool_put(&call_pool, c);
+    if (c == jet__call_in_done) {
+        /* Its completion still reads the call after done returns. */
+        c->destroy_deferred = true;
+        return;
+    }
+    jet__call_free(c);
 }
 
 void jet_call_reset(jet_call_t *c)

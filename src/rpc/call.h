@@ -51,7 +51,9 @@ struct jet_call {
     int64_t end_us;
     jet_call_done_cb_t done;
     void *done_arg;
-    _Atomic uint32_t finished; /* futex word for synchronous waiters */
+    _Atomic uint32_t finished; /* futex word: 1 once complete and done has returned */
+    uint32_t gen;              /* bumped by every jet_channel_call */
+    bool destroy_deferred;     /* jet_call_destroy ran inside the call's own done */
     jet_deadline_t deadline;
     jet_task_t retry_task;
     int retry_err;
@@ -65,6 +67,12 @@ struct jet_call {
     int64_t srv_cid;
     jet_task_t srv_task; /* runs the handler on a worker */
 };
+
+/* The call whose done callback runs on this thread (innermost), so that
+ * jet_call_destroy from inside it is deferred until done returns. */
+extern __thread jet_call_t *jet__call_in_done;
+/* Frees the call now (what jet_call_destroy does outside a done callback). */
+void jet__call_free(jet_call_t *call);
 
 /* Shared by client and server: fills error_code/error_text. */
 void jet__call_set_error(jet_call_t *call, int code, const char *text);

@@ -199,6 +199,31 @@ static void conn_unlink(cli_conn_t *conn, jet_call_t *call)
 
 static void ch_deadline_cb(uint64_t cid);
 
+/* Runs the done callback (if any), then marks the call finished for
+ * jet_call_join. A done callback may destroy the call (deferred until it
+ * returns) or issue it again (then this completion no longer touches it). */
+static void ch_notify(jet_call_t *call)
+{
+    jet_call_done_cb_t done = call->done;
+    if (done) {
+        jet_call_t *outer = jet__call_in_done;
+        uint32_t gen = call->gen;
+        call->destroy_deferred = false;
+        jet__call_in_done = call;
+        done(call, call->done_arg);
+        jet__call_in_done = outer;
+        if (call->destroy_deferred) {
+            jet__call_free(call);
+            return;
+        }
+        if (call->gen != gen) return;
+    }
+    /* From here a waiter may free the call: nothing touches it after the wake
+     * but the futex word's address. */
+    atomic_store_explicit(&call->finished, 1, memory_order_release);
+    jet__futex_wake(&call->finished, INT_MAX);
+}
+
 /* The caller owns the call (claimed it). Ends it with code (0 = success). */
 static void ch_complete(jet_call_t *call, int code, const char *text)
 {
@@ -211,12 +236,7 @@ static void ch_complete(jet_call_t *call, int code, const char *text)
     }
     jet__cid_free(call->slot);
     call->in_flight = false;
-    jet_call_done_cb_t done = call->done;
-    void *arg = call->done_arg;
-    /* Once finished is set a synchronous caller may free the call. */
-    atomic_store_explicit(&call->finished, 1, memory_order_release);
-    jet__futex_wake(&call->finished, INT_MAX);
-    if (done) done(call, arg);
+    ch_notify(call);
 }
 
 static void ch_issue(jet_call_t *call);
@@ -389,6 +409,7 @@ int jet_channel_call(jet_channel_t *ch, const ProtobufCServiceDescriptor *servic
     jet_iobuf_clear(&call->resp_att);
     jet_iobuf_clear(&call->req_body);
     atomic_store(&call->finished, 0);
+    call->gen++;
     call->service = service;
     call->method = m;
     call->channel = ch;
@@ -412,8 +433,7 @@ int jet_channel_call(jet_channel_t *ch, const ProtobufCServiceDescriptor *servic
         snprintf(text, sizeof text, "Missing required fields in request: %s", m->input->name);
         jet__call_set_error(call, JET_EREQUEST, text);
         call->end_us = jet_now_us();
-        atomic_store(&call->finished, 1);
-        if (done) done(call, arg);
+        ch_notify(call);
         return 0;
     }
     int rc = jet__encode_message(request, call->req_compress, &call->req_body);
@@ -426,8 +446,7 @@ int jet_channel_call(jet_channel_t *ch, const ProtobufCServiceDescriptor *servic
         jet__call_set_error(call, rc == -EINVAL ? JET_EREQUEST : -rc,
                             rc == -EINVAL ? "Unsupported compress type" : jet_strerror(rc));
         call->end_us = jet_now_us();
-        atomic_store(&call->finished, 1);
-        if (done) done(call, arg);
+        ch_notify(call);
         return 0;
     }
     if (call->deadline_us != INT64_MAX) {

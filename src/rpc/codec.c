@@ -204,7 +204,7 @@ jet_parse_result_t jet__baidu_cut(jet_iobuf_t *in, uint32_t max_body_size, jet_b
     size_t frame_len = JET_BAIDU_HEADER_SIZE + (size_t)body_size;
     if (meta_size > body_size) {
         jet_iobuf_pop_front(in, frame_len);
-        return JET_PARSE_BAD_META;
+        return JET_PARSE_META_SIZE;
     }
     Brpc__Policy__RpcMeta *meta = codec_decode_meta(in, meta_size);
     if (!meta) {

@@ -31,11 +31,16 @@ bool jet__compress_supported(int type)
 const char *jet__compress_name(int type)
 {
     switch (type) {
-    case COMPRESS_NONE: return "none";
-    case COMPRESS_SNAPPY: return "snappy";
-    case COMPRESS_GZIP: return "gzip";
-    case COMPRESS_ZLIB: return "zlib";
-    default: return "unknown";
+    case COMPRESS_NONE:
+        return "none";
+    case COMPRESS_SNAPPY:
+        return "snappy";
+    case COMPRESS_GZIP:
+        return "gzip";
+    case COMPRESS_ZLIB:
+        return "zlib";
+    default:
+        return "unknown";
     }
 }
 
@@ -105,6 +110,12 @@ static int decompress_snappy(const jet_iobuf_t *in, jet_iobuf_t *out, size_t max
      * from it: a bomb stops here. */
     if (ulen > max_out) {
         rc = -EMSGSIZE;
+        goto out_free_heap;
+    }
+    /* No snappy element expands by more than 64/3 (a 3-byte copy of 64
+     * bytes): a larger claim is a lie, refused before it is allocated. */
+    if (ulen / 22 > n) {
+        rc = -EBADMSG;
         goto out_free_heap;
     }
     char *dst = malloc(ulen ? ulen : 1);
@@ -230,11 +241,16 @@ static int inflate_step(z_stream *zs, inflate_out_t *o, int *ended_p)
     if (at_limit && produced) return -EMSGSIZE;
     if (!at_limit) o->len += produced;
     switch (zrc) {
-    case Z_STREAM_END: *ended_p = 1; return 0;
+    case Z_STREAM_END:
+        *ended_p = 1;
+        return 0;
     case Z_OK:
-    case Z_BUF_ERROR: return 0; /* the caller notices a lack of progress */
-    case Z_MEM_ERROR: return -ENOMEM;
-    default: return -EBADMSG; /* Z_DATA_ERROR, Z_NEED_DICT, Z_STREAM_ERROR */
+    case Z_BUF_ERROR:
+        return 0; /* the caller notices a lack of progress */
+    case Z_MEM_ERROR:
+        return -ENOMEM;
+    default:
+        return -EBADMSG; /* Z_DATA_ERROR, Z_NEED_DICT, Z_STREAM_ERROR */
     }
 }
 
@@ -311,11 +327,15 @@ err_end:
 int jet__compress(int type, const jet_iobuf_t *in, jet_iobuf_t *out)
 {
     switch (type) {
-    case COMPRESS_NONE: return jet_iobuf_append_iobuf(out, in);
-    case COMPRESS_SNAPPY: return compress_snappy(in, out);
+    case COMPRESS_NONE:
+        return jet_iobuf_append_iobuf(out, in);
+    case COMPRESS_SNAPPY:
+        return compress_snappy(in, out);
     case COMPRESS_GZIP:
-    case COMPRESS_ZLIB: return compress_deflate(type, in, out);
-    default: return -EINVAL;
+    case COMPRESS_ZLIB:
+        return compress_deflate(type, in, out);
+    default:
+        return -EINVAL;
     }
 }
 
@@ -325,10 +345,13 @@ int jet__decompress(int type, const jet_iobuf_t *in, jet_iobuf_t *out, size_t ma
     case COMPRESS_NONE:
         if (jet_iobuf_len(in) > max_out) return -EMSGSIZE;
         return jet_iobuf_append_iobuf(out, in);
-    case COMPRESS_SNAPPY: return decompress_snappy(in, out, max_out);
+    case COMPRESS_SNAPPY:
+        return decompress_snappy(in, out, max_out);
     case COMPRESS_GZIP:
-    case COMPRESS_ZLIB: return decompress_inflate(type, in, out, max_out);
-    default: return -EINVAL;
+    case COMPRESS_ZLIB:
+        return decompress_inflate(type, in, out, max_out);
+    default:
+        return -EINVAL;
     }
 }
 
@@ -348,7 +371,8 @@ static void crc32c_build_tables(void)
 {
     for (uint32_t i = 0; i < 256; i++) {
         uint32_t c = i;
-        for (int k = 0; k < 8; k++) c = (c >> 1) ^ (CRC32C_POLY & (0u - (c & 1)));
+        for (int k = 0; k < 8; k++)
+            c = (c >> 1) ^ (CRC32C_POLY & (0u - (c & 1)));
         crc32c_table[0][i] = c;
     }
     for (uint32_t i = 0; i < 256; i++) {
@@ -382,7 +406,8 @@ static uint32_t crc32c_sw_raw(uint32_t c, const uint8_t *p, size_t n)
         p += 8;
         n -= 8;
     }
-    while (n--) c = crc32c_table[0][(c ^ *p++) & 0xff] ^ (c >> 8);
+    while (n--)
+        c = crc32c_table[0][(c ^ *p++) & 0xff] ^ (c >> 8);
     return c;
 }
 
@@ -403,7 +428,8 @@ __attribute__((target("sse4.2"))) static uint32_t crc32c_hw_raw(uint32_t c, cons
         n -= 8;
     }
     c = (uint32_t)c64;
-    while (n--) c = _mm_crc32_u8(c, *p++);
+    while (n--)
+        c = _mm_crc32_u8(c, *p++);
     return c;
 }
 #endif

@@ -31,8 +31,10 @@ typedef enum srv_hello_state {
     SRV_HELLO_DONE,
 } srv_hello_state_t;
 
+/* A connection's server-side state; it is the socket's owner. */
 typedef struct srv_conn {
-    jet_socket_t *s;
+    struct jet_server *srv;
+    jet_socket_t *s; /* NULL until accept returns (under the server lock) */
     struct srv_conn *prev, *next;
     srv_hello_state_t hello;
 } srv_conn_t;
@@ -114,24 +116,27 @@ static void srv_on_accept(jet_listener_t *l, int fd, const jet_addr_t *peer, voi
         close(fd);
         return;
     }
+    c->srv = srv;
     jet_socket_t *s;
+    /* Linked before the socket exists, under the lock on_failed takes, so that
+     * a connection failing at once still finds its entry. */
     pthread_mutex_lock(&srv->lock);
+    c->next = &srv->conns;
+    c->prev = srv->conns.prev;
+    srv->conns.prev->next = c;
+    srv->conns.prev = c;
     int rc = jet__socket_accept(fd, peer, srv->opts.socket_mode, jet_loop_pick(), &srv_handler,
-                                srv, &s);
+                                c, &s);
     if (rc < 0) {
+        c->prev->next = c->next;
+        c->next->prev = c->prev;
         pthread_mutex_unlock(&srv->lock);
         JET_WARN("cannot serve a connection: %s", jet_strerror(rc));
         close(fd);
         free(c);
         return;
     }
-    /* Linked under the lock that on_failed takes, so it always finds c. */
     c->s = s; /* the creator's reference, dropped by on_failed */
-    s->owner_ctx = c;
-    c->next = &srv->conns;
-    c->prev = srv->conns.prev;
-    srv->conns.prev->next = c;
-    srv->conns.prev = c;
     pthread_mutex_unlock(&srv->lock);
     atomic_fetch_add(&srv->n_accepted, 1);
     atomic_fetch_add(&srv->n_open, 1);
@@ -147,6 +152,7 @@ static void *srv_idle_main(void *arg)
     while (!atomic_load(&srv->stopping)) {
         int64_t now = jet_now_us();
         for (srv_conn_t *c = srv->conns.next; c != &srv->conns; c = c->next) {
+            if (!c->s) continue;
             int64_t last = atomic_load_explicit(&c->s->last_active_us, memory_order_relaxed);
             if (now - last > limit_us && !jet__socket_failed(c->s)) {
                 JET_INFO("close %s: idle for more than %d s", c->s->peer, srv->opts.idle_timeout_sec);
@@ -197,7 +203,13 @@ int jet_server_start(jet_server_t *srv, const char *addr_text)
     if (srv->opts.idle_timeout_sec > 0 &&
         pthread_create(&srv->idle_thread, NULL, srv_idle_main, srv) == 0)
         srv->idle_thread_started = true;
-    JET_INFO("server listening on %s (%s)", addr_text, ops->name);
+    char bound[80];
+    jet__addr_format(&addr, bound, sizeof bound);
+    if (addr.u.sa.sa_family != AF_UNIX) {
+        char *colon = strrchr(bound, ':');
+        if (colon) snprintf(colon + 1, sizeof bound - (size_t)(colon + 1 - bound), "%d", jet_server_listen_port(srv));
+    }
+    JET_INFO("server listening on %s (%s)", bound, ops->name);
     return 0;
 }
 
@@ -235,7 +247,7 @@ void jet_server_stop(jet_server_t *srv)
     srv_wait_in_flight(srv, srv->opts.graceful_stop_ms > 0 ? srv->opts.graceful_stop_ms : 0);
     pthread_mutex_lock(&srv->lock);
     for (srv_conn_t *c = srv->conns.next; c != &srv->conns; c = c->next)
-        jet__socket_set_failed(c->s, -JET_ELOGOFF);
+        if (c->s) jet__socket_set_failed(c->s, -JET_ELOGOFF);
     pthread_mutex_unlock(&srv->lock);
     while (atomic_load(&srv->n_open) > 0) usleep(1000);
 }
@@ -263,20 +275,20 @@ void jet_server_get_stats(const jet_server_t *srv, jet_server_stats_t *out)
 
 static void srv_on_failed(jet_socket_t *s, int err)
 {
-    jet_server_t *srv = s->owner;
-    srv_conn_t *c = s->owner_ctx;
+    srv_conn_t *c = s->owner;
+    jet_server_t *srv = c->srv;
     pthread_mutex_lock(&srv->lock);
     c->prev->next = c->next;
     c->next->prev = c->prev;
     pthread_mutex_unlock(&srv->lock);
     atomic_fetch_sub(&srv->n_open, 1);
-    jet__socket_unref(s); /* the list's reference; owner_ctx lives until release */
+    jet__socket_unref(s); /* the list's reference; c lives until release */
 }
 
 static void srv_on_release(jet_socket_t *s)
 {
-    free(s->owner_ctx);
-    s->owner_ctx = NULL;
+    free(s->owner);
+    s->owner = NULL;
 }
 
 /* ---- responses ------------------------------------------------------------ */
@@ -391,7 +403,7 @@ static ProtobufCService *srv_find_service(jet_server_t *srv, const char *name)
 
 static void srv_process(jet_socket_t *s, jet_baidu_frame_t *f, int bad_att)
 {
-    jet_server_t *srv = s->owner;
+    jet_server_t *srv = ((srv_conn_t *)s->owner)->srv;
     Brpc__Policy__RpcMeta *meta = f->meta;
     jet_call_t *call = jet_call_create();
     if (!call) {
@@ -515,8 +527,8 @@ bad:
 
 static void srv_on_read(jet_socket_t *s)
 {
-    jet_server_t *srv = s->owner;
-    srv_conn_t *c = s->owner_ctx;
+    srv_conn_t *c = s->owner;
+    jet_server_t *srv = c->srv;
     for (;;) {
         if (c->hello == SRV_HELLO_WAIT_ACK) {
             if (jet_iobuf_len(&s->read_buf) < 4) return;

@@ -249,7 +249,8 @@ static void roundtrip_request_all_fields(void)
         echo_body(&body, "hello world");
         size_t blen = jet_iobuf_len(&body);
         uint8_t *abytes = malloc(alen + 1);
-        for (size_t i = 0; i < alen; i++) abytes[i] = (uint8_t)(i * 7 + k);
+        for (size_t i = 0; i < alen; i++)
+            abytes[i] = (uint8_t)(i * 7 + k);
         mk_flat(&att, abytes, alen);
         jet_iobuf_init(&out);
         JT_REQUIRE(jet__baidu_pack(&out, &h.meta, &body, &att) == 0);
@@ -359,7 +360,8 @@ static void pack_null_parts_and_large_meta(void)
     static const size_t sizes[] = {400, 500, 501, 4000, 100000};
     for (size_t k = 0; k < sizeof(sizes) / sizeof(sizes[0]); k++) {
         uint8_t *auth = malloc(sizes[k]);
-        for (size_t i = 0; i < sizes[k]; i++) auth[i] = (uint8_t)(i ^ k);
+        for (size_t i = 0; i < sizes[k]; i++)
+            auth[i] = (uint8_t)(i ^ k);
         meta.has_authentication_data = 1;
         meta.authentication_data.data = auth;
         meta.authentication_data.len = sizes[k];
@@ -411,8 +413,8 @@ static void negative_correlation_id(void)
         size_t len;
         uint8_t *bytes = pack_bytes(&meta, NULL, 0, NULL, 0, &len);
         if (ids[k] == -5) {
-            static const uint8_t want[] = {0x12, 0x00, 0x20, 0xfb, 0xff, 0xff, 0xff, 0xff,
-                                           0xff, 0xff, 0xff, 0xff, 0x01};
+            static const uint8_t want[] = {0x12, 0x00, 0x20, 0xfb, 0xff, 0xff, 0xff,
+                                           0xff, 0xff, 0xff, 0xff, 0xff, 0x01};
             JT_CHECK_EQ(len, 12 + sizeof(want));
             JT_CHECK(memcmp(bytes + 12, want, sizeof(want)) == 0);
         }
@@ -433,16 +435,16 @@ static void negative_correlation_id(void)
 static void unknown_fields_skipped(void)
 {
     static const uint8_t meta[] = {
-        0x0a, 0x0d,                                     /* request, 13 bytes */
-        0x0a, 0x03, 's', '.', 'S', 0x12, 0x01, 'm',     /* service, method */
-        0xa0, 0x06, 0x01,                               /* field 100 varint */
-        0x18, 0x05,                                     /* log_id 5 */
-        0xaa, 0x06, 0x03, 'a', 'b', 'c',                /* field 101 bytes */
-        0x71, 1, 2, 3, 4, 5, 6, 7, 8,                   /* field 14 fixed64 */
-        0x20, 0x2a,                                     /* correlation_id 42 */
-        0x7d, 9, 9, 9, 9,                               /* field 15 fixed32 */
-        0xf8, 0xff, 0xff, 0xff, 0x0f, 0x80, 0x01,       /* field 2^29-1 varint */
-        0x28, 0x02,                                     /* attachment_size 2 */
+        0x0a, 0x0d,                                       /* request, 13 bytes */
+        0x0a, 0x03, 's',  '.',  'S',  0x12, 0x01, 'm',    /* service, method */
+        0xa0, 0x06, 0x01,                                 /* field 100 varint */
+        0x18, 0x05,                                       /* log_id 5 */
+        0xaa, 0x06, 0x03, 'a',  'b',  'c',                /* field 101 bytes */
+        0x71, 1,    2,    3,    4,    5,    6,    7,   8, /* field 14 fixed64 */
+        0x20, 0x2a,                                       /* correlation_id 42 */
+        0x7d, 9,    9,    9,    9,                        /* field 15 fixed32 */
+        0xf8, 0xff, 0xff, 0xff, 0x0f, 0x80, 0x01,         /* field 2^29-1 varint */
+        0x28, 0x02,                                       /* attachment_size 2 */
     };
     uint8_t frame[128];
     size_t len = raw_frame(frame, meta, sizeof(meta), "BBAA", 4);
@@ -463,8 +465,8 @@ static void unknown_fields_skipped(void)
     jet_iobuf_fini(&in);
 
     /* Fields in reverse number order decode the same. */
-    static const uint8_t rev[] = {0x28, 0x01, 0x20, 0x03, 0x0a, 0x08, 0x12, 0x01,
-                                  'm',  0x0a, 0x03, 's',  '.',  'S'};
+    static const uint8_t rev[] = {0x28, 0x01, 0x20, 0x03, 0x0a, 0x08, 0x12,
+                                  0x01, 'm',  0x0a, 0x03, 's',  '.',  'S'};
     len = raw_frame(frame, rev, sizeof(rev), "BA", 2);
     mk_flat(&in, frame, len);
     JT_CHECK_EQ(cut1(&in, &f, &bad), JET_PARSE_OK);
@@ -488,10 +490,10 @@ static const uint8_t cap_req[78] = {
 };
 
 static const uint8_t cap_resp[51] = {
-    0x50, 0x52, 0x50, 0x43, 0x00, 0x00, 0x00, 0x27, 0x00, 0x00, 0x00, 0x14, 0x12, 0x02, 0x08,
-    0x00, 0x18, 0x00, 0x20, 0x82, 0x80, 0x80, 0x80, 0x10, 0x28, 0x06, 0x50, 0x00, 0x58, 0x00,
-    0x62, 0x00, 0x0a, 0x0b, 'h',  'e',  'l',  'l',  'o',  ' ',  'w',  'o',  'r',  'l',  'd',
-    'A',  'T',  'T',  'A',  'C',  'H',
+    0x50, 0x52, 0x50, 0x43, 0x00, 0x00, 0x00, 0x27, 0x00, 0x00, 0x00, 0x14, 0x12,
+    0x02, 0x08, 0x00, 0x18, 0x00, 0x20, 0x82, 0x80, 0x80, 0x80, 0x10, 0x28, 0x06,
+    0x50, 0x00, 0x58, 0x00, 0x62, 0x00, 0x0a, 0x0b, 'h',  'e',  'l',  'l',  'o',
+    ' ',  'w',  'o',  'r',  'l',  'd',  'A',  'T',  'T',  'A',  'C',  'H',
 };
 
 /* The fields brpc's echo client sends (§3.1), in a meta ready to pack. */
@@ -671,7 +673,8 @@ static void frame_set_make(frame_set_t *s)
     full_req_t h;
     full_req_init(&h, -5, 300);
     uint8_t att[300];
-    for (int i = 0; i < 300; i++) att[i] = (uint8_t)i;
+    for (int i = 0; i < 300; i++)
+        att[i] = (uint8_t)i;
     s->data[s->n] = pack_bytes(&h.meta, "\x0a\x02hi", 4, att, sizeof(att), &s->len[s->n]);
     s->n++;
     cap_meta_t c;
@@ -684,13 +687,13 @@ static void frame_set_make(frame_set_t *s)
 
 static void frame_set_free(frame_set_t *s)
 {
-    for (size_t i = 0; i < s->n; i++) free(s->data[i]);
+    for (size_t i = 0; i < s->n; i++)
+        free(s->data[i]);
 }
 
 /* Decodes one frame's bytes with a flat iobuf: the reference result. */
 static void reference_cut(const uint8_t *data, size_t len, uint8_t **meta_p, size_t *meta_len_p,
-                          uint8_t **body_p, size_t *body_len_p, uint8_t **att_p,
-                          size_t *att_len_p)
+                          uint8_t **body_p, size_t *body_len_p, uint8_t **att_p, size_t *att_len_p)
 {
     jet_iobuf_t in;
     mk_flat(&in, data, len);
@@ -747,7 +750,7 @@ static void guard_page_every_split(void)
     for (size_t k = 0; k < s.n; k++) {
         size_t len = s.len[k];
         uint8_t *rmeta, *rbody, *ratt;
-        size_t rmeta_len, rbody_len, ratt_len;
+        size_t rmeta_len = 0, rbody_len = 0, ratt_len = 0;
         reference_cut(s.data[k], len, &rmeta, &rmeta_len, &rbody, &rbody_len, &ratt, &ratt_len);
 
         for (size_t n = 1; n < len; n++) {
@@ -927,7 +930,7 @@ static void meta_size_over_body_size(void)
     mk_split(&in, buf, sizeof(buf), 4);
     jet_baidu_frame_t f;
     int bad;
-    JT_CHECK_EQ(cut1(&in, &f, &bad), JET_PARSE_BAD_META);
+    JT_CHECK_EQ(cut1(&in, &f, &bad), JET_PARSE_META_SIZE);
     JT_CHECK(f.meta == NULL && jet_iobuf_empty(&f.body) && jet_iobuf_empty(&f.attachment));
     JT_CHECK_EQ(jet_iobuf_len(&in), sizeof(cap_resp));
     jet__baidu_frame_fini(&f);
@@ -1004,10 +1007,10 @@ static void attachment_size_checks(void)
         int bad;
         size_t body, att;
     } cases[] = {
-        {{0x05}, 1, 1, 4, 0},                                                       /* 5 > 4 */
-        {{0x04}, 1, 0, 0, 4},                                                       /* == payload */
-        {{0x00}, 1, 0, 4, 0},                                                       /* 0 */
-        {{0xff, 0xff, 0xff, 0xff, 0x07}, 5, 1, 4, 0},                               /* INT32_MAX */
+        {{0x05}, 1, 1, 4, 0},                         /* 5 > 4 */
+        {{0x04}, 1, 0, 0, 4},                         /* == payload */
+        {{0x00}, 1, 0, 4, 0},                         /* 0 */
+        {{0xff, 0xff, 0xff, 0xff, 0x07}, 5, 1, 4, 0}, /* INT32_MAX */
         {{0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0x01}, 10, 1, 4, 0}, /* -1 */
         {{0x80, 0x80, 0x80, 0x80, 0xf8, 0xff, 0xff, 0xff, 0xff, 0x01}, 10, 1, 4, 0}, /* INT32_MIN */
     };
@@ -1038,7 +1041,8 @@ static void pb_iobuf_helpers(void)
 {
     size_t n = 300000;
     char *msg = malloc(n + 1);
-    for (size_t i = 0; i < n; i++) msg[i] = (char)('a' + i % 26);
+    for (size_t i = 0; i < n; i++)
+        msg[i] = (char)('a' + i % 26);
     msg[n] = 0;
     jet_iobuf_t b;
     echo_body(&b, msg);
@@ -1076,8 +1080,8 @@ static void pb_iobuf_helpers(void)
         }
         jet_iobuf_t in;
         mk_split(&in, want, len, pieces[k]);
-        Example__EchoRequest *r = (Example__EchoRequest *)jet__pb_unpack_iobuf(
-            &example__echo_request__descriptor, &in);
+        Example__EchoRequest *r =
+            (Example__EchoRequest *)jet__pb_unpack_iobuf(&example__echo_request__descriptor, &in);
         JT_CHECK(r && strcmp(r->message, msg) == 0);
         if (r) protobuf_c_message_free_unpacked(&r->base, NULL);
         jet_iobuf_fini(&in);

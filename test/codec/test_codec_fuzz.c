@@ -73,7 +73,8 @@ static void make_seeds(void)
     Brpc__Policy__UserFieldsEntry *ufp[1] = {&uf};
     int64_t extra[2] = {3, -4};
     uint8_t att[200];
-    for (int i = 0; i < 200; i++) att[i] = (uint8_t)(i * 13);
+    for (int i = 0; i < 200; i++)
+        att[i] = (uint8_t)(i * 13);
 
     /* brpc's echo request with a 6-byte attachment (BAIDU_STD.md §1). */
     req.service_name = "example.EchoService";
@@ -151,7 +152,8 @@ static size_t mutate(uint8_t *buf, size_t len, size_t cap)
             if (len + n > cap) break;
             size_t at = len ? rnd() % (len + 1) : 0;
             memmove(buf + at + n, buf + at, len - at);
-            for (size_t i = 0; i < n; i++) buf[at + i] = (uint8_t)rnd();
+            for (size_t i = 0; i < n; i++)
+                buf[at + i] = (uint8_t)rnd();
             len += n;
             break;
         }
@@ -168,8 +170,8 @@ static size_t mutate(uint8_t *buf, size_t len, size_t cap)
         case 5: /* body_size: random, off by a little, or extreme */
             if (len >= 8) {
                 uint32_t v = get_be32(buf + 4);
-                static const uint32_t extremes[] = {0, 1, 0x7fffffff, 0xffffffff,
-                                                    MAX_BODY, MAX_BODY + 1};
+                static const uint32_t extremes[] = {0,          1,        0x7fffffff,
+                                                    0xffffffff, MAX_BODY, MAX_BODY + 1};
                 uint32_t r = rnd() % 3;
                 v = r == 0 ? v + (rnd() % 9) - 4 : r == 1 ? rnd() % 512 : extremes[rnd() % 6];
                 put_be32(buf + 4, v);
@@ -260,6 +262,9 @@ static outcome_t drive(jet_iobuf_t *in, const uint8_t *data, size_t len, uint32_
             if (r == JET_PARSE_NEED_MORE)
                 JT_CHECK(have < 12 || (bs <= max_body && have < 12 + (size_t)bs));
             break;
+        case JET_PARSE_META_SIZE:
+            JT_CHECK(ms > bs);
+            /* fall through */
         case JET_PARSE_BAD_META:
             JT_CHECK_EQ(pr, JET_PARSE_OK);
             JT_CHECK_EQ(consumed, 12 + (size_t)bs);
@@ -279,9 +284,9 @@ static outcome_t drive(jet_iobuf_t *in, const uint8_t *data, size_t len, uint32_
             JT_CHECK_EQ(bl + al, payload);
             if (bad) {
                 JT_CHECK_EQ(bad, 1);
-                JT_CHECK(f.meta->has_attachment_size &&
-                         (f.meta->attachment_size < 0 ||
-                          (size_t)f.meta->attachment_size > payload));
+                JT_CHECK(
+                    f.meta->has_attachment_size &&
+                    (f.meta->attachment_size < 0 || (size_t)f.meta->attachment_size > payload));
                 JT_CHECK_EQ(al, 0);
             } else {
                 JT_CHECK_EQ(bad, 0);
@@ -295,7 +300,8 @@ static outcome_t drive(jet_iobuf_t *in, const uint8_t *data, size_t len, uint32_
             }
             break;
         }
-        default: JT_CHECK(!"unknown result");
+        default:
+            JT_CHECK(!"unknown result");
         }
         if (step == 0) {
             first.r = r;
@@ -307,7 +313,7 @@ static outcome_t drive(jet_iobuf_t *in, const uint8_t *data, size_t len, uint32_
         }
         jet__baidu_frame_fini(&f);
         pos += consumed;
-        if (r != JET_PARSE_OK && r != JET_PARSE_BAD_META) break;
+        if (r != JET_PARSE_OK && r != JET_PARSE_BAD_META && r != JET_PARSE_META_SIZE) break;
         if (jt_case_failed) break;
     }
     return first;
@@ -336,7 +342,8 @@ static void fuzz_cut(void)
         uint8_t *g = jt_guard_alloc(buf, len);
         size_t cuts[5] = {0};
         int npieces = 1 + (int)(rnd() % 4);
-        for (int p = 1; p < npieces; p++) cuts[p] = len ? rnd() % (len + 1) : 0;
+        for (int p = 1; p < npieces; p++)
+            cuts[p] = len ? rnd() % (len + 1) : 0;
         cuts[npieces] = len;
         for (int a = 1; a < npieces; a++)
             for (int b = a + 1; b < npieces; b++)
@@ -349,9 +356,8 @@ static void fuzz_cut(void)
         jet_iobuf_init(&in);
         for (int p = 0; p < npieces; p++)
             if (cuts[p + 1] > cuts[p])
-                JT_CHECK_EQ(jet_iobuf_append_user(&in, g + cuts[p], cuts[p + 1] - cuts[p], NULL,
-                                                  NULL),
-                            0);
+                JT_CHECK_EQ(
+                    jet_iobuf_append_user(&in, g + cuts[p], cuts[p + 1] - cuts[p], NULL, NULL), 0);
         outcome_t o1 = drive(&in, g, len, max_body);
         jet_iobuf_fini(&in);
 
@@ -369,12 +375,15 @@ static void fuzz_cut(void)
         counts[o1.r]++;
         jt_guard_free(g, len);
     }
-    fprintf(stderr, "  first results: ok %zu, need_more %zu, not_mine %zu, too_big %zu, bad_meta %zu\n",
+    fprintf(stderr,
+            "  first results: ok %zu, need_more %zu, not_mine %zu, too_big %zu, bad_meta %zu\n",
             counts[0], counts[1], counts[2], counts[3], counts[4]);
     /* The mutations reach every outcome (else the fuzzer tests little). */
-    for (int i = 0; i < 5; i++) JT_CHECK(counts[i] > 0);
+    for (int i = 0; i < 5; i++)
+        JT_CHECK(counts[i] > 0);
     free(buf);
-    for (size_t i = 0; i < nseeds; i++) free(seeds[i].data);
+    for (size_t i = 0; i < nseeds; i++)
+        free(seeds[i].data);
 }
 
 int main(void)

@@ -54,7 +54,8 @@ static uint32_t rnd(void)
 static uint8_t *random_bytes(size_t n)
 {
     uint8_t *p = malloc(n ? n : 1);
-    for (size_t i = 0; i < n; i++) p[i] = (uint8_t)rnd();
+    for (size_t i = 0; i < n; i++)
+        p[i] = (uint8_t)rnd();
     return p;
 }
 
@@ -66,7 +67,8 @@ static uint8_t *compressible_bytes(size_t n)
     size_t i = 0;
     while (i < n) {
         const char *w = words[rnd() % 6];
-        for (size_t j = 0; w[j] && i < n; j++) p[i++] = (uint8_t)w[j];
+        for (size_t j = 0; w[j] && i < n; j++)
+            p[i++] = (uint8_t)w[j];
     }
     return p;
 }
@@ -222,8 +224,8 @@ static void interop_bodies(void)
         uint8_t *raw = jt_read_file(jt_shared_path(cases[k].file), &len);
         JT_REQUIRE(raw != NULL);
         JT_REQUIRE(len > 12);
-        uint32_t meta_size = (uint32_t)raw[8] << 24 | (uint32_t)raw[9] << 16 |
-                             (uint32_t)raw[10] << 8 | raw[11];
+        uint32_t meta_size =
+            (uint32_t)raw[8] << 24 | (uint32_t)raw[9] << 16 | (uint32_t)raw[10] << 8 | raw[11];
         JT_REQUIRE(12 + (size_t)meta_size <= len);
         const uint8_t *body = raw + 12 + meta_size;
         size_t blen = len - 12 - meta_size; /* no attachment in these cases */
@@ -300,14 +302,14 @@ static void corrupt_input(void)
         const char *data;
         size_t len;
     } bad[] = {
-        {1, "", 0},                        /* snappy: no length */
+        {1, "", 0},                         /* snappy: no length */
         {1, "\xff\xff\xff\xff\xff\xff", 6}, /* snappy: unterminated length varint */
-        {1, "\x05\x00", 2},                /* snappy: 5 bytes claimed, no data */
-        {1, "\x04\x01\x01\x00", 4},        /* snappy: copy before any output */
-        {2, "", 0},                        /* gzip: empty */
-        {3, "", 0},                        /* zlib: empty */
-        {2, "\x1f\x8c\x08\x00", 4},        /* gzip: bad magic */
-        {3, "\x78\x9d", 2},                /* zlib: header check fails */
+        {1, "\x05\x00", 2},                 /* snappy: 5 bytes claimed, no data */
+        {1, "\x04\x01\x01\x00", 4},         /* snappy: copy before any output */
+        {2, "", 0},                         /* gzip: empty */
+        {3, "", 0},                         /* zlib: empty */
+        {2, "\x1f\x8c\x08\x00", 4},         /* gzip: bad magic */
+        {3, "\x78\x9d", 2},                 /* zlib: header check fails */
         {3, "\x78\xbb\x00\x00\x00\x01", 6}, /* zlib: preset dictionary */
         {2, "hello", 5},
         {3, "hello", 5},
@@ -371,6 +373,12 @@ static void decompression_bomb(void)
     jet_iobuf_init(&out);
     JT_CHECK_EQ(jet__decompress(1, &t, &out, MAX_OUT), -EMSGSIZE);
     jet_iobuf_fini(&t);
+    /* ... and one that claims 1 MiB from 6 bytes, under the limit, is
+     * impossible (snappy expands at most 64/3) and refused unallocated. */
+    mk_split(&t, "\x80\x80\x40\x00\x00\x00", 6, 6);
+    JT_CHECK_EQ(jet__decompress(1, &t, &out, MAX_OUT), -EBADMSG);
+    JT_CHECK(jet_iobuf_empty(&out));
+    jet_iobuf_fini(&t);
     /* none: the plain size counts. */
     mk_split(&t, "12345", 5, 2);
     JT_CHECK_EQ(jet__decompress(0, &t, &out, 4), -EMSGSIZE);
@@ -416,9 +424,11 @@ static void crc32c_vectors(void)
     JT_CHECK_EQ(jet__crc32c(0, buf, 32), 0x8A9136AAu);
     memset(buf, 0xff, 32);
     JT_CHECK_EQ(jet__crc32c(0, buf, 32), 0x62A8AB43u);
-    for (int i = 0; i < 32; i++) buf[i] = (uint8_t)i;
+    for (int i = 0; i < 32; i++)
+        buf[i] = (uint8_t)i;
     JT_CHECK_EQ(jet__crc32c(0, buf, 32), 0x46DD794Eu);
-    for (int i = 0; i < 32; i++) buf[i] = (uint8_t)(31 - i);
+    for (int i = 0; i < 32; i++)
+        buf[i] = (uint8_t)(31 - i);
     JT_CHECK_EQ(jet__crc32c(0, buf, 32), 0x113FDB5Cu);
     JT_CHECK_EQ(jet__crc32c_sw(0, buf, 32), 0x113FDB5Cu);
 
@@ -525,8 +535,8 @@ static void checksum_checklist(void)
     memcpy(cat, bdata, 5000);
     memcpy(cat + 5000, adata, 3000);
     uint32_t c = jet__crc32c_mask(jet__crc32c(0, cat, 8000));
-    JT_CHECK_EQ(((uint32_t)v_both[0] << 24 | (uint32_t)v_both[1] << 16 |
-                 (uint32_t)v_both[2] << 8 | v_both[3]),
+    JT_CHECK_EQ(((uint32_t)v_both[0] << 24 | (uint32_t)v_both[1] << 16 | (uint32_t)v_both[2] << 8 |
+                 v_both[3]),
                 c);
 
     /* verify_fails_when_attachment_corrupted: each of a few single flips */

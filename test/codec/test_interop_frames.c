@@ -102,7 +102,8 @@ static int all_bytes(const jet_iobuf_t *b, uint8_t c)
     uint8_t *p = malloc(n ? n : 1);
     jet_iobuf_copy_to(b, p, n, 0);
     int ok = 1;
-    for (size_t i = 0; i < n; i++) ok &= p[i] == c;
+    for (size_t i = 0; i < n; i++)
+        ok &= p[i] == c;
     free(p);
     return ok;
 }
@@ -147,11 +148,26 @@ static void echo_pair(const char *stem, const char *msg, size_t msg_len, size_t 
     unload(&r);
 }
 
-static void case_00_echo_small(void) { echo_pair("00-echo_small", "hello", 5, 0, 0); }
-static void case_01_echo_empty(void) { echo_pair("01-echo_empty", "", 0, 0, 0); }
-static void case_03_log_id(void) { echo_pair("03-log_id", "logged", 6, 0, 0x1234567890); }
-static void case_04_message_1m(void) { echo_pair("04-message_1m", NULL, 1 << 20, 0, 0); }
-static void case_12_after_timeout(void) { echo_pair("12-after_timeout", "still alive", 11, 0, 0); }
+static void case_00_echo_small(void)
+{
+    echo_pair("00-echo_small", "hello", 5, 0, 0);
+}
+static void case_01_echo_empty(void)
+{
+    echo_pair("01-echo_empty", "", 0, 0, 0);
+}
+static void case_03_log_id(void)
+{
+    echo_pair("03-log_id", "logged", 6, 0, 0x1234567890);
+}
+static void case_04_message_1m(void)
+{
+    echo_pair("04-message_1m", NULL, 1 << 20, 0, 0);
+}
+static void case_12_after_timeout(void)
+{
+    echo_pair("12-after_timeout", "still alive", 11, 0, 0);
+}
 
 static void case_02_attachment_1k(void)
 {
@@ -217,9 +233,18 @@ static void compressed_pair(const char *stem, int type)
     unload(&r);
 }
 
-static void case_06_gzip(void) { compressed_pair("06-gzip", 2); }
-static void case_07_zlib(void) { compressed_pair("07-zlib", 3); }
-static void case_08_snappy(void) { compressed_pair("08-snappy", 1); }
+static void case_06_gzip(void)
+{
+    compressed_pair("06-gzip", 2);
+}
+static void case_07_zlib(void)
+{
+    compressed_pair("07-zlib", 3);
+}
+static void case_08_snappy(void)
+{
+    compressed_pair("08-snappy", 1);
+}
 
 static void error_pair(const char *stem, const char *service, int code, const char *text)
 {
@@ -325,8 +350,7 @@ static int cut_stream(const char *name, size_t chunk, int is_request, pipe_frame
                 out[n].cid = f.meta->correlation_id;
                 JT_CHECK(f.meta->has_correlation_id);
                 if (is_request) {
-                    JT_CHECK(f.meta->request &&
-                             strcmp(f.meta->request->method_name, "Echo") == 0);
+                    JT_CHECK(f.meta->request && strcmp(f.meta->request->method_name, "Echo") == 0);
                 } else {
                     JT_CHECK(f.meta->response && f.meta->response->error_code == 0);
                 }
@@ -370,14 +394,16 @@ static void pipelined_200(void)
                 snprintf(want, sizeof want, "pipelined-%d", i);
                 JT_CHECK(q[i].msg && strcmp(q[i].msg, want) == 0);
                 JT_CHECK_EQ(q[i].att_len, (size_t)i * 37);
-                for (int j = 0; j < i; j++) JT_CHECK(q[j].cid != q[i].cid);
+                for (int j = 0; j < i; j++)
+                    JT_CHECK(q[j].cid != q[i].cid);
             }
             /* Matched by correlation_id only. (The README says brpc answered
              * out of order; this recording is in fact in request order.) */
             int matched[NPIPE] = {0};
             for (int k = 0; k < NPIPE; k++) {
                 int i = 0;
-                while (i < NPIPE && q[i].cid != r[k].cid) i++;
+                while (i < NPIPE && q[i].cid != r[k].cid)
+                    i++;
                 JT_CHECK(i < NPIPE);
                 if (i == NPIPE) continue;
                 JT_CHECK_EQ(matched[i], 0);

@@ -154,7 +154,8 @@ static void test_bad_ports(void)
 static void test_bad_hosts(void)
 {
     /* (Malformed names that would reach the resolver are left out: the test
-     * must not depend on DNS.) A host longer than any buffer the parser keeps is refused, not truncated. */
+     * must not depend on DNS.) A host longer than any buffer the parser keeps is refused, not
+     * truncated. */
     char text[600];
     memset(text, '1', sizeof text);
     memcpy(text + sizeof text - 4, ":80", 4);
@@ -236,8 +237,8 @@ static void test_format_truncates(void)
 static void test_prefixes_guarded(void)
 {
     static const char *const inputs[] = {
-        "1.2.3.4:80", "[::1]:8080", "[2001:db8::7]:65535", "unix:/tmp/jet.sock", ":80", "*:1",
-        "localhost:80",
+        "1.2.3.4:80", "[::1]:8080", "[2001:db8::7]:65535", "unix:/tmp/jet.sock",
+        ":80",        "*:1",        "localhost:80",
     };
     for (size_t i = 0; i < sizeof inputs / sizeof inputs[0]; i++) {
         size_t n = strlen(inputs[i]);

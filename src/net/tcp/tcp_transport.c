@@ -21,7 +21,7 @@ JET_FLAG_DEFINE_INT32(tcp_read_budget, 16,
  * common case, and every offered block is taken from the pool); each read
  * that fills its room doubles it, up to TCP_READ_MAX. */
 #define TCP_READ_FIRST (16 * 1024)
-#define TCP_READ_MAX   (512 * 1024)
+#define TCP_READ_MAX   (128 * 1024) /* at most what one jet_iobuf_read_fd offers */
 #define TCP_IOV_MAX    256
 
 static int tcp_global_init(const jet_transport_check_t *check)
