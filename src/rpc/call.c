@@ -19,15 +19,18 @@
 
 typedef struct cid_slot {
     _Atomic uint32_t version;
+    _Atomic uint32_t next_free; /* index + 1 of the next free slot */
     jet_call_t *call;
-    uint32_t next_free;
 } cid_slot_t;
 
 static _Atomic(cid_slot_t *) cid_chunks[CID_MAX_CHUNKS];
+/* Free slots: a lock-free stack whose head carries a tag against ABA
+ * (high 32 bits: tag, low 32 bits: slot index + 1, 0 = empty). Only growing
+ * the slot array takes the lock. */
+static _Atomic uint64_t cid_free_head;
 static struct {
     pthread_mutex_t lock;
-    uint32_t free_head; /* slot index + 1; 0 = empty */
-    uint32_t nslots;
+    _Atomic uint32_t nslots;
 } cid_reg = {.lock = PTHREAD_MUTEX_INITIALIZER};
 
 static cid_slot_t *cid_slot(uint32_t idx)
@@ -38,42 +41,76 @@ static cid_slot_t *cid_slot(uint32_t idx)
     return chunk ? &chunk[idx & (CID_CHUNK - 1)] : NULL;
 }
 
-int jet__cid_alloc(jet_call_t *call, uint64_t *cid_p)
+static void cid_push_free(uint32_t idx)
+{
+    cid_slot_t *slot = cid_slot(idx);
+    uint64_t head = atomic_load_explicit(&cid_free_head, memory_order_relaxed), next;
+    do {
+        atomic_store_explicit(&slot->next_free, (uint32_t)head, memory_order_relaxed);
+        next = ((head >> 32) + 1) << 32 | (uint64_t)(idx + 1);
+    } while (!atomic_compare_exchange_weak_explicit(&cid_free_head, &head, next,
+                                                    memory_order_release, memory_order_relaxed));
+}
+
+static bool cid_pop_free(uint32_t *idx_p)
+{
+    uint64_t head = atomic_load_explicit(&cid_free_head, memory_order_acquire), next;
+    do {
+        uint32_t top = (uint32_t)head;
+        if (top == 0) return false;
+        uint32_t below = atomic_load_explicit(&cid_slot(top - 1)->next_free, memory_order_relaxed);
+        next = ((head >> 32) + 1) << 32 | below;
+        *idx_p = top - 1;
+    } while (!atomic_compare_exchange_weak_explicit(&cid_free_head, &head, next,
+                                                    memory_order_acquire, memory_order_acquire));
+    return true;
+}
+
+static int cid_grow(uint32_t *idx_p)
 {
     pthread_mutex_lock(&cid_reg.lock);
-    uint32_t idx;
-    if (cid_reg.free_head) {
-        idx = cid_reg.free_head - 1;
-        cid_reg.free_head = cid_slot(idx)->next_free;
-    } else {
-        if (cid_reg.nslots >= CID_MAX_CHUNKS * CID_CHUNK) {
+    uint32_t idx = atomic_load_explicit(&cid_reg.nslots, memory_order_relaxed);
+    if (idx >= CID_MAX_CHUNKS * CID_CHUNK) {
+        pthread_mutex_unlock(&cid_reg.lock);
+        return -EAGAIN;
+    }
+    if ((idx & (CID_CHUNK - 1)) == 0) {
+        cid_slot_t *chunk = calloc(CID_CHUNK, sizeof *chunk);
+        if (!chunk) {
             pthread_mutex_unlock(&cid_reg.lock);
-            return -EAGAIN;
+            return -ENOMEM;
         }
-        idx = cid_reg.nslots;
-        if ((idx & (CID_CHUNK - 1)) == 0) {
-            cid_slot_t *chunk = calloc(CID_CHUNK, sizeof *chunk);
-            if (!chunk) {
-                pthread_mutex_unlock(&cid_reg.lock);
-                return -ENOMEM;
-            }
-            /* Version 1 first, so that a zero correlation id never matches. */
-            for (uint32_t i = 0; i < CID_CHUNK; i++) atomic_init(&chunk[i].version, 1);
-            atomic_store_explicit(&cid_chunks[idx >> CID_CHUNK_BITS], chunk, memory_order_release);
-        }
-        cid_reg.nslots++;
+        /* Version 1 first, so that a zero correlation id never matches. */
+        for (uint32_t i = 0; i < CID_CHUNK; i++) atomic_init(&chunk[i].version, 1);
+        atomic_store_explicit(&cid_chunks[idx >> CID_CHUNK_BITS], chunk, memory_order_release);
+    }
+    atomic_store_explicit(&cid_reg.nslots, idx + 1, memory_order_release);
+    pthread_mutex_unlock(&cid_reg.lock);
+    *idx_p = idx;
+    return 0;
+}
+
+int jet__cid_alloc(jet_call_t *call, uint64_t *cid_p)
+{
+    uint32_t idx;
+    if (!cid_pop_free(&idx)) {
+        int rc = cid_grow(&idx);
+        if (rc < 0) return rc;
     }
     cid_slot_t *slot = cid_slot(idx);
     slot->call = call;
-    pthread_mutex_unlock(&cid_reg.lock);
     call->slot = idx;
-    *cid_p = ((uint64_t)idx << 32) | atomic_load_explicit(&slot->version, memory_order_relaxed);
+    /* Publishes call before any claim can see this version (claims acquire). */
+    uint32_t ver = atomic_load_explicit(&slot->version, memory_order_relaxed);
+    atomic_store_explicit(&slot->version, ver, memory_order_release);
+    *cid_p = ((uint64_t)idx << 32) | ver;
     return 0;
 }
 
 jet_call_t *jet__cid_claim(uint64_t cid, uint64_t *next_cid_p)
 {
     uint32_t idx = (uint32_t)(cid >> 32), ver = (uint32_t)cid;
+    if (idx >= atomic_load_explicit(&cid_reg.nslots, memory_order_acquire)) return NULL;
     cid_slot_t *slot = cid_slot(idx);
     if (!slot) return NULL;
     uint32_t expected = ver;
@@ -86,14 +123,11 @@ jet_call_t *jet__cid_claim(uint64_t cid, uint64_t *next_cid_p)
 
 void jet__cid_free(uint32_t idx)
 {
-    pthread_mutex_lock(&cid_reg.lock);
     cid_slot_t *slot = cid_slot(idx);
     slot->call = NULL;
     /* A version never reused by this slot's next call: claims of old ids fail. */
     atomic_fetch_add_explicit(&slot->version, 1, memory_order_release);
-    slot->next_free = cid_reg.free_head;
-    cid_reg.free_head = idx + 1;
-    pthread_mutex_unlock(&cid_reg.lock);
+    cid_push_free(idx);
 }
 
 /* ---- the call object ---------------------------------------------------- */

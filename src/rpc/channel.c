@@ -220,8 +220,8 @@ static void ch_notify(jet_call_t *call)
     }
     /* From here a waiter may free the call: nothing touches it after the wake
      * but the futex word's address. */
-    atomic_store_explicit(&call->finished, 1, memory_order_release);
-    jet__futex_wake(&call->finished, INT_MAX);
+    if (atomic_exchange_explicit(&call->finished, 1, memory_order_acq_rel) == 2)
+        jet__futex_wake(&call->finished, INT_MAX);
 }
 
 /* The caller owns the call (claimed it). Ends it with code (0 = success). */
@@ -465,8 +465,17 @@ int jet_channel_call(jet_channel_t *ch, const ProtobufCServiceDescriptor *servic
 
 void jet_call_join(jet_call_t *call)
 {
-    while (!atomic_load_explicit(&call->finished, memory_order_acquire))
-        jet__futex_wait(&call->finished, 0, -1);
+    /* 0 running, 2 a waiter sleeps (the completer must wake), 1 finished: a
+     * completion that nobody waits for costs no system call. */
+    for (;;) {
+        uint32_t v = atomic_load_explicit(&call->finished, memory_order_acquire);
+        if (v == 1) return;
+        if (v == 0 && !atomic_compare_exchange_weak_explicit(&call->finished, &v, 2,
+                                                             memory_order_acq_rel,
+                                                             memory_order_acquire))
+            continue;
+        jet__futex_wait(&call->finished, 2, -1);
+    }
 }
 
 /* ---- connection events ------------------------------------------------------ */
