@@ -50,9 +50,10 @@ int jet_channel_call(jet_channel_t *ch, const ProtobufCServiceDescriptor *servic
                      jet_call_done_cb_t done, void *arg);
 
 /* Waits until an asynchronous call is complete and its done callback has
- * returned (not from its loop thread). Calling jet_call_destroy inside done
- * is allowed (the free happens after done returns); joining such a call is
- * not. */
+ * returned (not from its loop thread). The library does not touch the call
+ * once done has started, so done may destroy or reissue it; joining a call
+ * that done destroyed is a use after free (join it or destroy it in done,
+ * not both), and joining a call that done reissued waits for the new issue. */
 void jet_call_join(jet_call_t *call);
 
 #ifdef __cplusplus

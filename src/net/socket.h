@@ -98,6 +98,7 @@ struct jet_socket {
     jet_iobuf_t read_buf;
     jet_task_t read_task; /* resumes reading when a read budget ran out */
     bool read_posted;
+    bool peer_hup; /* EPOLLRDHUP/HUP/ERR seen: read to EOF, not to a short read */
 
     /* write side */
     _Atomic(jet_write_req_t *) write_head; /* newest request; NULL = no writer */

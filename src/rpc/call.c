@@ -8,6 +8,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "base/futex.h"
 #include "base/pool.h"
 #include "jetrpc/errors.h"
 
@@ -21,6 +22,11 @@ typedef struct cid_slot {
     _Atomic uint32_t version;
     _Atomic uint32_t next_free; /* index + 1 of the next free slot */
     jet_call_t *call;
+    /* Joiners wait on free_seq (bumped when the slot is freed, i.e. after the
+     * call's done callback returned); waiting says whether one sleeps, so
+     * that a completion nobody waits for makes no system call. */
+    _Atomic uint32_t free_seq;
+    _Atomic uint32_t waiting;
 } cid_slot_t;
 
 static _Atomic(cid_slot_t *) cid_chunks[CID_MAX_CHUNKS];
@@ -100,6 +106,8 @@ int jet__cid_alloc(jet_call_t *call, uint64_t *cid_p)
     cid_slot_t *slot = cid_slot(idx);
     slot->call = call;
     call->slot = idx;
+    call->slot_free_seq = atomic_load_explicit(&slot->free_seq, memory_order_relaxed);
+    call->joinable = true;
     /* Publishes call before any claim can see this version (claims acquire). */
     uint32_t ver = atomic_load_explicit(&slot->version, memory_order_relaxed);
     atomic_store_explicit(&slot->version, ver, memory_order_release);
@@ -127,7 +135,23 @@ void jet__cid_free(uint32_t idx)
     slot->call = NULL;
     /* A version never reused by this slot's next call: claims of old ids fail. */
     atomic_fetch_add_explicit(&slot->version, 1, memory_order_release);
+    /* seq_cst pairs with the joiner's store of waiting then load of free_seq:
+     * one of the two sides sees the other, so no wake-up is lost. */
+    atomic_fetch_add_explicit(&slot->free_seq, 1, memory_order_seq_cst);
+    if (atomic_exchange_explicit(&slot->waiting, 0, memory_order_seq_cst))
+        jet__futex_wake(&slot->free_seq, INT_MAX);
     cid_push_free(idx);
+}
+
+void jet__cid_join(uint32_t idx, uint32_t free_seq)
+{
+    cid_slot_t *slot = cid_slot(idx);
+    for (;;) {
+        atomic_store_explicit(&slot->waiting, 1, memory_order_seq_cst);
+        uint32_t now = atomic_load_explicit(&slot->free_seq, memory_order_seq_cst);
+        if (now != free_seq) return;
+        jet__futex_wait(&slot->free_seq, now, -1);
+    }
 }
 
 /* ---- the call object ---------------------------------------------------- */
@@ -161,23 +185,11 @@ static void call_release_fields(jet_call_t *c)
     if (c->response) protobuf_c_message_free_unpacked(c->response, NULL);
 }
 
-__thread jet_call_t *jet__call_in_done;
-
-void jet__call_free(jet_call_t *c)
-{
-    call_release_fields(c);
-    jet__pool_put(&call_pool, c);
-}
-
 void jet_call_destroy(jet_call_t *c)
 {
     if (!c) return;
-    if (c == jet__call_in_done) {
-        /* Its completion still reads the call after done returns. */
-        c->destroy_deferred = true;
-        return;
-    }
-    jet__call_free(c);
+    call_release_fields(c);
+    jet__pool_put(&call_pool, c);
 }
 
 void jet_call_reset(jet_call_t *c)

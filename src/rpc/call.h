@@ -51,9 +51,8 @@ struct jet_call {
     int64_t end_us;
     jet_call_done_cb_t done;
     void *done_arg;
-    _Atomic uint32_t finished; /* futex word: 1 once complete and done has returned */
-    uint32_t gen;              /* bumped by every jet_channel_call */
-    bool destroy_deferred;     /* jet_call_destroy ran inside the call's own done */
+    bool joinable;      /* has a correlation slot that jet_call_join can wait on */
+    uint32_t slot_free_seq; /* the slot's free count when this call took it */
     jet_deadline_t deadline;
     jet_task_t retry_task;
     int retry_err;
@@ -68,12 +67,6 @@ struct jet_call {
     jet_task_t srv_task; /* runs the handler on a worker */
 };
 
-/* The call whose done callback runs on this thread (innermost), so that
- * jet_call_destroy from inside it is deferred until done returns. */
-extern __thread jet_call_t *jet__call_in_done;
-/* Frees the call now (what jet_call_destroy does outside a done callback). */
-void jet__call_free(jet_call_t *call);
-
 /* Shared by client and server: fills error_code/error_text. */
 void jet__call_set_error(jet_call_t *call, int code, const char *text);
 
@@ -86,6 +79,10 @@ int jet__cid_alloc(jet_call_t *call, uint64_t *cid_p);
  * On success the slot accepts the next version: *next_cid_p (may be NULL)
  * is the cid of a retry. */
 jet_call_t *jet__cid_claim(uint64_t cid, uint64_t *next_cid_p);
+/* Frees the slot and wakes its joiners. The call is not touched: a done
+ * callback may already have destroyed or reissued it. */
 void jet__cid_free(uint32_t slot);
+/* Waits until slot has been freed more than free_seq times. */
+void jet__cid_join(uint32_t slot, uint32_t free_seq);
 
 #endif

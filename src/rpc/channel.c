@@ -199,29 +199,15 @@ static void conn_unlink(cli_conn_t *conn, jet_call_t *call)
 
 static void ch_deadline_cb(uint64_t cid);
 
-/* Runs the done callback (if any), then marks the call finished for
- * jet_call_join. A done callback may destroy the call (deferred until it
- * returns) or issue it again (then this completion no longer touches it). */
+/* Runs the done callback (if any), then frees the correlation slot, which
+ * wakes jet_call_join. Nothing touches the call once done has started: done
+ * may hand it to another thread, destroy it or issue it again. */
 static void ch_notify(jet_call_t *call)
 {
-    jet_call_done_cb_t done = call->done;
-    if (done) {
-        jet_call_t *outer = jet__call_in_done;
-        uint32_t gen = call->gen;
-        call->destroy_deferred = false;
-        jet__call_in_done = call;
-        done(call, call->done_arg);
-        jet__call_in_done = outer;
-        if (call->destroy_deferred) {
-            jet__call_free(call);
-            return;
-        }
-        if (call->gen != gen) return;
-    }
-    /* From here a waiter may free the call: nothing touches it after the wake
-     * but the futex word's address. */
-    if (atomic_exchange_explicit(&call->finished, 1, memory_order_acq_rel) == 2)
-        jet__futex_wake(&call->finished, INT_MAX);
+    uint32_t slot = call->slot;
+    bool joinable = call->joinable;
+    if (call->done) call->done(call, call->done_arg);
+    if (joinable) jet__cid_free(slot);
 }
 
 /* The caller owns the call (claimed it). Ends it with code (0 = success). */
@@ -234,7 +220,6 @@ static void ch_complete(jet_call_t *call, int code, const char *text)
         ch_put_socket(call->channel, call->sock);
         call->sock = NULL;
     }
-    jet__cid_free(call->slot);
     call->in_flight = false;
     ch_notify(call);
 }
@@ -408,8 +393,7 @@ int jet_channel_call(jet_channel_t *ch, const ProtobufCServiceDescriptor *servic
     call->error_code = 0;
     jet_iobuf_clear(&call->resp_att);
     jet_iobuf_clear(&call->req_body);
-    atomic_store(&call->finished, 0);
-    call->gen++;
+    call->joinable = false;
     call->service = service;
     call->method = m;
     call->channel = ch;
@@ -465,17 +449,9 @@ int jet_channel_call(jet_channel_t *ch, const ProtobufCServiceDescriptor *servic
 
 void jet_call_join(jet_call_t *call)
 {
-    /* 0 running, 2 a waiter sleeps (the completer must wake), 1 finished: a
-     * completion that nobody waits for costs no system call. */
-    for (;;) {
-        uint32_t v = atomic_load_explicit(&call->finished, memory_order_acquire);
-        if (v == 1) return;
-        if (v == 0 && !atomic_compare_exchange_weak_explicit(&call->finished, &v, 2,
-                                                             memory_order_acq_rel,
-                                                             memory_order_acquire))
-            continue;
-        jet__futex_wait(&call->finished, 2, -1);
-    }
+    /* Read before the call can complete: a joinable call still holds its slot. */
+    if (!call->joinable) return;
+    jet__cid_join(call->slot, call->slot_free_seq);
 }
 
 /* ---- connection events ------------------------------------------------------ */

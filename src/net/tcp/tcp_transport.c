@@ -93,7 +93,9 @@ void jet__tcp_read(jet_socket_t *s)
         if (r > 0) {
             jet__socket_deliver(s);
             if (jet__socket_failed(s)) return;
-            if ((size_t)r < room) return; /* drained: the next edge wakes us */
+            /* A short read drained the kernel: the next edge wakes us, except
+             * for a FIN that came with the data (no edge follows it). */
+            if ((size_t)r < room && !s->peer_hup) return;
             if (room < TCP_READ_MAX) room *= 2;
             continue;
         }
@@ -111,6 +113,7 @@ void jet__tcp_read(jet_socket_t *s)
 
 static void tcp_on_input(jet_socket_t *s, uint32_t events)
 {
+    if (events & (EPOLLRDHUP | EPOLLHUP | EPOLLERR)) s->peer_hup = true;
     if (events & EPOLLOUT) jet__socket_writable(s);
     if (events & (EPOLLIN | EPOLLRDHUP | EPOLLHUP | EPOLLERR)) jet__tcp_read(s);
 }
