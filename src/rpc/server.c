@@ -18,6 +18,7 @@
 #include "rpc/compress.h"
 #include "rpc/protocol.h"
 #include "rpc/worker_pool.h"
+#include "urma/urma_handshake.h"
 
 /* Foreign handshakes a TCP-mode port answers so that clients fall back (RDMA
  * clients of brpc get the "un-negotiable" hello every brpc server sends). */
@@ -474,48 +475,62 @@ static void srv_process(jet_socket_t *s, jet_baidu_frame_t *f, int bad_att)
     }
 }
 
-/* A first packet that is not PRPC: answer brpc RDMA hellos with the
- * un-negotiable hello (so the client falls back to TCP on this connection),
- * close on anything else. Returns true when parsing may go on. */
+/* A first packet that is not PRPC: answer RDMA and URMA hellos with a
+ * declining hello (brpc's "un-negotiable" RDMA answer; for URMA the same
+ * shape), so such clients fall back to TCP on this connection; close on
+ * anything else. Returns true when parsing may go on. */
 static bool srv_foreign_hello(jet_socket_t *s, srv_conn_t *c)
 {
-    uint8_t hdr[8];
-    size_t have = jet_iobuf_len(&s->read_buf);
-    if (have < 8) return false;
-    jet_iobuf_copy_to(&s->read_buf, hdr, 8, 0);
-    static const uint8_t v3_answer[] = {0x52, 0x44, 0x4d, 0x33, 0, 0, 0, 0x1c, 0x08, 0, 0x10, 0,
-                                        0x18, 0, 0x20, 0, 0x2a, 0x10, 0, 0, 0, 0, 0, 0,
-                                        0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0x30, 0};
-    uint8_t v2_answer[40] = {0x52, 0x44, 0x4d, 0x41, 0x00, 0x28, 0xff, 0xff};
-    size_t need;
-    const uint8_t *answer;
-    size_t answer_len;
-    if (memcmp(hdr, "RDMA", 4) == 0) {
+    static const uint8_t rdma_v3_answer[] = {0x52, 0x44, 0x4d, 0x33, 0, 0, 0, 0x1c, 0x08, 0,
+                                             0x10, 0, 0x18, 0, 0x20, 0, 0x2a, 0x10, 0, 0,
+                                             0, 0, 0, 0, 0, 0, 0, 0, 0, 0,
+                                             0, 0, 0, 0, 0x30, 0};
+    uint8_t hdr[8] = {0};
+    uint8_t answer[JET_URMA_V2_MAX_LEN];
+    size_t have = jet_iobuf_len(&s->read_buf), need = 0;
+    int answer_len = 0;
+    if (have < 4) return false;
+    jet_iobuf_copy_to(&s->read_buf, hdr, have < 8 ? have : 8, 0);
+    if (jet__urma_hello_prefix(hdr, 4)) {
+        /* A URMA hello: one framed hello is consumed whatever it says. */
+        size_t flat_len = have < sizeof answer ? have : sizeof answer;
+        jet_iobuf_copy_to(&s->read_buf, answer, flat_len, 0);
+        jet_urma_hello_t hello;
+        jet_urma_hello_result_t r = jet__urma_hello_parse(answer, flat_len, &hello, &need);
+        if (r == JET_URMA_HELLO_INCOMPLETE) return false;
+        if (r != JET_URMA_HELLO_OK && r != JET_URMA_HELLO_DECLINED) goto bad;
+        answer_len = jet__urma_hello_pack_decline(memcmp(hdr, JET_URMA_MAGIC_V3, 4) == 0 ? 3 : 2,
+                                                  answer, sizeof answer);
+    } else if (memcmp(hdr, "RDMA", 4) == 0) {
+        if (have < 8) return false;
         need = (size_t)hdr[4] << 8 | hdr[5];
         if (need < SRV_RDMA_V2_MIN || need > SRV_RDMA_V2_MAX) goto bad;
-        answer = v2_answer;
-        answer_len = sizeof v2_answer;
+        memset(answer, 0, 40);
+        memcpy(answer, "RDMA\x00\x28\xff\xff", 8);
+        answer_len = 40;
     } else if (memcmp(hdr, "RDM3", 4) == 0) {
+        if (have < 8) return false;
         uint32_t pb = (uint32_t)hdr[4] << 24 | (uint32_t)hdr[5] << 16 | (uint32_t)hdr[6] << 8 | hdr[7];
         if (pb == 0 || pb > SRV_RDMA_V3_MAX) goto bad;
         need = 8 + pb;
-        answer = v3_answer;
-        answer_len = sizeof v3_answer;
+        memcpy(answer, rdma_v3_answer, sizeof rdma_v3_answer);
+        answer_len = sizeof rdma_v3_answer;
     } else {
         goto bad;
     }
     if (have < need) return false;
+    if (answer_len <= 0) goto bad;
     jet_iobuf_pop_front(&s->read_buf, need);
     jet_iobuf_t out;
     jet_iobuf_init(&out);
-    if (jet_iobuf_append(&out, answer, answer_len) < 0 || jet__socket_write(s, &out) < 0) {
+    if (jet_iobuf_append(&out, answer, (size_t)answer_len) < 0 || jet__socket_write(s, &out) < 0) {
         jet_iobuf_fini(&out);
         jet__socket_set_failed(s, -ENOMEM);
         return false;
     }
     jet_iobuf_fini(&out);
-    JET_INFO("%s sent an RDMA hello to a %s port: answered un-negotiable, staying on TCP", s->peer,
-             s->ops->name);
+    JET_INFO("%s sent a %.4s hello to a %s port: declined, staying on TCP", s->peer,
+             (const char *)hdr, s->ops->name);
     c->hello = SRV_HELLO_WAIT_ACK;
     return true;
 bad:
@@ -531,9 +546,20 @@ static void srv_on_read(jet_socket_t *s)
     jet_server_t *srv = c->srv;
     for (;;) {
         if (c->hello == SRV_HELLO_WAIT_ACK) {
+            uint8_t ack[4];
             if (jet_iobuf_len(&s->read_buf) < 4) return;
-            jet_iobuf_pop_front(&s->read_buf, 4);
+            jet_iobuf_copy_to(&s->read_buf, ack, 4, 0);
             c->hello = SRV_HELLO_DONE;
+            /* A brpc URMA client that was declined sends no ACK: its first
+             * request follows at once. */
+            if (memcmp(ack, JET_BAIDU_MAGIC, 4) != 0) {
+                jet_iobuf_pop_front(&s->read_buf, 4);
+                if (jet__urma_ack_parse(ack) & JET_URMA_ACK_OK) {
+                    JET_WARN("close %s: the client claims URMA after this port declined", s->peer);
+                    jet__socket_set_failed(s, -EPROTO);
+                    return;
+                }
+            }
         }
         if (jet_iobuf_empty(&s->read_buf)) return;
         jet_baidu_frame_t f;
