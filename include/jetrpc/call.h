@@ -11,7 +11,10 @@
  * before invoking the closure. The server owns server-side calls.
  *
  * Threads: a call is used by one thread at a time; completion hands it from
- * the completing thread to the waiter or the done callback. */
+ * the completing thread to the waiter or the done callback. Once a client
+ * call's done callback has started, the library never touches the call
+ * again: done may destroy it, reset it, issue it again or hand it to
+ * another thread. */
 #ifndef JETRPC_CALL_H
 #define JETRPC_CALL_H
 

@@ -299,14 +299,14 @@ static void test_async_calls(void)
     for (int i = 0; i < N; i++) {
         jet_call_join(calls[i]); /* returns at once for a completed call */
         JT_CHECK(resp_is(calls[i], msgs[i]));
-        JT_CHECK_EQ(jet_iobuf_equals(jet_call_response_attachment(calls[i]), msgs[i],
-                                     strlen(msgs[i])),
-                    0);
+        JT_CHECK_EQ(
+            jet_iobuf_equals(jet_call_response_attachment(calls[i]), msgs[i], strlen(msgs[i])), 0);
     }
     /* Done runs exactly once per call. */
     usleep(20000);
     JT_CHECK_EQ(atomic_load(&done.n), N);
-    for (int i = 0; i < N; i++) jet_call_destroy(calls[i]);
+    for (int i = 0; i < N; i++)
+        jet_call_destroy(calls[i]);
     jet_channel_destroy(ch);
 }
 
@@ -372,6 +372,10 @@ static void *mt_main(void *arg)
             stuck = true;
             break;
         }
+        /* done has signalled; join waits until it has returned (channel.h). */
+        if (ctx->async)
+            for (int k = 0; k < batch; k++)
+                jet_call_join(slots[k].call);
         for (int k = 0; k < batch; k++) {
             mt_slot_t *sl = &slots[k];
             if (!resp_is(sl->call, sl->msg) ||
@@ -385,7 +389,8 @@ static void *mt_main(void *arg)
     }
     if (stuck) return NULL; /* calls still in flight: leak them rather than free them */
     if (ctx->async && atomic_load(&done.n) != issued) atomic_fetch_add(ctx->bad, 1);
-    for (int k = 0; k < MT_BATCH; k++) jet_call_destroy(slots[k].call);
+    for (int k = 0; k < MT_BATCH; k++)
+        jet_call_destroy(slots[k].call);
     return NULL;
 }
 
@@ -398,7 +403,8 @@ static int run_threads(jet_channel_t *ch, int nthreads, int calls, bool async)
         ctx[i] = (mt_ctx_t){.ch = ch, .id = i, .async = async, .calls = calls, .bad = &bad};
         if (pthread_create(&th[i], NULL, mt_main, &ctx[i]) != 0) abort();
     }
-    for (int i = 0; i < nthreads; i++) pthread_join(th[i], NULL);
+    for (int i = 0; i < nthreads; i++)
+        pthread_join(th[i], NULL);
     return atomic_load(&bad);
 }
 
@@ -509,10 +515,12 @@ static void test_compression(void)
     size_t len = 100000;
     char *text = malloc(len + 1), *noise = malloc(len + 1);
     JT_REQUIRE(text && noise);
-    for (size_t i = 0; i < len; i++) text[i] = "the quick brown fox jumps "[i % 26];
+    for (size_t i = 0; i < len; i++)
+        text[i] = "the quick brown fox jumps "[i % 26];
     text[len] = 0;
     fill_pattern((uint8_t *)noise, len, 7);
-    for (size_t i = 0; i < len; i++) noise[i] = (char)('!' + (uint8_t)noise[i] % 90);
+    for (size_t i = 0; i < len; i++)
+        noise[i] = (char)('!' + (uint8_t)noise[i] % 90);
     noise[len] = 0;
     static const int types[] = {JET_COMPRESS_NONE, JET_COMPRESS_SNAPPY, JET_COMPRESS_GZIP,
                                 JET_COMPRESS_ZLIB};
@@ -670,6 +678,7 @@ static void test_handler_answers_later(void)
     }
     JT_CHECK(wait_count(&done, N));
     for (int i = 0; i < N; i++) {
+        jet_call_join(calls[i]);
         JT_CHECK(resp_is(calls[i], msgs[i]));
         jet_call_destroy(calls[i]);
     }
@@ -686,6 +695,7 @@ static void test_handler_answers_later(void)
     JT_CHECK(resp_is(call, "meanwhile"));
     jet_call_destroy(call);
     JT_CHECK(wait_count(&slow_done, 1));
+    jet_call_join(slow);
     JT_CHECK(resp_is(slow, "later:300"));
     jet_call_destroy(slow);
     jet_channel_destroy(ch);
@@ -785,9 +795,9 @@ static void test_missing_required_field(void)
     stats(g_srv, &before);
     Example__EchoRequest req = EXAMPLE__ECHO_REQUEST__INIT; /* message (required) unset */
     jet_call_t *call = jet_call_create();
-    JT_CHECK_EQ(jet_channel_call(ch, &example__echo_service__descriptor, 0, call, &req.base, NULL,
-                                 NULL),
-                0);
+    JT_CHECK_EQ(
+        jet_channel_call(ch, &example__echo_service__descriptor, 0, call, &req.base, NULL, NULL),
+        0);
     JT_CHECK(jet_call_failed(call));
     JT_CHECK_EQ(jet_call_error_code(call), JET_EREQUEST);
     JT_CHECK_EQ(jet_call_attempts(call), 1);
@@ -820,24 +830,24 @@ static void test_misuse(void)
     Example__EchoRequest req = EXAMPLE__ECHO_REQUEST__INIT;
     req.message = "x";
     /* Unknown method index. */
-    JT_CHECK_EQ(jet_channel_call(ch, &example__echo_service__descriptor, 1, call, &req.base, NULL,
-                                 NULL),
-                -EINVAL);
+    JT_CHECK_EQ(
+        jet_channel_call(ch, &example__echo_service__descriptor, 1, call, &req.base, NULL, NULL),
+        -EINVAL);
     JT_CHECK_EQ(jet_channel_call(ch, &example__echo_service__descriptor, 1000000, call, &req.base,
                                  NULL, NULL),
                 -EINVAL);
     /* A request of another type than the method's input. */
     Example__EchoResponse wrong = EXAMPLE__ECHO_RESPONSE__INIT;
     wrong.message = "x";
-    JT_CHECK_EQ(jet_channel_call(ch, &example__echo_service__descriptor, 0, call, &wrong.base, NULL,
-                                 NULL),
-                -EINVAL);
-    JT_CHECK_EQ(jet_channel_call(NULL, &example__echo_service__descriptor, 0, call, &req.base, NULL,
-                                 NULL),
-                -EINVAL);
-    JT_CHECK_EQ(jet_channel_call(ch, &example__echo_service__descriptor, 0, NULL, &req.base, NULL,
-                                 NULL),
-                -EINVAL);
+    JT_CHECK_EQ(
+        jet_channel_call(ch, &example__echo_service__descriptor, 0, call, &wrong.base, NULL, NULL),
+        -EINVAL);
+    JT_CHECK_EQ(
+        jet_channel_call(NULL, &example__echo_service__descriptor, 0, call, &req.base, NULL, NULL),
+        -EINVAL);
+    JT_CHECK_EQ(
+        jet_channel_call(ch, &example__echo_service__descriptor, 0, NULL, &req.base, NULL, NULL),
+        -EINVAL);
     /* A call in flight cannot be issued again. */
     counter_t done = {0};
     req.message = "later:1000"; /* long enough to still be in flight below */
@@ -845,9 +855,9 @@ static void test_misuse(void)
                                  count_done, &done),
                 0);
     req.message = "again";
-    JT_CHECK_EQ(jet_channel_call(ch, &example__echo_service__descriptor, 0, call, &req.base, NULL,
-                                 NULL),
-                -EINVAL);
+    JT_CHECK_EQ(
+        jet_channel_call(ch, &example__echo_service__descriptor, 0, call, &req.base, NULL, NULL),
+        -EINVAL);
     jet_call_join(call);
     JT_CHECK(wait_count(&done, 1));
     JT_CHECK(resp_is(call, "later:1000"));
@@ -907,9 +917,132 @@ static void test_call_reuse(void)
                                      count_done, &done),
                     0);
         JT_CHECK(wait_count(&done, (uint32_t)i + 1));
+        jet_call_join(call);
         JT_CHECK(resp_is(call, msg));
     }
     jet_call_destroy(call);
+    jet_channel_destroy(ch);
+}
+
+/* ---- done callbacks ---- */
+
+typedef struct slow_done {
+    _Atomic uint32_t started;
+    _Atomic uint32_t ended;
+} slow_done_t;
+
+static void slow_done_cb(jet_call_t *call, void *arg)
+{
+    slow_done_t *d = arg;
+    atomic_store(&d->started, 1);
+    jet__futex_wake(&d->started, INT_MAX);
+    usleep(100000);
+    atomic_store(&d->ended, 1);
+}
+
+static void test_join_waits_for_done(void)
+{
+    /* jet_call_join returns only once done has returned (channel.h). */
+    jet_channel_t *ch = open_channel(g_port, JET_CONNECTION_SINGLE);
+    JT_REQUIRE(ch);
+    jet_call_t *call = jet_call_create();
+    slow_done_t d = {0};
+    Example__EchoRequest req = EXAMPLE__ECHO_REQUEST__INIT;
+    req.message = "join";
+    JT_CHECK_EQ(jet_channel_call(ch, &example__echo_service__descriptor, 0, call, &req.base,
+                                 slow_done_cb, &d),
+                0);
+    uint64_t until = jt_now_us() + WAIT_LIMIT_US;
+    while (!atomic_load(&d.started) && jt_now_us() < until)
+        jet__futex_wait(&d.started, 0, 100000);
+    JT_REQUIRE(atomic_load(&d.started));
+    jet_call_join(call);
+    JT_CHECK_EQ(atomic_load(&d.ended), 1);
+    JT_CHECK(resp_is(call, "join"));
+    jet_call_destroy(call);
+    jet_channel_destroy(ch);
+}
+
+typedef struct destroy_in_done {
+    counter_t *done;
+    char msg[32];
+    _Atomic int ok;
+} destroy_in_done_t;
+
+static void destroy_in_done_cb(jet_call_t *call, void *arg)
+{
+    destroy_in_done_t *d = arg;
+    atomic_store(&d->ok, resp_is(call, d->msg) ? 1 : -1);
+    jet_call_destroy(call); /* allowed inside done: freed after it returns */
+    count_done(NULL, d->done);
+}
+
+static void test_destroy_inside_done(void)
+{
+    jet_channel_t *ch = open_channel(g_port, JET_CONNECTION_SINGLE);
+    JT_REQUIRE(ch);
+    enum { N = 200 };
+    static destroy_in_done_t ds[N];
+    counter_t done = {0};
+    for (int i = 0; i < N; i++) {
+        ds[i].done = &done;
+        atomic_store(&ds[i].ok, 0);
+        snprintf(ds[i].msg, sizeof ds[i].msg, "destroy in done %d", i);
+        jet_call_t *call = jet_call_create();
+        Example__EchoRequest req = EXAMPLE__ECHO_REQUEST__INIT;
+        req.message = ds[i].msg;
+        JT_CHECK_EQ(jet_channel_call(ch, &example__echo_service__descriptor, 0, call, &req.base,
+                                     destroy_in_done_cb, &ds[i]),
+                    0);
+    }
+    JT_CHECK(wait_count(&done, N));
+    int bad = 0;
+    for (int i = 0; i < N; i++)
+        bad += atomic_load(&ds[i].ok) != 1;
+    JT_CHECK_EQ(bad, 0);
+    jet_channel_destroy(ch);
+}
+
+static void test_done_hands_call_over(void)
+{
+    /* done only signals; the waiting thread then owns the call (call.h: completion
+     * hands it to the done callback, which hands it on) and frees or reuses it
+     * at once, without jet_call_join. The library must not touch the call after
+     * done has returned. Runs last: a failure here can leave a call the library
+     * still uses, so the case stops at the first one and leaks that call and
+     * the channel rather than free them under the library. */
+    jet_channel_t *ch = open_channel(g_port, JET_CONNECTION_SINGLE);
+    JT_REQUIRE(ch);
+    counter_t done = {0};
+    char msg[32];
+    for (int i = 0; i < 1500; i++) {
+        jet_call_t *call = jet_call_create();
+        snprintf(msg, sizeof msg, "hand over %d", i);
+        Example__EchoRequest req = EXAMPLE__ECHO_REQUEST__INIT;
+        req.message = msg;
+        JT_CHECK_EQ(jet_channel_call(ch, &example__echo_service__descriptor, 0, call, &req.base,
+                                     count_done, &done),
+                    0);
+        JT_REQUIRE(wait_count(&done, (uint32_t)i * 2 + 1));
+        if (!resp_is(call, msg)) {
+            fprintf(stderr, "  async %d: [E%d] %s\n", i, jet_call_error_code(call),
+                    jet_call_error_text(call));
+            JT_CHECK(resp_is(call, msg));
+            return;
+        }
+        /* Reused at once: a synchronous call must be complete when it returns. */
+        jet_call_reset(call);
+        int rc = jet_channel_call(ch, &example__echo_service__descriptor, 0, call, &req.base, NULL,
+                                  NULL);
+        if (rc != 0 || !resp_is(call, msg)) {
+            fprintf(stderr, "  sync %d returned incomplete: rc=%d [E%d] response=%p\n", i, rc,
+                    jet_call_error_code(call), (const void *)jet_call_response(call));
+            JT_CHECK(rc == 0 && resp_is(call, msg));
+            return;
+        }
+        atomic_fetch_add(&done.n, 1);
+        jet_call_destroy(call);
+    }
     jet_channel_destroy(ch);
 }
 
@@ -944,6 +1077,9 @@ int main(void)
     RUN(test_missing_required_field);
     RUN(test_misuse);
     RUN(test_call_reuse);
+    RUN(test_join_waits_for_done);
+    RUN(test_destroy_inside_done);
+    RUN(test_done_hands_call_over);
     jet_server_stats_t st;
     jet_server_get_stats(g_srv, &st);
     jet_server_stop(g_srv);

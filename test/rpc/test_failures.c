@@ -1,0 +1,865 @@
+/* End-to-end failures over TCP: timeouts, refused connections and retries,
+ * servers that restart, die (kill -9 of a child process) or stop gracefully
+ * with calls in flight, hundreds of short connections at once, a peer that
+ * never answers, and max_concurrency.
+ *
+ * The service's behaviour is picked by the request message:
+ *   "sleep:<ms>"  blocks the handler (servers here run such handlers in the pool)
+ *   "hold"        keeps the closure; the test answers it later (release_held)
+ *   "hang"        never answers; reports the request on the notify pipe (child)
+ *   anything else echoes the message
+ *
+ * The killed server runs in a child process started by re-executing this
+ * program with "--hang-server <fd>" (a fork of a threaded process could not
+ * start its own event loops). */
+#include <errno.h>
+#include <fcntl.h>
+#include <limits.h>
+#include <netinet/in.h>
+#include <poll.h>
+#include <pthread.h>
+#include <signal.h>
+#include <stdatomic.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/prctl.h>
+#include <sys/socket.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <jetrpc/jetrpc.h>
+
+#include "base/futex.h"
+#include "echo.pb-c.h"
+#include "testutil.h"
+
+#define WAIT_LIMIT_US (20 * 1000000LL) /* generous guard for anything awaited */
+
+/* ---- the service ------------------------------------------------------------ */
+
+typedef struct held {
+    Example__EchoResponse_Closure closure;
+    void *closure_data;
+    char message[64];
+} held_t;
+
+#define MAX_HELD 512
+static pthread_mutex_t g_held_lock = PTHREAD_MUTEX_INITIALIZER;
+static pthread_cond_t g_held_cond = PTHREAD_COND_INITIALIZER;
+static held_t g_held[MAX_HELD];
+static int g_nheld;
+static int g_notify_fd = -1; /* child: one byte per request received */
+
+static void f_echo(Example__EchoService_Service *service, const Example__EchoRequest *req,
+                   Example__EchoResponse_Closure closure, void *closure_data)
+{
+    Example__EchoResponse resp = EXAMPLE__ECHO_RESPONSE__INIT;
+    const char *msg = req->message;
+    if (strncmp(msg, "sleep:", 6) == 0) {
+        usleep((useconds_t)atoi(msg + 6) * 1000);
+    } else if (strcmp(msg, "hold") == 0 || strncmp(msg, "hold ", 5) == 0) {
+        pthread_mutex_lock(&g_held_lock);
+        if (g_nheld == MAX_HELD) abort();
+        held_t *h = &g_held[g_nheld++];
+        h->closure = closure;
+        h->closure_data = closure_data;
+        snprintf(h->message, sizeof h->message, "%s", msg);
+        pthread_cond_broadcast(&g_held_cond);
+        pthread_mutex_unlock(&g_held_lock);
+        return;
+    } else if (strcmp(msg, "hang") == 0) {
+        if (write(g_notify_fd, "r", 1) != 1) abort();
+        return;
+    }
+    resp.message = (char *)msg;
+    closure(&resp, closure_data);
+}
+
+static Example__EchoService_Service g_service = EXAMPLE__ECHO_SERVICE__INIT(f_);
+
+static bool wait_held(int n)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_REALTIME, &ts);
+    ts.tv_sec += WAIT_LIMIT_US / 1000000;
+    pthread_mutex_lock(&g_held_lock);
+    int rc = 0;
+    while (g_nheld < n && rc == 0)
+        rc = pthread_cond_timedwait(&g_held_cond, &g_held_lock, &ts);
+    bool ok = g_nheld >= n;
+    pthread_mutex_unlock(&g_held_lock);
+    return ok;
+}
+
+/* Answers every held call, from this (non-loop) thread. */
+static int release_held(void)
+{
+    held_t copy[MAX_HELD];
+    pthread_mutex_lock(&g_held_lock);
+    int n = g_nheld;
+    memcpy(copy, g_held, (size_t)n * sizeof copy[0]);
+    g_nheld = 0;
+    pthread_mutex_unlock(&g_held_lock);
+    for (int i = 0; i < n; i++) {
+        Example__EchoResponse resp = EXAMPLE__ECHO_RESPONSE__INIT;
+        resp.message = copy[i].message;
+        copy[i].closure(&resp, copy[i].closure_data);
+    }
+    return n;
+}
+
+/* ---- helpers ------------------------------------------------------------------ */
+
+typedef struct srv_cfg {
+    bool in_pool;
+    int max_concurrency;
+    int graceful_stop_ms;
+} srv_cfg_t;
+
+static jet_server_t *start_server_at(const char *addr, const srv_cfg_t *cfg, int *port_p)
+{
+    jet_server_options_t so;
+    jet_server_options_init(&so);
+    if (cfg) {
+        so.usercode_in_pool = cfg->in_pool;
+        so.num_workers = cfg->in_pool ? 4 : 0;
+        so.max_concurrency = cfg->max_concurrency;
+        if (cfg->graceful_stop_ms) so.graceful_stop_ms = cfg->graceful_stop_ms;
+    }
+    jet_server_t *srv = NULL;
+    if (jet_server_create(&so, &srv) < 0) return NULL;
+    if (jet_server_add_service(srv, &g_service.base) < 0 || jet_server_start(srv, addr) < 0) {
+        jet_server_destroy(srv);
+        return NULL;
+    }
+    if (port_p) *port_p = jet_server_listen_port(srv);
+    return srv;
+}
+
+static jet_server_t *start_server_port(int port, const srv_cfg_t *cfg, int *port_p)
+{
+    char addr[64];
+    snprintf(addr, sizeof addr, "127.0.0.1:%d", port);
+    return start_server_at(addr, cfg, port_p);
+}
+
+static void stop_server(jet_server_t *srv)
+{
+    if (!srv) return;
+    jet_server_stop(srv);
+    jet_server_destroy(srv);
+}
+
+static jet_channel_t *open_channel(int port, jet_connection_type_t type, int32_t timeout_ms,
+                                   int32_t max_retry)
+{
+    char addr[64];
+    snprintf(addr, sizeof addr, "127.0.0.1:%d", port);
+    jet_channel_options_t co;
+    jet_channel_options_init(&co);
+    co.connection_type = type;
+    co.timeout_ms = timeout_ms;
+    co.max_retry = max_retry;
+    jet_channel_t *ch = NULL;
+    if (jet_channel_create(addr, &co, &ch) < 0) return NULL;
+    return ch;
+}
+
+/* A loopback port where nothing listens (bound once, then released). */
+static int free_port(void)
+{
+    int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+    struct sockaddr_in a = {.sin_family = AF_INET, .sin_addr.s_addr = htonl(INADDR_LOOPBACK)};
+    socklen_t len = sizeof a;
+    if (fd < 0 || bind(fd, (struct sockaddr *)&a, sizeof a) < 0 ||
+        getsockname(fd, (struct sockaddr *)&a, &len) < 0)
+        abort();
+    close(fd);
+    return ntohs(a.sin_port);
+}
+
+/* A plain listening socket on loopback that the test drives by hand. */
+static int raw_listen(int *port_p)
+{
+    int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+    struct sockaddr_in a = {.sin_family = AF_INET, .sin_addr.s_addr = htonl(INADDR_LOOPBACK)};
+    socklen_t len = sizeof a;
+    if (fd < 0 || bind(fd, (struct sockaddr *)&a, sizeof a) < 0 || listen(fd, 64) < 0 ||
+        getsockname(fd, (struct sockaddr *)&a, &len) < 0)
+        abort();
+    *port_p = ntohs(a.sin_port);
+    return fd;
+}
+
+/* 0 when a TCP connect to the port succeeds, else -errno. */
+static int raw_connect_result(int port)
+{
+    int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+    struct sockaddr_in a = {.sin_family = AF_INET,
+                            .sin_port = htons((uint16_t)port),
+                            .sin_addr.s_addr = htonl(INADDR_LOOPBACK)};
+    int rc = connect(fd, (struct sockaddr *)&a, sizeof a) < 0 ? -errno : 0;
+    close(fd);
+    return rc;
+}
+
+static bool wait_stats(jet_server_t *srv, uint64_t in_flight, uint64_t open_at_most)
+{
+    uint64_t until = jt_now_us() + WAIT_LIMIT_US;
+    jet_server_stats_t st;
+    for (;;) {
+        jet_server_get_stats(srv, &st);
+        if (st.in_flight == in_flight && st.connections_open <= open_at_most) return true;
+        if (jt_now_us() > until) {
+            fprintf(stderr, "  stats: in_flight=%llu (want %llu) open=%llu (want <= %llu)\n",
+                    (unsigned long long)st.in_flight, (unsigned long long)in_flight,
+                    (unsigned long long)st.connections_open, (unsigned long long)open_at_most);
+            return false;
+        }
+        usleep(1000);
+    }
+}
+
+static bool wait_in_flight(jet_server_t *srv, uint64_t n)
+{
+    return wait_stats(srv, n, UINT64_MAX);
+}
+
+typedef struct counter {
+    _Atomic uint32_t n;
+} counter_t;
+
+static void count_done(jet_call_t *call, void *arg)
+{
+    counter_t *c = arg;
+    atomic_fetch_add(&c->n, 1);
+    jet__futex_wake(&c->n, INT_MAX);
+}
+
+static bool wait_count(counter_t *c, uint32_t target)
+{
+    uint64_t until = jt_now_us() + WAIT_LIMIT_US;
+    for (;;) {
+        uint32_t v = atomic_load(&c->n);
+        if (v >= target) return true;
+        if (jt_now_us() > until) return false;
+        jet__futex_wait(&c->n, v, 100000);
+    }
+}
+
+static int call_echo(jet_channel_t *ch, jet_call_t *call, const char *msg, jet_call_done_cb_t done,
+                     void *arg)
+{
+    Example__EchoRequest req = EXAMPLE__ECHO_REQUEST__INIT;
+    req.message = (char *)msg;
+    return jet_channel_call(ch, &example__echo_service__descriptor, 0, call, &req.base, done, arg);
+}
+
+static bool resp_is(const jet_call_t *call, const char *expected)
+{
+    const Example__EchoResponse *r = (const void *)jet_call_response(call);
+    return !jet_call_failed(call) && r && r->message && strcmp(r->message, expected) == 0;
+}
+
+static void report(const char *what, const jet_call_t *call)
+{
+    fprintf(stderr, "  %s: [E%d] %s (attempts %d, %lld us)\n", what, jet_call_error_code(call),
+            jet_call_error_text(call), jet_call_attempts(call),
+            (long long)jet_call_latency_us(call));
+}
+
+/* A sync echo that must succeed. */
+static bool echo_ok(jet_channel_t *ch, const char *msg)
+{
+    jet_call_t *call = jet_call_create();
+    bool ok = call_echo(ch, call, msg, NULL, NULL) == 0 && resp_is(call, msg);
+    if (!ok) report(msg, call);
+    jet_call_destroy(call);
+    return ok;
+}
+
+/* A connection-level failure (not a timeout, not a server answer). */
+static bool is_connection_error(int code)
+{
+    return code == JET_EEOF || code == ECONNRESET || code == ECONNREFUSED || code == EPIPE ||
+           code == JET_EFAILEDSOCKET;
+}
+
+/* ---- cases ---------------------------------------------------------------- */
+
+static void test_timeout(void)
+{
+    srv_cfg_t cfg = {.in_pool = true};
+    int port = 0;
+    jet_server_t *srv = start_server_port(0, &cfg, &port);
+    JT_REQUIRE(srv);
+    jet_channel_t *ch = open_channel(port, JET_CONNECTION_SINGLE, 10000, 3);
+    JT_REQUIRE(ch);
+    JT_CHECK(echo_ok(ch, "warm up"));
+
+    jet_call_t *call = jet_call_create();
+    jet_call_set_timeout_ms(call, 100);
+    JT_CHECK_EQ(call_echo(ch, call, "sleep:1000", NULL, NULL), 0);
+    JT_CHECK(jet_call_failed(call));
+    JT_CHECK_EQ(jet_call_error_code(call), JET_ERPCTIMEDOUT);
+    JT_CHECK(jet_call_response(call) == NULL);
+    JT_CHECK_EQ(jet_call_attempts(call), 1); /* a timeout is never retried */
+    /* It cannot end before its deadline. */
+    JT_CHECK(jet_call_latency_us(call) >= 100000);
+    if (jet_call_error_code(call) != JET_ERPCTIMEDOUT) report("timeout", call);
+
+    /* The same channel (and connection) serves the next call at once, while the
+     * timed-out handler still sleeps. */
+    JT_CHECK(echo_ok(ch, "right after"));
+    /* The late answer arrives on the connection and is dropped... */
+    JT_CHECK(wait_in_flight(srv, 0));
+    /* ...without disturbing later calls. */
+    for (int i = 0; i < 5; i++)
+        JT_CHECK(echo_ok(ch, "after the late answer"));
+
+    /* Asynchronous timeouts: done runs once each, with ERPCTIMEDOUT. */
+    enum { N = 8 };
+    jet_call_t *calls[N];
+    counter_t done = {0};
+    for (int i = 0; i < N; i++) {
+        calls[i] = jet_call_create();
+        jet_call_set_timeout_ms(calls[i], 50 + 10 * i);
+        JT_CHECK_EQ(call_echo(ch, calls[i], "sleep:400", count_done, &done), 0);
+    }
+    JT_CHECK(wait_count(&done, N));
+    for (int i = 0; i < N; i++) {
+        JT_CHECK_EQ(jet_call_error_code(calls[i]), JET_ERPCTIMEDOUT);
+        JT_CHECK(jet_call_latency_us(calls[i]) >= (50 + 10 * i) * 1000);
+        jet_call_destroy(calls[i]);
+    }
+    JT_CHECK(echo_ok(ch, "after async timeouts"));
+    /* A call reused after a timeout works. */
+    jet_call_reset(call);
+    JT_CHECK_EQ(call_echo(ch, call, "reused", NULL, NULL), 0);
+    JT_CHECK(resp_is(call, "reused"));
+    jet_call_destroy(call);
+    JT_CHECK(wait_in_flight(srv, 0));
+    jet_server_stats_t st;
+    jet_server_get_stats(srv, &st);
+    JT_CHECK_EQ(st.connections_accepted, 1);
+    jet_channel_destroy(ch);
+    stop_server(srv);
+}
+
+static void test_connection_refused(void)
+{
+    int port = free_port();
+    JT_CHECK_EQ(raw_connect_result(port), -ECONNREFUSED);
+    jet_channel_t *ch = open_channel(port, JET_CONNECTION_SINGLE, 10000, 2);
+    JT_REQUIRE(ch);
+    jet_call_t *call = jet_call_create();
+    JT_CHECK_EQ(call_echo(ch, call, "nobody there", NULL, NULL), 0);
+    JT_CHECK(jet_call_failed(call));
+    JT_CHECK_EQ(jet_call_error_code(call), ECONNREFUSED);
+    JT_CHECK_EQ(jet_call_attempts(call), 3); /* max_retry + 1 */
+    JT_CHECK(jet_call_response(call) == NULL);
+    /* Refused at once, not at the 10 s deadline (generous guard). */
+    JT_CHECK(jet_call_latency_us(call) < 5000000);
+
+    /* The call's own max_retry overrides the channel's. */
+    static const int retries[] = {0, 1, 5};
+    for (size_t i = 0; i < sizeof retries / sizeof retries[0]; i++) {
+        jet_call_reset(call);
+        jet_call_set_max_retry(call, retries[i]);
+        JT_CHECK_EQ(call_echo(ch, call, "nobody there", NULL, NULL), 0);
+        JT_CHECK_EQ(jet_call_error_code(call), ECONNREFUSED);
+        JT_CHECK_EQ(jet_call_attempts(call), retries[i] + 1);
+    }
+    /* Asynchronous. */
+    counter_t done = {0};
+    jet_call_reset(call);
+    JT_CHECK_EQ(call_echo(ch, call, "nobody there", count_done, &done), 0);
+    JT_CHECK(wait_count(&done, 1));
+    JT_CHECK_EQ(jet_call_error_code(call), ECONNREFUSED);
+    JT_CHECK_EQ(jet_call_attempts(call), 3);
+    jet_call_destroy(call);
+
+    /* The other connection types fail the same way. */
+    for (int type = JET_CONNECTION_POOLED; type <= JET_CONNECTION_SHORT; type++) {
+        jet_channel_t *c2 = open_channel(port, (jet_connection_type_t)type, 10000, 1);
+        JT_REQUIRE(c2);
+        call = jet_call_create();
+        JT_CHECK_EQ(call_echo(c2, call, "nobody there", NULL, NULL), 0);
+        JT_CHECK_EQ(jet_call_error_code(call), ECONNREFUSED);
+        JT_CHECK_EQ(jet_call_attempts(call), 2);
+        jet_call_destroy(call);
+        jet_channel_destroy(c2);
+    }
+
+    /* Once a server listens there, the same channel connects. */
+    jet_server_t *srv = start_server_port(port, NULL, NULL);
+    JT_REQUIRE(srv);
+    JT_CHECK(echo_ok(ch, "somebody now"));
+    jet_channel_destroy(ch);
+    stop_server(srv);
+}
+
+static void test_server_restart(void)
+{
+    int port = 0;
+    jet_server_t *srv = start_server_port(0, NULL, &port);
+    JT_REQUIRE(srv);
+    jet_channel_t *single = open_channel(port, JET_CONNECTION_SINGLE, 10000, 3);
+    jet_channel_t *pooled = open_channel(port, JET_CONNECTION_POOLED, 10000, 3);
+    JT_REQUIRE(single && pooled);
+    JT_CHECK(echo_ok(single, "before restart"));
+    JT_CHECK(echo_ok(pooled, "before restart"));
+    for (int round = 0; round < 3; round++) {
+        stop_server(srv);
+        /* Nobody listens: a call fails with a connection error. */
+        jet_call_t *call = jet_call_create();
+        jet_call_set_max_retry(call, 1);
+        JT_CHECK_EQ(call_echo(single, call, "while down", NULL, NULL), 0);
+        JT_CHECK(jet_call_failed(call));
+        JT_CHECK(is_connection_error(jet_call_error_code(call)));
+        if (!is_connection_error(jet_call_error_code(call))) report("while down", call);
+        jet_call_destroy(call);
+
+        srv = start_server_port(port, NULL, NULL);
+        JT_REQUIRE(srv);
+        /* The next call reconnects (the pooled channel may first pick an idle
+         * connection the old server closed: that attempt is retried). */
+        char msg[32];
+        snprintf(msg, sizeof msg, "after restart %d", round);
+        JT_CHECK(echo_ok(single, msg));
+        JT_CHECK(echo_ok(pooled, msg));
+        JT_CHECK(echo_ok(single, msg));
+        jet_server_stats_t st;
+        jet_server_get_stats(srv, &st);
+        JT_CHECK_EQ(st.requests, 3);
+        JT_CHECK_EQ(st.connections_accepted, 2);
+    }
+    jet_channel_destroy(single);
+    jet_channel_destroy(pooled);
+    stop_server(srv);
+}
+
+/* ---- the killed server (child process) ---- */
+
+static int child_hang_server(int fd)
+{
+    prctl(PR_SET_PDEATHSIG, SIGKILL);
+    if (getppid() == 1) return 3;
+    g_notify_fd = fd;
+    int port = 0;
+    jet_server_t *srv = start_server_port(0, NULL, &port);
+    if (!srv) return 2;
+    uint32_t p = (uint32_t)port;
+    if (write(fd, &p, sizeof p) != (ssize_t)sizeof p) return 2;
+    for (;;)
+        pause();
+}
+
+static pid_t spawn_hang_server(int *rfd_p, int *port_p)
+{
+    char exe[4096], fdtext[16];
+    ssize_t n = readlink("/proc/self/exe", exe, sizeof exe - 1);
+    if (n <= 0) return -1;
+    exe[n] = 0;
+    int p[2];
+    if (pipe2(p, 0) < 0) return -1;
+    fcntl(p[0], F_SETFD, FD_CLOEXEC);
+    snprintf(fdtext, sizeof fdtext, "%d", p[1]);
+    char *argv[] = {exe, "--hang-server", fdtext, NULL};
+    fflush(stdout);
+    fflush(stderr);
+    pid_t pid = fork();
+    if (pid == 0) {
+        execv(exe, argv);
+        _exit(127);
+    }
+    close(p[1]);
+    if (pid < 0) {
+        close(p[0]);
+        return -1;
+    }
+    uint32_t port = 0;
+    struct pollfd pfd = {.fd = p[0], .events = POLLIN};
+    if (poll(&pfd, 1, 20000) != 1 || read(p[0], &port, sizeof port) != (ssize_t)sizeof port) {
+        kill(pid, SIGKILL);
+        jt_wait(pid);
+        close(p[0]);
+        return -1;
+    }
+    *rfd_p = p[0];
+    *port_p = (int)port;
+    return pid;
+}
+
+/* Reads n notification bytes (bounded wait). */
+static bool read_notes(int fd, int n)
+{
+    uint64_t until = jt_now_us() + WAIT_LIMIT_US;
+    char buf[64];
+    while (n > 0) {
+        struct pollfd pfd = {.fd = fd, .events = POLLIN};
+        int left_ms = (int)(((int64_t)until - (int64_t)jt_now_us()) / 1000);
+        if (left_ms <= 0 || poll(&pfd, 1, left_ms) != 1) return false;
+        ssize_t r = read(fd, buf, (size_t)n < sizeof buf ? (size_t)n : sizeof buf);
+        if (r <= 0) return false;
+        n -= (int)r;
+    }
+    return true;
+}
+
+static void test_server_killed(void)
+{
+    int rfd = -1, port = 0;
+    pid_t pid = spawn_hang_server(&rfd, &port);
+    JT_REQUIRE(pid > 0);
+    /* Deadlines far away: the calls must end because the connection died. */
+    jet_channel_t *ch = open_channel(port, JET_CONNECTION_SINGLE, 30000, 0);
+    JT_REQUIRE(ch);
+    enum { N = 10 };
+    jet_call_t *calls[N];
+    counter_t done = {0};
+    for (int i = 0; i < N; i++) {
+        calls[i] = jet_call_create();
+        /* Half of them may retry: their retries find nobody listening. */
+        if (i % 2) jet_call_set_max_retry(calls[i], 2);
+        JT_CHECK_EQ(call_echo(ch, calls[i], "hang", count_done, &done), 0);
+    }
+    /* Every request reached the child's handler before the kill. */
+    JT_CHECK(read_notes(rfd, N));
+    JT_CHECK_EQ(atomic_load(&done.n), 0);
+    uint64_t t_kill = jt_now_us();
+    kill(pid, SIGKILL);
+    JT_CHECK_EQ(jt_wait(pid), 128 + SIGKILL);
+    close(rfd);
+    JT_CHECK(wait_count(&done, N));
+    uint64_t t_done = jt_now_us();
+    /* Far sooner than the 30 s deadline (generous guard). */
+    JT_CHECK(t_done - t_kill < 15000000);
+    for (int i = 0; i < N; i++) {
+        int code = jet_call_error_code(calls[i]);
+        JT_CHECK(jet_call_failed(calls[i]));
+        JT_CHECK(code != JET_ERPCTIMEDOUT);
+        JT_CHECK(is_connection_error(code));
+        if (i % 2 == 0) {
+            /* No retry: the connection's own end (the peer closed after reading all). */
+            JT_CHECK_EQ(code, JET_EEOF);
+            JT_CHECK_EQ(jet_call_attempts(calls[i]), 1);
+        } else {
+            /* Retried on new connections, refused: max_retry + 1 attempts. */
+            JT_CHECK_EQ(code, ECONNREFUSED);
+            JT_CHECK_EQ(jet_call_attempts(calls[i]), 3);
+        }
+        if (!is_connection_error(code) || code == JET_ERPCTIMEDOUT) report("killed", calls[i]);
+    }
+    /* A server is up again on that port: the next call on the same channel
+     * reconnects and succeeds. */
+    jet_server_t *srv = start_server_port(port, NULL, NULL);
+    JT_REQUIRE(srv);
+    JT_CHECK(echo_ok(ch, "new server"));
+    jet_call_reset(calls[0]);
+    JT_CHECK_EQ(call_echo(ch, calls[0], "reused after kill", NULL, NULL), 0);
+    JT_CHECK(resp_is(calls[0], "reused after kill"));
+    for (int i = 0; i < N; i++)
+        jet_call_destroy(calls[i]);
+    jet_channel_destroy(ch);
+    stop_server(srv);
+}
+
+/* ---- graceful stop ---- */
+
+typedef struct stopper {
+    jet_server_t *srv;
+    _Atomic int done;
+} stopper_t;
+
+static void *stopper_main(void *arg)
+{
+    stopper_t *st = arg;
+    jet_server_stop(st->srv);
+    atomic_store(&st->done, 1);
+    return NULL;
+}
+
+static void test_graceful_stop_delayed_handlers(void)
+{
+    /* Handlers that take 100 ms (in the pool), stop while they run. */
+    srv_cfg_t cfg = {.in_pool = true};
+    int port = 0;
+    jet_server_t *srv = start_server_port(0, &cfg, &port);
+    JT_REQUIRE(srv);
+    jet_channel_t *ch = open_channel(port, JET_CONNECTION_SINGLE, 20000, 0);
+    JT_REQUIRE(ch);
+    enum { N = 4 };
+    jet_call_t *calls[N];
+    counter_t done = {0};
+    for (int i = 0; i < N; i++) {
+        calls[i] = jet_call_create();
+        JT_CHECK_EQ(call_echo(ch, calls[i], "sleep:100", count_done, &done), 0);
+    }
+    JT_CHECK(wait_in_flight(srv, N));
+    jet_server_stop(srv);
+    /* Stop waited for them: every one was answered. */
+    JT_CHECK(wait_count(&done, N));
+    for (int i = 0; i < N; i++) {
+        JT_CHECK(resp_is(calls[i], "sleep:100"));
+        if (!resp_is(calls[i], "sleep:100")) report("in flight at stop", calls[i]);
+        jet_call_destroy(calls[i]);
+    }
+    /* New connections are refused. */
+    JT_CHECK_EQ(raw_connect_result(port), -ECONNREFUSED);
+    jet_server_stats_t st;
+    jet_server_get_stats(srv, &st);
+    JT_CHECK_EQ(st.in_flight, 0);
+    JT_CHECK_EQ(st.connections_open, 0);
+    jet_call_t *call = jet_call_create();
+    JT_CHECK_EQ(call_echo(ch, call, "after stop", NULL, NULL), 0);
+    JT_CHECK(jet_call_failed(call));
+    JT_CHECK(is_connection_error(jet_call_error_code(call)) ||
+             jet_call_error_code(call) == JET_ELOGOFF);
+    jet_call_destroy(call);
+    jet_channel_destroy(ch);
+    jet_server_destroy(srv);
+}
+
+static void test_graceful_stop_held_calls(void)
+{
+    /* Stop blocks while handlers hold their answers; meanwhile the listener is
+     * closed and a request on an existing connection gets ELOGOFF. */
+    int port = 0;
+    jet_server_t *srv = start_server_port(0, NULL, &port);
+    JT_REQUIRE(srv);
+    jet_channel_t *ch = open_channel(port, JET_CONNECTION_SINGLE, 20000, 0);
+    JT_REQUIRE(ch);
+    enum { N = 6 };
+    jet_call_t *calls[N];
+    char msgs[N][16];
+    counter_t done = {0};
+    for (int i = 0; i < N; i++) {
+        calls[i] = jet_call_create();
+        snprintf(msgs[i], sizeof msgs[i], "hold %d", i);
+        JT_CHECK_EQ(call_echo(ch, calls[i], msgs[i], count_done, &done), 0);
+    }
+    JT_CHECK(wait_held(N));
+    stopper_t stopper = {.srv = srv};
+    pthread_t th;
+    JT_REQUIRE(pthread_create(&th, NULL, stopper_main, &stopper) == 0);
+    /* The listener goes first. */
+    uint64_t until = jt_now_us() + WAIT_LIMIT_US;
+    while (raw_connect_result(port) != -ECONNREFUSED && jt_now_us() < until)
+        usleep(1000);
+    JT_CHECK_EQ(raw_connect_result(port), -ECONNREFUSED);
+    JT_CHECK_EQ(atomic_load(&stopper.done), 0);
+    /* A new channel cannot connect. */
+    jet_channel_t *ch2 = open_channel(port, JET_CONNECTION_SINGLE, 5000, 0);
+    JT_REQUIRE(ch2);
+    jet_call_t *call = jet_call_create();
+    JT_CHECK_EQ(call_echo(ch2, call, "new connection", NULL, NULL), 0);
+    JT_CHECK_EQ(jet_call_error_code(call), ECONNREFUSED);
+    /* The open connection still carries answers: a new request is refused with ELOGOFF. */
+    jet_call_reset(call);
+    JT_CHECK_EQ(call_echo(ch, call, "new request", NULL, NULL), 0);
+    JT_CHECK_EQ(jet_call_error_code(call), JET_ELOGOFF);
+    if (jet_call_error_code(call) != JET_ELOGOFF) report("during stop", call);
+    JT_CHECK_EQ(atomic_load(&done.n), 0);
+    /* The handlers answer; stop finishes; every held call succeeded. */
+    JT_CHECK_EQ(release_held(), N);
+    pthread_join(th, NULL);
+    JT_CHECK(wait_count(&done, N));
+    for (int i = 0; i < N; i++) {
+        JT_CHECK(resp_is(calls[i], msgs[i]));
+        jet_call_destroy(calls[i]);
+    }
+    jet_server_stats_t st;
+    jet_server_get_stats(srv, &st);
+    JT_CHECK_EQ(st.in_flight, 0);
+    JT_CHECK_EQ(st.connections_open, 0);
+    jet_call_destroy(call);
+    jet_channel_destroy(ch2);
+    jet_channel_destroy(ch);
+    jet_server_destroy(srv);
+}
+
+static void test_many_short_connections(void)
+{
+    int port = 0;
+    jet_server_t *srv = start_server_port(0, NULL, &port);
+    JT_REQUIRE(srv);
+    jet_channel_t *ch = open_channel(port, JET_CONNECTION_SHORT, 30000, 0);
+    JT_REQUIRE(ch);
+    enum { N = 200 };
+    jet_call_t *calls[N];
+    char msgs[N][16];
+    counter_t done = {0};
+    for (int i = 0; i < N; i++) {
+        calls[i] = jet_call_create();
+        snprintf(msgs[i], sizeof msgs[i], "hold %d", i);
+        JT_CHECK_EQ(call_echo(ch, calls[i], msgs[i], count_done, &done), 0);
+    }
+    /* All 200 are in their handlers at once, each on its own connection. */
+    bool all_held = wait_held(N);
+    JT_CHECK(all_held);
+    jet_server_stats_t st;
+    jet_server_get_stats(srv, &st);
+    JT_CHECK_EQ(st.in_flight, N);
+    JT_CHECK_EQ(st.connections_open, N);
+    JT_CHECK_EQ(st.connections_accepted, N);
+    JT_CHECK_EQ(release_held(), all_held ? N : (int)st.in_flight);
+    JT_CHECK(wait_count(&done, N));
+    int bad = 0;
+    for (int i = 0; i < N; i++) {
+        if (!resp_is(calls[i], msgs[i]) && bad++ < 3) report("short", calls[i]);
+        jet_call_destroy(calls[i]);
+    }
+    JT_CHECK_EQ(bad, 0);
+    /* Each connection closes after its call. */
+    JT_CHECK(wait_stats(srv, 0, 0));
+    jet_channel_destroy(ch);
+    stop_server(srv);
+}
+
+typedef struct drainer {
+    int lfd;
+    int cfd;
+    _Atomic bool stop;
+    _Atomic size_t bytes;
+} drainer_t;
+
+/* Accepts one connection and reads everything, answering nothing. */
+static void *drainer_main(void *arg)
+{
+    drainer_t *d = arg;
+    struct pollfd pfd = {.fd = d->lfd, .events = POLLIN};
+    while (!atomic_load(&d->stop) && poll(&pfd, 1, 50) == 0) {
+    }
+    if (atomic_load(&d->stop)) return NULL;
+    d->cfd = accept(d->lfd, NULL, NULL);
+    if (d->cfd < 0) return NULL;
+    char buf[4096];
+    while (!atomic_load(&d->stop)) {
+        struct pollfd cp = {.fd = d->cfd, .events = POLLIN};
+        if (poll(&cp, 1, 50) != 1) continue;
+        ssize_t r = read(d->cfd, buf, sizeof buf);
+        if (r <= 0) break;
+        atomic_fetch_add(&d->bytes, (size_t)r);
+    }
+    return NULL;
+}
+
+static void test_peer_never_answers(void)
+{
+    /* 1: a listener that never accepts (the kernel completes the handshake).
+     * 2: a peer that accepts and reads everything but never answers. */
+    for (int variant = 0; variant < 2; variant++) {
+        int port = 0;
+        int lfd = raw_listen(&port);
+        drainer_t d = {.lfd = lfd, .cfd = -1};
+        pthread_t th;
+        if (variant == 1) JT_REQUIRE(pthread_create(&th, NULL, drainer_main, &d) == 0);
+        jet_channel_t *ch = open_channel(port, JET_CONNECTION_SINGLE, 200, 3);
+        JT_REQUIRE(ch);
+        jet_call_t *call = jet_call_create();
+        JT_CHECK_EQ(call_echo(ch, call, "anyone?", NULL, NULL), 0);
+        JT_CHECK_EQ(jet_call_error_code(call), JET_ERPCTIMEDOUT);
+        JT_CHECK_EQ(jet_call_attempts(call), 1);
+        JT_CHECK(jet_call_latency_us(call) >= 200000);
+        enum { N = 20 };
+        jet_call_t *calls[N];
+        counter_t done = {0};
+        for (int i = 0; i < N; i++) {
+            calls[i] = jet_call_create();
+            jet_iobuf_append(jet_call_request_attachment(calls[i]), "payload", 7);
+            JT_CHECK_EQ(call_echo(ch, calls[i], "anyone?", count_done, &done), 0);
+        }
+        JT_CHECK(wait_count(&done, N));
+        for (int i = 0; i < N; i++) {
+            JT_CHECK_EQ(jet_call_error_code(calls[i]), JET_ERPCTIMEDOUT);
+            jet_call_destroy(calls[i]);
+        }
+        if (variant == 1) {
+            /* The requests did go out. */
+            JT_CHECK(atomic_load(&d.bytes) > 0);
+            atomic_store(&d.stop, true);
+            pthread_join(th, NULL);
+            if (d.cfd >= 0) close(d.cfd);
+        }
+        jet_call_destroy(call);
+        jet_channel_destroy(ch);
+        close(lfd);
+    }
+}
+
+static void test_max_concurrency(void)
+{
+    srv_cfg_t cfg = {.max_concurrency = 2};
+    int port = 0;
+    jet_server_t *srv = start_server_port(0, &cfg, &port);
+    JT_REQUIRE(srv);
+    jet_channel_t *ch = open_channel(port, JET_CONNECTION_SINGLE, 20000, 3);
+    JT_REQUIRE(ch);
+    jet_call_t *held[2];
+    counter_t done = {0};
+    for (int i = 0; i < 2; i++) {
+        held[i] = jet_call_create();
+        JT_CHECK_EQ(call_echo(ch, held[i], "hold", count_done, &done), 0);
+    }
+    JT_CHECK(wait_held(2));
+    jet_server_stats_t before, after;
+    jet_server_get_stats(srv, &before);
+    jet_call_t *call = jet_call_create();
+    for (int i = 0; i < 3; i++) {
+        jet_call_reset(call);
+        JT_CHECK_EQ(call_echo(ch, call, "third", NULL, NULL), 0);
+        JT_CHECK_EQ(jet_call_error_code(call), JET_ELIMIT);
+        JT_CHECK_EQ(jet_call_attempts(call), 1);
+        JT_CHECK(strstr(jet_call_error_text(call), "max_concurrency") != NULL);
+    }
+    /* Other connections are limited the same way. */
+    jet_channel_t *ch2 = open_channel(port, JET_CONNECTION_SHORT, 20000, 3);
+    JT_REQUIRE(ch2);
+    jet_call_reset(call);
+    JT_CHECK_EQ(call_echo(ch2, call, "third", NULL, NULL), 0);
+    JT_CHECK_EQ(jet_call_error_code(call), JET_ELIMIT);
+    JT_CHECK(wait_in_flight(srv, 2));
+    jet_server_get_stats(srv, &after);
+    JT_CHECK_EQ(after.requests - before.requests, 4);
+    JT_CHECK_EQ(after.requests_failed - before.requests_failed, 4);
+    JT_CHECK_EQ(release_held(), 2);
+    JT_CHECK(wait_count(&done, 2));
+    for (int i = 0; i < 2; i++) {
+        JT_CHECK(resp_is(held[i], "hold"));
+        jet_call_destroy(held[i]);
+    }
+    /* Under the limit again. */
+    JT_CHECK(wait_in_flight(srv, 0));
+    JT_CHECK(echo_ok(ch, "fits now"));
+    JT_CHECK(echo_ok(ch2, "fits now"));
+    jet_call_destroy(call);
+    jet_channel_destroy(ch2);
+    jet_channel_destroy(ch);
+    stop_server(srv);
+}
+
+/* RPC_CASE=<substring> runs only the matching cases (for debugging). */
+#define RUN(fn)                                                                                    \
+    do {                                                                                           \
+        const char *only_ = getenv("RPC_CASE");                                                    \
+        if (!only_ || strstr(#fn, only_)) JT_RUN(fn);                                              \
+    } while (0)
+
+int main(int argc, char **argv)
+{
+    if (argc == 3 && strcmp(argv[1], "--hang-server") == 0) return child_hang_server(atoi(argv[2]));
+    signal(SIGPIPE, SIG_IGN);
+    RUN(test_server_killed);
+    RUN(test_timeout);
+    RUN(test_connection_refused);
+    RUN(test_server_restart);
+    RUN(test_graceful_stop_delayed_handlers);
+    RUN(test_graceful_stop_held_calls);
+    RUN(test_many_short_connections);
+    RUN(test_peer_never_answers);
+    RUN(test_max_concurrency);
+    release_held(); /* anything a failed case left behind */
+    return jt_finish();
+}
