@@ -324,7 +324,7 @@ static void fuzz_cut(void)
     make_seeds();
     size_t cap = 4096;
     uint8_t *buf = malloc(cap);
-    size_t counts[5] = {0};
+    size_t counts[6] = {0};
     for (int it = 0; it < ITERATIONS && !jt_case_failed; it++) {
         const seed_t *s = &seeds[rnd() % nseeds];
         size_t len = s->len;
@@ -376,10 +376,11 @@ static void fuzz_cut(void)
         jt_guard_free(g, len);
     }
     fprintf(stderr,
-            "  first results: ok %zu, need_more %zu, not_mine %zu, too_big %zu, bad_meta %zu\n",
-            counts[0], counts[1], counts[2], counts[3], counts[4]);
+            "  first results: ok %zu, need_more %zu, not_mine %zu, too_big %zu, bad_meta %zu, "
+            "meta_size %zu\n",
+            counts[0], counts[1], counts[2], counts[3], counts[4], counts[5]);
     /* The mutations reach every outcome (else the fuzzer tests little). */
-    for (int i = 0; i < 5; i++)
+    for (int i = 0; i < 6; i++)
         JT_CHECK(counts[i] > 0);
     free(buf);
     for (size_t i = 0; i < nseeds; i++)
