@@ -1,0 +1,90 @@
+/* softub_fault.c: environment knobs, read once per process.
+ *
+ * SOFTUB_FABRIC            fabric name (default "default"): processes on
+ *                          different fabrics never see each other.
+ * SOFTUB_DEVICE            device name (default softub0).
+ * SOFTUB_EID               EID text (IPv6, dotted IPv4 or a u32), overriding
+ *                          the host's first non-loopback IPv4.
+ * SOFTUB_REGION_MB         size of the per-process shared region (default
+ *                          1024, sparse).
+ * SOFTUB_UM_DROP_PPM       UM messages dropped per million.
+ * SOFTUB_DELAY_US          every WR waits this long before it executes.
+ * SOFTUB_ERR_EVERY         every Nth WR of the process completes with an
+ *                          error CR and moves no byte.
+ * SOFTUB_ERR_STATUS        the status of those CRs (default 7,
+ *                          URMA_CR_REM_OPERATION_ERR).
+ * SOFTUB_FORCE_RNR         1: targets behave as if no receive were posted.
+ * SOFTUB_IMPORT_DELAY_US   import_jetty/import_jfr/import_seg sleep this long
+ *                          (exposes imports made on a data path).
+ * SOFTUB_NO_PIDFD          1: never duplicate a peer's eventfd with
+ *                          pidfd_getfd; wake its progress thread through the
+ *                          region doorbell instead (the fallback used when
+ *                          ptrace rules refuse pidfd_getfd).
+ * SOFTUB_PTRACER_ANY       0: do not call prctl(PR_SET_PTRACER_ANY) when the
+ *                          process joins (default 1: under Yama ptrace_scope
+ *                          1, peers need it for process_vm_* and
+ *                          pidfd_getfd on this process). */
+#include <pthread.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "softub_internal.h"
+
+struct sub_fault softub__fault;
+static pthread_once_t fault_once = PTHREAD_ONCE_INIT;
+
+static uint64_t fault_u64(const char *name, uint64_t def, uint64_t max)
+{
+    const char *s = getenv(name);
+    if (s == NULL || *s == '\0')
+        return def;
+    char *end = NULL;
+    unsigned long long v = strtoull(s, &end, 0);
+    if (end == s || *end != '\0') {
+        SUB_WARN("ignoring %s=%s: not a number\n", name, s);
+        return def;
+    }
+    return v > max ? max : v;
+}
+
+static void fault_str(const char *name, char *dst, size_t cap, const char *def)
+{
+    const char *s = getenv(name);
+    if (s == NULL || *s == '\0')
+        s = def;
+    size_t n = strnlen(s, cap - 1);
+    memcpy(dst, s, n);
+    dst[n] = '\0';
+}
+
+static void fault_load_once(void)
+{
+    struct sub_fault *f = &softub__fault;
+    f->um_drop_ppm = (uint32_t)fault_u64("SOFTUB_UM_DROP_PPM", 0, 1000000);
+    f->delay_us = (uint32_t)fault_u64("SOFTUB_DELAY_US", 0, 60000000);
+    f->err_every = (uint32_t)fault_u64("SOFTUB_ERR_EVERY", 0, UINT32_MAX);
+    f->err_status = (uint32_t)fault_u64("SOFTUB_ERR_STATUS", URMA_CR_REM_OPERATION_ERR, 16);
+    if (f->err_status == URMA_CR_SUCCESS)
+        f->err_status = URMA_CR_REM_OPERATION_ERR;
+    f->force_rnr = fault_u64("SOFTUB_FORCE_RNR", 0, 1) != 0;
+    f->import_delay_us = (uint32_t)fault_u64("SOFTUB_IMPORT_DELAY_US", 0, 60000000);
+    f->no_pidfd = fault_u64("SOFTUB_NO_PIDFD", 0, 1) != 0;
+    f->ptracer_any = fault_u64("SOFTUB_PTRACER_ANY", 1, 1) != 0;
+    uint64_t mb = fault_u64("SOFTUB_REGION_MB", SUB_REGION_DEFAULT >> 20, 1ull << 20);
+    if (mb < 16)
+        mb = 16;
+    f->region_size = mb << 20;
+    fault_str("SOFTUB_EID", f->eid, sizeof(f->eid), "");
+    fault_str("SOFTUB_DEVICE", f->device, sizeof(f->device), SUB_DEFAULT_DEVICE);
+    fault_str("SOFTUB_FABRIC", f->fabric, sizeof(f->fabric), "default");
+    /* The fabric name becomes part of a /dev/shm file name. */
+    for (char *c = f->fabric; *c != '\0'; c++) {
+        if (*c == '/')
+            *c = '_';
+    }
+}
+
+void softub__fault_load(void)
+{
+    (void)pthread_once(&fault_once, fault_load_once);
+}

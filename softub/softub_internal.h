@@ -1,0 +1,615 @@
+/* softub_internal.h: declarations shared by the softub provider's files.
+ *
+ * softub is a software Unified Bus: it exports liburma's urma_* functions
+ * with the master (26.06) ABI of src/urma/urma_api.h, so unmodified URMA
+ * programs run across processes on one host. Nothing here is exported
+ * (softub.map keeps every non-urma_* symbol local).
+ *
+ * Big picture (docs/en/softub.md has the user view):
+ * - The fabric: a POSIX shm "directory" per user and fabric name
+ *   (softub_fabric.c) with a process table and two id tables (queue ids:
+ *   JFC/JFS/JFR/jetty; token ids), plus one memfd "region" per process that
+ *   holds the shared halves of that process's objects (rings, descriptors,
+ *   the segment table). Peers map each other's region through
+ *   /proc/<pid>/fd/<n>.
+ * - Library objects (urma_*_t at their full master size) live in the
+ *   process heap, with the softub bookkeeping after the urma base; their
+ *   shared halves (struct sub_s*) live in the region and are referenced by
+ *   region offsets, never by pointers.
+ * - The data path (softub_post.c) runs in the poster's thread; WRs that
+ *   cannot complete (RNR, injected delay) wait in their send queue for the
+ *   per-process progress thread.
+ *
+ * Locking order (outer to inner): softub__g.lock (control plane) ->
+ * prog.mu -> sq->lock -> peer->lock -> directory lock. The progress thread
+ * holds prog.mu and only trylocks send queues. */
+#ifndef SOFTUB_INTERNAL_H
+#define SOFTUB_INTERNAL_H
+
+#include <pthread.h>
+#include <stdarg.h>
+#include <stdatomic.h>
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <sys/types.h>
+
+#include "softub_ring.h"
+#include "urma/urma_api.h"
+
+#define SUB_API __attribute__((visibility("default")))
+
+/* ------------------------------------------------------------------------ */
+/* Device capabilities (advertised by urma_query_device; see docs)           */
+/* ------------------------------------------------------------------------ */
+
+#define SUB_MAX_JFC          65535
+#define SUB_MAX_JFC_DEPTH    65536
+#define SUB_MAX_JFS_DEPTH    32768
+#define SUB_MAX_JFR_DEPTH    32768
+#define SUB_MAX_JFS_SGE      13
+#define SUB_MAX_JFS_RSGE     13
+#define SUB_MAX_JFR_SGE      8
+#define SUB_MAX_INLINE       192
+#define SUB_MAX_MSG          (1ull << 31)
+#define SUB_MAX_READ_SGE     6  /* UDMA's READ limit on local SGEs */
+#define SUB_MAX_WRITE_IMM_SGE 12 /* UDMA's WRITE_IMM limit */
+#define SUB_CEQ_CNT          1
+#define SUB_DEFAULT_DEVICE   "softub0"
+
+/* ------------------------------------------------------------------------ */
+/* Fabric geometry                                                           */
+/* ------------------------------------------------------------------------ */
+
+#define SUB_MAX_PROCS    512
+#define SUB_MAX_QIDS     65536 /* queue ids 1..65535 (JFC, JFS, JFR, jetty) */
+#define SUB_MAX_TIDS     65536 /* token ids 1..65535 */
+#define SUB_MAX_SEGS     16384 /* registered segments per process */
+#define SUB_SEG_TABLE_OFF 4096ull
+#define SUB_HEAP_OFF     (4ull << 20)
+#define SUB_REGION_DEFAULT (1ull << 30) /* sparse: pages are touched only when used */
+#define SUB_EV_RING_CAP  4096
+#define SUB_ASYNC_RING_CAP 1024
+#define SUB_FREE_GRACE_NS 2000000000ull /* region blocks are reused only after this */
+
+#define SUB_DIR_MAGIC    0x534f465455424452ull /* "SOFTUBDR" */
+#define SUB_DIR_VERSION  1u
+#define SUB_REGION_MAGIC 0x534f465455425247ull /* "SOFTUBRG" */
+#define SUB_REGION_VERSION 1u
+
+enum { SUB_PROC_FREE = 0, SUB_PROC_ALIVE = 1 };
+enum { SUB_ID_FREE = 0, SUB_ID_USED = 1 };
+enum { SUB_T_NONE = 0, SUB_T_JFC, SUB_T_JFS, SUB_T_JFR, SUB_T_JETTY, SUB_T_TOKEN };
+enum { SUB_OBJ_DEAD = 0, SUB_OBJ_LIVE = 1 };
+enum { SUB_SEG_FREE = 0, SUB_SEG_REG = 1 };
+enum { SUB_MEM_PVM = 0, SUB_MEM_FD = 1 }; /* how peers reach a segment's bytes */
+enum { SUB_ARM_NONE = 0, SUB_ARM_ALL = 1, SUB_ARM_SOLICITED = 2 };
+
+/* ------------------------------------------------------------------------ */
+/* Shared memory layouts (host order, same host only)                        */
+/* ------------------------------------------------------------------------ */
+
+struct sub_dir_proc {
+    _Atomic uint32_t state;
+    _Atomic uint32_t gen; /* bumped on every join and every reclaim */
+    int32_t pid;
+    uint32_t uasid;
+    uint64_t start_time; /* /proc/<pid>/stat field 22: detects pid reuse */
+    int32_t region_fd;   /* the memfd number inside that process */
+    uint32_t reserved;
+    uint64_t region_size;
+};
+_Static_assert(sizeof(struct sub_dir_proc) == 40, "sub_dir_proc");
+
+struct sub_dir_id {
+    _Atomic uint32_t state;
+    uint16_t type;
+    uint16_t slot;
+    uint32_t slot_gen; /* stale when the owner slot's gen moved on */
+    uint32_t obj_gen;
+    uint64_t off; /* shared descriptor offset in the owner's region */
+};
+_Static_assert(sizeof(struct sub_dir_id) == 24, "sub_dir_id");
+
+struct sub_dir {
+    uint64_t magic;
+    uint32_t version;
+    uint32_t hdr_size;
+    _Atomic uint64_t init; /* 0 new; 1<<32|pid initialising; 2<<32 ready */
+    _Atomic uint64_t lock; /* owner pid, 0 = free */
+    uint32_t qid_cursor;
+    uint32_t tid_cursor;
+    uint32_t uasid_next;
+    uint32_t obj_gen_next;
+    uint8_t pad[4096 - 48];
+    struct sub_dir_proc procs[SUB_MAX_PROCS];
+    struct sub_dir_id qids[SUB_MAX_QIDS];
+    struct sub_dir_id tids[SUB_MAX_TIDS];
+};
+
+struct sub_region_hdr {
+    uint64_t magic;
+    uint32_t version;
+    int32_t pid;
+    uint64_t size;
+    _Atomic uint32_t doorbell; /* futex word: wakes the owner's progress thread */
+    _Atomic uint32_t seg_hwm;  /* segment table entries ever used: importers scan below */
+};
+
+/* Common head of every shared descriptor. */
+struct sub_sobj {
+    _Atomic uint32_t state; /* SUB_OBJ_LIVE while the object exists */
+    uint32_t type;
+    uint32_t gen; /* equals the directory entry's obj_gen */
+    uint32_t id;
+};
+
+struct sub_sctx {
+    struct sub_sobj h;
+    int32_t async_fd;
+    _Atomic uint32_t pending_signals; /* doorbell fallback for remote signalling */
+    uint64_t async_ring_off;
+};
+
+struct sub_sjfce {
+    struct sub_sobj h;
+    int32_t efd;
+    _Atomic uint32_t pending_signals;
+    uint64_t ring_off;
+};
+
+struct sub_sjfc {
+    struct sub_sobj h;
+    _Atomic uint32_t armed;
+    _Atomic uint32_t overflow;
+    uint64_t user_ptr; /* the owner's urma_jfc_t * */
+    uint64_t uid;
+    uint64_t jfce_off; /* 0 = polling-only JFC */
+    uint64_t sctx_off;
+    uint64_t ring_off;
+};
+
+struct sub_sjfr {
+    struct sub_sobj h;
+    _Atomic uint32_t qstate; /* urma_jfr_state_t */
+    uint32_t trans_mode;
+    uint32_t token_policy;
+    uint32_t token_value;
+    uint32_t min_rnr_timer;
+    uint32_t max_sge;
+    urma_eid_t eid;
+    uint64_t jfc_off;
+    uint64_t user_ptr; /* the owner's urma_jfr_t * */
+    uint64_t ring_off;
+};
+
+struct sub_sjetty {
+    struct sub_sobj h;
+    _Atomic uint32_t qstate; /* urma_jetty_state_t */
+    uint32_t trans_mode;
+    uint32_t order_type;
+    uint32_t reserved;
+    urma_eid_t eid;
+    uint64_t jfr_off;
+    uint64_t rx_jfc_off;
+    uint64_t user_ptr; /* the owner's urma_jetty_t * */
+};
+
+struct sub_sseg {
+    _Atomic uint32_t state;
+    _Atomic uint32_t gen;
+    uint32_t token_id;
+    uint32_t token_value;
+    uint32_t token_policy;
+    uint32_t access;
+    uint32_t kind; /* SUB_MEM_* */
+    int32_t fd;    /* owner's fd on the backing file (kind FD) */
+    uint64_t va;
+    uint64_t len;
+    uint64_t file_off; /* file offset of va (kind FD) */
+    uint64_t dev;
+    uint64_t ino;
+    _Atomic uint32_t alock; /* pid of the holder: serialises process_vm atomics */
+    uint32_t uasid;
+    urma_eid_t eid;
+    uint8_t pad[16];
+};
+_Static_assert(sizeof(struct sub_sseg) == 112, "sub_sseg");
+
+/* Ring payloads. */
+struct sub_cqe {
+    uint32_t status;
+    uint32_t opcode;
+    uint64_t user_ctx;
+    uint32_t len;
+    uint32_t local_id;
+    uint32_t remote_id;
+    uint8_t flag;
+    uint8_t solicited;
+    uint16_t reserved;
+    urma_eid_t remote_eid;
+    uint64_t imm; /* imm_data, or the packed invalid_token */
+    uint64_t user_data;
+    uint64_t sq_uid; /* initiator CRs: which send queue to retire */
+    uint64_t wr_seq;
+    uint32_t tpn;
+    uint32_t reserved2;
+};
+#define SUB_CQE_SLOT (8 + sizeof(struct sub_cqe))
+_Static_assert(SUB_CQE_SLOT % 8 == 0, "cqe slot alignment");
+
+struct sub_rqe_sge {
+    uint64_t addr;
+    uint32_t len;
+    uint32_t seg_idx;
+    uint32_t seg_gen;
+    uint32_t reserved;
+};
+
+struct sub_rqe {
+    uint64_t user_ctx;
+    uint32_t nsge;
+    uint32_t reserved;
+    struct sub_rqe_sge sge[];
+};
+
+struct sub_evt {
+    uint64_t jfc_user;
+    uint64_t jfc_uid;
+    uint32_t jfc_id;
+    uint32_t reserved;
+};
+
+struct sub_aevt {
+    uint32_t type;
+    uint32_t obj_id;
+    uint64_t obj_uid;
+    uint64_t user_ptr;
+};
+
+/* ------------------------------------------------------------------------ */
+/* Process-local state                                                       */
+/* ------------------------------------------------------------------------ */
+
+struct sub_fault {
+    uint32_t um_drop_ppm;
+    uint32_t delay_us;
+    uint32_t err_every;
+    uint32_t err_status;
+    int force_rnr;
+    uint32_t import_delay_us;
+    int no_pidfd;
+    int ptracer_any;
+    uint64_t region_size;
+    char eid[64];
+    char device[URMA_MAX_NAME];
+    char fabric[64];
+};
+extern struct sub_fault softub__fault;
+void softub__fault_load(void);
+
+/* A memory mapping of a peer's backing file (memfd, shm file). */
+struct sub_pmap {
+    uint64_t dev;
+    uint64_t ino;
+    uint8_t *base;
+    uint64_t size;
+};
+
+#define SUB_PEER_MAPS 256
+#define SUB_PEER_EFDS 64
+
+/* Another process on the fabric (or this one, self = 1). Never freed once
+ * published: data-path threads may hold a pointer after it died. */
+struct sub_peer {
+    int slot;
+    uint32_t gen;
+    pid_t pid;
+    uint64_t start_time;
+    int self;
+    uint8_t *region;
+    uint64_t region_size;
+    _Atomic int dead;
+    _Atomic int users;    /* data-path operations in flight against this peer */
+    _Atomic int released; /* mappings torn down after death */
+    pthread_mutex_t lock; /* maps (writers), efd cache */
+    _Atomic int nmaps;
+    struct sub_pmap maps[SUB_PEER_MAPS];
+    int pidfd;
+    int getfd_failed;
+    struct {
+        uint64_t off;
+        uint32_t gen;
+        int remote_fd;
+        int local_fd;
+    } efds[SUB_PEER_EFDS];
+    int nefds;
+};
+
+/* Every library object embeds one; the object table maps ids to it. */
+struct sub_obj {
+    uint32_t kind; /* SUB_T_* */
+    uint32_t id;
+    uint64_t uid;
+    _Atomic uint32_t async_reported;
+    _Atomic uint32_t async_acked;
+    _Atomic int async_raised; /* one JETTY_ERR/JFS_ERR per object */
+};
+
+struct sub_ctx;
+struct sub_jfc;
+struct sub_tjetty;
+struct sub_wr;
+
+/* The send half of a JFS or a jetty. */
+struct sub_sq {
+    pthread_mutex_t lock;
+    struct sub_ctx *ctx;
+    struct sub_jfc *jfc;
+    struct sub_obj *obj;
+    uint32_t id;
+    int is_jetty;
+    uint64_t user_ptr; /* urma_jfs_t * or urma_jetty_t * */
+    urma_eid_t eid;
+    urma_jfs_cfg_t cfg;
+    uint32_t max_inline;
+    _Atomic uint32_t state; /* urma_jetty_state_t */
+    uint64_t post_seq;
+    _Atomic uint64_t done_seq; /* WRs below this have their CR polled */
+    struct sub_wr *pend_head;
+    struct sub_wr *pend_tail;
+    uint32_t npend;
+    struct sub_tjetty *bound; /* RC */
+    struct sub_sq *prog_next;
+    int prog_active;
+};
+
+struct sub_ctx {
+    urma_context_t base;
+    uint64_t magic;
+    struct sub_sctx *sh;
+    uint64_t sh_off;
+    struct sub_ring *aring;
+    pthread_mutex_t lock;
+    uint32_t tpn_next;
+};
+
+struct sub_jfce {
+    urma_jfce_t base;
+    uint64_t magic;
+    struct sub_ctx *ctx;
+    struct sub_sjfce *sh;
+    uint64_t sh_off;
+    struct sub_ring *ring;
+    struct sub_jfce *next; /* process list, for doorbell signalling */
+};
+
+struct sub_jfc {
+    urma_jfc_t base;
+    uint64_t magic;
+    struct sub_obj obj;
+    struct sub_ctx *ctx;
+    struct sub_jfce *jfce;
+    struct sub_sjfc *sh;
+    uint64_t sh_off;
+    struct sub_ring *ring;
+    pthread_mutex_t ev_lock;
+    pthread_cond_t ev_cond;
+    uint64_t reported;
+    uint64_t acked;
+    _Atomic uint32_t users; /* JFS/JFR/jetty using it */
+};
+
+struct sub_jfs {
+    urma_jfs_t base;
+    uint64_t magic;
+    struct sub_obj obj;
+    struct sub_sq sq;
+};
+
+struct sub_jfr {
+    urma_jfr_t base;
+    uint64_t magic;
+    struct sub_obj obj;
+    struct sub_ctx *ctx;
+    struct sub_jfc *jfc;
+    struct sub_sjfr *sh;
+    uint64_t sh_off;
+    struct sub_ring *ring;
+    uint32_t rqe_size;
+    _Atomic uint32_t users; /* jetties sharing it */
+    pthread_mutex_t lock;   /* state changes and flushes */
+};
+
+struct sub_jetty {
+    urma_jetty_t base;
+    uint64_t magic;
+    struct sub_obj obj;
+    struct sub_sq sq;
+    struct sub_jfr *jfr;
+    struct sub_jfc *rx_jfc;
+    struct sub_sjetty *sh;
+    uint64_t sh_off;
+};
+
+struct sub_tjetty {
+    urma_target_jetty_t base;
+    uint64_t magic;
+    struct sub_ctx *ctx;
+    struct sub_peer *peer;
+    uint64_t obj_off;
+    uint32_t obj_gen;
+    uint32_t obj_type; /* SUB_T_JETTY or SUB_T_JFR */
+    uint32_t token;
+    int token_valid;
+    _Atomic int bound;
+};
+
+struct sub_token {
+    urma_token_id_t base;
+    uint64_t magic;
+    struct sub_ctx *ctx;
+};
+
+struct sub_backing; /* softub_seg.c */
+
+struct sub_tseg {
+    urma_target_seg_t base;
+    uint64_t magic;
+    struct sub_ctx *ctx;
+    int registered; /* 1: urma_register_seg, 0: urma_import_seg */
+    struct sub_peer *peer;
+    uint32_t seg_idx;
+    uint32_t seg_gen;
+    uint32_t token;
+    int token_valid;
+    uint8_t *map_base; /* imported FD-backed: mapping of the backing file */
+    struct sub_token *tid;
+    int own_tid;
+    struct sub_backing *backing;
+};
+
+#define SUB_MAGIC_CTX   0x73627563747878ull
+#define SUB_MAGIC_JFCE  0x7362756a666365ull
+#define SUB_MAGIC_JFC   0x7362756a666320ull
+#define SUB_MAGIC_JFS   0x7362756a667320ull
+#define SUB_MAGIC_JFR   0x7362756a667220ull
+#define SUB_MAGIC_JETTY 0x7362756a657479ull
+#define SUB_MAGIC_TJ    0x736275746a6574ull
+#define SUB_MAGIC_TSEG  0x73627574736567ull
+#define SUB_MAGIC_TOKEN 0x737562746f6b6eull
+#define SUB_MAGIC_DEAD  0xdeadull
+
+/* Progress thread (softub_post.c). */
+struct sub_prog {
+    pthread_mutex_t mu;
+    struct sub_sq *active;
+};
+
+struct sub_region_free;
+
+struct sub_global {
+    pthread_mutex_t lock;
+    int inited;
+    uint32_t init_uasid;
+    int joined;
+    int dir_fd;
+    struct sub_dir *dir;
+    int slot;
+    uint32_t slot_gen;
+    uint32_t uasid;
+    int region_fd;
+    uint8_t *region;
+    uint64_t region_size;
+    struct sub_region_free *free_list;
+    uint64_t bump;
+    uint32_t *seg_free; /* stack of free segment indexes */
+    uint32_t nseg_free;
+    struct sub_peer *_Atomic peers[SUB_MAX_PROCS];
+    struct sub_peer *self;
+    struct sub_obj *_Atomic *objs; /* SUB_MAX_QIDS entries, by queue id */
+    int nctx;
+    struct sub_jfce *jfces;
+    struct sub_prog prog;
+    _Atomic uint64_t uid_next;
+    _Atomic uint64_t wr_counter; /* SOFTUB_ERR_EVERY */
+    struct sub_grave *graves;
+    urma_eid_t eid;
+};
+extern struct sub_global softub__g;
+
+/* ------------------------------------------------------------------------ */
+/* Functions                                                                 */
+/* ------------------------------------------------------------------------ */
+
+/* softub_device.c: logging, time, process helpers, the device */
+void softub__log(int level, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+#define SUB_ERR(...)  softub__log(URMA_VLOG_LEVEL_ERR, __VA_ARGS__)
+#define SUB_WARN(...) softub__log(URMA_VLOG_LEVEL_WARNING, __VA_ARGS__)
+#define SUB_INFO(...) softub__log(URMA_VLOG_LEVEL_INFO, __VA_ARGS__)
+#define SUB_DBG(...)  softub__log(URMA_VLOG_LEVEL_DEBUG, __VA_ARGS__)
+uint64_t softub__now_ns(void);
+uint64_t softub__pid_start_time(pid_t pid);
+int softub__pid_alive(pid_t pid, uint64_t start_time);
+urma_device_t *softub__device(void);
+const urma_device_attr_t *softub__device_attr(void);
+struct sub_ctx *softub__ctx_check(urma_context_t *ctx);
+uint64_t softub__uid(void);
+/* Frees p no earlier than SUB_FREE_GRACE_NS from now (objects a racing
+ * poller or waiter may still look at). */
+void softub__grave(void *p);
+void softub__grave_reap(int all);
+
+/* softub_fabric.c */
+int softub__join(void); /* 0 or -errno; idempotent; under softub__g.lock */
+void softub__leave(void);
+void softub__fork_child(void);
+uint64_t softub__ralloc(uint64_t size, uint64_t align); /* 0 = out of space */
+void softub__rfree(uint64_t off, uint64_t size);
+static inline void *softub__rptr(uint64_t off)
+{
+    return softub__g.region + off;
+}
+int softub__id_alloc(int tokens, uint32_t want, uint16_t type, uint64_t off, uint32_t *id,
+                     uint32_t *obj_gen);
+void softub__id_free(int tokens, uint32_t id);
+int softub__id_lookup(int tokens, uint32_t id, struct sub_dir_id *out);
+int softub__seg_idx_alloc(uint32_t *idx);
+void softub__seg_idx_free(uint32_t idx);
+struct sub_sseg *softub__seg_entry(struct sub_peer *p, uint32_t idx);
+struct sub_peer *softub__peer_get(int slot, uint32_t slot_gen); /* control plane */
+void *softub__peer_ptr(struct sub_peer *p, uint64_t off, uint64_t size);
+uint8_t *softub__peer_map(struct sub_peer *p, const struct sub_sseg *ss, uint64_t need_end);
+int softub__peer_enter(struct sub_peer *p); /* 0, or -1 when dead */
+void softub__peer_leave(struct sub_peer *p);
+void softub__peer_mark_dead(struct sub_peer *p);
+int softub__peer_signal(struct sub_peer *p, uint64_t obj_off, uint32_t obj_gen, int remote_fd,
+                        _Atomic uint32_t *pending);
+void softub__peers_check(uint64_t now);
+/* Exported for softub_info (see softub.map): dumps the SOFTUB_FABRIC directory. */
+int softub_fabric_dump(FILE *out);
+void softub__peers_release_dead(void);
+int softub__doorbell_wait(uint32_t seen, uint64_t timeout_ns);
+void softub__doorbell_ring(struct sub_peer *p);
+
+/* softub_jfc.c */
+struct sub_jfc *softub__jfc_check(urma_jfc_t *jfc);
+/* Pushes one CR into a (possibly remote) JFC and raises its event when
+ * armed. solicited: the CR may wake a solicited-only JFC. 0 or -1 overflow. */
+int softub__cq_push(struct sub_peer *p, struct sub_sjfc *sjfc, const struct sub_cqe *e);
+
+/* softub_async.c */
+int softub__async_raise(struct sub_peer *p, uint64_t sctx_off, uint32_t type, uint32_t obj_id,
+                        uint64_t obj_uid, uint64_t user_ptr);
+int softub__async_busy(struct sub_obj *o);
+void softub__obj_register(struct sub_obj *o, uint32_t kind, uint32_t id);
+void softub__obj_unregister(struct sub_obj *o);
+struct sub_obj *softub__obj_find(uint32_t id, uint64_t uid);
+
+/* softub_seg.c */
+struct sub_tseg *softub__tseg_check(urma_target_seg_t *t);
+int softub__local_range(struct sub_tseg *ts, uint64_t addr, uint64_t len);
+void softub__seg_forget(void); /* fork child */
+
+/* softub_queue.c */
+struct sub_tjetty *softub__tjetty_check(urma_target_jetty_t *t);
+struct sub_jfs *softub__jfs_check(urma_jfs_t *jfs);
+struct sub_jfr *softub__jfr_check(urma_jfr_t *jfr);
+struct sub_jetty *softub__jetty_check(urma_jetty_t *jetty);
+
+/* softub_post.c */
+int softub__sq_init(struct sub_sq *sq, struct sub_ctx *ctx, struct sub_jfc *jfc, struct sub_obj *obj,
+                    uint32_t id, int is_jetty, uint64_t user_ptr, const urma_jfs_cfg_t *cfg);
+void softub__sq_fini(struct sub_sq *sq);
+urma_status_t softub__sq_post(struct sub_sq *sq, urma_jfs_wr_t *wr, urma_jfs_wr_t **bad_wr);
+urma_status_t softub__sq_modify(struct sub_sq *sq, urma_jetty_state_t state);
+int softub__sq_flush(struct sub_sq *sq, int cr_cnt, urma_cr_t *cr);
+void softub__sq_retire(uint32_t id, uint64_t sq_uid, uint64_t wr_seq, int all);
+urma_status_t softub__rq_post(struct sub_jfr *jfr, urma_jfr_wr_t *wr, urma_jfr_wr_t **bad_wr);
+void softub__rq_flush(struct sub_jfr *jfr);
+int softub__prog_start(void);
+void softub__prog_stop(void);
+void softub__prog_forget(void); /* fork child */
+
+#endif

@@ -1,0 +1,504 @@
+/* softub_jfc.c: completion queues (JFC), event channels (JFCE), events.
+ *
+ * A JFC is an MPMC ring of CRs in its owner's region: the owner's send
+ * queues and remote senders (receive CRs) produce, urma_poll_jfc consumes.
+ * A JFCE is an MPMC ring of events plus an EFD_SEMAPHORE eventfd whose count
+ * equals the number of queued events, so jfce->fd stays readable (level
+ * triggered, epoll-able) while events are queued.
+ *
+ * Arming is one word in the shared JFC descriptor. A producer that writes a
+ * CR loads it after a full fence; only when it is armed does anything else
+ * happen (one CAS to disarm, one event, one eventfd write), so an unarmed
+ * JFC costs no system call. urma_rearm_jfc fires at once when CRs are
+ * already waiting, as hardware armed with the consumer index does. */
+#include <errno.h>
+#include <poll.h>
+#include <sched.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/eventfd.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "softub_internal.h"
+
+#define JFC_EVT_SLOT ((uint32_t)(8 + sizeof(struct sub_evt)))
+#define ERESTARTSYS_VALUE 512
+
+struct sub_jfc *softub__jfc_check(urma_jfc_t *jfc)
+{
+    if (jfc == NULL || jfc->urma_ctx == NULL || jfc->handle != (uint64_t)(uintptr_t)jfc)
+        return NULL;
+    struct sub_jfc *j = (struct sub_jfc *)jfc;
+    return j->magic == SUB_MAGIC_JFC ? j : NULL;
+}
+
+static struct sub_jfce *jfce_check(urma_jfce_t *jfce)
+{
+    if (jfce == NULL || softub__ctx_check(jfce->urma_ctx) == NULL)
+        return NULL;
+    struct sub_jfce *e = (struct sub_jfce *)jfce;
+    return e->magic == SUB_MAGIC_JFCE ? e : NULL;
+}
+
+static struct sub_ring *jfc_ring(struct sub_peer *p, uint64_t off)
+{
+    struct sub_ring *r = softub__peer_ptr(p, off, sizeof(struct sub_ring));
+    if (r == NULL || r->magic != SUB_RING_MAGIC || r->cap == 0 || (r->cap & (r->cap - 1)) != 0 ||
+        r->esize < 16 || softub__peer_ptr(p, off, sub_ring_bytes(r->cap, r->esize)) == NULL)
+        return NULL;
+    return r;
+}
+
+/* ------------------------------------------------------------------------ */
+/* Producing CRs and events                                                  */
+/* ------------------------------------------------------------------------ */
+
+static void jfc_fire(struct sub_peer *p, struct sub_sjfc *sj)
+{
+    if (sj->jfce_off == 0)
+        return;
+    struct sub_sjfce *se = softub__peer_ptr(p, sj->jfce_off, sizeof(*se));
+    if (se == NULL || atomic_load(&se->h.state) != SUB_OBJ_LIVE)
+        return;
+    struct sub_ring *er = jfc_ring(p, se->ring_off);
+    if (er == NULL)
+        return;
+    uint64_t pos;
+    struct sub_evt *ev = sub_ring_enq_begin(er, &pos);
+    if (ev == NULL) {
+        SUB_WARN("JFCE event queue full: event of JFC %u dropped\n", sj->h.id);
+        return;
+    }
+    ev->jfc_user = sj->user_ptr;
+    ev->jfc_uid = sj->uid;
+    ev->jfc_id = sj->h.id;
+    sub_ring_enq_commit(er, pos);
+    (void)softub__peer_signal(p, sj->jfce_off, se->h.gen, se->efd, &se->pending_signals);
+}
+
+static void jfc_notify(struct sub_peer *p, struct sub_sjfc *sj, int solicited)
+{
+    /* Pairs with the fence in urma_rearm_jfc: either the consumer's re-poll
+     * sees the CR just published, or this load sees the arm. */
+    atomic_thread_fence(memory_order_seq_cst);
+    uint32_t a = atomic_load_explicit(&sj->armed, memory_order_relaxed);
+    if (a == SUB_ARM_NONE || (a == SUB_ARM_SOLICITED && !solicited))
+        return;
+    if (!atomic_compare_exchange_strong(&sj->armed, &a, SUB_ARM_NONE))
+        return;
+    jfc_fire(p, sj);
+}
+
+int softub__cq_push(struct sub_peer *p, struct sub_sjfc *sj, const struct sub_cqe *e)
+{
+    if (sj == NULL || atomic_load(&sj->h.state) != SUB_OBJ_LIVE)
+        return -1;
+    struct sub_ring *r = jfc_ring(p, sj->ring_off);
+    if (r == NULL || r->esize != SUB_CQE_SLOT)
+        return -1;
+    uint64_t pos;
+    struct sub_cqe *slot = sub_ring_enq_begin(r, &pos);
+    if (slot == NULL) {
+        if (!atomic_exchange(&sj->overflow, 1)) {
+            SUB_WARN("JFC %u overflowed: CR dropped, URMA_EVENT_JFC_ERR raised\n", sj->h.id);
+            (void)softub__async_raise(p, sj->sctx_off, URMA_EVENT_JFC_ERR, sj->h.id, sj->uid,
+                                      sj->user_ptr);
+        }
+        return -1;
+    }
+    memcpy(slot, e, sizeof(*e));
+    sub_ring_enq_commit(r, pos);
+    jfc_notify(p, sj, e->solicited);
+    return 0;
+}
+
+/* ------------------------------------------------------------------------ */
+/* JFCE                                                                      */
+/* ------------------------------------------------------------------------ */
+
+SUB_API urma_jfce_t *urma_create_jfce(urma_context_t *ctx)
+{
+    struct sub_ctx *c = softub__ctx_check(ctx);
+    if (c == NULL) {
+        errno = EINVAL;
+        return NULL;
+    }
+    struct sub_global *g = &softub__g;
+    struct sub_jfce *j = calloc(1, sizeof(*j));
+    if (j == NULL) {
+        errno = ENOMEM;
+        return NULL;
+    }
+    int efd = eventfd(0, EFD_SEMAPHORE | EFD_NONBLOCK | EFD_CLOEXEC);
+    if (efd < 0) {
+        int e = errno;
+        free(j);
+        errno = e;
+        return NULL;
+    }
+    pthread_mutex_lock(&g->lock);
+    j->sh_off = softub__ralloc(sizeof(struct sub_sjfce), 64);
+    uint64_t roff = softub__ralloc(sub_ring_bytes(SUB_EV_RING_CAP, JFC_EVT_SLOT), 64);
+    if (j->sh_off == 0 || roff == 0) {
+        softub__rfree(j->sh_off, j->sh_off ? sizeof(struct sub_sjfce) : 0);
+        softub__rfree(roff, roff ? sub_ring_bytes(SUB_EV_RING_CAP, JFC_EVT_SLOT) : 0);
+        pthread_mutex_unlock(&g->lock);
+        close(efd);
+        free(j);
+        errno = ENOMEM;
+        return NULL;
+    }
+    j->ring = softub__rptr(roff);
+    sub_ring_init(j->ring, SUB_EV_RING_CAP, JFC_EVT_SLOT);
+    j->sh = softub__rptr(j->sh_off);
+    j->sh->h.type = SUB_T_NONE;
+    j->sh->h.gen = (uint32_t)softub__uid();
+    j->sh->efd = efd;
+    j->sh->ring_off = roff;
+    atomic_store(&j->sh->h.state, SUB_OBJ_LIVE);
+    j->ctx = c;
+    j->magic = SUB_MAGIC_JFCE;
+    j->base.urma_ctx = ctx;
+    j->base.fd = efd;
+    atomic_init(&j->base.ref, 1);
+    j->next = g->jfces;
+    g->jfces = j;
+    atomic_fetch_add(&ctx->ref, 1);
+    pthread_mutex_unlock(&g->lock);
+    return &j->base;
+}
+
+SUB_API urma_status_t urma_delete_jfce(urma_jfce_t *jfce)
+{
+    if (jfce == NULL)
+        return URMA_EINVAL;
+    struct sub_jfce *j = jfce_check(jfce);
+    if (j == NULL)
+        return URMA_EINVAL;
+    if (atomic_load(&jfce->ref) > 1) {
+        SUB_INFO("urma_delete_jfce: still used by %lu JFC(s)\n",
+                 (unsigned long)atomic_load(&jfce->ref) - 1);
+        return URMA_FAIL;
+    }
+    struct sub_global *g = &softub__g;
+    pthread_mutex_lock(&g->lock);
+    for (struct sub_jfce **pp = &g->jfces; *pp != NULL; pp = &(*pp)->next) {
+        if (*pp == j) {
+            *pp = j->next;
+            break;
+        }
+    }
+    atomic_store(&j->sh->h.state, SUB_OBJ_DEAD);
+    softub__rfree(j->sh->ring_off, sub_ring_bytes(SUB_EV_RING_CAP, JFC_EVT_SLOT));
+    softub__rfree(j->sh_off, sizeof(struct sub_sjfce));
+    atomic_fetch_sub(&jfce->urma_ctx->ref, 1);
+    j->magic = SUB_MAGIC_DEAD;
+    pthread_mutex_unlock(&g->lock);
+    close(jfce->fd);
+    softub__grave(j);
+    return URMA_SUCCESS;
+}
+
+/* ------------------------------------------------------------------------ */
+/* JFC                                                                       */
+/* ------------------------------------------------------------------------ */
+
+SUB_API urma_jfc_t *urma_create_jfc(urma_context_t *ctx, urma_jfc_cfg_t *jfc_cfg)
+{
+    if (ctx == NULL || jfc_cfg == NULL) {
+        errno = EINVAL;
+        return NULL;
+    }
+    struct sub_ctx *c = softub__ctx_check(ctx);
+    if (c == NULL) {
+        errno = EINVAL;
+        return NULL;
+    }
+    const urma_device_cap_t *cap = &softub__device_attr()->dev_cap;
+    if (jfc_cfg->depth == 0 || jfc_cfg->depth > cap->max_jfc_depth) {
+        SUB_INFO("jfc cfg depth out of range, depth=%u, max_depth=%u\n", jfc_cfg->depth,
+                 cap->max_jfc_depth);
+        errno = EINVAL;
+        return NULL;
+    }
+    if (jfc_cfg->ceqn >= cap->ceq_cnt) {
+        SUB_INFO("invalid ceqn %u (ceq_cnt %u)\n", jfc_cfg->ceqn, cap->ceq_cnt);
+        errno = EINVAL;
+        return NULL;
+    }
+    struct sub_jfce *ce = NULL;
+    if (jfc_cfg->jfce != NULL) {
+        ce = jfce_check(jfc_cfg->jfce);
+        if (ce == NULL || ce->ctx != c) {
+            errno = EINVAL;
+            return NULL;
+        }
+    }
+    struct sub_jfc *j = calloc(1, sizeof(*j));
+    if (j == NULL) {
+        errno = ENOMEM;
+        return NULL;
+    }
+    uint32_t cap_slots = sub_ring_pow2(jfc_cfg->depth);
+    struct sub_global *g = &softub__g;
+    pthread_mutex_lock(&g->lock);
+    uint64_t roff = softub__ralloc(sub_ring_bytes(cap_slots, SUB_CQE_SLOT), 4096);
+    j->sh_off = softub__ralloc(sizeof(struct sub_sjfc), 64);
+    uint32_t id = 0, gen = 0;
+    int rc = (roff == 0 || j->sh_off == 0) ? -ENOMEM
+                                          : softub__id_alloc(0, 0, SUB_T_JFC, j->sh_off, &id, &gen);
+    if (rc != 0) {
+        softub__rfree(roff, roff ? sub_ring_bytes(cap_slots, SUB_CQE_SLOT) : 0);
+        softub__rfree(j->sh_off, j->sh_off ? sizeof(struct sub_sjfc) : 0);
+        pthread_mutex_unlock(&g->lock);
+        free(j);
+        errno = ENOMEM;
+        return NULL;
+    }
+    j->ring = softub__rptr(roff);
+    sub_ring_init(j->ring, cap_slots, SUB_CQE_SLOT);
+    j->magic = SUB_MAGIC_JFC;
+    j->ctx = c;
+    j->jfce = ce;
+    softub__obj_register(&j->obj, SUB_T_JFC, id);
+    j->sh = softub__rptr(j->sh_off);
+    j->sh->h.type = SUB_T_JFC;
+    j->sh->h.gen = gen;
+    j->sh->h.id = id;
+    j->sh->user_ptr = (uint64_t)(uintptr_t)&j->base;
+    j->sh->uid = j->obj.uid;
+    j->sh->jfce_off = ce != NULL ? ce->sh_off : 0;
+    j->sh->sctx_off = c->sh_off;
+    j->sh->ring_off = roff;
+    atomic_store(&j->sh->h.state, SUB_OBJ_LIVE);
+    pthread_mutex_init(&j->ev_lock, NULL);
+    pthread_cond_init(&j->ev_cond, NULL);
+    urma_jfc_t *b = &j->base;
+    b->urma_ctx = ctx;
+    b->jfc_id.eid = ctx->eid;
+    b->jfc_id.uasid = ctx->uasid;
+    b->jfc_id.id = id;
+    b->jfc_cfg = *jfc_cfg;
+    b->handle = (uint64_t)(uintptr_t)b;
+    atomic_fetch_add(&ctx->ref, 1);
+    if (ce != NULL)
+        atomic_fetch_add(&ce->base.ref, 1);
+    pthread_mutex_unlock(&g->lock);
+    return b;
+}
+
+SUB_API urma_status_t urma_modify_jfc(urma_jfc_t *jfc, urma_jfc_attr_t *attr)
+{
+    if (jfc == NULL || attr == NULL)
+        return URMA_EINVAL;
+    struct sub_jfc *j = softub__jfc_check(jfc);
+    if (j == NULL)
+        return URMA_EINVAL;
+    if (attr->mask == 0 || (attr->mask & ~(uint32_t)(JFC_MODERATE_COUNT | JFC_MODERATE_PERIOD)) != 0)
+        return URMA_EINVAL;
+    /* Event moderation is accepted and has no effect: every armed CR fires. */
+    return URMA_SUCCESS;
+}
+
+SUB_API urma_status_t urma_delete_jfc(urma_jfc_t *jfc)
+{
+    if (jfc == NULL)
+        return URMA_EINVAL;
+    struct sub_jfc *j = softub__jfc_check(jfc);
+    if (j == NULL)
+        return URMA_EINVAL;
+    if (atomic_load(&j->users) != 0) {
+        SUB_INFO("urma_delete_jfc: JFC %u still used by %u queue(s)\n", jfc->jfc_id.id,
+                 atomic_load(&j->users));
+        return URMA_FAIL;
+    }
+    if (softub__async_busy(&j->obj))
+        return URMA_EAGAIN;
+    /* As liburma does: wait until every reported completion event is acked. */
+    pthread_mutex_lock(&j->ev_lock);
+    int warned = 0;
+    while (j->acked < j->reported) {
+        if (jfc->jfc_cfg.flag.bs.non_blocking) {
+            pthread_mutex_unlock(&j->ev_lock);
+            return URMA_EAGAIN;
+        }
+        struct timespec ts;
+        clock_gettime(CLOCK_REALTIME, &ts);
+        ts.tv_sec += 5;
+        if (pthread_cond_timedwait(&j->ev_cond, &j->ev_lock, &ts) == ETIMEDOUT && !warned) {
+            SUB_WARN("urma_delete_jfc(JFC %u) waits for %llu unacked completion event(s): "
+                     "call urma_ack_jfc\n",
+                     jfc->jfc_id.id, (unsigned long long)(j->reported - j->acked));
+            warned = 1;
+        }
+    }
+    pthread_mutex_unlock(&j->ev_lock);
+    struct sub_global *g = &softub__g;
+    pthread_mutex_lock(&g->lock);
+    atomic_store(&j->sh->h.state, SUB_OBJ_DEAD);
+    softub__obj_unregister(&j->obj);
+    softub__id_free(0, j->sh->h.id);
+    softub__rfree(j->sh->ring_off, sub_ring_bytes(j->ring->cap, SUB_CQE_SLOT));
+    softub__rfree(j->sh_off, sizeof(struct sub_sjfc));
+    if (j->jfce != NULL)
+        atomic_fetch_sub(&j->jfce->base.ref, 1);
+    atomic_fetch_sub(&jfc->urma_ctx->ref, 1);
+    j->magic = SUB_MAGIC_DEAD;
+    jfc->handle = 0;
+    pthread_mutex_unlock(&g->lock);
+    softub__grave(j);
+    return URMA_SUCCESS;
+}
+
+static void jfc_fill_cr(urma_cr_t *cr, const struct sub_cqe *e)
+{
+    urma_cr_flag_t fl;
+    fl.value = e->flag;
+    cr->status = (urma_cr_status_t)e->status;
+    cr->user_ctx = e->user_ctx;
+    /* opcode and imm_data are receive-CR fields; uasid is never written. */
+    if (fl.bs.s_r) {
+        cr->opcode = (urma_cr_opcode_t)e->opcode;
+        cr->imm_data = e->imm;
+    }
+    cr->flag = fl;
+    cr->completion_len = e->len;
+    cr->local_id = e->local_id;
+    cr->remote_id.eid = e->remote_eid;
+    cr->remote_id.id = e->remote_id;
+    cr->tpn = e->tpn;
+    cr->user_data = (uintptr_t)e->user_data;
+}
+
+SUB_API int urma_poll_jfc(urma_jfc_t *jfc, int cr_cnt, urma_cr_t *cr)
+{
+    struct sub_jfc *j = softub__jfc_check(jfc);
+    if (j == NULL || cr == NULL || cr_cnt < 0)
+        return -1;
+    int n = 0;
+    while (n < cr_cnt) {
+        uint64_t pos;
+        struct sub_cqe *e = sub_ring_deq_begin(j->ring, &pos);
+        if (e == NULL)
+            break;
+        struct sub_cqe c = *e;
+        sub_ring_deq_commit(j->ring, pos);
+        jfc_fill_cr(&cr[n], &c);
+        if (!(c.flag & 1) && c.sq_uid != 0)
+            softub__sq_retire(c.local_id, c.sq_uid, c.wr_seq,
+                              c.status == URMA_CR_WR_FLUSH_ERR_DONE);
+        n++;
+    }
+    return n;
+}
+
+SUB_API urma_status_t urma_rearm_jfc(urma_jfc_t *jfc, bool solicited_only)
+{
+    struct sub_jfc *j = softub__jfc_check(jfc);
+    if (j == NULL)
+        return URMA_EINVAL;
+    uint32_t a = solicited_only ? SUB_ARM_SOLICITED : SUB_ARM_ALL;
+    atomic_store(&j->sh->armed, a);
+    atomic_thread_fence(memory_order_seq_cst);
+    /* CRs already waiting beyond the consumer index fire at once. */
+    if (!solicited_only && sub_ring_count(j->ring) > 0 &&
+        atomic_compare_exchange_strong(&j->sh->armed, &a, SUB_ARM_NONE))
+        jfc_fire(softub__g.self, j->sh);
+    return URMA_SUCCESS;
+}
+
+/* Takes the next event; its slot may be claimed but not yet published by a
+ * racing producer, which is then only a few instructions away. */
+static struct sub_evt *jfc_evt_take(struct sub_ring *r, struct sub_evt *out)
+{
+    for (int spins = 0; spins < 1000000; spins++) {
+        uint64_t pos;
+        struct sub_evt *e = sub_ring_deq_begin(r, &pos);
+        if (e != NULL) {
+            *out = *e;
+            sub_ring_deq_commit(r, pos);
+            return out;
+        }
+        if (!sub_ring_tail_pending(r))
+            return NULL;
+        sched_yield();
+    }
+    return NULL;
+}
+
+SUB_API int urma_wait_jfc(urma_jfce_t *jfce, uint32_t jfc_cnt, int time_out, urma_jfc_t *jfc[])
+{
+    struct sub_jfce *ce = jfce_check(jfce);
+    if (ce == NULL || jfc_cnt == 0 || jfc == NULL)
+        return -1;
+    uint32_t max = jfc_cnt < 16 ? jfc_cnt : 16;
+    uint64_t deadline = time_out > 0 ? softub__now_ns() + (uint64_t)time_out * 1000000ull : 0;
+    uint32_t n = 0;
+    while (n < max) {
+        uint64_t v;
+        ssize_t r = read(jfce->fd, &v, sizeof(v));
+        if (r == (ssize_t)sizeof(v)) {
+            struct sub_evt ev;
+            if (jfc_evt_take(ce->ring, &ev) == NULL)
+                continue;
+            struct sub_obj *o = softub__obj_find(ev.jfc_id, ev.jfc_uid);
+            if (o == NULL || o->kind != SUB_T_JFC)
+                continue; /* its JFC was deleted meanwhile */
+            struct sub_jfc *j = (struct sub_jfc *)((char *)o - offsetof(struct sub_jfc, obj));
+            pthread_mutex_lock(&j->ev_lock);
+            j->reported++;
+            pthread_mutex_unlock(&j->ev_lock);
+            jfc[n++] = &j->base;
+            /* Saves the read that would only say EAGAIN: the count and the
+             * ring move together. */
+            if (sub_ring_count(ce->ring) == 0)
+                break;
+            continue;
+        }
+        if (r < 0 && errno == EINTR)
+            continue;
+        if (r < 0 && errno != EAGAIN)
+            return -1;
+        if (n > 0 || time_out == 0)
+            break;
+        int wait_ms = -1;
+        if (time_out > 0) {
+            uint64_t now = softub__now_ns();
+            if (now >= deadline)
+                break;
+            wait_ms = (int)((deadline - now + 999999) / 1000000);
+        }
+        struct pollfd pfd = {.fd = jfce->fd, .events = POLLIN};
+        int pr = poll(&pfd, 1, wait_ms);
+        if (pr < 0) {
+            if (errno == EINTR) {
+                errno = ERESTARTSYS_VALUE;
+                return 0;
+            }
+            return -1;
+        }
+        if (pr == 0 && time_out > 0 && softub__now_ns() >= deadline)
+            break;
+    }
+    return (int)n;
+}
+
+SUB_API void urma_ack_jfc(urma_jfc_t *jfc[], uint32_t nevents[], uint32_t jfc_cnt)
+{
+    if (jfc == NULL || nevents == NULL || jfc_cnt == 0 || softub__jfc_check(jfc[0]) == NULL)
+        return;
+    for (uint32_t i = 0; i < jfc_cnt; i++) {
+        struct sub_jfc *j = softub__jfc_check(jfc[i]);
+        if (j == NULL)
+            continue;
+        pthread_mutex_lock(&j->ev_lock);
+        j->acked += nevents[i];
+        if (j->acked > j->reported)
+            SUB_WARN("urma_ack_jfc: JFC %u acked %llu events but %llu were reported\n",
+                     jfc[i]->jfc_id.id, (unsigned long long)j->acked,
+                     (unsigned long long)j->reported);
+        pthread_cond_broadcast(&j->ev_cond);
+        pthread_mutex_unlock(&j->ev_lock);
+    }
+}

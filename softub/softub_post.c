@@ -1,0 +1,1329 @@
+/* softub_post.c: the data path ("the hardware") and the progress thread.
+ *
+ * A post executes its WRs in order, synchronously in the poster's thread,
+ * while the send queue has nothing pending: the bytes move (memcpy within a
+ * process or through a mapped backing file, process_vm_readv/writev
+ * otherwise), the target's receive CR is pushed into its JFC, then the
+ * initiator CR into ours. No system call happens on that path when the
+ * target JFC is not armed and the memory is file-backed or local.
+ *
+ * A WR that cannot complete now (RNR: no receive posted; SOFTUB_DELAY_US)
+ * is copied into the send queue's pending list, and every later WR of that
+ * queue waits behind it. The per-process progress thread retries the head
+ * after the target JFR's min_rnr_timer, at most rnr_retry times (7 =
+ * forever), checks every 100 ms that the processes it talks to are alive,
+ * and turns WRs to dead peers into error CRs.
+ *
+ * Every check a target would make is made before the first byte moves
+ * (range, access bits, tokens, registration generation, liveness); a
+ * violation completes the WR with an error CR and moves nothing.
+ *
+ * Send queue slots are freed when a CR at or after the WR is polled (as
+ * UDMA advances its SQ consumer index from polled CQEs), so more
+ * outstanding WRs than jfs depth get URMA_ENOMEM with bad_wr. */
+#include <errno.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/uio.h>
+#include <unistd.h>
+
+#include "softub_internal.h"
+
+enum { X_DONE = 0, X_RETRY = 1 };
+#define X_CR_NONE 0xffffffffu /* no initiator CR (unsignalled success) */
+
+struct sub_lsge {
+    uint64_t addr;
+    uint32_t len;
+    uint32_t reserved;
+    struct sub_tseg *tseg;
+};
+
+struct sub_wr {
+    struct sub_wr *next;
+    uint64_t seq;
+    uint64_t user_ctx;
+    uint32_t opcode;
+    urma_jfs_wr_flag_t flag;
+    struct sub_tjetty *tj;
+    uint32_t nl;
+    uint32_t inl; /* payload is inline: no local segment checks */
+    uint64_t total;
+    struct sub_lsge l[SUB_MAX_JFS_SGE];
+    uint64_t raddr;
+    struct sub_tseg *rseg;
+    uint64_t imm;
+    uint64_t cmp;
+    uint64_t swp;
+    uint32_t alen;
+    uint32_t rnr_tries;
+    uint64_t due_ns;
+    uint64_t rnr_ns;
+    uint8_t inl_buf[SUB_MAX_INLINE];
+};
+
+/* A window of target memory, resolved: direct pointer, or pid + address. */
+struct sub_mref {
+    uint8_t *ptr;
+    pid_t pid;
+    uint64_t raddr;
+    uint64_t len;
+};
+
+/* Appendix B of the fact sheet: min_rnr_timer code -> microseconds. */
+static const uint32_t post_rnr_us[32] = {
+    655360, 10,    20,    30,    40,    60,    80,     120,    160,    240,    320,
+    480,    640,   960,   1280,  1920,  2560,  3840,   5120,   7680,   10240,  15360,
+    20480,  30720, 40960, 61440, 81920, 122880, 163840, 245760, 327680, 491520};
+
+/* ------------------------------------------------------------------------ */
+/* Memory movement                                                           */
+/* ------------------------------------------------------------------------ */
+
+static int post_pvm_errno(int e)
+{
+    return e == ESRCH ? URMA_CR_ACK_TIMEOUT_ERR : URMA_CR_REM_ACCESS_ABORT_ERR;
+}
+
+/* Gathers the local SGEs (pointers in this process) into the destination
+ * windows, in order. */
+static int post_copy_out(const struct sub_lsge *src, uint32_t nsrc, const struct sub_mref *dst,
+                         uint32_t ndst, uint64_t total)
+{
+    uint32_t si = 0;
+    uint64_t soff = 0, left = total;
+    for (uint32_t di = 0; di < ndst && left > 0; di++) {
+        uint64_t dlen = dst[di].len < left ? dst[di].len : left;
+        if (dst[di].ptr != NULL) {
+            uint64_t doff = 0;
+            while (doff < dlen) {
+                while (si < nsrc && soff == src[si].len) {
+                    si++;
+                    soff = 0;
+                }
+                if (si == nsrc)
+                    return URMA_CR_LOC_LEN_ERR;
+                uint64_t n = src[si].len - soff;
+                if (n > dlen - doff)
+                    n = dlen - doff;
+                memcpy(dst[di].ptr + doff, (const uint8_t *)(uintptr_t)src[si].addr + soff, n);
+                soff += n;
+                doff += n;
+            }
+        } else {
+            struct iovec liov[SUB_MAX_JFS_SGE + 1];
+            int nl = 0;
+            uint64_t doff = 0;
+            while (doff < dlen) {
+                while (si < nsrc && soff == src[si].len) {
+                    si++;
+                    soff = 0;
+                }
+                if (si == nsrc || nl == SUB_MAX_JFS_SGE + 1)
+                    return URMA_CR_LOC_LEN_ERR;
+                uint64_t n = src[si].len - soff;
+                if (n > dlen - doff)
+                    n = dlen - doff;
+                liov[nl].iov_base = (uint8_t *)(uintptr_t)src[si].addr + soff;
+                liov[nl].iov_len = n;
+                nl++;
+                soff += n;
+                doff += n;
+            }
+            struct iovec riov = {(void *)(uintptr_t)dst[di].raddr, dlen};
+            ssize_t w = process_vm_writev(dst[di].pid, liov, (unsigned long)nl, &riov, 1, 0);
+            if (w != (ssize_t)dlen)
+                return post_pvm_errno(w < 0 ? errno : EFAULT);
+        }
+        left -= dlen;
+    }
+    return left == 0 ? URMA_CR_SUCCESS : URMA_CR_LOC_LEN_ERR;
+}
+
+/* Scatters one source window into the local SGEs. */
+static int post_copy_in(const struct sub_mref *src, const struct sub_lsge *dst, uint32_t ndst)
+{
+    if (src->ptr != NULL) {
+        uint64_t off = 0;
+        for (uint32_t i = 0; i < ndst; i++) {
+            memcpy((void *)(uintptr_t)dst[i].addr, src->ptr + off, dst[i].len);
+            off += dst[i].len;
+        }
+        return URMA_CR_SUCCESS;
+    }
+    struct iovec liov[SUB_MAX_JFS_SGE];
+    for (uint32_t i = 0; i < ndst; i++) {
+        liov[i].iov_base = (void *)(uintptr_t)dst[i].addr;
+        liov[i].iov_len = dst[i].len;
+    }
+    struct iovec riov = {(void *)(uintptr_t)src->raddr, src->len};
+    ssize_t r = process_vm_readv(src->pid, liov, ndst, &riov, 1, 0);
+    if (r != (ssize_t)src->len)
+        return post_pvm_errno(r < 0 ? errno : EFAULT);
+    return URMA_CR_SUCCESS;
+}
+
+/* Resolves [addr, addr+len) of segment entry ss owned by p. */
+static void post_window(struct sub_peer *p, const struct sub_sseg *ss, uint8_t *map_base,
+                        uint64_t addr, uint64_t len, struct sub_mref *m)
+{
+    m->len = len;
+    m->ptr = NULL;
+    m->pid = p->pid;
+    m->raddr = addr;
+    if (p->self) {
+        m->ptr = (uint8_t *)(uintptr_t)addr;
+        return;
+    }
+    if (ss->kind != SUB_MEM_FD)
+        return;
+    uint64_t foff = ss->file_off + (addr - ss->va);
+    if (map_base == NULL)
+        map_base = softub__peer_map(p, ss, ss->file_off + ss->len);
+    if (map_base != NULL)
+        m->ptr = map_base + foff;
+}
+
+/* The target-side checks on a remote segment access. */
+static int post_rseg(struct sub_tseg *ts, uint64_t addr, uint64_t len, uint32_t need,
+                     struct sub_mref *m, struct sub_sseg **ssp)
+{
+    struct sub_peer *p = ts->peer;
+    if (p == NULL)
+        return URMA_CR_REM_ACCESS_ABORT_ERR;
+    if (atomic_load(&p->dead))
+        return URMA_CR_ACK_TIMEOUT_ERR;
+    struct sub_sseg *ss = softub__seg_entry(p, ts->seg_idx);
+    if (ss == NULL || atomic_load(&ss->state) != SUB_SEG_REG ||
+        atomic_load(&ss->gen) != ts->seg_gen)
+        return URMA_CR_REM_ACCESS_ABORT_ERR;
+    if (addr < ss->va || addr - ss->va > ss->len || len > ss->len - (addr - ss->va))
+        return URMA_CR_REM_ACCESS_ABORT_ERR;
+    if ((ss->access & need) != need || (ss->access & URMA_ACCESS_LOCAL_ONLY))
+        return URMA_CR_REM_ACCESS_ABORT_ERR;
+    if (ss->token_policy != URMA_TOKEN_NONE && (!ts->token_valid || ts->token != ss->token_value))
+        return URMA_CR_REM_ACCESS_ABORT_ERR;
+    post_window(p, ss, ts->map_base, addr, len, m);
+    if (ssp != NULL)
+        *ssp = ss;
+    return URMA_CR_SUCCESS;
+}
+
+/* ------------------------------------------------------------------------ */
+/* Targets                                                                   */
+/* ------------------------------------------------------------------------ */
+
+struct sub_target {
+    struct sub_peer *p;
+    struct sub_sjfr *jfr;
+    struct sub_sjfc *jfc;
+    struct sub_ring *rq;
+    uint32_t local_id;
+    int is_jetty;
+    uint64_t user_ptr;
+};
+
+static struct sub_ring *post_peer_ring(struct sub_peer *p, uint64_t off, uint32_t esize_min)
+{
+    struct sub_ring *r = softub__peer_ptr(p, off, sizeof(struct sub_ring));
+    if (r == NULL || r->magic != SUB_RING_MAGIC || r->cap == 0 || (r->cap & (r->cap - 1)) != 0 ||
+        r->esize < esize_min || softub__peer_ptr(p, off, sub_ring_bytes(r->cap, r->esize)) == NULL)
+        return NULL;
+    return r;
+}
+
+/* The receive side of a target jetty/JFR; called inside peer_enter. */
+static int post_target(struct sub_tjetty *tj, struct sub_target *t)
+{
+    struct sub_peer *p = tj->peer;
+    t->p = p;
+    struct sub_sobj *h = softub__peer_ptr(p, tj->obj_off, sizeof(struct sub_sjetty));
+    if (h == NULL || atomic_load(&h->state) != SUB_OBJ_LIVE || h->gen != tj->obj_gen)
+        return URMA_CR_ACK_TIMEOUT_ERR; /* the target is gone: nobody answers */
+    uint64_t jfc_off;
+    if (tj->obj_type == SUB_T_JETTY) {
+        struct sub_sjetty *sj = (struct sub_sjetty *)h;
+        if (atomic_load(&sj->qstate) != URMA_JETTY_STATE_READY)
+            return URMA_CR_ACK_TIMEOUT_ERR;
+        t->jfr = softub__peer_ptr(p, sj->jfr_off, sizeof(struct sub_sjfr));
+        jfc_off = sj->rx_jfc_off;
+        t->local_id = sj->h.id;
+        t->is_jetty = 1;
+        t->user_ptr = sj->user_ptr;
+    } else {
+        t->jfr = (struct sub_sjfr *)h;
+        jfc_off = t->jfr->jfc_off;
+        t->local_id = t->jfr->h.id;
+        t->is_jetty = 0;
+        t->user_ptr = t->jfr->user_ptr;
+    }
+    if (t->jfr == NULL || atomic_load(&t->jfr->h.state) != SUB_OBJ_LIVE ||
+        atomic_load(&t->jfr->qstate) != URMA_JFR_STATE_READY)
+        return URMA_CR_ACK_TIMEOUT_ERR;
+    t->jfc = softub__peer_ptr(p, jfc_off, sizeof(struct sub_sjfc));
+    t->rq = post_peer_ring(p, t->jfr->ring_off, (uint32_t)(8 + sizeof(struct sub_rqe)));
+    if (t->jfc == NULL || t->rq == NULL)
+        return URMA_CR_ACK_TIMEOUT_ERR;
+    /* Tokens: carried only when imported with a policy; checked when the
+     * JFR has one. */
+    if (t->jfr->token_policy != URMA_TOKEN_NONE &&
+        (!tj->token_valid || tj->token != t->jfr->token_value))
+        return URMA_CR_REM_ACCESS_ABORT_ERR;
+    return URMA_CR_SUCCESS;
+}
+
+/* Pops one receive WR (copied out of the ring). */
+static int post_take_rqe(struct sub_target *t, struct sub_rqe *out, struct sub_rqe_sge *sges)
+{
+    if (softub__fault.force_rnr)
+        return -1;
+    uint64_t pos;
+    struct sub_rqe *q = sub_ring_deq_begin(t->rq, &pos);
+    if (q == NULL)
+        return -1;
+    uint32_t maxs = (t->rq->esize - 8 - (uint32_t)sizeof(struct sub_rqe)) /
+                    (uint32_t)sizeof(struct sub_rqe_sge);
+    *out = *q;
+    if (out->nsge > maxs || out->nsge > SUB_MAX_JFR_SGE)
+        out->nsge = 0;
+    memcpy(sges, q->sge, out->nsge * sizeof(*sges));
+    sub_ring_deq_commit(t->rq, pos);
+    return 0;
+}
+
+static void post_recv_cr(struct sub_sq *sq, struct sub_wr *w, struct sub_target *t,
+                         const struct sub_rqe *rqe, uint32_t status, uint32_t opcode, uint32_t len)
+{
+    struct sub_cqe e;
+    memset(&e, 0, sizeof(e));
+    urma_cr_flag_t fl = {.value = 0};
+    fl.bs.s_r = 1;
+    fl.bs.jetty = t->is_jetty ? 1 : 0;
+    e.status = status;
+    e.opcode = opcode;
+    e.user_ctx = rqe->user_ctx;
+    e.len = len;
+    e.local_id = t->local_id;
+    e.remote_id = sq->id;
+    e.flag = fl.value;
+    e.solicited = w->flag.bs.solicited_enable || status != URMA_CR_SUCCESS;
+    e.remote_eid = sq->eid;
+    e.imm = w->imm;
+    e.user_data = t->user_ptr;
+    e.tpn = w->tj->base.tp.tpn;
+    (void)softub__cq_push(t->p, t->jfc, &e);
+}
+
+/* ------------------------------------------------------------------------ */
+/* Executing one WR                                                          */
+/* ------------------------------------------------------------------------ */
+
+static int post_local_ok(const struct sub_wr *w)
+{
+    if (w->inl)
+        return 1;
+    for (uint32_t i = 0; i < w->nl; i++) {
+        if (w->l[i].len != 0 && softub__local_range(w->l[i].tseg, w->l[i].addr, w->l[i].len) != 0)
+            return 0;
+    }
+    return 1;
+}
+
+static uint32_t post_um_drop(void)
+{
+    uint32_t ppm = softub__fault.um_drop_ppm;
+    if (ppm == 0)
+        return 0;
+    static __thread uint64_t rng;
+    uint64_t x = rng;
+    if (x == 0)
+        x = softub__now_ns() ^ ((uint64_t)(uintptr_t)&rng << 16) ^ 1;
+    x ^= x << 13;
+    x ^= x >> 7;
+    x ^= x << 17;
+    rng = x;
+    return (x % 1000000u) < ppm;
+}
+
+static int post_exec_send_rm(struct sub_sq *sq, struct sub_wr *w, uint32_t *len);
+
+/* UM is unreliable: whatever goes wrong beyond the initiator is lost on the
+ * wire and the initiator sees success. */
+static int post_exec_send(struct sub_sq *sq, struct sub_wr *w, uint32_t *len)
+{
+    int st = post_exec_send_rm(sq, w, len);
+    if (sq->cfg.trans_mode == URMA_TM_UM && st > 0 && st != URMA_CR_LOC_ACCESS_ERR &&
+        st != URMA_CR_LOC_LEN_ERR) {
+        *len = (uint32_t)w->total;
+        return URMA_CR_SUCCESS;
+    }
+    return st;
+}
+
+static int post_exec_send_rm(struct sub_sq *sq, struct sub_wr *w, uint32_t *len)
+{
+    struct sub_tjetty *tj = w->tj;
+    if (softub__peer_enter(tj->peer) != 0)
+        return URMA_CR_ACK_TIMEOUT_ERR;
+    struct sub_target t;
+    int st = post_target(tj, &t);
+    if (st != URMA_CR_SUCCESS)
+        goto out;
+    if (!post_local_ok(w)) {
+        st = URMA_CR_LOC_ACCESS_ERR;
+        goto out;
+    }
+    if (w->total > SUB_MAX_MSG) {
+        st = URMA_CR_LOC_LEN_ERR;
+        goto out;
+    }
+    if (sq->cfg.trans_mode == URMA_TM_UM && post_um_drop()) {
+        *len = (uint32_t)w->total;
+        goto out; /* lost on the wire: the initiator cannot tell */
+    }
+    struct sub_rqe rqe;
+    struct sub_rqe_sge rs[SUB_MAX_JFR_SGE];
+    if (post_take_rqe(&t, &rqe, rs) != 0) {
+        if (sq->cfg.trans_mode == URMA_TM_UM) {
+            *len = (uint32_t)w->total; /* UM: dropped silently */
+            goto out;
+        }
+        w->rnr_ns = (uint64_t)post_rnr_us[t.jfr->min_rnr_timer & 31] * 1000ull;
+        softub__peer_leave(tj->peer);
+        return -1;
+    }
+    uint32_t opc = w->opcode == URMA_OPC_SEND_IMM        ? URMA_CR_OPC_SEND_WITH_IMM
+                   : w->opcode == URMA_OPC_SEND_INVALIDATE ? URMA_CR_OPC_SEND_WITH_INV
+                                                           : URMA_CR_OPC_SEND;
+    uint64_t room = 0;
+    struct sub_mref dst[SUB_MAX_JFR_SGE];
+    uint32_t nd = 0;
+    int bad = 0;
+    for (uint32_t i = 0; i < rqe.nsge; i++) {
+        room += rs[i].len;
+        struct sub_sseg *ss = softub__seg_entry(t.p, rs[i].seg_idx);
+        if (ss == NULL || atomic_load(&ss->state) != SUB_SEG_REG ||
+            atomic_load(&ss->gen) != rs[i].seg_gen || rs[i].addr < ss->va ||
+            rs[i].addr - ss->va > ss->len || rs[i].len > ss->len - (rs[i].addr - ss->va)) {
+            bad = 1;
+            continue;
+        }
+        post_window(t.p, ss, NULL, rs[i].addr, rs[i].len, &dst[nd++]);
+    }
+    if (w->total > room) {
+        post_recv_cr(sq, w, &t, &rqe, URMA_CR_LOC_LEN_ERR, opc, 0);
+        st = URMA_CR_REM_OPERATION_ERR;
+        goto out;
+    }
+    if (bad) {
+        post_recv_cr(sq, w, &t, &rqe, URMA_CR_LOC_ACCESS_ERR, opc, 0);
+        st = URMA_CR_REM_OPERATION_ERR;
+        goto out;
+    }
+    st = post_copy_out(w->l, w->nl, dst, nd, w->total);
+    if (st != URMA_CR_SUCCESS) {
+        post_recv_cr(sq, w, &t, &rqe, URMA_CR_LOC_ACCESS_ERR, opc, 0);
+        if (st == URMA_CR_ACK_TIMEOUT_ERR)
+            softub__peer_mark_dead(t.p);
+        goto out;
+    }
+    post_recv_cr(sq, w, &t, &rqe, URMA_CR_SUCCESS, opc, (uint32_t)w->total);
+    *len = (uint32_t)w->total;
+out:
+    softub__peer_leave(tj->peer);
+    return st;
+}
+
+static int post_exec_write(struct sub_sq *sq, struct sub_wr *w, uint32_t *len)
+{
+    struct sub_peer *sp = w->rseg->peer;
+    if (sp == NULL)
+        return URMA_CR_REM_ACCESS_ABORT_ERR;
+    if (!post_local_ok(w))
+        return URMA_CR_LOC_ACCESS_ERR;
+    if (w->total > SUB_MAX_MSG)
+        return URMA_CR_LOC_LEN_ERR;
+    if (softub__peer_enter(sp) != 0)
+        return URMA_CR_ACK_TIMEOUT_ERR;
+    struct sub_mref m;
+    int st = post_rseg(w->rseg, w->raddr, w->total, URMA_ACCESS_WRITE, &m, NULL);
+    if (st != URMA_CR_SUCCESS) {
+        softub__peer_leave(sp);
+        return st;
+    }
+    if (w->opcode == URMA_OPC_WRITE) {
+        st = post_copy_out(w->l, w->nl, &m, 1, w->total);
+        if (st == URMA_CR_ACK_TIMEOUT_ERR)
+            softub__peer_mark_dead(sp);
+        softub__peer_leave(sp);
+        if (st == URMA_CR_SUCCESS)
+            *len = (uint32_t)w->total;
+        return st;
+    }
+    /* WRITE_IMM: the target jetty must take a receive WR before any byte
+     * lands, so RNR moves nothing. */
+    struct sub_tjetty *tj = w->tj;
+    if (softub__peer_enter(tj->peer) != 0) {
+        softub__peer_leave(sp);
+        return URMA_CR_ACK_TIMEOUT_ERR;
+    }
+    struct sub_target t;
+    struct sub_rqe rqe;
+    struct sub_rqe_sge rs[SUB_MAX_JFR_SGE];
+    st = post_target(tj, &t);
+    if (st == URMA_CR_SUCCESS && post_take_rqe(&t, &rqe, rs) != 0) {
+        w->rnr_ns = (uint64_t)post_rnr_us[t.jfr->min_rnr_timer & 31] * 1000ull;
+        softub__peer_leave(tj->peer);
+        softub__peer_leave(sp);
+        return -1;
+    }
+    if (st == URMA_CR_SUCCESS) {
+        st = post_copy_out(w->l, w->nl, &m, 1, w->total);
+        if (st == URMA_CR_SUCCESS) {
+            post_recv_cr(sq, w, &t, &rqe, URMA_CR_SUCCESS, URMA_CR_OPC_WRITE_WITH_IMM,
+                         (uint32_t)w->total);
+            *len = (uint32_t)w->total;
+        } else {
+            post_recv_cr(sq, w, &t, &rqe, URMA_CR_REM_ACCESS_ABORT_ERR, URMA_CR_OPC_WRITE_WITH_IMM,
+                         0);
+        }
+    }
+    softub__peer_leave(tj->peer);
+    softub__peer_leave(sp);
+    return st;
+}
+
+static int post_exec_read(struct sub_wr *w, uint32_t *len)
+{
+    struct sub_peer *sp = w->rseg->peer;
+    if (sp == NULL)
+        return URMA_CR_REM_ACCESS_ABORT_ERR;
+    if (!post_local_ok(w))
+        return URMA_CR_LOC_ACCESS_ERR;
+    if (w->total > SUB_MAX_MSG)
+        return URMA_CR_LOC_LEN_ERR;
+    if (softub__peer_enter(sp) != 0)
+        return URMA_CR_ACK_TIMEOUT_ERR;
+    struct sub_mref m;
+    int st = post_rseg(w->rseg, w->raddr, w->total, URMA_ACCESS_READ, &m, NULL);
+    if (st == URMA_CR_SUCCESS) {
+        st = post_copy_in(&m, w->l, w->nl);
+        if (st == URMA_CR_ACK_TIMEOUT_ERR)
+            softub__peer_mark_dead(sp);
+    }
+    softub__peer_leave(sp);
+    if (st == URMA_CR_SUCCESS)
+        *len = (uint32_t)w->total;
+    return st;
+}
+
+/* Serialises process_vm atomics on one segment (lock word: holder's pid). */
+static void post_alock(struct sub_sseg *ss)
+{
+    uint32_t me = (uint32_t)getpid();
+    for (uint64_t spins = 0;; spins++) {
+        uint32_t exp = 0;
+        if (atomic_compare_exchange_weak(&ss->alock, &exp, me))
+            return;
+        if ((spins & 1023) == 1023 && exp != 0 && exp != me && !softub__pid_alive((pid_t)exp, 0))
+            (void)atomic_compare_exchange_strong(&ss->alock, &exp, 0);
+        if (spins > 64)
+            usleep(1);
+    }
+}
+
+static int post_exec_atomic(struct sub_wr *w, uint32_t *len)
+{
+    struct sub_peer *sp = w->rseg->peer;
+    if (sp == NULL)
+        return URMA_CR_REM_ACCESS_ABORT_ERR;
+    if (!post_local_ok(w))
+        return URMA_CR_LOC_ACCESS_ERR;
+    if (w->raddr % w->alen != 0)
+        return URMA_CR_REM_OPERATION_ERR;
+    if (softub__peer_enter(sp) != 0)
+        return URMA_CR_ACK_TIMEOUT_ERR;
+    struct sub_mref m;
+    struct sub_sseg *ss = NULL;
+    int st = post_rseg(w->rseg, w->raddr, w->alen, URMA_ACCESS_ATOMIC, &m, &ss);
+    uint64_t old = 0;
+    if (st == URMA_CR_SUCCESS && m.ptr != NULL) {
+        if (w->alen == 8) {
+            uint64_t *p = (uint64_t *)(void *)m.ptr;
+            if (w->opcode == URMA_OPC_CAS) {
+                old = w->cmp;
+                (void)__atomic_compare_exchange_n(p, &old, w->swp, 0, __ATOMIC_SEQ_CST,
+                                                  __ATOMIC_SEQ_CST);
+            } else {
+                old = __atomic_fetch_add(p, w->cmp, __ATOMIC_SEQ_CST);
+            }
+        } else {
+            uint32_t *p = (uint32_t *)(void *)m.ptr;
+            uint32_t o32 = (uint32_t)w->cmp;
+            if (w->opcode == URMA_OPC_CAS)
+                (void)__atomic_compare_exchange_n(p, &o32, (uint32_t)w->swp, 0, __ATOMIC_SEQ_CST,
+                                                  __ATOMIC_SEQ_CST);
+            else
+                o32 = __atomic_fetch_add(p, (uint32_t)w->cmp, __ATOMIC_SEQ_CST);
+            old = o32;
+        }
+    } else if (st == URMA_CR_SUCCESS) {
+        post_alock(ss);
+        uint64_t cur = 0, nv;
+        struct iovec l = {&cur, w->alen}, r = {(void *)(uintptr_t)m.raddr, w->alen};
+        if (process_vm_readv(m.pid, &l, 1, &r, 1, 0) != (ssize_t)w->alen) {
+            st = post_pvm_errno(errno);
+        } else {
+            old = cur;
+            int store = 1;
+            if (w->opcode == URMA_OPC_CAS) {
+                uint64_t mask = w->alen == 8 ? UINT64_MAX : 0xffffffffull;
+                store = (cur & mask) == (w->cmp & mask);
+                nv = w->swp;
+            } else {
+                nv = cur + w->cmp;
+            }
+            struct iovec l2 = {&nv, w->alen};
+            if (store && process_vm_writev(m.pid, &l2, 1, &r, 1, 0) != (ssize_t)w->alen)
+                st = post_pvm_errno(errno);
+        }
+        atomic_store(&ss->alock, 0);
+        if (st == URMA_CR_ACK_TIMEOUT_ERR)
+            softub__peer_mark_dead(sp);
+    }
+    softub__peer_leave(sp);
+    if (st == URMA_CR_SUCCESS) {
+        memcpy((void *)(uintptr_t)w->l[0].addr, &old, w->alen); /* little endian */
+        *len = w->alen;
+    }
+    return st;
+}
+
+/* ------------------------------------------------------------------------ */
+/* Completion                                                                */
+/* ------------------------------------------------------------------------ */
+
+static void post_initiator_cr(struct sub_sq *sq, struct sub_wr *w, uint32_t status, uint32_t len,
+                              uint32_t cr_flag)
+{
+    struct sub_cqe e;
+    memset(&e, 0, sizeof(e));
+    urma_cr_flag_t fl = {.value = (uint8_t)cr_flag};
+    fl.bs.jetty = sq->is_jetty ? 1 : 0;
+    e.status = status;
+    e.user_ctx = w != NULL ? w->user_ctx : 0;
+    e.len = len;
+    e.local_id = sq->id;
+    e.flag = fl.value;
+    e.solicited = status != URMA_CR_SUCCESS;
+    if (w != NULL && w->tj != NULL) {
+        e.remote_id = w->tj->base.id.id;
+        e.remote_eid = w->tj->base.id.eid;
+        e.tpn = w->tj->base.tp.tpn;
+    }
+    e.user_data = sq->user_ptr;
+    e.sq_uid = sq->obj->uid;
+    e.wr_seq = w != NULL ? w->seq : (sq->post_seq > 0 ? sq->post_seq - 1 : 0);
+    if (w == NULL && sq->post_seq == 0)
+        e.sq_uid = 0;
+    (void)softub__cq_push(softub__g.self, sq->jfc->sh, &e);
+}
+
+static void post_flush_locked(struct sub_sq *sq);
+
+static void post_complete(struct sub_sq *sq, struct sub_wr *w, uint32_t status, uint32_t len)
+{
+    if (status != URMA_CR_SUCCESS || w->flag.bs.complete_enable)
+        post_initiator_cr(sq, w, status, status == URMA_CR_SUCCESS ? len : 0, 0);
+    /* An RC connection whose peer died is broken: the jetty goes to ERROR
+     * (its queued WRs are flushed) and the owner gets one async event. */
+    if (status == URMA_CR_ACK_TIMEOUT_ERR && sq->cfg.trans_mode == URMA_TM_RC && w->tj != NULL &&
+        atomic_load(&w->tj->peer->dead) &&
+        atomic_load(&sq->state) == URMA_JETTY_STATE_READY) {
+        atomic_store(&sq->state, URMA_JETTY_STATE_ERROR);
+        post_flush_locked(sq);
+        if (!atomic_exchange(&sq->obj->async_raised, 1))
+            (void)softub__async_raise(softub__g.self, sq->ctx->sh_off,
+                                      sq->is_jetty ? URMA_EVENT_JETTY_ERR : URMA_EVENT_JFS_ERR,
+                                      sq->id, sq->obj->uid, sq->user_ptr);
+    }
+}
+
+/* Executes w: X_DONE when its CR is written, X_RETRY when it must wait
+ * (w->due_ns set). */
+static int post_run(struct sub_sq *sq, struct sub_wr *w)
+{
+    uint32_t state = atomic_load(&sq->state);
+    if (state == URMA_JETTY_STATE_ERROR || state == URMA_JETTY_STATE_SUSPENDED) {
+        post_initiator_cr(sq, w, URMA_CR_WR_FLUSH_ERR, 0, 0);
+        return X_DONE;
+    }
+    uint32_t ee = softub__fault.err_every;
+    if (ee != 0 && w->rnr_tries == 0 && (atomic_fetch_add(&softub__g.wr_counter, 1) + 1) % ee == 0) {
+        post_complete(sq, w, softub__fault.err_status, 0);
+        return X_DONE;
+    }
+    uint32_t len = 0;
+    int st;
+    switch (w->opcode) {
+    case URMA_OPC_NOP:
+        st = URMA_CR_SUCCESS;
+        break;
+    case URMA_OPC_SEND:
+    case URMA_OPC_SEND_IMM:
+    case URMA_OPC_SEND_INVALIDATE:
+        st = post_exec_send(sq, w, &len);
+        break;
+    case URMA_OPC_WRITE:
+    case URMA_OPC_WRITE_IMM:
+        st = post_exec_write(sq, w, &len);
+        break;
+    case URMA_OPC_READ:
+        st = post_exec_read(w, &len);
+        break;
+    default:
+        st = post_exec_atomic(w, &len);
+        break;
+    }
+    if (st < 0) {
+        uint8_t rr = sq->cfg.rnr_retry;
+        if (rr == 0 || (rr != 7 && w->rnr_tries >= rr)) {
+            post_complete(sq, w, URMA_CR_RNR_RETRY_CNT_EXC_ERR, 0);
+            return X_DONE;
+        }
+        w->rnr_tries++;
+        w->due_ns = softub__now_ns() + w->rnr_ns;
+        return X_RETRY;
+    }
+    post_complete(sq, w, (uint32_t)st, len);
+    return X_DONE;
+}
+
+/* ------------------------------------------------------------------------ */
+/* Building WRs                                                              */
+/* ------------------------------------------------------------------------ */
+
+static int post_sgl(struct sub_wr *w, const urma_sg_t *sg, uint32_t max, int inl)
+{
+    if (sg->num_sge > max || (sg->num_sge > 0 && sg->sge == NULL))
+        return -1;
+    w->nl = sg->num_sge;
+    w->total = 0;
+    for (uint32_t i = 0; i < sg->num_sge; i++) {
+        const urma_sge_t *s = &sg->sge[i];
+        w->l[i].addr = s->addr;
+        w->l[i].len = s->len;
+        w->l[i].tseg = NULL;
+        if (!inl && s->len != 0) {
+            w->l[i].tseg = softub__tseg_check(s->tseg);
+            if (w->l[i].tseg == NULL)
+                return -1;
+        }
+        w->total += s->len;
+    }
+    return 0;
+}
+
+static int post_build(struct sub_sq *sq, urma_jfs_wr_t *wr, struct sub_wr *w)
+{
+    uint32_t max_sge = sq->cfg.max_sge < SUB_MAX_JFS_SGE ? sq->cfg.max_sge : SUB_MAX_JFS_SGE;
+    urma_transport_mode_t tm = sq->cfg.trans_mode;
+    w->next = NULL;
+    w->user_ctx = wr->user_ctx;
+    w->opcode = wr->opcode;
+    w->flag = wr->flag;
+    w->tj = NULL;
+    w->nl = 0;
+    w->total = 0;
+    w->inl = 0;
+    w->raddr = 0;
+    w->rseg = NULL;
+    w->imm = 0;
+    w->cmp = 0;
+    w->swp = 0;
+    w->alen = 0;
+    w->rnr_tries = 0;
+    w->due_ns = 0;
+    w->rnr_ns = 0;
+    int one_sided = 0;
+    switch (wr->opcode) {
+    case URMA_OPC_SEND:
+    case URMA_OPC_SEND_IMM:
+    case URMA_OPC_SEND_INVALIDATE:
+        w->inl = wr->flag.bs.inline_flag;
+        if (post_sgl(w, &wr->send.src, max_sge, w->inl) != 0)
+            return -1;
+        if (wr->opcode == URMA_OPC_SEND_IMM)
+            w->imm = wr->send.imm_data;
+        if (wr->opcode == URMA_OPC_SEND_INVALIDATE) {
+            struct sub_tseg *ts = softub__tseg_check(wr->send.tseg);
+            if (ts == NULL)
+                return -1;
+            urma_cr_token_t tok = {.token_id = ts->base.seg.token_id,
+                                   .token_value = {ts->token}};
+            memcpy(&w->imm, &tok, sizeof(tok));
+        }
+        break;
+    case URMA_OPC_WRITE:
+    case URMA_OPC_WRITE_IMM: {
+        one_sided = 1;
+        uint32_t m = wr->opcode == URMA_OPC_WRITE_IMM && max_sge > SUB_MAX_WRITE_IMM_SGE
+                         ? SUB_MAX_WRITE_IMM_SGE
+                         : max_sge;
+        w->inl = wr->flag.bs.inline_flag;
+        if (post_sgl(w, &wr->rw.src, m, w->inl) != 0)
+            return -1;
+        if (wr->rw.dst.num_sge != 1 || wr->rw.dst.sge == NULL)
+            return -1;
+        w->rseg = softub__tseg_check(wr->rw.dst.sge[0].tseg);
+        if (w->rseg == NULL)
+            return -1; /* user_tseg (no import) is not supported */
+        w->raddr = wr->rw.dst.sge[0].addr;
+        if (wr->opcode == URMA_OPC_WRITE_IMM)
+            w->imm = wr->rw.notify_data;
+        break;
+    }
+    case URMA_OPC_READ: {
+        one_sided = 1;
+        uint32_t m = max_sge > SUB_MAX_READ_SGE ? SUB_MAX_READ_SGE : max_sge;
+        if (post_sgl(w, &wr->rw.dst, m, 0) != 0)
+            return -1;
+        if (wr->rw.src.num_sge != 1 || wr->rw.src.sge == NULL)
+            return -1;
+        w->rseg = softub__tseg_check(wr->rw.src.sge[0].tseg);
+        if (w->rseg == NULL)
+            return -1;
+        w->raddr = wr->rw.src.sge[0].addr;
+        break;
+    }
+    case URMA_OPC_CAS:
+    case URMA_OPC_FADD: {
+        one_sided = 1;
+        const urma_sge_t *dst = wr->opcode == URMA_OPC_CAS ? wr->cas.dst : wr->faa.dst;
+        const urma_sge_t *src = wr->opcode == URMA_OPC_CAS ? wr->cas.src : wr->faa.src;
+        if (dst == NULL || src == NULL || sq->cfg.max_sge == 0)
+            return -1;
+        /* UDMA takes the operand size from the local SGE; 16-byte CAS is
+         * not emulated. */
+        if (src->len != 4 && src->len != 8)
+            return -1;
+        w->alen = src->len;
+        w->rseg = softub__tseg_check(dst->tseg);
+        w->l[0].tseg = softub__tseg_check(src->tseg);
+        if (w->rseg == NULL || w->l[0].tseg == NULL)
+            return -1;
+        w->raddr = dst->addr;
+        w->l[0].addr = src->addr;
+        w->l[0].len = src->len;
+        w->nl = 1;
+        w->total = src->len;
+        if (wr->opcode == URMA_OPC_CAS) {
+            w->cmp = wr->cas.cmp_data;
+            w->swp = wr->cas.swap_data;
+        } else {
+            w->cmp = wr->faa.operand;
+        }
+        break;
+    }
+    case URMA_OPC_NOP:
+        return 0;
+    default:
+        return -1; /* SWAP, FSUB/FAND/FOR/FXOR, WRITE_NOTIFY, WRITE_ATOMIC, FLUSH_DMA */
+    }
+    if (w->inl && w->total > sq->max_inline)
+        return -1;
+    if (tm == URMA_TM_UM &&
+        (one_sided || wr->flag.bs.fence || wr->flag.bs.place_order || wr->flag.bs.comp_order))
+        return -1;
+    if (sq->cfg.flag.bs.outorder_comp && (wr->flag.bs.fence || wr->flag.bs.comp_order))
+        return -1;
+    if (tm == URMA_TM_RC) {
+        w->tj = sq->bound; /* RC ignores wr->tjetty */
+        if (w->tj == NULL)
+            return -1;
+    } else {
+        w->tj = softub__tjetty_check(wr->tjetty);
+        if (w->tj == NULL || w->tj->base.trans_mode != tm)
+            return -1;
+    }
+    return 0;
+}
+
+/* A heap copy of w that no longer refers to the caller's WR (inline data
+ * included). */
+static struct sub_wr *post_clone(const struct sub_wr *w)
+{
+    struct sub_wr *q = malloc(sizeof(*q));
+    if (q == NULL)
+        return NULL;
+    *q = *w;
+    if (w->inl) {
+        uint64_t off = 0;
+        for (uint32_t i = 0; i < w->nl; i++) {
+            memcpy(q->inl_buf + off, (const void *)(uintptr_t)w->l[i].addr, w->l[i].len);
+            off += w->l[i].len;
+        }
+        q->nl = 1;
+        q->l[0].addr = (uint64_t)(uintptr_t)q->inl_buf;
+        q->l[0].len = (uint32_t)off;
+        q->l[0].tseg = NULL;
+    }
+    q->next = NULL;
+    return q;
+}
+
+/* ------------------------------------------------------------------------ */
+/* Send queues                                                               */
+/* ------------------------------------------------------------------------ */
+
+int softub__sq_init(struct sub_sq *sq, struct sub_ctx *ctx, struct sub_jfc *jfc, struct sub_obj *obj,
+                    uint32_t id, int is_jetty, uint64_t user_ptr, const urma_jfs_cfg_t *cfg)
+{
+    pthread_mutex_init(&sq->lock, NULL);
+    sq->ctx = ctx;
+    sq->jfc = jfc;
+    sq->obj = obj;
+    sq->id = id;
+    sq->is_jetty = is_jetty;
+    sq->user_ptr = user_ptr;
+    sq->eid = ctx->base.eid;
+    sq->cfg = *cfg;
+    sq->max_inline = cfg->max_inline_data != 0 ? cfg->max_inline_data : SUB_MAX_INLINE;
+    atomic_init(&sq->state, URMA_JETTY_STATE_READY);
+    sq->post_seq = 0;
+    atomic_init(&sq->done_seq, 0);
+    return 0;
+}
+
+static void post_prog_unlink(struct sub_sq *sq)
+{
+    struct sub_prog *pg = &softub__g.prog;
+    pthread_mutex_lock(&pg->mu);
+    if (sq->prog_active) {
+        for (struct sub_sq **pp = &pg->active; *pp != NULL; pp = &(*pp)->prog_next) {
+            if (*pp == sq) {
+                *pp = sq->prog_next;
+                break;
+            }
+        }
+        sq->prog_active = 0;
+    }
+    pthread_mutex_unlock(&pg->mu);
+}
+
+void softub__sq_fini(struct sub_sq *sq)
+{
+    pthread_mutex_lock(&sq->lock);
+    post_prog_unlink(sq);
+    struct sub_wr *w = sq->pend_head;
+    sq->pend_head = sq->pend_tail = NULL;
+    sq->npend = 0;
+    pthread_mutex_unlock(&sq->lock);
+    while (w != NULL) {
+        struct sub_wr *n = w->next;
+        free(w);
+        w = n;
+    }
+}
+
+void softub__sq_retire(uint32_t id, uint64_t sq_uid, uint64_t wr_seq, int all)
+{
+    (void)all;
+    struct sub_obj *o = softub__obj_find(id, sq_uid);
+    if (o == NULL || (o->kind != SUB_T_JFS && o->kind != SUB_T_JETTY))
+        return;
+    struct sub_sq *sq = o->kind == SUB_T_JFS
+                            ? &((struct sub_jfs *)((char *)o - offsetof(struct sub_jfs, obj)))->sq
+                            : &((struct sub_jetty *)((char *)o - offsetof(struct sub_jetty, obj)))->sq;
+    uint64_t want = wr_seq + 1, cur = atomic_load(&sq->done_seq);
+    while (cur < want && !atomic_compare_exchange_weak(&sq->done_seq, &cur, want))
+        ;
+}
+
+/* Under sq->lock. The progress thread is woken only when the queue becomes
+ * active: WRs queued behind an active head wait for it anyway. */
+static void post_prog_activate(struct sub_sq *sq)
+{
+    struct sub_prog *pg = &softub__g.prog;
+    int wake = 0;
+    pthread_mutex_lock(&pg->mu);
+    if (!sq->prog_active) {
+        sq->prog_next = pg->active;
+        pg->active = sq;
+        sq->prog_active = 1;
+        wake = 1;
+    }
+    pthread_mutex_unlock(&pg->mu);
+    if (wake)
+        softub__doorbell_ring(softub__g.self);
+}
+
+static void post_enqueue(struct sub_sq *sq, struct sub_wr *q)
+{
+    if (sq->pend_tail != NULL)
+        sq->pend_tail->next = q;
+    else
+        sq->pend_head = q;
+    sq->pend_tail = q;
+    sq->npend++;
+}
+
+urma_status_t softub__sq_post(struct sub_sq *sq, urma_jfs_wr_t *wr, urma_jfs_wr_t **bad_wr)
+{
+    urma_status_t rc = URMA_SUCCESS;
+    struct sub_wr w;
+    int kick = 0;
+    uint32_t delay_us = softub__fault.delay_us;
+    pthread_mutex_lock(&sq->lock);
+    for (urma_jfs_wr_t *it = wr; it != NULL; it = it->next) {
+        if (atomic_load(&sq->state) == URMA_JETTY_STATE_RESET || post_build(sq, it, &w) != 0) {
+            rc = URMA_EINVAL;
+            *bad_wr = it;
+            break;
+        }
+        if (sq->post_seq - atomic_load(&sq->done_seq) >= sq->cfg.depth) {
+            rc = URMA_ENOMEM;
+            *bad_wr = it;
+            break;
+        }
+        w.seq = sq->post_seq++;
+        if (sq->pend_head == NULL && delay_us == 0) {
+            if (post_run(sq, &w) == X_DONE)
+                continue;
+        } else {
+            w.due_ns = delay_us != 0 ? softub__now_ns() + (uint64_t)delay_us * 1000ull : 0;
+        }
+        struct sub_wr *q = post_clone(&w);
+        if (q == NULL) {
+            /* Nothing moved yet (RNR or not started): refuse this WR. */
+            sq->post_seq--;
+            rc = URMA_ENOMEM;
+            *bad_wr = it;
+            break;
+        }
+        post_enqueue(sq, q);
+        kick = 1;
+    }
+    if (kick)
+        post_prog_activate(sq);
+    pthread_mutex_unlock(&sq->lock);
+    return rc;
+}
+
+/* Under sq->lock: WRs not yet completed get WR_FLUSH_ERR CRs, then one
+ * hardware-constructed FLUSH_ERR_DONE CR. */
+static void post_flush_locked(struct sub_sq *sq)
+{
+    struct sub_wr *w = sq->pend_head;
+    sq->pend_head = sq->pend_tail = NULL;
+    sq->npend = 0;
+    while (w != NULL) {
+        struct sub_wr *n = w->next;
+        post_initiator_cr(sq, w, URMA_CR_WR_FLUSH_ERR, 0, 0);
+        free(w);
+        w = n;
+    }
+    urma_cr_flag_t fl = {.value = 0};
+    fl.bs.flush_err_done = 1;
+    post_initiator_cr(sq, NULL, URMA_CR_WR_FLUSH_ERR_DONE, 0, fl.value);
+}
+
+urma_status_t softub__sq_modify(struct sub_sq *sq, urma_jetty_state_t to)
+{
+    if ((uint32_t)to > URMA_JETTY_STATE_ERROR)
+        return URMA_FAIL;
+    pthread_mutex_lock(&sq->lock);
+    uint32_t cur = atomic_load(&sq->state);
+    urma_status_t rc = URMA_SUCCESS;
+    switch (to) {
+    case URMA_JETTY_STATE_ERROR:
+        atomic_store(&sq->state, URMA_JETTY_STATE_ERROR);
+        if (cur != URMA_JETTY_STATE_ERROR)
+            post_flush_locked(sq);
+        break;
+    case URMA_JETTY_STATE_RESET: {
+        struct sub_wr *w = sq->pend_head;
+        sq->pend_head = sq->pend_tail = NULL;
+        sq->npend = 0;
+        while (w != NULL) {
+            struct sub_wr *n = w->next;
+            free(w);
+            w = n;
+        }
+        atomic_store(&sq->state, URMA_JETTY_STATE_RESET);
+        break;
+    }
+    case URMA_JETTY_STATE_READY:
+        if (cur == URMA_JETTY_STATE_ERROR) {
+            rc = URMA_FAIL; /* ERROR must go through RESET */
+            break;
+        }
+        if (cur == URMA_JETTY_STATE_RESET) {
+            /* A fresh queue: nothing outstanding any more. */
+            atomic_store(&sq->done_seq, sq->post_seq);
+            atomic_store(&sq->obj->async_raised, 0);
+        }
+        atomic_store(&sq->state, URMA_JETTY_STATE_READY);
+        break;
+    default:
+        rc = URMA_FAIL; /* SUSPENDED is entered by the hardware only */
+        break;
+    }
+    pthread_mutex_unlock(&sq->lock);
+    return rc;
+}
+
+int softub__sq_flush(struct sub_sq *sq, int cr_cnt, urma_cr_t *cr)
+{
+    pthread_mutex_lock(&sq->lock);
+    uint32_t st = atomic_load(&sq->state);
+    int n = 0;
+    if (st == URMA_JETTY_STATE_ERROR || st == URMA_JETTY_STATE_SUSPENDED) {
+        while (n < cr_cnt && sq->pend_head != NULL) {
+            struct sub_wr *w = sq->pend_head;
+            sq->pend_head = w->next;
+            if (sq->pend_head == NULL)
+                sq->pend_tail = NULL;
+            sq->npend--;
+            urma_cr_t *c = &cr[n++];
+            c->status = URMA_CR_WR_FLUSH_ERR;
+            c->user_ctx = w->user_ctx;
+            c->flag.value = 0;
+            c->flag.bs.jetty = sq->is_jetty ? 1 : 0;
+            c->completion_len = 0;
+            c->local_id = sq->id;
+            if (w->tj != NULL) {
+                c->remote_id.eid = w->tj->base.id.eid;
+                c->remote_id.id = w->tj->base.id.id;
+                c->tpn = w->tj->base.tp.tpn;
+            }
+            c->user_data = (uintptr_t)sq->user_ptr;
+            uint64_t want = w->seq + 1, cur = atomic_load(&sq->done_seq);
+            if (cur < want)
+                atomic_store(&sq->done_seq, want);
+            free(w);
+        }
+    }
+    pthread_mutex_unlock(&sq->lock);
+    return n;
+}
+
+/* ------------------------------------------------------------------------ */
+/* Receive queues                                                            */
+/* ------------------------------------------------------------------------ */
+
+urma_status_t softub__rq_post(struct sub_jfr *jfr, urma_jfr_wr_t *wr, urma_jfr_wr_t **bad_wr)
+{
+    uint32_t maxs = jfr->base.jfr_cfg.max_sge;
+    uint32_t depth = jfr->base.jfr_cfg.depth;
+    for (urma_jfr_wr_t *it = wr; it != NULL; it = it->next) {
+        const urma_sg_t *sg = &it->src;
+        int bad = sg->num_sge > maxs || (sg->num_sge > 0 && sg->sge == NULL);
+        struct sub_tseg *ts[SUB_MAX_JFR_SGE];
+        for (uint32_t i = 0; !bad && i < sg->num_sge; i++) {
+            const urma_sge_t *s = &sg->sge[i];
+            ts[i] = softub__tseg_check(s->tseg);
+            if (s->addr == 0 || ts[i] == NULL || softub__local_range(ts[i], s->addr, s->len) != 0)
+                bad = 1;
+        }
+        if (bad) {
+            *bad_wr = it;
+            return URMA_EINVAL;
+        }
+        if (sub_ring_count(jfr->ring) >= depth) {
+            *bad_wr = it;
+            return URMA_ENOMEM;
+        }
+        uint64_t pos;
+        struct sub_rqe *q = sub_ring_enq_begin(jfr->ring, &pos);
+        if (q == NULL) {
+            *bad_wr = it;
+            return URMA_ENOMEM;
+        }
+        q->user_ctx = it->user_ctx;
+        q->nsge = sg->num_sge;
+        for (uint32_t i = 0; i < sg->num_sge; i++) {
+            q->sge[i].addr = sg->sge[i].addr;
+            q->sge[i].len = sg->sge[i].len;
+            q->sge[i].seg_idx = ts[i]->seg_idx;
+            q->sge[i].seg_gen = ts[i]->seg_gen;
+            q->sge[i].reserved = 0;
+        }
+        sub_ring_enq_commit(jfr->ring, pos);
+    }
+    return URMA_SUCCESS;
+}
+
+void softub__rq_flush(struct sub_jfr *jfr)
+{
+    uint64_t pos;
+    struct sub_rqe *q;
+    while ((q = sub_ring_deq_begin(jfr->ring, &pos)) != NULL) {
+        struct sub_cqe e;
+        memset(&e, 0, sizeof(e));
+        urma_cr_flag_t fl = {.value = 0};
+        fl.bs.s_r = 1;
+        e.status = URMA_CR_WR_FLUSH_ERR;
+        e.opcode = URMA_CR_OPC_SEND;
+        e.user_ctx = q->user_ctx;
+        e.local_id = jfr->base.jfr_id.id;
+        e.flag = fl.value;
+        e.solicited = 1;
+        e.user_data = (uint64_t)(uintptr_t)&jfr->base;
+        sub_ring_deq_commit(jfr->ring, pos);
+        (void)softub__cq_push(softub__g.self, jfr->jfc->sh, &e);
+    }
+}
+
+/* ------------------------------------------------------------------------ */
+/* Progress thread                                                           */
+/* ------------------------------------------------------------------------ */
+
+struct prog_handle {
+    pthread_t th;
+    _Atomic int stop;
+};
+
+static struct prog_handle *prog_cur; /* under softub__g.lock */
+
+/* Under sq->lock: runs the pending WRs that are due; returns the next due
+ * time, or 0 when nothing is pending. */
+static uint64_t prog_run_sq(struct sub_sq *sq, uint64_t now)
+{
+    while (sq->pend_head != NULL) {
+        struct sub_wr *w = sq->pend_head;
+        if (w->due_ns > now)
+            return w->due_ns;
+        /* Detached first: its completion may flush the rest of the list (RC
+         * peer death), which must not flush w a second time. */
+        sq->pend_head = w->next;
+        if (sq->pend_head == NULL)
+            sq->pend_tail = NULL;
+        sq->npend--;
+        w->next = NULL;
+        if (post_run(sq, w) == X_RETRY) {
+            w->next = sq->pend_head;
+            sq->pend_head = w;
+            if (sq->pend_tail == NULL)
+                sq->pend_tail = w;
+            sq->npend++;
+            return w->due_ns;
+        }
+        free(w);
+    }
+    return 0;
+}
+
+static void prog_signals(void)
+{
+    struct sub_global *g = &softub__g;
+    pthread_mutex_lock(&g->lock);
+    for (struct sub_jfce *j = g->jfces; j != NULL; j = j->next) {
+        uint32_t n = atomic_exchange(&j->sh->pending_signals, 0);
+        if (n != 0) {
+            uint64_t v = n;
+            (void)!write(j->base.fd, &v, sizeof(v));
+        }
+    }
+    pthread_mutex_unlock(&g->lock);
+}
+
+static int prog_have_peers(void)
+{
+    for (int i = 0; i < SUB_MAX_PROCS; i++) {
+        struct sub_peer *p = atomic_load(&softub__g.peers[i]);
+        if (p != NULL && !p->self && !atomic_load(&p->dead))
+            return 1;
+    }
+    return 0;
+}
+
+static void *prog_main(void *arg)
+{
+    struct prog_handle *h = arg;
+    struct sub_global *g = &softub__g;
+    struct sub_region_hdr *rh = (struct sub_region_hdr *)g->region;
+    uint64_t last_check = 0;
+    uint32_t last_bell = UINT32_MAX;
+    while (!atomic_load(&h->stop)) {
+        uint32_t seen = atomic_load(&rh->doorbell);
+        uint64_t now = softub__now_ns();
+        uint64_t next = UINT64_MAX;
+        if (seen != last_bell) {
+            prog_signals();
+            last_bell = seen;
+        }
+        pthread_mutex_lock(&g->prog.mu);
+        struct sub_sq **pp = &g->prog.active;
+        while (*pp != NULL) {
+            struct sub_sq *sq = *pp;
+            if (pthread_mutex_trylock(&sq->lock) != 0) {
+                uint64_t soon = now + 100000;
+                next = soon < next ? soon : next;
+                pp = &sq->prog_next;
+                continue;
+            }
+            uint64_t due = prog_run_sq(sq, now);
+            if (due == 0) {
+                *pp = sq->prog_next;
+                sq->prog_active = 0;
+            } else {
+                next = due < next ? due : next;
+                pp = &sq->prog_next;
+            }
+            pthread_mutex_unlock(&sq->lock);
+        }
+        pthread_mutex_unlock(&g->prog.mu);
+        if (prog_have_peers()) {
+            if (now - last_check >= 100000000ull) {
+                softub__peers_check(now);
+                last_check = now;
+            }
+            uint64_t c = last_check + 100000000ull;
+            next = c < next ? c : next;
+        }
+        softub__peers_release_dead();
+        now = softub__now_ns();
+        if (next > now)
+            (void)softub__doorbell_wait(seen, next == UINT64_MAX ? UINT64_MAX : next - now);
+    }
+    return NULL;
+}
+
+int softub__prog_start(void)
+{
+    if (prog_cur != NULL)
+        return 0;
+    struct prog_handle *h = calloc(1, sizeof(*h));
+    if (h == NULL)
+        return -ENOMEM;
+    atomic_init(&h->stop, 0);
+    if (pthread_create(&h->th, NULL, prog_main, h) != 0) {
+        free(h);
+        return -EAGAIN;
+    }
+    prog_cur = h;
+    return 0;
+}
+
+void softub__prog_stop(void)
+{
+    pthread_mutex_lock(&softub__g.lock);
+    struct prog_handle *h = softub__g.nctx == 0 ? prog_cur : NULL;
+    if (h != NULL) {
+        prog_cur = NULL;
+        atomic_store(&h->stop, 1);
+        softub__doorbell_ring(softub__g.self);
+    }
+    pthread_mutex_unlock(&softub__g.lock);
+    if (h != NULL) {
+        pthread_join(h->th, NULL);
+        free(h);
+    }
+}
+
+void softub__prog_forget(void)
+{
+    prog_cur = NULL;
+}
+

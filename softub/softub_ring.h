@@ -1,0 +1,146 @@
+/* softub_ring.h: bounded multi-producer multi-consumer rings in shared memory.
+ *
+ * Dmitry Vyukov's bounded MPMC queue: every slot starts with a 64-bit
+ * sequence number, so producers and consumers in any number of processes
+ * claim slots with one CAS on head/tail and publish them with one release
+ * store, without locks and without system calls. The ring lives entirely in a
+ * process region (softub_fabric.c) that peers map with MAP_SHARED; C11 atomics
+ * on lock-free types work across processes because they are plain hardware
+ * atomics on the shared physical page.
+ *
+ * Layout: a 192-byte header (geometry, then head and tail on cache lines of
+ * their own) followed by cap slots of esize bytes; the first 8 bytes of a slot
+ * are its sequence number, the payload follows. cap is a power of two.
+ *
+ * Contract: enq_begin/deq_begin return the payload of a claimed slot (or NULL
+ * when full/empty); the caller fills/reads it and then commits it. A claimed
+ * slot must be committed promptly: a later slot published before an earlier
+ * one stays invisible to consumers until the earlier one is committed. A
+ * producer that dies between begin and commit therefore stalls that ring
+ * (documented limit; the window is a few hundred instructions). */
+#ifndef SOFTUB_RING_H
+#define SOFTUB_RING_H
+
+#include <stdatomic.h>
+#include <stddef.h>
+#include <stdint.h>
+
+struct sub_ring {
+    uint32_t cap;
+    uint32_t mask;
+    uint32_t esize; /* slot size in bytes, including the 8-byte sequence */
+    uint32_t magic;
+    uint8_t pad0[48];
+    _Atomic uint64_t head; /* next slot to produce */
+    uint8_t pad1[56];
+    _Atomic uint64_t tail; /* next slot to consume */
+    uint8_t pad2[56];
+};
+
+_Static_assert(sizeof(struct sub_ring) == 192, "sub_ring header must stay 192 bytes");
+
+#define SUB_RING_MAGIC 0x52696e67u
+
+static inline uint64_t sub_ring_bytes(uint32_t cap, uint32_t esize)
+{
+    return sizeof(struct sub_ring) + (uint64_t)cap * esize;
+}
+
+static inline uint32_t sub_ring_pow2(uint32_t n)
+{
+    uint32_t c = 1;
+    while (c < n && c < (1u << 30))
+        c <<= 1;
+    return c;
+}
+
+static inline _Atomic uint64_t *sub_ring_seq(struct sub_ring *r, uint64_t pos)
+{
+    return (_Atomic uint64_t *)((uint8_t *)(r + 1) + (pos & r->mask) * (uint64_t)r->esize);
+}
+
+/* Only the owner initialises a ring, before publishing its offset to anyone. */
+static inline void sub_ring_init(struct sub_ring *r, uint32_t cap, uint32_t esize)
+{
+    r->cap = cap;
+    r->mask = cap - 1;
+    r->esize = esize;
+    r->magic = SUB_RING_MAGIC;
+    atomic_init(&r->head, 0);
+    atomic_init(&r->tail, 0);
+    for (uint64_t i = 0; i < cap; i++)
+        atomic_init(sub_ring_seq(r, i), i);
+}
+
+static inline void *sub_ring_enq_begin(struct sub_ring *r, uint64_t *pos_out)
+{
+    uint64_t pos = atomic_load_explicit(&r->head, memory_order_relaxed);
+    for (;;) {
+        _Atomic uint64_t *seq = sub_ring_seq(r, pos);
+        uint64_t s = atomic_load_explicit(seq, memory_order_acquire);
+        int64_t dif = (int64_t)(s - pos);
+        if (dif == 0) {
+            if (atomic_compare_exchange_weak_explicit(&r->head, &pos, pos + 1,
+                                                      memory_order_relaxed,
+                                                      memory_order_relaxed)) {
+                *pos_out = pos;
+                return (uint8_t *)seq + 8;
+            }
+        } else if (dif < 0) {
+            return NULL; /* full */
+        } else {
+            pos = atomic_load_explicit(&r->head, memory_order_relaxed);
+        }
+    }
+}
+
+static inline void sub_ring_enq_commit(struct sub_ring *r, uint64_t pos)
+{
+    atomic_store_explicit(sub_ring_seq(r, pos), pos + 1, memory_order_release);
+}
+
+static inline void *sub_ring_deq_begin(struct sub_ring *r, uint64_t *pos_out)
+{
+    uint64_t pos = atomic_load_explicit(&r->tail, memory_order_relaxed);
+    for (;;) {
+        _Atomic uint64_t *seq = sub_ring_seq(r, pos);
+        uint64_t s = atomic_load_explicit(seq, memory_order_acquire);
+        int64_t dif = (int64_t)(s - (pos + 1));
+        if (dif == 0) {
+            if (atomic_compare_exchange_weak_explicit(&r->tail, &pos, pos + 1,
+                                                      memory_order_relaxed,
+                                                      memory_order_relaxed)) {
+                *pos_out = pos;
+                return (uint8_t *)seq + 8;
+            }
+        } else if (dif < 0) {
+            return NULL; /* empty, or the next slot is claimed but not yet published */
+        } else {
+            pos = atomic_load_explicit(&r->tail, memory_order_relaxed);
+        }
+    }
+}
+
+static inline void sub_ring_deq_commit(struct sub_ring *r, uint64_t pos)
+{
+    atomic_store_explicit(sub_ring_seq(r, pos), pos + r->cap, memory_order_release);
+}
+
+/* Produced but not yet consumed (approximate under concurrency). */
+static inline uint64_t sub_ring_count(struct sub_ring *r)
+{
+    uint64_t h = atomic_load_explicit(&r->head, memory_order_acquire);
+    uint64_t t = atomic_load_explicit(&r->tail, memory_order_acquire);
+    return h >= t ? h - t : 0;
+}
+
+/* True when a slot was claimed at the tail but its producer has not
+ * published it yet (a consumer can wait for it instead of reporting empty). */
+static inline int sub_ring_tail_pending(struct sub_ring *r)
+{
+    uint64_t t = atomic_load_explicit(&r->tail, memory_order_acquire);
+    uint64_t h = atomic_load_explicit(&r->head, memory_order_acquire);
+    return h > t;
+}
+
+#endif

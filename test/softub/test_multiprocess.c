@@ -1,0 +1,723 @@
+/* softub conformance: two and more processes (URMA-API.md §4.4, §4.5, §4.9, §7.2).
+ *
+ * Every peer is forked before it makes any URMA call and exchanges its EID,
+ * uasid, jetty id, JFR token and the whole urma_seg_t over a socketpair, as
+ * urma_sample does. Every opcode both ways over memfd-backed and over
+ * posix_memalign'ed memory, 1 and 4 MiB transfers, completion events across
+ * processes, a peer killed with WRs outstanding, UM loss injection, and many
+ * processes creating jetties on a fresh fabric at once. */
+#include <sys/epoll.h>
+
+#include "conformance.h"
+
+enum {
+    T_WIRE = 1,
+    T_READY,
+    T_DONE,
+    T_VERIFIED,
+    T_ARMED,
+    T_GOT,
+    T_GO,
+    T_IDS,
+    T_EXIT,
+    T_COUNT,
+};
+
+/* Opens this process's side and connects it to the peer behind fd. */
+static int mp_connect(cf_dev_t *d, cf_side_t *s, cf_wire_t *peer, int fd, const cf_ep_opts_t *o,
+                      size_t mem, int kind, uint32_t seg_token)
+{
+    if (cf_open(d)) return -1;
+    if (cf_side_open(s, d, NULL, o, mem, kind, seg_token)) return -1;
+    cf_wire_t me;
+    cf_side_describe(s, &me);
+    if (cf_msg_send(fd, T_WIRE, &me, sizeof me)) return -1;
+    if (cf_msg_recv(fd, T_WIRE, peer, sizeof *peer, CF_CASE_TIMEOUT_MS)) return -1;
+    /* One EID per host: both processes have the device's EID; ids are fabric-wide. */
+    JT_CHECK(cf_eid_eq(&peer->eid, &me.eid));
+    JT_CHECK(peer->jetty_id.id != me.jetty_id.id);
+    if (cf_side_import(s, peer)) return -1;
+    return cf_sync(fd, T_READY);
+}
+
+static void mp_disconnect(cf_side_t *s, bool flush)
+{
+    cf_side_close(s, flush);
+    cf_close();
+}
+
+/* ------------------------------------------------------------------------ */
+/* Every opcode, both ways                                                   */
+/* ------------------------------------------------------------------------ */
+
+#define OPS_MEM    (512 * 1024)
+#define OFF_WRITE  0
+#define OFF_WIMM   (64 * 1024)
+#define OFF_READ   (128 * 1024)
+#define OFF_ATOM   (256 * 1024)
+#define OFF_RECV   (320 * 1024) /* three receive buffers of 32 KiB */
+#define OFF_SRC    (448 * 1024) /* the initiator's sources */
+#define ATOM_V0    0x0123456789ABCDEFull
+#define ATOM_V1    0xFEDCBA9876543210ull
+#define SEND_IMM_V 0xF00DF00D12345678ull
+#define WIMM_V     0x8765432100000001ull
+
+static uint32_t seed_of(int round, int what)
+{
+    return (uint32_t)(round * 16 + what + 1);
+}
+
+static void ops_target(cf_side_t *s, const cf_wire_t *peer, int fd, int round)
+{
+    uint8_t *m = s->mem.buf;
+    memset(m, 0, OPS_MEM);
+    cf_fill(m + OFF_READ, 8192, seed_of(round, 5));
+    memcpy(m + OFF_ATOM, &(uint64_t){ATOM_V0}, 8);
+    for (int i = 0; i < 3; i++) {
+        urma_sge_t rs;
+        cf_sge(&rs, m + OFF_RECV + 32768 * i, 32768, s->mem.tseg);
+        JT_REQUIRE(cf_post_recv(s->ep.jetty, &rs, 1, 0x700 + (uint64_t)i) == 0);
+    }
+    JT_REQUIRE(cf_sync(fd, T_READY) == 0);
+    urma_cr_t cr[3];
+    memset(cr, 0, sizeof cr);
+    JT_CHECK_EQ(cf_poll(s->ep.jfc, cr, 3, CF_WAIT_MS * 2), 3);
+    bool seen[3] = {0};
+    for (int k = 0; k < 3; k++) {
+        JT_CHECK_EQ(cr[k].status, URMA_CR_SUCCESS);
+        JT_CHECK_EQ(cr[k].flag.bs.s_r, 1);
+        JT_CHECK_EQ(cr[k].remote_id.id, peer->jetty_id.id);
+        JT_CHECK(cf_eid_eq(&cr[k].remote_id.eid, &peer->eid));
+        long ri = (long)cr[k].user_ctx - 0x700;
+        JT_CHECK(ri >= 0 && ri < 3);
+        const uint8_t *buf = m + OFF_RECV + 32768 * (ri >= 0 && ri < 3 ? ri : 0);
+        if (cr[k].opcode == URMA_CR_OPC_SEND && !seen[0]) {
+            seen[0] = true;
+            JT_CHECK_EQ(cr[k].completion_len, 5000);
+            JT_CHECK_EQ(cf_check_fill(buf, 5000, seed_of(round, 1)), -1);
+        } else if (cr[k].opcode == URMA_CR_OPC_SEND_WITH_IMM && !seen[1]) {
+            seen[1] = true;
+            JT_CHECK_EQ(cr[k].completion_len, 3000);
+            JT_CHECK_EQ(cr[k].imm_data, SEND_IMM_V ^ (uint64_t)round);
+            JT_CHECK_EQ(cf_check_fill(buf, 3000, seed_of(round, 2)), -1);
+        } else if (cr[k].opcode == URMA_CR_OPC_WRITE_WITH_IMM && !seen[2]) {
+            seen[2] = true;
+            JT_CHECK_EQ(cr[k].completion_len, 2000);
+            JT_CHECK_EQ(cr[k].imm_data, WIMM_V ^ (uint64_t)round);
+            JT_CHECK_EQ(cf_check_byte(buf, 32768, 0), -1); /* WRITE_IMM data goes elsewhere */
+        } else {
+            CF_FAILF("unexpected receive CR opcode %d", cr[k].opcode);
+        }
+    }
+    JT_REQUIRE(cf_msg_recv(fd, T_DONE, NULL, 0, CF_CASE_TIMEOUT_MS) == 0);
+    JT_CHECK_EQ(cf_check_fill(m + OFF_WRITE, 8192, seed_of(round, 3)), -1);
+    JT_CHECK_EQ(cf_check_byte(m + OFF_WRITE + 8192, OFF_WIMM - 8192, 0), -1);
+    JT_CHECK_EQ(cf_check_fill(m + OFF_WIMM, 2000, seed_of(round, 4)), -1);
+    JT_CHECK_EQ(cf_check_fill(m + OFF_READ, 8192, seed_of(round, 5)), -1);
+    uint64_t w;
+    memcpy(&w, m + OFF_ATOM, 8);
+    JT_CHECK_EQ(w, ATOM_V1 + 5);
+    JT_CHECK_EQ(cf_quiet(s->ep.jfc, 0), 0);
+    JT_REQUIRE(cf_msg_send(fd, T_VERIFIED, NULL, 0) == 0);
+}
+
+static void ops_initiator(cf_side_t *s, const cf_wire_t *peer, int fd, int round)
+{
+    uint8_t *m = s->mem.buf;
+    uint8_t *src = m + OFF_SRC;
+    urma_target_jetty_t *tj = s->tj;
+    JT_REQUIRE(cf_msg_recv(fd, T_READY, NULL, 0, CF_CASE_TIMEOUT_MS) == 0);
+    JT_REQUIRE(cf_msg_send(fd, T_READY, NULL, 0) == 0);
+    uint64_t va = peer->seg_va;
+    urma_sge_t l, r;
+    urma_jfs_wr_t wr;
+    urma_cr_t cr;
+
+    cf_fill(src, 5000, seed_of(round, 1));
+    cf_sge(&l, src, 5000, s->mem.tseg);
+    cf_wr_send(&wr, URMA_OPC_SEND, tj, &l, 1, 0, 1);
+    JT_REQUIRE(cf_post(s->ep.jetty, &wr) == 0);
+    cf_expect_cr(s->ep.jfc, URMA_CR_SUCCESS, 1, "SEND");
+
+    cf_fill(src, 3000, seed_of(round, 2));
+    cf_sge(&l, src, 3000, s->mem.tseg);
+    cf_wr_send(&wr, URMA_OPC_SEND_IMM, tj, &l, 1, SEND_IMM_V ^ (uint64_t)round, 2);
+    JT_REQUIRE(cf_post(s->ep.jetty, &wr) == 0);
+    cf_expect_cr(s->ep.jfc, URMA_CR_SUCCESS, 2, "SEND_IMM");
+
+    cf_fill(src, 8192, seed_of(round, 3));
+    cf_sge(&l, src, 8192, s->mem.tseg);
+    cf_rsge(&r, va + OFF_WRITE, 8192, s->rseg);
+    cf_wr_rw(&wr, URMA_OPC_WRITE, tj, &l, 1, &r, 1, 0, 3);
+    JT_REQUIRE(cf_post(s->ep.jetty, &wr) == 0);
+    if (cf_poll1(s->ep.jfc, &cr) == 0) {
+        JT_CHECK_EQ(cr.status, URMA_CR_SUCCESS);
+        JT_CHECK_EQ(cr.user_ctx, 3);
+        JT_CHECK_EQ(cr.completion_len, 8192);
+        JT_CHECK_EQ(cr.remote_id.id, peer->jetty_id.id);
+        JT_CHECK_EQ(cr.local_id, s->ep.jetty->jetty_id.id);
+    }
+
+    cf_fill(src, 2000, seed_of(round, 4));
+    cf_sge(&l, src, 2000, s->mem.tseg);
+    cf_rsge(&r, va + OFF_WIMM, 2000, s->rseg);
+    cf_wr_rw(&wr, URMA_OPC_WRITE_IMM, tj, &l, 1, &r, 1, WIMM_V ^ (uint64_t)round, 4);
+    JT_REQUIRE(cf_post(s->ep.jetty, &wr) == 0);
+    cf_expect_cr(s->ep.jfc, URMA_CR_SUCCESS, 4, "WRITE_IMM");
+
+    memset(src, 0xAB, 8192);
+    cf_sge(&l, src, 8192, s->mem.tseg);
+    cf_rsge(&r, va + OFF_READ, 8192, s->rseg);
+    cf_wr_rw(&wr, URMA_OPC_READ, tj, &r, 1, &l, 1, 0, 5);
+    JT_REQUIRE(cf_post(s->ep.jetty, &wr) == 0);
+    cf_expect_cr(s->ep.jfc, URMA_CR_SUCCESS, 5, "READ");
+    JT_CHECK_EQ(cf_check_fill(src, 8192, seed_of(round, 5)), -1);
+
+    uint64_t *old = (uint64_t *)src;
+    *old = 0;
+    cf_sge(&l, src, 8, s->mem.tseg);
+    cf_rsge(&r, va + OFF_ATOM, 8, s->rseg);
+    cf_wr_cas(&wr, tj, &r, &l, ATOM_V0, ATOM_V1, 6);
+    JT_REQUIRE(cf_post(s->ep.jetty, &wr) == 0);
+    cf_expect_cr(s->ep.jfc, URMA_CR_SUCCESS, 6, "CAS");
+    JT_CHECK_EQ(*old, ATOM_V0);
+    cf_wr_faa(&wr, tj, &r, &l, 5, 7);
+    JT_REQUIRE(cf_post(s->ep.jetty, &wr) == 0);
+    cf_expect_cr(s->ep.jfc, URMA_CR_SUCCESS, 7, "FAA");
+    JT_CHECK_EQ(*old, ATOM_V1);
+
+    JT_REQUIRE(cf_msg_send(fd, T_DONE, NULL, 0) == 0);
+    JT_REQUIRE(cf_msg_recv(fd, T_VERIFIED, NULL, 0, CF_CASE_TIMEOUT_MS) == 0);
+}
+
+typedef struct ops_arg {
+    urma_transport_mode_t mode;
+    int kind;
+} ops_arg_t;
+
+/* Both processes run this; `first` decides who initiates in round 0. */
+static int ops_both_ways(int fd, const ops_arg_t *arg, bool first)
+{
+    cf_dev_t d;
+    cf_side_t s;
+    cf_wire_t peer;
+    cf_ep_opts_t o = cf_ep_defaults(arg->mode);
+    if (mp_connect(&d, &s, &peer, fd, &o, OPS_MEM, arg->kind, first ? 0x1001 : 0x2002)) return -1;
+    for (int round = 0; round < 2; round++) {
+        int f0 = jt_case_failed;
+        if ((round == 0) == first)
+            ops_initiator(&s, &peer, fd, round);
+        else
+            ops_target(&s, &peer, fd, round);
+        if (jt_case_failed && !f0)
+            fprintf(stderr, "  ^ pid %d, %s, round %d\n", (int)getpid(),
+                    (round == 0) == first ? "initiator" : "target", round);
+        if (jt_case_failed) break;
+    }
+    cf_sync(fd, T_EXIT);
+    mp_disconnect(&s, false);
+    return 0;
+}
+
+static int ops_peer(int fd, void *arg)
+{
+    return ops_both_ways(fd, arg, false);
+}
+
+static void run_ops(urma_transport_mode_t mode, int kind)
+{
+    ops_arg_t arg = {mode, kind};
+    cf_peer_t p;
+    JT_REQUIRE(cf_peer_fork(&p, ops_peer, &arg) == 0);
+    ops_both_ways(p.fd, &arg, true);
+    JT_CHECK_EQ(cf_peer_wait(&p, CF_WAIT_MS), 0);
+}
+
+static void opcodes_both_ways_memfd(void)
+{
+    run_ops(URMA_TM_RM, CF_MEM_MEMFD);
+}
+static void opcodes_both_ways_memalign(void)
+{
+    run_ops(URMA_TM_RM, CF_MEM_MEMALIGN);
+}
+static void opcodes_both_ways_rc(void)
+{
+    run_ops(URMA_TM_RC, CF_MEM_MEMFD);
+}
+
+/* ------------------------------------------------------------------------ */
+/* 1 MiB and 4 MiB                                                           */
+/* ------------------------------------------------------------------------ */
+
+#define MIB       (1024u * 1024u)
+#define LARGE_MEM (10 * MIB)
+
+static void large_target(cf_side_t *s, int fd, int round)
+{
+    uint8_t *m = s->mem.buf;
+    memset(m, 0, LARGE_MEM);
+    cf_fill(m + 4 * MIB, 4 * MIB, seed_of(round, 8));
+    urma_sge_t rs;
+    cf_sge(&rs, m + 8 * MIB, MIB, s->mem.tseg);
+    JT_REQUIRE(cf_post_recv(s->ep.jetty, &rs, 1, 0x800) == 0);
+    JT_REQUIRE(cf_sync(fd, T_READY) == 0);
+    urma_cr_t cr;
+    if (cf_poll1(s->ep.jfc, &cr) == 0) {
+        JT_CHECK_EQ(cr.status, URMA_CR_SUCCESS);
+        JT_CHECK_EQ(cr.completion_len, MIB);
+        JT_CHECK_EQ(cr.user_ctx, 0x800);
+    }
+    JT_REQUIRE(cf_msg_recv(fd, T_DONE, NULL, 0, CF_CASE_TIMEOUT_MS) == 0);
+    long bad = cf_check_fill(m, 4 * MIB, seed_of(round, 7));
+    if (bad >= 0) CF_FAILF("4 MiB WRITE differs at byte %ld", bad);
+    bad = cf_check_fill(m + 8 * MIB, MIB, seed_of(round, 9));
+    if (bad >= 0) CF_FAILF("1 MiB SEND differs at byte %ld", bad);
+    JT_CHECK_EQ(cf_check_byte(m + 9 * MIB, MIB, 0), -1);
+    JT_REQUIRE(cf_msg_send(fd, T_VERIFIED, NULL, 0) == 0);
+}
+
+static void large_initiator(cf_side_t *s, const cf_wire_t *peer, int fd, int round)
+{
+    uint8_t *m = s->mem.buf;
+    JT_REQUIRE(cf_msg_recv(fd, T_READY, NULL, 0, CF_CASE_TIMEOUT_MS) == 0);
+    JT_REQUIRE(cf_msg_send(fd, T_READY, NULL, 0) == 0);
+    urma_sge_t l, r;
+    urma_jfs_wr_t wr;
+    cf_fill(m, 4 * MIB, seed_of(round, 7));
+    cf_sge(&l, m, 4 * MIB, s->mem.tseg);
+    cf_rsge(&r, peer->seg_va, 4 * MIB, s->rseg);
+    cf_wr_rw(&wr, URMA_OPC_WRITE, s->tj, &l, 1, &r, 1, 0, 1);
+    JT_REQUIRE(cf_post(s->ep.jetty, &wr) == 0);
+    cf_expect_cr(s->ep.jfc, URMA_CR_SUCCESS, 1, "4 MiB WRITE");
+
+    memset(m + 4 * MIB, 0, 4 * MIB);
+    cf_sge(&l, m + 4 * MIB, 4 * MIB, s->mem.tseg);
+    cf_rsge(&r, peer->seg_va + 4 * MIB, 4 * MIB, s->rseg);
+    cf_wr_rw(&wr, URMA_OPC_READ, s->tj, &r, 1, &l, 1, 0, 2);
+    JT_REQUIRE(cf_post(s->ep.jetty, &wr) == 0);
+    urma_cr_t cr;
+    if (cf_poll1(s->ep.jfc, &cr) == 0) {
+        JT_CHECK_EQ(cr.status, URMA_CR_SUCCESS);
+        JT_CHECK_EQ(cr.completion_len, 4 * MIB);
+    }
+    long bad = cf_check_fill(m + 4 * MIB, 4 * MIB, seed_of(round, 8));
+    if (bad >= 0) CF_FAILF("4 MiB READ differs at byte %ld", bad);
+
+    cf_fill(m + 8 * MIB, MIB, seed_of(round, 9));
+    cf_sge(&l, m + 8 * MIB, MIB, s->mem.tseg);
+    cf_wr_send(&wr, URMA_OPC_SEND, s->tj, &l, 1, 0, 3);
+    JT_REQUIRE(cf_post(s->ep.jetty, &wr) == 0);
+    cf_expect_cr(s->ep.jfc, URMA_CR_SUCCESS, 3, "1 MiB SEND");
+    JT_REQUIRE(cf_msg_send(fd, T_DONE, NULL, 0) == 0);
+    JT_REQUIRE(cf_msg_recv(fd, T_VERIFIED, NULL, 0, CF_CASE_TIMEOUT_MS) == 0);
+}
+
+static int large_both_ways(int fd, bool first)
+{
+    cf_dev_t d;
+    cf_side_t s;
+    cf_wire_t peer;
+    cf_ep_opts_t o = cf_ep_defaults(URMA_TM_RM);
+    /* One side memfd, the other posix_memalign: each round crosses both paths. */
+    int kind = first ? CF_MEM_MEMFD : CF_MEM_MEMALIGN;
+    if (mp_connect(&d, &s, &peer, fd, &o, LARGE_MEM, kind, 0x3003)) return -1;
+    if (CF_CAP(&d).max_msg_size < 4 * MIB)
+        CF_FAILF("max_msg_size %llu < 4 MiB", (unsigned long long)CF_CAP(&d).max_msg_size);
+    for (int round = 0; round < 2 && !jt_case_failed; round++) {
+        if ((round == 0) == first)
+            large_initiator(&s, &peer, fd, round);
+        else
+            large_target(&s, fd, round);
+    }
+    cf_sync(fd, T_EXIT);
+    mp_disconnect(&s, false);
+    return 0;
+}
+
+static int large_peer(int fd, void *arg)
+{
+    return large_both_ways(fd, false);
+}
+
+static void large_transfers(void)
+{
+    cf_peer_t p;
+    JT_REQUIRE(cf_peer_fork(&p, large_peer, NULL) == 0);
+    large_both_ways(p.fd, true);
+    JT_CHECK_EQ(cf_peer_wait(&p, CF_WAIT_MS), 0);
+}
+
+/* ------------------------------------------------------------------------ */
+/* Events across processes                                                   */
+/* ------------------------------------------------------------------------ */
+
+static void event_receiver(cf_side_t *s, int fd)
+{
+    int ep = epoll_create1(EPOLL_CLOEXEC);
+    JT_REQUIRE(ep >= 0);
+    struct epoll_event ev = {.events = EPOLLIN, .data.u64 = 1};
+    JT_REQUIRE(epoll_ctl(ep, EPOLL_CTL_ADD, s->ep.jfce->fd, &ev) == 0);
+    urma_sge_t rs;
+    memset(s->mem.buf, 0, 4096);
+    cf_sge(&rs, s->mem.buf, 4096, s->mem.tseg);
+    JT_REQUIRE(cf_post_recv(s->ep.jetty, &rs, 1, 0x900) == 0);
+    JT_CHECK_EQ(cf.urma_rearm_jfc(s->ep.jfc, false), URMA_SUCCESS);
+    JT_CHECK_EQ(epoll_wait(ep, &ev, 1, 0), 0);
+    JT_REQUIRE(cf_msg_send(fd, T_ARMED, NULL, 0) == 0);
+    /* Asleep in epoll until the other process's SEND lands. */
+    int n = epoll_wait(ep, &ev, 1, CF_WAIT_MS * 2);
+    JT_CHECK_EQ(n, 1);
+    if (n == 1) {
+        urma_jfc_t *jfcs[16];
+        JT_CHECK_EQ(cf.urma_wait_jfc(s->ep.jfce, 16, 0, jfcs), 1);
+        JT_CHECK(jfcs[0] == s->ep.jfc);
+        uint32_t one = 1;
+        cf.urma_ack_jfc(jfcs, &one, 1);
+        urma_cr_t cr;
+        if (cf_poll1(s->ep.jfc, &cr) == 0) {
+            JT_CHECK_EQ(cr.status, URMA_CR_SUCCESS);
+            JT_CHECK_EQ(cr.user_ctx, 0x900);
+            JT_CHECK_EQ(cr.completion_len, 777);
+        }
+        JT_CHECK_EQ(cf_check_fill(s->mem.buf, 777, 55), -1);
+    }
+    close(ep);
+    JT_REQUIRE(cf_msg_send(fd, T_GOT, NULL, 0) == 0);
+}
+
+static void event_sender(cf_side_t *s, int fd)
+{
+    JT_REQUIRE(cf_msg_recv(fd, T_ARMED, NULL, 0, CF_CASE_TIMEOUT_MS) == 0);
+    cf_sleep_ms(100); /* let the receiver fall asleep */
+    urma_sge_t l;
+    urma_jfs_wr_t wr;
+    cf_fill(s->mem.buf + 8192, 777, 55);
+    cf_sge(&l, s->mem.buf + 8192, 777, s->mem.tseg);
+    cf_wr_send(&wr, URMA_OPC_SEND, s->tj, &l, 1, 0, 0x901);
+    JT_REQUIRE(cf_post(s->ep.jetty, &wr) == 0);
+    cf_expect_cr(s->ep.jfc, URMA_CR_SUCCESS, 0x901, "SEND that wakes the peer");
+    JT_REQUIRE(cf_msg_recv(fd, T_GOT, NULL, 0, CF_CASE_TIMEOUT_MS) == 0);
+    /* The sender's JFC was not armed: no event on its JFCE. */
+    urma_jfc_t *jfcs[16];
+    JT_CHECK_EQ(cf.urma_wait_jfc(s->ep.jfce, 16, 0, jfcs), 0);
+}
+
+static int events_both_ways(int fd, bool first)
+{
+    cf_dev_t d;
+    cf_side_t s;
+    cf_wire_t peer;
+    cf_ep_opts_t o = cf_ep_defaults(URMA_TM_RM);
+    o.jfce = true;
+    if (mp_connect(&d, &s, &peer, fd, &o, 65536, first ? CF_MEM_MEMFD : CF_MEM_MEMALIGN, 0x4004))
+        return -1;
+    for (int round = 0; round < 2 && !jt_case_failed; round++) {
+        if ((round == 0) == first)
+            event_sender(&s, fd);
+        else
+            event_receiver(&s, fd);
+    }
+    cf_sync(fd, T_EXIT);
+    mp_disconnect(&s, false);
+    return 0;
+}
+
+static int events_peer(int fd, void *arg)
+{
+    return events_both_ways(fd, false);
+}
+
+static void event_mode_cross_process(void)
+{
+    cf_peer_t p;
+    JT_REQUIRE(cf_peer_fork(&p, events_peer, NULL) == 0);
+    events_both_ways(p.fd, true);
+    JT_CHECK_EQ(cf_peer_wait(&p, CF_WAIT_MS), 0);
+}
+
+/* ------------------------------------------------------------------------ */
+/* Peer killed mid-traffic                                                   */
+/* ------------------------------------------------------------------------ */
+
+#define KILL_WAIT_MS 10000
+
+static int victim(int fd, void *arg)
+{
+    cf_dev_t d;
+    cf_side_t s;
+    cf_wire_t peer;
+    cf_ep_opts_t o = cf_ep_defaults(URMA_TM_RM);
+    if (mp_connect(&d, &s, &peer, fd, &o, 65536, CF_MEM_MEMFD, 0x5005)) return -1;
+    for (int i = 0; i < 4; i++) {
+        urma_sge_t rs;
+        cf_sge(&rs, s.mem.buf + 1024 * i, 1024, s.mem.tseg);
+        if (cf_post_recv(s.ep.jetty, &rs, 1, (uint64_t)i)) return -1;
+    }
+    cf_msg_send(fd, T_ARMED, NULL, 0);
+    for (;;)
+        pause(); /* killed here */
+}
+
+static void peer_killed(void)
+{
+    cf_peer_t p;
+    JT_REQUIRE(cf_peer_fork(&p, victim, NULL) == 0);
+    cf_dev_t d;
+    cf_side_t s;
+    cf_wire_t peer;
+    cf_ep_opts_t o = cf_ep_defaults(URMA_TM_RM);
+    o.rnr_retry = 7; /* infinite: only the death can end the stuck WRs */
+    if (mp_connect(&d, &s, &peer, p.fd, &o, 65536, CF_MEM_MEMFD, 0x6006)) {
+        cf_peer_wait(&p, 0);
+        return;
+    }
+    JT_REQUIRE(cf_msg_recv(p.fd, T_ARMED, NULL, 0, CF_CASE_TIMEOUT_MS) == 0);
+    /* A WRITE while the peer lives: its memfd gets mapped (and cached) here. */
+    urma_sge_t l, r;
+    urma_jfs_wr_t wr;
+    cf_sge(&l, s.mem.buf, 64, s.mem.tseg);
+    cf_rsge(&r, peer.seg_va + 8192, 64, s.rseg);
+    cf_wr_rw(&wr, URMA_OPC_WRITE, s.tj, &l, 1, &r, 1, 0, 0x100);
+    JT_REQUIRE(cf_post(s.ep.jetty, &wr) == 0);
+    cf_expect_cr(s.ep.jfc, URMA_CR_SUCCESS, 0x100, "WRITE to the live peer");
+    /* 8 SENDs for 4 receives: 4 complete, 4 stay outstanding in RNR. */
+    enum { N = 8 };
+    urma_jfs_wr_t sw[N];
+    for (int i = 0; i < N; i++) {
+        cf_wr_send(&sw[i], URMA_OPC_SEND, s.tj, &l, 1, 0, (uint64_t)i);
+        sw[i].next = i + 1 < N ? &sw[i + 1] : NULL;
+    }
+    JT_REQUIRE(cf_post(s.ep.jetty, sw) == 0);
+    urma_cr_t cr[N];
+    JT_CHECK_EQ(cf_poll(s.ep.jfc, cr, 4, CF_WAIT_MS), 4);
+    for (int i = 0; i < 4; i++)
+        JT_CHECK_EQ(cr[i].status, URMA_CR_SUCCESS);
+    JT_CHECK_EQ(cf_quiet(s.ep.jfc, CF_QUIET_MS), 0);
+
+    kill(p.pid, SIGKILL);
+    JT_CHECK_EQ(cf_peer_wait(&p, CF_WAIT_MS), 128 + SIGKILL);
+    int got = cf_poll(s.ep.jfc, cr, 4, KILL_WAIT_MS);
+    if (got != 4)
+        CF_FAILF("%d of 4 outstanding WRs completed within %d ms of the peer's death", got,
+                 KILL_WAIT_MS);
+    for (int i = 0; i < got; i++) {
+        if (cr[i].status == URMA_CR_SUCCESS)
+            CF_FAILF("WR %llu to a dead peer completed successfully",
+                     (unsigned long long)cr[i].user_ctx);
+        JT_CHECK_EQ(cr[i].user_ctx, (uint64_t)i + 4);
+    }
+    /* New WRs to the dead peer: error CRs, never a hang; the cached mapping is no excuse. */
+    cf_wr_rw(&wr, URMA_OPC_WRITE, s.tj, &l, 1, &r, 1, 0, 0x101);
+    JT_REQUIRE(cf_post(s.ep.jetty, &wr) == 0);
+    cf_wr_send(&sw[0], URMA_OPC_SEND, s.tj, &l, 1, 0, 0x102);
+    sw[0].next = NULL;
+    JT_REQUIRE(cf_post(s.ep.jetty, &sw[0]) == 0);
+    cf_wr_rw(&wr, URMA_OPC_READ, s.tj, &r, 1, &l, 1, 0, 0x103);
+    JT_REQUIRE(cf_post(s.ep.jetty, &wr) == 0);
+    got = cf_poll(s.ep.jfc, cr, 3, KILL_WAIT_MS);
+    JT_CHECK_EQ(got, 3);
+    for (int i = 0; i < got; i++) {
+        JT_CHECK_EQ(cr[i].user_ctx, 0x101 + (uint64_t)i);
+        if (cr[i].status == URMA_CR_SUCCESS)
+            CF_FAILF("WR 0x%llx to a dead peer completed successfully",
+                     (unsigned long long)cr[i].user_ctx);
+    }
+    /* Teardown does not hang either. */
+    mp_disconnect(&s, true);
+}
+
+/* ------------------------------------------------------------------------ */
+/* UM loss injection                                                         */
+/* ------------------------------------------------------------------------ */
+
+#define UM_N   200
+#define UM_LEN 64
+
+static int um_sender(int fd, void *arg)
+{
+    /* Read once at init by the provider of this process only. */
+    setenv("SOFTUB_UM_DROP_PPM", "300000", 1);
+    cf_dev_t d;
+    cf_side_t s;
+    cf_wire_t peer;
+    cf_ep_opts_t o = cf_ep_defaults(URMA_TM_UM);
+    if (mp_connect(&d, &s, &peer, fd, &o, 65536, CF_MEM_MEMALIGN, 0x7007)) return -1;
+    if (cf_msg_recv(fd, T_GO, NULL, 0, CF_CASE_TIMEOUT_MS)) return -1;
+    int ok = 0, err = 0;
+    for (int i = 0; i < UM_N; i++) {
+        uint8_t *buf = s.mem.buf + (size_t)(i % 64) * UM_LEN;
+        uint32_t seq = (uint32_t)i;
+        memcpy(buf, &seq, 4);
+        cf_fill(buf + 4, UM_LEN - 4, 5000 + seq);
+        urma_sge_t l;
+        urma_jfs_wr_t wr;
+        cf_sge(&l, buf, UM_LEN, s.mem.tseg);
+        cf_wr_send(&wr, URMA_OPC_SEND, s.tj, &l, 1, 0, seq);
+        if (cf_post(s.ep.jetty, &wr)) break;
+        urma_cr_t cr;
+        if (cf_poll1(s.ep.jfc, &cr)) break;
+        if (cr.status == URMA_CR_SUCCESS && cr.user_ctx == seq)
+            ok++;
+        else
+            err++;
+    }
+    if (err) CF_FAILF("UM sender: %d error CRs (loss must be silent)", err);
+    JT_CHECK_EQ(ok, UM_N);
+    cf_msg_send(fd, T_DONE, &ok, sizeof ok);
+    cf_sync(fd, T_EXIT);
+    mp_disconnect(&s, false);
+    return 0;
+}
+
+static void um_loss_injection(void)
+{
+    cf_peer_t p;
+    JT_REQUIRE(cf_peer_fork(&p, um_sender, NULL) == 0);
+    cf_dev_t d;
+    cf_side_t s;
+    cf_wire_t peer;
+    cf_ep_opts_t o = cf_ep_defaults(URMA_TM_UM);
+    o.jfr_depth = UM_N + 16;
+    if (mp_connect(&d, &s, &peer, p.fd, &o, UM_N * 256, CF_MEM_MEMFD, 0x8008)) {
+        cf_peer_wait(&p, 0);
+        return;
+    }
+    memset(s.mem.buf, 0, UM_N * 256);
+    for (int i = 0; i < UM_N; i++) {
+        urma_sge_t rs;
+        cf_sge(&rs, s.mem.buf + 256 * i, 256, s.mem.tseg);
+        JT_REQUIRE(cf_post_recv(s.ep.jetty, &rs, 1, (uint64_t)i) == 0);
+    }
+    JT_REQUIRE(cf_msg_send(p.fd, T_GO, NULL, 0) == 0);
+    int sent = 0;
+    JT_REQUIRE(cf_msg_recv(p.fd, T_DONE, &sent, sizeof sent, CF_CASE_TIMEOUT_MS) == 0);
+    static urma_cr_t cr[UM_N + 1];
+    int got = cf_poll(s.ep.jfc, cr, UM_N + 1, 500);
+    static bool seen[UM_N];
+    int intact = 0;
+    for (int k = 0; k < got; k++) {
+        JT_CHECK_EQ(cr[k].status, URMA_CR_SUCCESS);
+        JT_CHECK_EQ(cr[k].completion_len, UM_LEN);
+        uint64_t ri = cr[k].user_ctx;
+        if (ri >= UM_N) {
+            CF_FAILF("receive CR with unknown user_ctx %llu", (unsigned long long)ri);
+            continue;
+        }
+        const uint8_t *buf = s.mem.buf + 256 * ri;
+        uint32_t seq;
+        memcpy(&seq, buf, 4);
+        if (seq >= UM_N || seen[seq]) {
+            CF_FAILF("message seq %u unknown or delivered twice", seq);
+            continue;
+        }
+        seen[seq] = true;
+        if (cf_check_fill(buf + 4, UM_LEN - 4, 5000 + seq) == -1)
+            intact++;
+        else
+            CF_FAILF("message seq %u corrupted", seq);
+    }
+    fprintf(stderr, "  UM: %d of %d sends delivered with 30%% injected loss\n", got, sent);
+    if (got <= 0 || got >= UM_N)
+        CF_FAILF("%d of %d UM sends arrived: loss injection had %s effect", got, UM_N,
+                 got >= UM_N ? "no" : "total");
+    JT_CHECK_EQ(intact, got);
+    cf_sync(p.fd, T_EXIT);
+    JT_CHECK_EQ(cf_peer_wait(&p, CF_WAIT_MS), 0);
+    mp_disconnect(&s, false);
+}
+
+/* ------------------------------------------------------------------------ */
+/* Many processes on a fresh fabric                                          */
+/* ------------------------------------------------------------------------ */
+
+#define MANY_PROCS 8
+#define MANY_EPS   4
+
+typedef struct many_ids {
+    uint32_t uasid;
+    uint32_t jetty[MANY_EPS];
+    uint32_t jfr[MANY_EPS];
+} many_ids_t;
+
+static int many_child(int fd, void *arg)
+{
+    if (cf_msg_recv(fd, T_GO, NULL, 0, CF_CASE_TIMEOUT_MS)) return -1;
+    cf_dev_t d;
+    if (cf_open(&d)) return -1;
+    urma_context_t *ctx = cf_ctx(&d);
+    if (!ctx) return -1;
+    cf_ep_t ep[MANY_EPS];
+    many_ids_t ids;
+    memset(&ids, 0, sizeof ids);
+    ids.uasid = ctx->uasid;
+    for (int i = 0; i < MANY_EPS; i++) {
+        cf_ep_opts_t o = cf_ep_defaults(URMA_TM_RM);
+        o.jfc_depth = 64;
+        o.jfs_depth = 16;
+        o.jfr_depth = 16;
+        if (cf_ep_open(&ep[i], ctx, &o)) return -1;
+        ids.jetty[i] = ep[i].jetty->jetty_id.id;
+        ids.jfr[i] = ep[i].jfr->jfr_id.id;
+    }
+    if (cf_msg_send(fd, T_IDS, &ids, sizeof ids)) return -1;
+    /* Stay alive until every process has reported: ids of live objects must differ. */
+    if (cf_msg_recv(fd, T_EXIT, NULL, 0, CF_CASE_TIMEOUT_MS)) return -1;
+    for (int i = 0; i < MANY_EPS; i++)
+        cf_ep_close(&ep[i]);
+    cf_ctx_delete(ctx);
+    cf_close();
+    return 0;
+}
+
+static void many_processes_distinct_ids(void)
+{
+    cf_peer_t p[MANY_PROCS];
+    for (int i = 0; i < MANY_PROCS; i++)
+        JT_REQUIRE(cf_peer_fork(&p[i], many_child, NULL) == 0);
+    /* All start at once on a fabric nobody has created yet. */
+    for (int i = 0; i < MANY_PROCS; i++)
+        cf_msg_send(p[i].fd, T_GO, NULL, 0);
+    many_ids_t ids[MANY_PROCS];
+    int have = 0;
+    for (int i = 0; i < MANY_PROCS; i++) {
+        if (cf_msg_recv(p[i].fd, T_IDS, &ids[i], sizeof ids[i], CF_CASE_TIMEOUT_MS) == 0)
+            have |= 1 << i;
+    }
+    for (int i = 0; i < MANY_PROCS; i++) {
+        if (!(have & (1 << i))) continue;
+        for (int e = 0; e < MANY_EPS; e++) {
+            JT_CHECK(ids[i].jetty[e] != 0);
+            for (int j = 0; j < MANY_PROCS; j++) {
+                if (!(have & (1 << j))) continue;
+                for (int f = 0; f < MANY_EPS; f++) {
+                    if (i == j && e == f) continue;
+                    if (ids[i].jetty[e] == ids[j].jetty[f])
+                        CF_FAILF("jetty id %u given to process %d and process %d", ids[i].jetty[e],
+                                 i, j);
+                    if (ids[i].jfr[e] == ids[j].jfr[f])
+                        CF_FAILF("JFR id %u given to process %d and process %d", ids[i].jfr[e], i,
+                                 j);
+                }
+            }
+        }
+    }
+    for (int i = 0; i < MANY_PROCS; i++)
+        cf_msg_send(p[i].fd, T_EXIT, NULL, 0);
+    for (int i = 0; i < MANY_PROCS; i++)
+        JT_CHECK_EQ(cf_peer_wait(&p[i], CF_WAIT_MS * 2), 0);
+}
+
+int main(int argc, char **argv)
+{
+    cf_main(argc, argv);
+    CF_RUN(opcodes_both_ways_memfd);
+    CF_RUN(opcodes_both_ways_memalign);
+    CF_RUN(opcodes_both_ways_rc);
+    CF_RUN(large_transfers);
+    CF_RUN(event_mode_cross_process);
+    CF_RUN(peer_killed);
+    CF_RUN(um_loss_injection);
+    CF_RUN(many_processes_distinct_ids);
+    return jt_finish();
+}

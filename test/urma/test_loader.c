@@ -1,0 +1,56 @@
+/* The liburma loader: a provider with every minimal symbol loads (softub,
+ * built next to the tests), a missing file and a library without the URMA
+ * symbols are refused with a reason, and nothing is half-loaded. */
+#include <errno.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "testutil.h"
+#include "urma/urma_loader.h"
+
+static void test_loads_softub(void)
+{
+    const char *path = getenv("SOFTUB_LIB");
+    JT_REQUIRE(path && *path); /* set by ctest whenever softub is built */
+    jet_urma_lib_t lib;
+    char why[256] = "";
+    int rc = jet__urma_lib_load(path, &lib, why, sizeof why);
+    if (rc < 0) fprintf(stderr, "  %s\n", why);
+    JT_REQUIRE(rc == 0);
+    JT_CHECK(strcmp(lib.path, path) == 0);
+#define CHECK_MIN_(ret, name, params) JT_CHECK(lib.fn.name != NULL);
+    URMA_API_MINIMAL(CHECK_MIN_)
+#undef CHECK_MIN_
+    JT_CHECK(lib.master_layout);
+    /* The table calls into the provider. */
+    urma_eid_t eid;
+    JT_CHECK_EQ(lib.fn.urma_str_to_eid("10.1.2.3", &eid), 0);
+    JT_CHECK(eid.raw[10] == 0xff && eid.raw[11] == 0xff && eid.raw[12] == 10 && eid.raw[15] == 3);
+}
+
+static void test_missing_file(void)
+{
+    jet_urma_lib_t lib;
+    char why[256] = "";
+    JT_CHECK_EQ(jet__urma_lib_load("/nonexistent/liburma.so.0", &lib, why, sizeof why), -ENOENT);
+    JT_CHECK(strstr(why, "cannot load liburma") != NULL);
+    JT_CHECK(lib.handle == NULL);
+}
+
+static void test_library_without_symbols(void)
+{
+    jet_urma_lib_t lib;
+    char why[256] = "";
+    /* libz is on every machine that builds jetrpc and exports no urma_*. */
+    JT_CHECK_EQ(jet__urma_lib_load("libz.so.1", &lib, why, sizeof why), -ENOENT);
+    JT_CHECK(strstr(why, "lacks the symbol urma_init") != NULL);
+    JT_CHECK(lib.handle == NULL);
+}
+
+int main(void)
+{
+    JT_RUN(test_loads_softub);
+    JT_RUN(test_missing_file);
+    JT_RUN(test_library_without_symbols);
+    return jt_finish();
+}
