@@ -109,3 +109,82 @@ int jt_wait(pid_t pid)
     if (WIFSIGNALED(st)) return 128 + WTERMSIG(st);
     return -1;
 }
+
+int64_t jt_now_ms(void)
+{
+    return (int64_t)(jt_now_us() / 1000);
+}
+
+int jt_left_ms(int64_t deadline_ms)
+{
+    int64_t l = deadline_ms - jt_now_ms();
+    return l < 0 ? 0 : (int)l;
+}
+
+void jt_sleep_us(int64_t us)
+{
+    struct timespec ts = {us / 1000000, (us % 1000000) * 1000};
+    nanosleep(&ts, NULL);
+}
+
+bool jt_wait_at_least(_Atomic int *v, int target, int64_t guard_us)
+{
+    uint64_t end = jt_now_us() + (uint64_t)guard_us;
+    while (atomic_load(v) < target) {
+        if (jt_now_us() > end) return false;
+        jt_sleep_us(100);
+    }
+    return true;
+}
+
+void jt_put_be32(uint8_t *p, uint32_t v)
+{
+    p[0] = (uint8_t)(v >> 24);
+    p[1] = (uint8_t)(v >> 16);
+    p[2] = (uint8_t)(v >> 8);
+    p[3] = (uint8_t)v;
+}
+
+uint32_t jt_get_be32(const uint8_t *p)
+{
+    return (uint32_t)p[0] << 24 | (uint32_t)p[1] << 16 | (uint32_t)p[2] << 8 | p[3];
+}
+
+uint64_t jt_xorshift64(uint64_t *state)
+{
+    uint64_t x = *state;
+    x ^= x << 13;
+    x ^= x >> 7;
+    x ^= x << 17;
+    return *state = x;
+}
+
+uint8_t jt_stream_byte(uint64_t k)
+{
+    uint64_t v = (k >> 3) * 0x9e3779b97f4a7c15ull + 0x632be59bd9b4e019ull;
+    return (uint8_t)(v >> (8 * (k & 7)));
+}
+
+void jt_stream_fill(uint8_t *p, uint64_t off, size_t len)
+{
+    for (size_t i = 0; i < len; i++)
+        p[i] = jt_stream_byte(off + i);
+}
+
+int64_t jt_stream_check(const uint8_t *p, uint64_t off, size_t len)
+{
+    for (size_t i = 0; i < len; i++)
+        if (p[i] != jt_stream_byte(off + i)) return (int64_t)(off + i);
+    return -1;
+}
+
+void jt_fill_pattern(uint8_t *p, size_t n, uint32_t seed)
+{
+    uint32_t x = seed * 2654435761u + 12345u;
+    for (size_t i = 0; i < n; i++) {
+        x ^= x << 13;
+        x ^= x >> 17;
+        x ^= x << 5;
+        p[i] = (uint8_t)(x >> 7);
+    }
+}

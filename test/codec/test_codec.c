@@ -8,41 +8,18 @@
 #include "echo.pb-c.h"
 #include "rpc/codec.h"
 #include "testutil.h"
+#include "testutil_codec.h"
 
 #define MAX_BODY (64u * 1024 * 1024)
 
 /* ---- helpers ---- */
 
-static void free_cb(void *data, void *arg)
-{
-    (void)arg;
-    free(data);
-}
-
-/* An iobuf holding data in pieces of `piece` bytes, each its own block, so
- * that every piece boundary is a reference boundary. */
-static void mk_split(jet_iobuf_t *b, const void *data, size_t n, size_t piece)
-{
-    jet_iobuf_init(b);
-    for (size_t off = 0; off < n; off += piece) {
-        size_t len = n - off < piece ? n - off : piece;
-        void *p = malloc(len);
-        memcpy(p, (const char *)data + off, len);
-        if (jet_iobuf_append_user(b, p, len, free_cb, NULL) != 0) abort();
-    }
-}
-
-static void mk_flat(jet_iobuf_t *b, const void *data, size_t n)
-{
-    jet_iobuf_init(b);
-    if (n && jet_iobuf_append(b, data, n) != 0) abort();
-}
-
+/* All of b (malloc'd); every byte must copy out. */
 static uint8_t *iobuf_bytes(const jet_iobuf_t *b)
 {
-    size_t n = jet_iobuf_len(b);
-    uint8_t *p = malloc(n ? n : 1);
-    JT_CHECK_EQ(jet_iobuf_copy_to(b, p, n, 0), n);
+    size_t n;
+    uint8_t *p = jt_iobuf_bytes(b, &n);
+    JT_CHECK_EQ(n, jet_iobuf_len(b));
     return p;
 }
 
@@ -51,21 +28,13 @@ static int iobuf_is(const jet_iobuf_t *b, const void *data, size_t n)
     return jet_iobuf_equals(b, data, n) == 0;
 }
 
-static void put_be32(uint8_t *p, uint32_t v)
-{
-    p[0] = (uint8_t)(v >> 24);
-    p[1] = (uint8_t)(v >> 16);
-    p[2] = (uint8_t)(v >> 8);
-    p[3] = (uint8_t)v;
-}
-
 /* A frame from raw meta bytes and payload bytes (header computed). */
 static size_t raw_frame(uint8_t *out, const void *meta, size_t meta_len, const void *payload,
                         size_t payload_len)
 {
     memcpy(out, "PRPC", 4);
-    put_be32(out + 4, (uint32_t)(meta_len + payload_len));
-    put_be32(out + 8, (uint32_t)meta_len);
+    jt_put_be32(out + 4, (uint32_t)(meta_len + payload_len));
+    jt_put_be32(out + 8, (uint32_t)meta_len);
     if (meta_len) memcpy(out + 12, meta, meta_len);
     if (payload_len) memcpy(out + 12 + meta_len, payload, payload_len);
     return 12 + meta_len + payload_len;
@@ -77,8 +46,8 @@ static uint8_t *pack_bytes(const Brpc__Policy__RpcMeta *meta, const void *body, 
 {
     jet_iobuf_t out, b, a;
     jet_iobuf_init(&out);
-    mk_flat(&b, body, blen);
-    mk_flat(&a, att, alen);
+    jt_iobuf_flat(&b, body, blen);
+    jt_iobuf_flat(&a, att, alen);
     JT_CHECK_EQ(jet__baidu_pack(&out, meta, &b, &a), 0);
     JT_CHECK(jet_iobuf_empty(&b));
     JT_CHECK(jet_iobuf_empty(&a));
@@ -251,7 +220,7 @@ static void roundtrip_request_all_fields(void)
         uint8_t *abytes = malloc(alen + 1);
         for (size_t i = 0; i < alen; i++)
             abytes[i] = (uint8_t)(i * 7 + k);
-        mk_flat(&att, abytes, alen);
+        jt_iobuf_flat(&att, abytes, alen);
         jet_iobuf_init(&out);
         JT_REQUIRE(jet__baidu_pack(&out, &h.meta, &body, &att) == 0);
         JT_CHECK(jet_iobuf_empty(&body));
@@ -306,7 +275,7 @@ static void roundtrip_response(void)
     size_t len;
     uint8_t *bytes = pack_bytes(&meta, "\x0a\x01x", 3, "att", 3, &len);
     jet_iobuf_t in;
-    mk_split(&in, bytes, len, 5);
+    jt_iobuf_split(&in, bytes, len, 5);
     jet_baidu_frame_t f;
     int bad;
     JT_CHECK_EQ(cut1(&in, &f, &bad), JET_PARSE_OK);
@@ -327,7 +296,7 @@ static void roundtrip_response(void)
     meta.has_attachment_size = 0;
     bytes = pack_bytes(&meta, NULL, 0, NULL, 0, &len);
     JT_CHECK(memcmp(bytes + 4, bytes + 8, 4) == 0);
-    mk_flat(&in, bytes, len);
+    jt_iobuf_flat(&in, bytes, len);
     JT_CHECK_EQ(cut1(&in, &f, &bad), JET_PARSE_OK);
     JT_REQUIRE(f.meta && f.meta->response);
     JT_CHECK_EQ(f.meta->response->error_code, 1002);
@@ -419,7 +388,7 @@ static void negative_correlation_id(void)
             JT_CHECK(memcmp(bytes + 12, want, sizeof(want)) == 0);
         }
         jet_iobuf_t in;
-        mk_flat(&in, bytes, len);
+        jt_iobuf_flat(&in, bytes, len);
         jet_baidu_frame_t f;
         int bad;
         JT_CHECK_EQ(cut1(&in, &f, &bad), JET_PARSE_OK);
@@ -449,7 +418,7 @@ static void unknown_fields_skipped(void)
     uint8_t frame[128];
     size_t len = raw_frame(frame, meta, sizeof(meta), "BBAA", 4);
     jet_iobuf_t in;
-    mk_flat(&in, frame, len);
+    jt_iobuf_flat(&in, frame, len);
     jet_baidu_frame_t f;
     int bad;
     JT_CHECK_EQ(cut1(&in, &f, &bad), JET_PARSE_OK);
@@ -468,7 +437,7 @@ static void unknown_fields_skipped(void)
     static const uint8_t rev[] = {0x28, 0x01, 0x20, 0x03, 0x0a, 0x08, 0x12,
                                   0x01, 'm',  0x0a, 0x03, 's',  '.',  'S'};
     len = raw_frame(frame, rev, sizeof(rev), "BA", 2);
-    mk_flat(&in, frame, len);
+    jt_iobuf_flat(&in, frame, len);
     JT_CHECK_EQ(cut1(&in, &f, &bad), JET_PARSE_OK);
     JT_REQUIRE(f.meta && f.meta->request);
     JT_CHECK(strcmp(f.meta->request->service_name, "s.S") == 0);
@@ -533,7 +502,7 @@ static void cap_meta_init(cap_meta_t *c, int is_request, int64_t cid, int32_t at
 static void captured_request_decodes(void)
 {
     jet_iobuf_t in;
-    mk_flat(&in, cap_req, sizeof(cap_req));
+    jt_iobuf_flat(&in, cap_req, sizeof(cap_req));
     jet_baidu_frame_t f;
     int bad;
     JT_CHECK_EQ(cut1(&in, &f, &bad), JET_PARSE_OK);
@@ -569,7 +538,7 @@ static void captured_request_decodes(void)
 static void captured_response_decodes(void)
 {
     jet_iobuf_t in;
-    mk_split(&in, cap_resp, sizeof(cap_resp), 3);
+    jt_iobuf_split(&in, cap_resp, sizeof(cap_resp), 3);
     jet_baidu_frame_t f;
     int bad;
     JT_CHECK_EQ(cut1(&in, &f, &bad), JET_PARSE_OK);
@@ -609,8 +578,8 @@ static void captured_error_responses(void)
         size_t tl = strlen(cases[k].text);
         uint8_t *p = want;
         memcpy(p, "PRPC", 4);
-        put_be32(p + 4, cases[k].size);
-        put_be32(p + 8, cases[k].size);
+        jt_put_be32(p + 4, cases[k].size);
+        jt_put_be32(p + 8, cases[k].size);
         p += 12;
         *p++ = 0x12;
         *p++ = (uint8_t)(tl + 5);
@@ -638,7 +607,7 @@ static void captured_error_responses(void)
         free(bytes);
 
         jet_iobuf_t in;
-        mk_flat(&in, want, (size_t)(p - want));
+        jt_iobuf_flat(&in, want, (size_t)(p - want));
         jet_baidu_frame_t f;
         int bad;
         JT_CHECK_EQ(cut1(&in, &f, &bad), JET_PARSE_OK);
@@ -696,7 +665,7 @@ static void reference_cut(const uint8_t *data, size_t len, uint8_t **meta_p, siz
                           uint8_t **body_p, size_t *body_len_p, uint8_t **att_p, size_t *att_len_p)
 {
     jet_iobuf_t in;
-    mk_flat(&in, data, len);
+    jt_iobuf_flat(&in, data, len);
     jet_baidu_frame_t f;
     int bad;
     JT_CHECK_EQ(cut1(&in, &f, &bad), JET_PARSE_OK);
@@ -716,7 +685,7 @@ static void every_prefix_needs_more(void)
     for (size_t k = 0; k < s.n; k++) {
         for (size_t n = 0; n < s.len[k]; n++) {
             jet_iobuf_t in;
-            mk_split(&in, s.data[k], n, 7);
+            jt_iobuf_split(&in, s.data[k], n, 7);
             jet_baidu_frame_t f;
             int bad;
             uint32_t bs = 0, ms = 0;
@@ -729,7 +698,7 @@ static void every_prefix_needs_more(void)
             jet_iobuf_fini(&in);
         }
         jet_iobuf_t in;
-        mk_split(&in, s.data[k], s.len[k], 7);
+        jt_iobuf_split(&in, s.data[k], s.len[k], 7);
         jet_baidu_frame_t f;
         int bad;
         JT_CHECK_EQ(cut1(&in, &f, &bad), JET_PARSE_OK);
@@ -802,7 +771,7 @@ static void two_frames_back_to_back(void)
     memcpy(buf + sizeof(cap_req) + sizeof(cap_resp), "PRP", 3);
     for (size_t piece = 1; piece <= sizeof(buf); piece += 13) {
         jet_iobuf_t in;
-        mk_split(&in, buf, sizeof(buf), piece);
+        jt_iobuf_split(&in, buf, sizeof(buf), piece);
         jet_baidu_frame_t f;
         int bad;
         JT_CHECK_EQ(cut1(&in, &f, &bad), JET_PARSE_OK);
@@ -827,7 +796,7 @@ static void two_frames_back_to_back(void)
 static jet_parse_result_t cut_bytes(const void *data, size_t len, size_t *left_p)
 {
     jet_iobuf_t in;
-    mk_flat(&in, data, len);
+    jt_iobuf_flat(&in, data, len);
     jet_baidu_frame_t f;
     int bad;
     jet_parse_result_t r = cut1(&in, &f, &bad);
@@ -864,7 +833,7 @@ static void garbage_first_bytes(void)
         size_t len = cases[k].len ? cases[k].len : strlen(cases[k].s);
         for (size_t piece = 1; piece <= 2; piece++) {
             jet_iobuf_t in;
-            mk_split(&in, cases[k].s, len, piece);
+            jt_iobuf_split(&in, cases[k].s, len, piece);
             uint32_t bs, ms;
             JT_CHECK_EQ(jet__baidu_peek(&in, MAX_BODY, &bs, &ms), cases[k].want);
             jet_baidu_frame_t f;
@@ -882,18 +851,18 @@ static void too_big_on_header_alone(void)
     uint8_t hdr[12];
     memcpy(hdr, "PRPC", 4);
     size_t left;
-    put_be32(hdr + 4, MAX_BODY + 1);
-    put_be32(hdr + 8, 10);
+    jt_put_be32(hdr + 4, MAX_BODY + 1);
+    jt_put_be32(hdr + 8, 10);
     JT_CHECK_EQ(cut_bytes(hdr, 12, &left), JET_PARSE_TOO_BIG);
     JT_CHECK_EQ(left, 12);
-    put_be32(hdr + 4, 0xffffffffu);
+    jt_put_be32(hdr + 4, 0xffffffffu);
     JT_CHECK_EQ(cut_bytes(hdr, 12, &left), JET_PARSE_TOO_BIG);
     /* Exactly at the limit waits for the body, and peek reports the sizes. */
-    put_be32(hdr + 4, MAX_BODY);
+    jt_put_be32(hdr + 4, MAX_BODY);
     JT_CHECK_EQ(cut_bytes(hdr, 12, &left), JET_PARSE_NEED_MORE);
     JT_CHECK_EQ(left, 12);
     jet_iobuf_t in;
-    mk_flat(&in, hdr, 12);
+    jt_iobuf_flat(&in, hdr, 12);
     uint32_t bs = 0, ms = 0;
     JT_CHECK_EQ(jet__baidu_peek(&in, MAX_BODY, &bs, &ms), JET_PARSE_NEED_MORE);
     JT_CHECK_EQ(bs, MAX_BODY);
@@ -902,7 +871,7 @@ static void too_big_on_header_alone(void)
     JT_CHECK_EQ(jet__baidu_peek(&in, 1000, &bs, &ms), JET_PARSE_TOO_BIG);
     jet_iobuf_fini(&in);
     /* The 78-byte request under a limit of 65 (its body is 66). */
-    mk_flat(&in, cap_req, sizeof(cap_req));
+    jt_iobuf_flat(&in, cap_req, sizeof(cap_req));
     jet_baidu_frame_t f;
     int bad;
     jet__baidu_frame_init(&f);
@@ -917,8 +886,8 @@ static void meta_size_over_body_size(void)
 {
     uint8_t buf[12 + 5 + sizeof(cap_resp)];
     memcpy(buf, "PRPC", 4);
-    put_be32(buf + 4, 5);
-    put_be32(buf + 8, 6);
+    jt_put_be32(buf + 4, 5);
+    jt_put_be32(buf + 8, 6);
     memcpy(buf + 12, "\x12\x02\x08\x00\x20", 5);
     memcpy(buf + 17, cap_resp, sizeof(cap_resp));
     /* Not before the whole frame is there (brpc waits for it too). */
@@ -927,7 +896,7 @@ static void meta_size_over_body_size(void)
     JT_CHECK_EQ(left, 16);
 
     jet_iobuf_t in;
-    mk_split(&in, buf, sizeof(buf), 4);
+    jt_iobuf_split(&in, buf, sizeof(buf), 4);
     jet_baidu_frame_t f;
     int bad;
     JT_CHECK_EQ(cut1(&in, &f, &bad), JET_PARSE_META_SIZE);
@@ -964,7 +933,7 @@ static void undecodable_meta(void)
         size_t len = raw_frame(buf, cases[k].meta, cases[k].len, "\x0a\x00", 2);
         memcpy(buf + len, cap_req, sizeof(cap_req));
         jet_iobuf_t in;
-        mk_flat(&in, buf, len + sizeof(cap_req));
+        jt_iobuf_flat(&in, buf, len + sizeof(cap_req));
         jet_baidu_frame_t f;
         int bad;
         jet_parse_result_t r = cut1(&in, &f, &bad);
@@ -983,7 +952,7 @@ static void undecodable_meta(void)
     uint8_t buf[32];
     size_t len = raw_frame(buf, "\x20\x01", 2, NULL, 0);
     jet_iobuf_t in;
-    mk_flat(&in, buf, len);
+    jt_iobuf_flat(&in, buf, len);
     jet_baidu_frame_t f;
     int bad;
     JT_CHECK_EQ(cut1(&in, &f, &bad), JET_PARSE_OK);
@@ -991,7 +960,7 @@ static void undecodable_meta(void)
     jet__baidu_frame_fini(&f);
     jet_iobuf_fini(&in);
     len = raw_frame(buf, NULL, 0, "\x0a\x00", 2);
-    mk_flat(&in, buf, len);
+    jt_iobuf_flat(&in, buf, len);
     JT_CHECK_EQ(cut1(&in, &f, &bad), JET_PARSE_OK);
     JT_CHECK(f.meta && !f.meta->request && !f.meta->has_correlation_id);
     JT_CHECK(iobuf_is(&f.body, "\x0a\x00", 2));
@@ -1020,7 +989,7 @@ static void attachment_size_checks(void)
         uint8_t buf[64];
         size_t len = raw_frame(buf, meta, 3 + cases[k].vlen, "MMAA", 4);
         jet_iobuf_t in;
-        mk_flat(&in, buf, len);
+        jt_iobuf_flat(&in, buf, len);
         jet_baidu_frame_t f;
         int bad = -1;
         JT_CHECK_EQ(cut1(&in, &f, &bad), JET_PARSE_OK);
@@ -1055,7 +1024,7 @@ static void pb_iobuf_helpers(void)
     JT_CHECK(memcmp(flat, want, len) == 0);
     /* Packing appends after what the buffer holds. */
     jet_iobuf_t b2;
-    mk_flat(&b2, "abc", 3);
+    jt_iobuf_flat(&b2, "abc", 3);
     JT_CHECK_EQ(jet__pb_pack_iobuf(&req.base, &b2), 0);
     JT_CHECK_EQ(jet_iobuf_len(&b2), 3 + len);
     jet_iobuf_pop_front(&b2, 3);
@@ -1070,7 +1039,7 @@ static void pb_iobuf_helpers(void)
             uint8_t sb[32];
             size_t sl = example__echo_request__pack(&s, sb);
             jet_iobuf_t in;
-            mk_split(&in, sb, sl, 1);
+            jt_iobuf_split(&in, sb, sl, 1);
             Example__EchoRequest *r = (Example__EchoRequest *)jet__pb_unpack_iobuf(
                 &example__echo_request__descriptor, &in);
             JT_CHECK(r && strcmp(r->message, "short one") == 0);
@@ -1079,7 +1048,7 @@ static void pb_iobuf_helpers(void)
             continue;
         }
         jet_iobuf_t in;
-        mk_split(&in, want, len, pieces[k]);
+        jt_iobuf_split(&in, want, len, pieces[k]);
         Example__EchoRequest *r =
             (Example__EchoRequest *)jet__pb_unpack_iobuf(&example__echo_request__descriptor, &in);
         JT_CHECK(r && strcmp(r->message, msg) == 0);
@@ -1090,7 +1059,7 @@ static void pb_iobuf_helpers(void)
     jet_iobuf_t e;
     jet_iobuf_init(&e);
     JT_CHECK(jet__pb_unpack_iobuf(&example__echo_request__descriptor, &e) == NULL);
-    mk_flat(&e, "\x0a\x05hi", 4);
+    jt_iobuf_flat(&e, "\x0a\x05hi", 4);
     JT_CHECK(jet__pb_unpack_iobuf(&example__echo_request__descriptor, &e) == NULL);
     jet_iobuf_fini(&e);
     jet_iobuf_fini(&b);

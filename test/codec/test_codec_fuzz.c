@@ -8,6 +8,7 @@
 
 #include "rpc/codec.h"
 #include "testutil.h"
+#include "testutil_codec.h"
 
 #define ITERATIONS 20000
 #define MAX_BODY   (64u * 1024 * 1024)
@@ -15,23 +16,7 @@
 static uint64_t rng_state = 0x2545f4914f6cdd1dull;
 static uint32_t rnd(void)
 {
-    rng_state ^= rng_state << 13;
-    rng_state ^= rng_state >> 7;
-    rng_state ^= rng_state << 17;
-    return (uint32_t)(rng_state >> 11);
-}
-
-static void put_be32(uint8_t *p, uint32_t v)
-{
-    p[0] = (uint8_t)(v >> 24);
-    p[1] = (uint8_t)(v >> 16);
-    p[2] = (uint8_t)(v >> 8);
-    p[3] = (uint8_t)v;
-}
-
-static uint32_t get_be32(const uint8_t *p)
-{
-    return (uint32_t)p[0] << 24 | (uint32_t)p[1] << 16 | (uint32_t)p[2] << 8 | p[3];
+    return (uint32_t)(jt_xorshift64(&rng_state) >> 11);
 }
 
 /* ---- seed frames ---- */
@@ -47,20 +32,9 @@ static size_t nseeds;
 static void add_seed(const Brpc__Policy__RpcMeta *meta, const void *body, size_t blen,
                      const void *att, size_t alen)
 {
-    jet_iobuf_t out, b, a;
-    jet_iobuf_init(&out);
-    jet_iobuf_init(&b);
-    jet_iobuf_init(&a);
-    if (blen) jet_iobuf_append(&b, body, blen);
-    if (alen) jet_iobuf_append(&a, att, alen);
-    if (jet__baidu_pack(&out, meta, &b, &a) != 0) abort();
-    seeds[nseeds].len = jet_iobuf_len(&out);
-    seeds[nseeds].data = malloc(seeds[nseeds].len);
-    jet_iobuf_copy_to(&out, seeds[nseeds].data, seeds[nseeds].len, 0);
+    seeds[nseeds].data = jt_frame_pack(meta, body, blen, att, alen, &seeds[nseeds].len);
+    if (!seeds[nseeds].data) abort();
     nseeds++;
-    jet_iobuf_fini(&out);
-    jet_iobuf_fini(&b);
-    jet_iobuf_fini(&a);
 }
 
 static void make_seeds(void)
@@ -169,25 +143,25 @@ static size_t mutate(uint8_t *buf, size_t len, size_t cap)
         }
         case 5: /* body_size: random, off by a little, or extreme */
             if (len >= 8) {
-                uint32_t v = get_be32(buf + 4);
+                uint32_t v = jt_get_be32(buf + 4);
                 static const uint32_t extremes[] = {0,          1,        0x7fffffff,
                                                     0xffffffff, MAX_BODY, MAX_BODY + 1};
                 uint32_t r = rnd() % 3;
                 v = r == 0 ? v + (rnd() % 9) - 4 : r == 1 ? rnd() % 512 : extremes[rnd() % 6];
-                put_be32(buf + 4, v);
+                jt_put_be32(buf + 4, v);
             }
             break;
         case 6: /* meta_size likewise */
             if (len >= 12) {
-                uint32_t v = get_be32(buf + 8);
+                uint32_t v = jt_get_be32(buf + 8);
                 uint32_t r = rnd() % 3;
                 v = r == 0 ? v + (rnd() % 9) - 4 : r == 1 ? rnd() % 512 : 0xffffffff - rnd() % 4;
-                put_be32(buf + 8, v);
+                jt_put_be32(buf + 8, v);
             }
             break;
         case 7: /* a byte inside the meta, where varints and lengths live */
             if (len > 12) {
-                uint32_t ms = get_be32(buf + 8);
+                uint32_t ms = jt_get_be32(buf + 8);
                 size_t span = ms && ms < len - 12 ? ms : len - 12;
                 static const uint8_t hot[] = {0x00, 0x01, 0x7f, 0x80, 0xff, 0x0a, 0x12, 0x28};
                 buf[12 + rnd() % span] = hot[rnd() % sizeof hot];
@@ -205,7 +179,7 @@ static size_t mutate(uint8_t *buf, size_t len, size_t cap)
             break;
         }
         default: /* make the sizes consistent with the length again */
-            if (len >= 12) put_be32(buf + 4, (uint32_t)(len - 12));
+            if (len >= 12) jt_put_be32(buf + 4, (uint32_t)(len - 12));
             break;
         }
     }
@@ -243,8 +217,8 @@ static outcome_t drive(jet_iobuf_t *in, const uint8_t *data, size_t len, uint32_
 
         const uint8_t *h = data + pos;
         size_t have = len - pos;
-        uint32_t bs = have >= 12 ? get_be32(h + 4) : 0;
-        uint32_t ms = have >= 12 ? get_be32(h + 8) : 0;
+        uint32_t bs = have >= 12 ? jt_get_be32(h + 4) : 0;
+        uint32_t ms = have >= 12 ? jt_get_be32(h + 8) : 0;
         switch (r) {
         case JET_PARSE_NEED_MORE:
         case JET_PARSE_NOT_MINE:

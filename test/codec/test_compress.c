@@ -11,44 +11,17 @@
 #include "rpc/codec.h"
 #include "rpc/compress.h"
 #include "testutil.h"
+#include "testutil_codec.h"
 
 /* compress.c's portable CRC32C path, whatever the CPU (not in compress.h). */
 uint32_t jet__crc32c_sw(uint32_t crc, const void *data, size_t n);
 
 #define MAX_OUT (64u * 1024 * 1024)
 
-static void free_cb(void *data, void *arg)
-{
-    (void)arg;
-    free(data);
-}
-
-static void mk_split(jet_iobuf_t *b, const void *data, size_t n, size_t piece)
-{
-    jet_iobuf_init(b);
-    for (size_t off = 0; off < n; off += piece) {
-        size_t len = n - off < piece ? n - off : piece;
-        void *p = malloc(len);
-        memcpy(p, (const char *)data + off, len);
-        if (jet_iobuf_append_user(b, p, len, free_cb, NULL) != 0) abort();
-    }
-}
-
-static uint8_t *iobuf_bytes(const jet_iobuf_t *b)
-{
-    size_t n = jet_iobuf_len(b);
-    uint8_t *p = malloc(n ? n : 1);
-    jet_iobuf_copy_to(b, p, n, 0);
-    return p;
-}
-
 static uint64_t rng_state = 0x9e3779b97f4a7c15ull;
 static uint32_t rnd(void)
 {
-    rng_state ^= rng_state << 13;
-    rng_state ^= rng_state >> 7;
-    rng_state ^= rng_state << 17;
-    return (uint32_t)(rng_state >> 16);
+    return (uint32_t)(jt_xorshift64(&rng_state) >> 16);
 }
 
 static uint8_t *random_bytes(size_t n)
@@ -78,19 +51,19 @@ static uint8_t *compressible_bytes(size_t n)
 static void roundtrip_one(int type, const uint8_t *data, size_t n, size_t in_piece, size_t z_piece)
 {
     jet_iobuf_t in, z, out;
-    mk_split(&in, data, n, in_piece);
+    jt_iobuf_split(&in, data, n, in_piece);
     jet_iobuf_init(&z);
     jet_iobuf_init(&out);
     JT_CHECK_EQ(jet__compress(type, &in, &z), 0);
     JT_CHECK_EQ(jet_iobuf_len(&in), n); /* input untouched */
-    uint8_t *zb = iobuf_bytes(&z);
-    size_t zl = jet_iobuf_len(&z);
+    size_t zl;
+    uint8_t *zb = jt_iobuf_bytes(&z, &zl);
     if (type == 2) JT_CHECK(zl >= 2 && zb[0] == 0x1f && zb[1] == 0x8b);
     if (type == 3) JT_CHECK(zl >= 2 && zb[0] == 0x78 && ((zb[0] << 8) | zb[1]) % 31 == 0);
     if (type == 0) JT_CHECK(zl == n && memcmp(zb, data, n) == 0);
 
     jet_iobuf_t z2;
-    mk_split(&z2, zb, zl, z_piece);
+    jt_iobuf_split(&z2, zb, zl, z_piece);
     JT_CHECK_EQ(jet__decompress(type, &z2, &out, n + 1), 0);
     JT_CHECK_EQ(jet_iobuf_len(&out), n);
     JT_CHECK(jet_iobuf_equals(&out, data, n) == 0);
@@ -140,7 +113,7 @@ static void appends_and_ratio(void)
     uint8_t *txt = compressible_bytes(n);
     for (int type = 1; type <= 3; type++) {
         jet_iobuf_t in, z, out;
-        mk_split(&in, txt, n, 8192);
+        jt_iobuf_split(&in, txt, n, 8192);
         jet_iobuf_init(&z);
         jet_iobuf_init(&out);
         JT_CHECK_EQ(jet_iobuf_append(&z, "ab", 2), 0);
@@ -181,7 +154,7 @@ static void foreign_streams(void)
             size_t zl = cap - zs.avail_out;
             deflateEnd(&zs);
             jet_iobuf_t z, out;
-            mk_split(&z, zb, zl, 100);
+            jt_iobuf_split(&z, zb, zl, 100);
             jet_iobuf_init(&out);
             JT_CHECK_EQ(jet__decompress(type, &z, &out, MAX_OUT), 0);
             JT_CHECK(jet_iobuf_equals(&out, txt, n) == 0);
@@ -192,8 +165,8 @@ static void foreign_streams(void)
     }
     /* gzip member "abc" followed by member "def" reads as "abcdef". */
     jet_iobuf_t a, b, z, out;
-    mk_split(&a, "abc", 3, 3);
-    mk_split(&b, "def", 3, 3);
+    jt_iobuf_split(&a, "abc", 3, 3);
+    jt_iobuf_split(&b, "def", 3, 3);
     jet_iobuf_init(&z);
     jet_iobuf_init(&out);
     JT_CHECK_EQ(jet__compress(2, &a, &z), 0);
@@ -231,7 +204,7 @@ static void interop_bodies(void)
         size_t blen = len - 12 - meta_size; /* no attachment in these cases */
         for (size_t piece = 1; piece <= blen; piece = piece * 3 + 1) {
             jet_iobuf_t in, out;
-            mk_split(&in, body, blen, piece);
+            jt_iobuf_split(&in, body, blen, piece);
             jet_iobuf_init(&out);
             JT_CHECK_EQ(jet__decompress(cases[k].type, &in, &out, MAX_OUT), 0);
             Example__EchoRequest *m = (Example__EchoRequest *)jet__pb_unpack_iobuf(
@@ -254,18 +227,18 @@ static void corrupt_input(void)
     uint8_t *txt = compressible_bytes(n);
     for (int type = 1; type <= 3; type++) {
         jet_iobuf_t in, z, out;
-        mk_split(&in, txt, n, n);
+        jt_iobuf_split(&in, txt, n, n);
         jet_iobuf_init(&z);
         jet_iobuf_init(&out);
         JT_CHECK_EQ(jet__compress(type, &in, &z), 0);
-        uint8_t *zb = iobuf_bytes(&z);
-        size_t zl = jet_iobuf_len(&z);
+        size_t zl;
+        uint8_t *zb = jt_iobuf_bytes(&z, &zl);
 
         /* Truncated at several points (snappy: its length header no longer
          * matches the data; gzip/zlib: the stream has no end). */
         for (size_t cut = 0; cut < zl; cut += zl / 7 + 1) {
             jet_iobuf_t t;
-            mk_split(&t, zb, cut, 64);
+            jt_iobuf_split(&t, zb, cut, 64);
             JT_CHECK_EQ(jet__decompress(type, &t, &out, MAX_OUT), -EBADMSG);
             JT_CHECK(jet_iobuf_empty(&out));
             jet_iobuf_fini(&t);
@@ -276,7 +249,7 @@ static void corrupt_input(void)
             for (size_t s = 0; s < 3; s++) {
                 zb[spots[s]] ^= 0x55;
                 jet_iobuf_t t;
-                mk_split(&t, zb, zl, 1000);
+                jt_iobuf_split(&t, zb, zl, 1000);
                 JT_CHECK_EQ(jet__decompress(type, &t, &out, MAX_OUT), -EBADMSG);
                 JT_CHECK(jet_iobuf_empty(&out));
                 jet_iobuf_fini(&t);
@@ -284,7 +257,7 @@ static void corrupt_input(void)
             }
             /* Trailing garbage after the stream. */
             jet_iobuf_t t;
-            mk_split(&t, zb, zl, zl);
+            jt_iobuf_split(&t, zb, zl, zl);
             JT_CHECK_EQ(jet_iobuf_append(&t, "\x01\x02\x03", 3), 0);
             JT_CHECK_EQ(jet__decompress(type, &t, &out, MAX_OUT), -EBADMSG);
             jet_iobuf_fini(&t);
@@ -316,7 +289,7 @@ static void corrupt_input(void)
     };
     for (size_t k = 0; k < sizeof(bad) / sizeof(bad[0]); k++) {
         jet_iobuf_t t, out;
-        mk_split(&t, bad[k].data, bad[k].len, 1);
+        jt_iobuf_split(&t, bad[k].data, bad[k].len, 1);
         jet_iobuf_init(&out);
         int rc = jet__decompress(bad[k].type, &t, &out, MAX_OUT);
         if (rc != -EBADMSG) fprintf(stderr, "  bad case %zu\n", k);
@@ -327,7 +300,7 @@ static void corrupt_input(void)
     }
     /* gzip data labelled zlib and the reverse are refused, as brpc does. */
     jet_iobuf_t in, z, out;
-    mk_split(&in, "some message", 12, 12);
+    jt_iobuf_split(&in, "some message", 12, 12);
     jet_iobuf_init(&z);
     jet_iobuf_init(&out);
     JT_CHECK_EQ(jet__compress(2, &in, &z), 0);
@@ -349,7 +322,7 @@ static void decompression_bomb(void)
     uint8_t *zeros = calloc(1, big);
     for (int type = 1; type <= 3; type++) {
         jet_iobuf_t in, z, out;
-        mk_split(&in, zeros, big, 2u << 20);
+        jt_iobuf_split(&in, zeros, big, 2u << 20);
         jet_iobuf_init(&z);
         jet_iobuf_init(&out);
         JT_CHECK_EQ(jet__compress(type, &in, &z), 0);
@@ -369,18 +342,18 @@ static void decompression_bomb(void)
     }
     /* snappy whose header claims 4 GiB - 1: refused from the header. */
     jet_iobuf_t t, out;
-    mk_split(&t, "\xff\xff\xff\xff\x0f\x00", 6, 6);
+    jt_iobuf_split(&t, "\xff\xff\xff\xff\x0f\x00", 6, 6);
     jet_iobuf_init(&out);
     JT_CHECK_EQ(jet__decompress(1, &t, &out, MAX_OUT), -EMSGSIZE);
     jet_iobuf_fini(&t);
     /* ... and one that claims 1 MiB from 6 bytes, under the limit, is
      * impossible (snappy expands at most 64/3) and refused unallocated. */
-    mk_split(&t, "\x80\x80\x40\x00\x00\x00", 6, 6);
+    jt_iobuf_split(&t, "\x80\x80\x40\x00\x00\x00", 6, 6);
     JT_CHECK_EQ(jet__decompress(1, &t, &out, MAX_OUT), -EBADMSG);
     JT_CHECK(jet_iobuf_empty(&out));
     jet_iobuf_fini(&t);
     /* none: the plain size counts. */
-    mk_split(&t, "12345", 5, 2);
+    jt_iobuf_split(&t, "12345", 5, 2);
     JT_CHECK_EQ(jet__decompress(0, &t, &out, 4), -EMSGSIZE);
     JT_CHECK_EQ(jet__decompress(0, &t, &out, 5), 0);
     JT_CHECK(jet_iobuf_equals(&out, "12345", 5) == 0);
@@ -392,7 +365,7 @@ static void decompression_bomb(void)
 static void unsupported_type(void)
 {
     jet_iobuf_t in, out;
-    mk_split(&in, "abc", 3, 3);
+    jt_iobuf_split(&in, "abc", 3, 3);
     jet_iobuf_init(&out);
     static const int types[] = {4, 5, -1, 1000};
     for (size_t k = 0; k < 4; k++) {
@@ -469,7 +442,7 @@ static void crc32c_iobuf_split(void)
     static const size_t pieces[] = {1, 3, 8, 1000, 8192, 300000};
     for (size_t k = 0; k < sizeof(pieces) / sizeof(pieces[0]); k++) {
         jet_iobuf_t b;
-        mk_split(&b, data, pieces[k] == 1 ? 5000 : n, pieces[k]);
+        jt_iobuf_split(&b, data, pieces[k] == 1 ? 5000 : n, pieces[k]);
         uint32_t want = pieces[k] == 1 ? jet__crc32c(0, data, 5000) : flat;
         JT_CHECK_EQ(jet__crc32c_iobuf(0, &b), want);
         jet_iobuf_fini(&b);
@@ -510,8 +483,8 @@ static void checksum_checklist(void)
     uint8_t *bdata = random_bytes(5000);
     uint8_t *adata = random_bytes(3000);
     jet_iobuf_t body, att, empty;
-    mk_split(&body, bdata, 5000, 777);
-    mk_split(&att, adata, 3000, 500);
+    jt_iobuf_split(&body, bdata, 5000, 777);
+    jt_iobuf_split(&att, adata, 3000, 500);
     jet_iobuf_init(&empty);
     uint8_t v_body[4], v_both[4];
 
@@ -521,7 +494,7 @@ static void checksum_checklist(void)
     JT_CHECK(csum_verify(&body, &empty, 0, v_body));
     /* §6 vector through the iobuf path: 61 f6 3a 7e. */
     jet_iobuf_t hello;
-    mk_split(&hello, "\x0a\x05hello", 7, 2);
+    jt_iobuf_split(&hello, "\x0a\x05hello", 7, 2);
     uint8_t v_hello[4];
     csum_value(&hello, &empty, 0, v_hello);
     JT_CHECK(memcmp(v_hello, "\x61\xf6\x3a\x7e", 4) == 0);
@@ -543,7 +516,7 @@ static void checksum_checklist(void)
     for (size_t pos = 0; pos < 3000; pos += 599) {
         adata[pos] ^= 0x01;
         jet_iobuf_t bad;
-        mk_split(&bad, adata, 3000, 500);
+        jt_iobuf_split(&bad, adata, 3000, 500);
         JT_CHECK(!csum_verify(&body, &bad, 1, v_both));
         jet_iobuf_fini(&bad);
         adata[pos] ^= 0x01;
@@ -555,7 +528,7 @@ static void checksum_checklist(void)
     JT_CHECK(!csum_verify(&att, &body, 1, v_both));
     /* checksum_without_attachment_still_works: the flag off ignores it */
     jet_iobuf_t other;
-    mk_split(&other, "zzz", 3, 1);
+    jt_iobuf_split(&other, "zzz", 3, 1);
     JT_CHECK(csum_verify(&body, &other, 0, v_body));
 
     jet_iobuf_fini(&other);

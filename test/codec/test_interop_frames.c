@@ -8,6 +8,7 @@
 #include "rpc/codec.h"
 #include "rpc/compress.h"
 #include "testutil.h"
+#include "testutil_codec.h"
 
 #define MAX_BODY (64u * 1024 * 1024)
 
@@ -21,13 +22,10 @@ typedef struct loaded {
 /* Reads interop/baidu_std/<name> and cuts it as exactly one frame. */
 static void load(loaded_t *l, const char *name)
 {
-    char rel[256];
-    snprintf(rel, sizeof rel, "interop/baidu_std/%s", name);
     jet__baidu_frame_init(&l->f);
     l->ok = 0;
-    l->raw = jt_read_file(jt_shared_path(rel), &l->raw_len);
+    l->raw = jt_interop_load(name, &l->raw_len);
     if (!l->raw) {
-        fprintf(stderr, "  cannot read %s\n", jt_shared_path(rel));
         JT_CHECK(l->raw != NULL);
         return;
     }
@@ -48,6 +46,16 @@ static void unload(loaded_t *l)
 {
     jet__baidu_frame_fini(&l->f);
     free(l->raw);
+}
+
+/* <stem>.req.bin into q, <stem>.resp.bin into r. */
+static void load_pair(const char *stem, loaded_t *q, loaded_t *r)
+{
+    char rq[128], rs[128];
+    snprintf(rq, sizeof rq, "%s.req.bin", stem);
+    snprintf(rs, sizeof rs, "%s.resp.bin", stem);
+    load(q, rq);
+    load(r, rs);
 }
 
 /* The decoded EchoRequest/EchoResponse message (both are {string message = 1}),
@@ -98,9 +106,8 @@ static void check_response_meta(const Brpc__Policy__RpcMeta *m, const Brpc__Poli
 
 static int all_bytes(const jet_iobuf_t *b, uint8_t c)
 {
-    size_t n = jet_iobuf_len(b);
-    uint8_t *p = malloc(n ? n : 1);
-    jet_iobuf_copy_to(b, p, n, 0);
+    size_t n;
+    uint8_t *p = jt_iobuf_bytes(b, &n);
     int ok = 1;
     for (size_t i = 0; i < n; i++)
         ok &= p[i] == c;
@@ -112,12 +119,8 @@ static int all_bytes(const jet_iobuf_t *b, uint8_t c)
 static void echo_pair(const char *stem, const char *msg, size_t msg_len, size_t att_len,
                       int64_t log_id)
 {
-    char rq[128], rs[128];
-    snprintf(rq, sizeof rq, "%s.req.bin", stem);
-    snprintf(rs, sizeof rs, "%s.resp.bin", stem);
     loaded_t q, r;
-    load(&q, rq);
-    load(&r, rs);
+    load_pair(stem, &q, &r);
     if (q.ok && r.ok) {
         check_request_meta(q.f.meta, "example.EchoService", 0);
         check_response_meta(r.f.meta, q.f.meta, 0);
@@ -197,12 +200,8 @@ static void case_05_attachment_4m(void)
  * and the answer comes back compressed the same way. */
 static void compressed_pair(const char *stem, int type)
 {
-    char rq[128], rs[128];
-    snprintf(rq, sizeof rq, "%s.req.bin", stem);
-    snprintf(rs, sizeof rs, "%s.resp.bin", stem);
     loaded_t q, r;
-    load(&q, rq);
-    load(&r, rs);
+    load_pair(stem, &q, &r);
     if (q.ok && r.ok) {
         check_request_meta(q.f.meta, "example.EchoService", type);
         check_response_meta(r.f.meta, q.f.meta, 0);
@@ -248,12 +247,8 @@ static void case_08_snappy(void)
 
 static void error_pair(const char *stem, const char *service, int code, const char *text)
 {
-    char rq[128], rs[128];
-    snprintf(rq, sizeof rq, "%s.req.bin", stem);
-    snprintf(rs, sizeof rs, "%s.resp.bin", stem);
     loaded_t q, r;
-    load(&q, rq);
-    load(&r, rs);
+    load_pair(stem, &q, &r);
     if (q.ok && r.ok) {
         check_request_meta(q.f.meta, service, 0);
         check_response_meta(r.f.meta, q.f.meta, code);

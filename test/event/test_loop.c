@@ -10,47 +10,11 @@
 #include <time.h>
 #include <unistd.h>
 
-#include "base/time.h"
 #include "event/loop.h"
 #include "testutil.h"
+#include "testutil_loop.h"
 
 #define GUARD_US (5 * 1000 * 1000) /* bounds every wait; never a timing assertion */
-
-/* Waits until *v >= target or the guard expires; true when reached. */
-static bool wait_at_least(_Atomic int *v, int target, int64_t guard_us)
-{
-    int64_t end = jet_now_us() + guard_us;
-    while (atomic_load(v) < target) {
-        if (jet_now_us() > end) return false;
-        struct timespec ts = {0, 100 * 1000};
-        nanosleep(&ts, NULL);
-    }
-    return true;
-}
-
-/* Runs fn(arg) on the loop thread and waits for it. */
-typedef struct sync_call {
-    jet_task_t task;
-    void (*fn)(void *arg);
-    void *arg;
-    _Atomic int done;
-} sync_call_t;
-
-static void sync_call_run(jet_task_t *t)
-{
-    sync_call_t *c = (sync_call_t *)t;
-    if (c->fn) c->fn(c->arg);
-    atomic_store(&c->done, 1);
-}
-
-static bool run_on(jet_loop_t *loop, void (*fn)(void *), void *arg)
-{
-    sync_call_t c = {.task.fn = sync_call_run, .fn = fn, .arg = arg};
-    jet_loop_post(loop, &c.task);
-    bool ok = wait_at_least(&c.done, 1, GUARD_US);
-    if (!ok) abort(); /* the task still references this frame */
-    return ok;
-}
 
 static void make_pipe(int fds[2])
 {
@@ -83,8 +47,7 @@ static void io_del_fn(void *arg)
 static void test_io_readable_edge(void)
 {
     jet_loop_t *loop;
-    JT_REQUIRE(jet_loop_create(&loop) == 0);
-    JT_REQUIRE(jet_loop_start(loop) == 0);
+    JT_REQUIRE(jt_loop_up(&loop) == 0);
     int p[2];
     make_pipe(p);
     counting_io_t c = {.io = {.fd = p[0], .events = EPOLLIN, .cb = counting_cb}};
@@ -92,30 +55,29 @@ static void test_io_readable_edge(void)
     JT_CHECK(c.io.loop == loop);
 
     JT_CHECK_EQ(write(p[1], "a", 1), 1);
-    JT_CHECK(wait_at_least(&c.calls, 1, GUARD_US));
+    JT_CHECK(jt_wait_at_least(&c.calls, 1, GUARD_US));
     JT_CHECK(atomic_load(&c.last_events) & EPOLLIN);
     JT_CHECK(c.in_thread);
     /* The byte is still unread: level-triggered would report it on every
      * epoll_wait. Each round trip below makes the loop wait again. */
     for (int i = 0; i < 10; i++)
-        run_on(loop, NULL, NULL);
+        jt_loop_run_on(loop, NULL, NULL);
     JT_CHECK_EQ(atomic_load(&c.calls), 1);
 
     JT_CHECK_EQ(write(p[1], "b", 1), 1); /* a new edge */
-    JT_CHECK(wait_at_least(&c.calls, 2, GUARD_US));
+    JT_CHECK(jt_wait_at_least(&c.calls, 2, GUARD_US));
     for (int i = 0; i < 10; i++)
-        run_on(loop, NULL, NULL);
+        jt_loop_run_on(loop, NULL, NULL);
     JT_CHECK_EQ(atomic_load(&c.calls), 2);
 
-    run_on(loop, io_del_fn, &c.io);
+    jt_loop_run_on(loop, io_del_fn, &c.io);
     JT_CHECK(c.io.loop == NULL);
     JT_CHECK_EQ(write(p[1], "c", 1), 1);
     for (int i = 0; i < 10; i++)
-        run_on(loop, NULL, NULL);
+        jt_loop_run_on(loop, NULL, NULL);
     JT_CHECK_EQ(atomic_load(&c.calls), 2);
 
-    jet_loop_stop(loop);
-    jet_loop_destroy(loop);
+    jt_loop_down(loop);
     close(p[0]);
     close(p[1]);
 }
@@ -159,34 +121,32 @@ static void test_io_bad_args(void)
 static void test_io_mod_out(void)
 {
     jet_loop_t *loop;
-    JT_REQUIRE(jet_loop_create(&loop) == 0);
-    JT_REQUIRE(jet_loop_start(loop) == 0);
+    JT_REQUIRE(jt_loop_up(&loop) == 0);
     int p[2];
     make_pipe(p);
     counting_io_t c = {.io = {.fd = p[1], .events = 0, .cb = counting_cb}};
     JT_CHECK_EQ(jet_loop_io_add(loop, &c.io), 0);
     for (int i = 0; i < 5; i++)
-        run_on(loop, NULL, NULL);
+        jt_loop_run_on(loop, NULL, NULL);
     JT_CHECK_EQ(atomic_load(&c.calls), 0); /* writable, but not asked for */
 
     JT_CHECK_EQ(jet_loop_io_mod(&c.io, EPOLLOUT), 0);
     JT_CHECK_EQ(c.io.events, EPOLLOUT);
-    JT_CHECK(wait_at_least(&c.calls, 1, GUARD_US));
+    JT_CHECK(jt_wait_at_least(&c.calls, 1, GUARD_US));
     JT_CHECK(atomic_load(&c.last_events) & EPOLLOUT);
     JT_CHECK(!(atomic_load(&c.last_events) & EPOLLIN));
 
     /* Back to nothing: closing the read end still reports EPOLLERR. */
     JT_CHECK_EQ(jet_loop_io_mod(&c.io, 0), 0);
     for (int i = 0; i < 5; i++)
-        run_on(loop, NULL, NULL);
+        jt_loop_run_on(loop, NULL, NULL);
     int before = atomic_load(&c.calls);
     close(p[0]);
-    JT_CHECK(wait_at_least(&c.calls, before + 1, GUARD_US));
+    JT_CHECK(jt_wait_at_least(&c.calls, before + 1, GUARD_US));
     JT_CHECK(atomic_load(&c.last_events) & EPOLLERR);
 
-    run_on(loop, io_del_fn, &c.io);
-    jet_loop_stop(loop);
-    jet_loop_destroy(loop);
+    jt_loop_run_on(loop, io_del_fn, &c.io);
+    jt_loop_down(loop);
     close(p[1]);
 }
 
@@ -224,8 +184,7 @@ static void pair_del_rest(void *arg)
 static void test_io_del_in_batch(void)
 {
     jet_loop_t *loop;
-    JT_REQUIRE(jet_loop_create(&loop) == 0);
-    JT_REQUIRE(jet_loop_start(loop) == 0);
+    JT_REQUIRE(jt_loop_up(&loop) == 0);
     for (int round = 0; round < 200; round++) {
         pair_io_t pr[2];
         memset(pr, 0, sizeof pr);
@@ -235,20 +194,19 @@ static void test_io_del_in_batch(void)
             pr[i].io = (jet_io_t){.fd = pr[i].fds[0], .events = EPOLLIN, .cb = pair_cb};
             JT_REQUIRE(jet_loop_io_add(loop, &pr[i].io) == 0);
         }
-        run_on(loop, pair_fire, pr);
+        jt_loop_run_on(loop, pair_fire, pr);
         for (int i = 0; i < 3; i++)
-            run_on(loop, NULL, NULL);
+            jt_loop_run_on(loop, NULL, NULL);
         /* Exactly one ran; the deleted one never did. */
         JT_CHECK_EQ(pr[0].calls + pr[1].calls, 1);
-        run_on(loop, pair_del_rest, pr);
+        jt_loop_run_on(loop, pair_del_rest, pr);
         for (int i = 0; i < 2; i++) {
             close(pr[i].fds[0]);
             close(pr[i].fds[1]);
         }
         if (jt_case_failed) break;
     }
-    jet_loop_stop(loop);
-    jet_loop_destroy(loop);
+    jt_loop_down(loop);
 }
 
 /* ---- tasks ------------------------------------------------------------- */
@@ -287,8 +245,7 @@ static void *seq_producer(void *arg)
 
 static void test_post_many_producers(void)
 {
-    JT_REQUIRE(jet_loop_create(&seq_loop) == 0);
-    JT_REQUIRE(jet_loop_start(seq_loop) == 0);
+    JT_REQUIRE(jt_loop_up(&seq_loop) == 0);
     seq_task_t *tasks = calloc((size_t)PRODUCERS * PER_PRODUCER, sizeof *tasks);
     JT_REQUIRE(tasks);
     for (int p = 0; p < PRODUCERS; p++) {
@@ -304,7 +261,7 @@ static void test_post_many_producers(void)
         JT_REQUIRE(pthread_create(&th[p], NULL, seq_producer, &tasks[p * PER_PRODUCER]) == 0);
     for (int p = 0; p < PRODUCERS; p++)
         pthread_join(th[p], NULL);
-    JT_CHECK(wait_at_least(&seq_total, PRODUCERS * PER_PRODUCER, 120 * 1000000LL));
+    JT_CHECK(jt_wait_at_least(&seq_total, PRODUCERS * PER_PRODUCER, 120 * 1000000LL));
     jet_loop_stop(seq_loop);
     JT_CHECK_EQ(atomic_load(&seq_total), PRODUCERS * PER_PRODUCER);
     JT_CHECK_EQ(atomic_load(&seq_disorder), 0);
@@ -333,8 +290,7 @@ static void flag_task_fn(jet_task_t *t)
 static void test_post_wakes_sleeping_loop(void)
 {
     jet_loop_t *loop;
-    JT_REQUIRE(jet_loop_create(&loop) == 0);
-    JT_REQUIRE(jet_loop_start(loop) == 0);
+    JT_REQUIRE(jt_loop_up(&loop) == 0);
     for (int round = 0; round < 20000; round++) {
         if (round < 20) {
             struct timespec ts = {0, 20 * 1000 * 1000};
@@ -342,13 +298,12 @@ static void test_post_wakes_sleeping_loop(void)
         }
         flag_task_t t = {.task.fn = flag_task_fn};
         jet_loop_post(loop, &t.task);
-        if (!wait_at_least(&t.done, 1, GUARD_US)) {
+        if (!jt_wait_at_least(&t.done, 1, GUARD_US)) {
             JT_CHECK(!"post did not wake the loop");
             abort(); /* t is on this stack */
         }
     }
-    jet_loop_stop(loop);
-    jet_loop_destroy(loop);
+    jt_loop_down(loop);
 }
 
 /* Two loops bounce one task back and forth: each post lands while the
@@ -374,22 +329,20 @@ static void test_post_ping_pong(void)
 {
     ping_t p = {.task.fn = ping_fn, .limit = 200000};
     for (int i = 0; i < 2; i++) {
-        JT_REQUIRE(jet_loop_create(&p.loops[i]) == 0);
-        JT_REQUIRE(jet_loop_start(p.loops[i]) == 0);
+        JT_REQUIRE(jt_loop_up(&p.loops[i]) == 0);
     }
     jet_loop_post(p.loops[0], &p.task);
     /* Guard on progress, not on total time. */
     int seen = 0;
     while (seen < p.limit) {
-        if (!wait_at_least(&p.hops, seen + 1, GUARD_US)) {
+        if (!jt_wait_at_least(&p.hops, seen + 1, GUARD_US)) {
             JT_CHECK(!"ping-pong stalled: a wake-up was lost");
             abort(); /* p is on this stack */
         }
         seen = atomic_load(&p.hops);
     }
     for (int i = 0; i < 2; i++) {
-        jet_loop_stop(p.loops[i]);
-        jet_loop_destroy(p.loops[i]);
+        jt_loop_down(p.loops[i]);
     }
     JT_CHECK_EQ(atomic_load(&p.hops), p.limit);
 }
@@ -423,7 +376,7 @@ static void test_stop_runs_queued_tasks(void)
     flag_task_t t = {.task.fn = flag_task_fn};
     JT_CHECK_EQ(jet_loop_start(loop), 0);
     jet_loop_post(loop, &t.task);
-    JT_CHECK(wait_at_least(&t.done, 1, GUARD_US));
+    JT_CHECK(jt_wait_at_least(&t.done, 1, GUARD_US));
     jet_loop_destroy(loop);
 }
 

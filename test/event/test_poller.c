@@ -6,49 +6,16 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/epoll.h>
-#include <time.h>
 #include <unistd.h>
 
-#include "base/time.h"
 #include "event/loop.h"
 #include "jetrpc/flags.h"
 #include "testutil.h"
+#include "testutil_loop.h"
 
 JET_FLAG_DECLARE_BOOL(event_poll_yield);
 
 #define GUARD_US (5 * 1000 * 1000)
-
-static bool wait_at_least(_Atomic int *v, int target, int64_t guard_us)
-{
-    int64_t end = jet_now_us() + guard_us;
-    while (atomic_load(v) < target) {
-        if (jet_now_us() > end) return false;
-        struct timespec ts = {0, 100 * 1000};
-        nanosleep(&ts, NULL);
-    }
-    return true;
-}
-
-typedef struct sync_call {
-    jet_task_t task;
-    void (*fn)(void *arg);
-    void *arg;
-    _Atomic int done;
-} sync_call_t;
-
-static void sync_call_run(jet_task_t *t)
-{
-    sync_call_t *c = (sync_call_t *)t;
-    if (c->fn) c->fn(c->arg);
-    atomic_store(&c->done, 1);
-}
-
-static void run_on(jet_loop_t *loop, void (*fn)(void *), void *arg)
-{
-    sync_call_t c = {.task.fn = sync_call_run, .fn = fn, .arg = arg};
-    jet_loop_post(loop, &c.task);
-    if (!wait_at_least(&c.done, 1, GUARD_US)) abort(); /* c is on this stack */
-}
 
 static jet_loop_t *loop;
 
@@ -83,29 +50,27 @@ static void del_poller(void *arg)
 
 static void test_pollers_run_repeatedly(void)
 {
-    JT_REQUIRE(jet_loop_create(&loop) == 0);
-    JT_REQUIRE(jet_loop_start(loop) == 0);
+    JT_REQUIRE(jt_loop_up(&loop) == 0);
     count_poller_t a = {.p.poll = count_poll};
     count_poller_t b = {.p.poll = count_poll};
-    run_on(loop, add_poller, &a.p);
-    run_on(loop, add_poller, &b.p);
-    run_on(loop, add_poller, &a.p); /* a second add is refused, not a loop */
+    jt_loop_run_on(loop, add_poller, &a.p);
+    jt_loop_run_on(loop, add_poller, &b.p);
+    jt_loop_run_on(loop, add_poller, &a.p); /* a second add is refused, not a loop */
     /* No events, no tasks: only busy polling keeps calling them. */
-    JT_CHECK(wait_at_least(&a.runs, 1000, GUARD_US));
-    JT_CHECK(wait_at_least(&b.runs, 1000, GUARD_US));
-    run_on(loop, del_poller, &a.p);
-    run_on(loop, del_poller, &a.p); /* not registered: no effect */
+    JT_CHECK(jt_wait_at_least(&a.runs, 1000, GUARD_US));
+    JT_CHECK(jt_wait_at_least(&b.runs, 1000, GUARD_US));
+    jt_loop_run_on(loop, del_poller, &a.p);
+    jt_loop_run_on(loop, del_poller, &a.p); /* not registered: no effect */
     int a_after = atomic_load(&a.runs);
     int b_before = atomic_load(&b.runs);
-    JT_CHECK(wait_at_least(&b.runs, b_before + 1000, GUARD_US));
+    JT_CHECK(jt_wait_at_least(&b.runs, b_before + 1000, GUARD_US));
     JT_CHECK_EQ(atomic_load(&a.runs), a_after);
-    run_on(loop, del_poller, &b.p);
+    jt_loop_run_on(loop, del_poller, &b.p);
     int b_after = atomic_load(&b.runs);
     for (int i = 0; i < 10; i++)
-        run_on(loop, NULL, NULL);
+        jt_loop_run_on(loop, NULL, NULL);
     JT_CHECK_EQ(atomic_load(&b.runs), b_after);
-    jet_loop_stop(loop);
-    jet_loop_destroy(loop);
+    jt_loop_down(loop);
 }
 
 static void add_victim_killer(void *arg)
@@ -117,27 +82,25 @@ static void add_victim_killer(void *arg)
 
 static void test_poller_removes_itself_and_next(void)
 {
-    JT_REQUIRE(jet_loop_create(&loop) == 0);
-    JT_REQUIRE(jet_loop_start(loop) == 0);
+    JT_REQUIRE(jt_loop_up(&loop) == 0);
     count_poller_t self = {.p.poll = count_poll, .stop_at = 10};
     count_poller_t victim = {.p.poll = count_poll};
     count_poller_t killer = {.p.poll = count_poll, .victim = &victim};
     count_poller_t keep = {.p.poll = count_poll};
-    run_on(loop, add_poller, &keep.p);
-    run_on(loop, add_poller, &self.p);
-    JT_CHECK(wait_at_least(&self.runs, 10, GUARD_US));
+    jt_loop_run_on(loop, add_poller, &keep.p);
+    jt_loop_run_on(loop, add_poller, &self.p);
+    JT_CHECK(jt_wait_at_least(&self.runs, 10, GUARD_US));
     /* Added at the head, in one task: the next pass runs killer, then victim
      * (removed by killer just before its turn), then keep. */
-    run_on(loop, add_victim_killer, &killer);
+    jt_loop_run_on(loop, add_victim_killer, &killer);
     int keep_before = atomic_load(&keep.runs);
-    JT_CHECK(wait_at_least(&keep.runs, keep_before + 1000, GUARD_US));
+    JT_CHECK(jt_wait_at_least(&keep.runs, keep_before + 1000, GUARD_US));
     JT_CHECK_EQ(atomic_load(&self.runs), 10);
     JT_CHECK_EQ(atomic_load(&victim.runs), 0);
     JT_CHECK(atomic_load(&killer.runs) > 0);
-    run_on(loop, del_poller, &killer.p);
-    run_on(loop, del_poller, &keep.p);
-    jet_loop_stop(loop);
-    jet_loop_destroy(loop);
+    jt_loop_run_on(loop, del_poller, &killer.p);
+    jt_loop_run_on(loop, del_poller, &keep.p);
+    jt_loop_down(loop);
 }
 
 /* ---- busy-poll still serves io and tasks ------------------------------- */
@@ -175,11 +138,10 @@ static void flag_task_fn(jet_task_t *t)
 static void busy_poll_serves(bool yield)
 {
     JET_FLAG(event_poll_yield) = yield;
-    JT_REQUIRE(jet_loop_create(&loop) == 0);
-    JT_REQUIRE(jet_loop_start(loop) == 0);
+    JT_REQUIRE(jt_loop_up(&loop) == 0);
     count_poller_t idle = {.p.poll = count_poll};
-    run_on(loop, add_poller, &idle.p);
-    JT_CHECK(wait_at_least(&idle.runs, 100, GUARD_US));
+    jt_loop_run_on(loop, add_poller, &idle.p);
+    JT_CHECK(jt_wait_at_least(&idle.runs, 100, GUARD_US));
 
     int p[2];
     JT_REQUIRE(pipe2(p, O_NONBLOCK | O_CLOEXEC) == 0);
@@ -187,7 +149,7 @@ static void busy_poll_serves(bool yield)
     JT_CHECK_EQ(jet_loop_io_add(loop, &r.io), 0);
     for (int i = 1; i <= 100; i++) {
         JT_CHECK_EQ(write(p[1], "z", 1), 1);
-        JT_REQUIRE(wait_at_least(&r.bytes, i, GUARD_US));
+        JT_REQUIRE(jt_wait_at_least(&r.bytes, i, GUARD_US));
     }
 
     enum { N = 10000 };
@@ -198,14 +160,13 @@ static void busy_poll_serves(bool yield)
         tasks[i] = (flag_task_t){.task.fn = flag_task_fn, .counter = &ran};
         jet_loop_post(loop, &tasks[i].task);
     }
-    JT_CHECK(wait_at_least(&ran, N, GUARD_US * 4));
+    JT_CHECK(jt_wait_at_least(&ran, N, GUARD_US * 4));
 
-    run_on(loop, io_del_fn, &r.io);
-    run_on(loop, del_poller, &idle.p);
+    jt_loop_run_on(loop, io_del_fn, &r.io);
+    jt_loop_run_on(loop, del_poller, &idle.p);
     /* Without pollers it sleeps again, and a post still wakes it. */
-    run_on(loop, NULL, NULL);
-    jet_loop_stop(loop);
-    jet_loop_destroy(loop);
+    jt_loop_run_on(loop, NULL, NULL);
+    jt_loop_down(loop);
     close(p[0]);
     close(p[1]);
     JET_FLAG(event_poll_yield) = false;
@@ -263,7 +224,7 @@ static void test_group(void)
 
     for (int i = 0; i < 2; i++) {
         where_t w = {0};
-        run_on(jet_loop_at(i), where_fn, &w);
+        jt_loop_run_on(jet_loop_at(i), where_fn, &w);
         JT_CHECK(w.current == jet_loop_at(i));
         JT_CHECK(w.in_thread);
         JT_CHECK_EQ(w.index, i);

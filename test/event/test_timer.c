@@ -8,52 +8,20 @@
 #include "base/time.h"
 #include "event/loop.h"
 #include "testutil.h"
+#include "testutil_loop.h"
 
 #define GUARD_US (5 * 1000 * 1000)
-
-static bool wait_at_least(_Atomic int *v, int target, int64_t guard_us)
-{
-    int64_t end = jet_now_us() + guard_us;
-    while (atomic_load(v) < target) {
-        if (jet_now_us() > end) return false;
-        struct timespec ts = {0, 100 * 1000};
-        nanosleep(&ts, NULL);
-    }
-    return true;
-}
-
-typedef struct sync_call {
-    jet_task_t task;
-    void (*fn)(void *arg);
-    void *arg;
-    _Atomic int done;
-} sync_call_t;
-
-static void sync_call_run(jet_task_t *t)
-{
-    sync_call_t *c = (sync_call_t *)t;
-    if (c->fn) c->fn(c->arg);
-    atomic_store(&c->done, 1);
-}
-
-static void run_on(jet_loop_t *loop, void (*fn)(void *), void *arg)
-{
-    sync_call_t c = {.task.fn = sync_call_run, .fn = fn, .arg = arg};
-    jet_loop_post(loop, &c.task);
-    if (!wait_at_least(&c.done, 1, GUARD_US)) abort(); /* c is on this stack */
-}
 
 static jet_loop_t *loop;
 
 static void setup(void)
 {
-    if (jet_loop_create(&loop) != 0 || jet_loop_start(loop) != 0) abort();
+    if (jt_loop_up(&loop) != 0) abort();
 }
 
 static void teardown(void)
 {
-    jet_loop_stop(loop);
-    jet_loop_destroy(loop);
+    jt_loop_down(loop);
     loop = NULL;
 }
 
@@ -118,12 +86,12 @@ static void test_deadline_order(void)
     setup();
     srand(12345);
     atomic_store(&rec_count, 0);
-    run_on(loop, arm_random, NULL);
+    jt_loop_run_on(loop, arm_random, NULL);
     int live = 0;
     for (int i = 0; i < NRAND; i++)
         live += !rand_stopped[i];
-    JT_CHECK(wait_at_least(&rec_count, live, 30 * 1000000LL));
-    run_on(loop, NULL, NULL);
+    JT_CHECK(jt_wait_at_least(&rec_count, live, 30 * 1000000LL));
+    jt_loop_run_on(loop, NULL, NULL);
     rec_timer_t *by_order[NRAND] = {0};
     int early = 0, wrong = 0;
     for (int i = 0; i < NRAND; i++) {
@@ -168,9 +136,9 @@ static void test_stop_before_firing(void)
     setup();
     ta = tb = (rec_timer_t){0};
     atomic_store(&rec_count, 0);
-    run_on(loop, arm_a_b_stop_a, NULL);
-    JT_CHECK(wait_at_least(&rec_count, 1, GUARD_US));
-    run_on(loop, NULL, NULL);
+    jt_loop_run_on(loop, arm_a_b_stop_a, NULL);
+    JT_CHECK(jt_wait_at_least(&rec_count, 1, GUARD_US));
+    jt_loop_run_on(loop, NULL, NULL);
     JT_CHECK_EQ(ta.fired, 0); /* B (later) fired, so A would have */
     JT_CHECK_EQ(tb.fired, 1);
     teardown();
@@ -200,16 +168,16 @@ static void test_rearm_moves(void)
     setup();
     ta = tb = tc = (rec_timer_t){0};
     atomic_store(&rec_count, 0);
-    run_on(loop, arm_far, NULL);
-    JT_CHECK(wait_at_least(&rec_count, 2, GUARD_US));
-    run_on(loop, NULL, NULL);
+    jt_loop_run_on(loop, arm_far, NULL);
+    JT_CHECK(jt_wait_at_least(&rec_count, 2, GUARD_US));
+    jt_loop_run_on(loop, NULL, NULL);
     JT_CHECK_EQ(ta.fired, 1);
     JT_CHECK_EQ(tc.fired, 1);
     JT_CHECK_EQ(ta.order, 0);
     JT_CHECK_EQ(tc.order, 1);
     JT_CHECK_EQ(tb.fired, 0);
     JT_CHECK(jet_timer_armed(&tb.t));
-    run_on(loop, stop_b, NULL);
+    jt_loop_run_on(loop, stop_b, NULL);
     JT_CHECK(!jet_timer_armed(&tb.t));
     teardown();
 }
@@ -258,15 +226,15 @@ static void test_callbacks_start_stop(void)
     atomic_store(&cx_runs, 0);
     atomic_store(&cy_runs, 0);
     atomic_store(&cz_runs, 0);
-    run_on(loop, arm_xyz, NULL);
-    JT_CHECK(wait_at_least(&cz_runs, 1, GUARD_US));
+    jt_loop_run_on(loop, arm_xyz, NULL);
+    JT_CHECK(jt_wait_at_least(&cz_runs, 1, GUARD_US));
     int64_t end = jet_now_us() + GUARD_US;
     int runs = 0;
     while (runs < 5 && jet_now_us() < end) {
-        run_on(loop, NULL, NULL);
+        jt_loop_run_on(loop, NULL, NULL);
         runs = atomic_load(&cx_runs);
     }
-    run_on(loop, NULL, NULL);
+    jt_loop_run_on(loop, NULL, NULL);
     JT_CHECK_EQ(cx_runs, 5);
     JT_CHECK(!jet_timer_armed(&cx));
     JT_CHECK_EQ(cy_runs, 0);
@@ -293,9 +261,9 @@ static void test_zero_and_past_deadline(void)
     setup();
     tzero = tpast = (rec_timer_t){0};
     atomic_store(&rec_count, 0);
-    run_on(loop, arm_zero_past, NULL);
-    JT_CHECK(wait_at_least(&rec_count, 2, GUARD_US));
-    run_on(loop, NULL, NULL);
+    jt_loop_run_on(loop, arm_zero_past, NULL);
+    JT_CHECK(jt_wait_at_least(&rec_count, 2, GUARD_US));
+    jt_loop_run_on(loop, NULL, NULL);
     JT_CHECK_EQ(tzero.fired, 1);
     JT_CHECK_EQ(tpast.fired, 1);
     JT_CHECK_EQ(tzero.order, 0); /* deadline 0 is the earlier one */
@@ -327,11 +295,11 @@ static void test_rearm_in_past_no_livelock(void)
 {
     setup();
     atomic_store(&spin_runs, 0);
-    run_on(loop, arm_spin, NULL);
-    JT_CHECK(wait_at_least(&spin_runs, 1000, GUARD_US));
-    run_on(loop, stop_spin, NULL); /* this task gets to run */
+    jt_loop_run_on(loop, arm_spin, NULL);
+    JT_CHECK(jt_wait_at_least(&spin_runs, 1000, GUARD_US));
+    jt_loop_run_on(loop, stop_spin, NULL); /* this task gets to run */
     int after = atomic_load(&spin_runs);
-    run_on(loop, NULL, NULL);
+    jt_loop_run_on(loop, NULL, NULL);
     JT_CHECK_EQ(atomic_load(&spin_runs), after);
     teardown();
 }
@@ -359,9 +327,9 @@ static void test_many_and_stop_half(void)
     for (int i = 0; i < NBIG; i++)
         big[i] = (rec_timer_t){0};
     atomic_store(&rec_count, 0);
-    run_on(loop, arm_big_stop_odd, NULL);
-    JT_CHECK(wait_at_least(&rec_count, NBIG / 2, GUARD_US));
-    run_on(loop, NULL, NULL);
+    jt_loop_run_on(loop, arm_big_stop_odd, NULL);
+    JT_CHECK(jt_wait_at_least(&rec_count, NBIG / 2, GUARD_US));
+    jt_loop_run_on(loop, NULL, NULL);
     int bad = 0;
     for (int i = 0; i < NBIG; i++) {
         if (i % 2)

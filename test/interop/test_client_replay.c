@@ -5,171 +5,26 @@
  * correlation_id rewritten to the request's (body and attachment bytes kept
  * as recorded). Then: stale ids, undecodable bodies, bad attachment sizes, a
  * server that closes mid-call and one that sends garbage. */
-#include <arpa/inet.h>
-#include <errno.h>
-#include <fcntl.h>
-#include <netinet/in.h>
-#include <poll.h>
 #include <pthread.h>
-#include <snappy-c.h>
 #include <stdatomic.h>
 #include <stdbool.h>
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/socket.h>
 #include <unistd.h>
-#include <zlib.h>
 
 #include <jetrpc/jetrpc.h>
 
 #include "echo.pb-c.h"
 #include "rpc/codec.h"
 #include "testutil.h"
+#include "testutil_rpc.h"
 
 #define IO_TIMEOUT_MS    10000 /* bound on any wait for bytes that must come */
 #define CLOSE_TIMEOUT_MS 10000
 #define CALL_TIMEOUT_MS  10000
-#define MAX_FRAME        (80u * 1024 * 1024)
-
-#define CMP(label, c)                                                                              \
-    do {                                                                                           \
-        if (!(c)) {                                                                                \
-            fprintf(stderr, "  [%s]", label);                                                      \
-            jt_fail(__FILE__, __LINE__, #c);                                                       \
-        }                                                                                          \
-    } while (0)
 
 /* ---- byte helpers ------------------------------------------------------------ */
-
-static int64_t now_ms(void)
-{
-    return (int64_t)(jt_now_us() / 1000);
-}
-
-static int left_ms(int64_t deadline)
-{
-    int64_t l = deadline - now_ms();
-    return l < 0 ? 0 : (int)l;
-}
-
-static uint32_t be32(const uint8_t *p)
-{
-    return (uint32_t)p[0] << 24 | (uint32_t)p[1] << 16 | (uint32_t)p[2] << 8 | p[3];
-}
-
-static uint8_t *iobuf_bytes(const jet_iobuf_t *b, size_t *len_p)
-{
-    size_t n = jet_iobuf_len(b);
-    uint8_t *p = malloc(n ? n : 1);
-    jet_iobuf_copy_to(b, p, n, 0);
-    *len_p = n;
-    return p;
-}
-
-static uint8_t *load(const char *name, size_t *len_p)
-{
-    char rel[256];
-    snprintf(rel, sizeof rel, "interop/baidu_std/%s", name);
-    uint8_t *p = jt_read_file(jt_shared_path(rel), len_p);
-    if (!p) fprintf(stderr, "  cannot read %s\n", jt_shared_path(rel));
-    return p;
-}
-
-static bool decode(const uint8_t *p, size_t n, jet_baidu_frame_t *f)
-{
-    jet_iobuf_t in;
-    jet_iobuf_init(&in);
-    int bad = 0;
-    jet_parse_result_t r = JET_PARSE_BAD_META;
-    if (jet_iobuf_append(&in, p, n) == 0) r = jet__baidu_cut(&in, MAX_FRAME, f, &bad);
-    bool ok = r == JET_PARSE_OK && !bad && jet_iobuf_len(&in) == 0;
-    jet_iobuf_fini(&in);
-    return ok;
-}
-
-/* Loads a recorded single-frame file, decoded. */
-static bool load_frame(const char *name, jet_baidu_frame_t *f)
-{
-    size_t n;
-    uint8_t *p = load(name, &n);
-    bool ok = p && decode(p, n, f);
-    if (p && !ok) fprintf(stderr, "  %s does not decode\n", name);
-    free(p);
-    return ok;
-}
-
-/* The message part, decompressed with zlib / snappy themselves. */
-static uint8_t *plain_body(const jet_baidu_frame_t *f, size_t *len_p)
-{
-    size_t n;
-    uint8_t *raw = iobuf_bytes(&f->body, &n);
-    int ct = f->meta->has_compress_type ? f->meta->compress_type : 0;
-    if (ct == 0) {
-        *len_p = n;
-        return raw;
-    }
-    uint8_t *out = NULL;
-    if (ct == 1) {
-        size_t ulen;
-        if (snappy_uncompressed_length((const char *)raw, n, &ulen) == SNAPPY_OK) {
-            out = malloc(ulen + 1);
-            if (snappy_uncompress((const char *)raw, n, (char *)out, &ulen) != SNAPPY_OK) {
-                free(out);
-                out = NULL;
-            }
-            *len_p = ulen;
-        }
-    } else if (ct == 2 || ct == 3) {
-        bool form_ok = ct == 2
-                           ? n >= 2 && raw[0] == 0x1f && raw[1] == 0x8b
-                           : n >= 2 && (raw[0] & 0x0f) == 8 && ((raw[0] << 8) | raw[1]) % 31 == 0;
-        z_stream z;
-        memset(&z, 0, sizeof z);
-        size_t cap = 4 * n + 1024, used = 0;
-        out = malloc(cap);
-        int zr = form_ok ? inflateInit2(&z, ct == 2 ? 16 + 15 : 15) : Z_DATA_ERROR;
-        if (zr == Z_OK) {
-            z.next_in = raw;
-            z.avail_in = (uInt)n;
-            do {
-                if (cap - used < 4096) {
-                    cap *= 2;
-                    out = realloc(out, cap);
-                }
-                z.next_out = out + used;
-                z.avail_out = (uInt)(cap - used);
-                zr = inflate(&z, Z_NO_FLUSH);
-                used = cap - z.avail_out;
-            } while (zr == Z_OK);
-            inflateEnd(&z);
-        }
-        if (zr != Z_STREAM_END || z.avail_in != 0) {
-            free(out);
-            out = NULL;
-        }
-        *len_p = used;
-    }
-    free(raw);
-    return out;
-}
-
-/* message of an EchoRequest / EchoResponse frame (both are {string message = 1}). */
-static char *frame_message(const jet_baidu_frame_t *f, bool request)
-{
-    size_t n;
-    uint8_t *p = plain_body(f, &n);
-    if (!p) return NULL;
-    const ProtobufCMessageDescriptor *d =
-        request ? &example__echo_request__descriptor : &example__echo_response__descriptor;
-    ProtobufCMessage *m = protobuf_c_message_unpack(d, NULL, n, p);
-    free(p);
-    if (!m) return NULL;
-    char *s = strdup(request ? ((Example__EchoRequest *)m)->message
-                             : ((Example__EchoResponse *)m)->message);
-    protobuf_c_message_free_unpacked(m, NULL);
-    return s;
-}
 
 /* Re-packs a decoded frame with correlation_id cid; body and attachment bytes
  * are shared, so the frame stays usable. malloc'd bytes. */
@@ -185,133 +40,12 @@ static uint8_t *repack(jet_baidu_frame_t *f, int64_t cid, size_t *len_p)
     f->meta->has_correlation_id = true;
     f->meta->correlation_id = cid;
     uint8_t *p = NULL;
-    if (jet__baidu_pack(&out, f->meta, &b, &a) == 0) p = iobuf_bytes(&out, len_p);
+    if (jet__baidu_pack(&out, f->meta, &b, &a) == 0) p = jt_iobuf_bytes(&out, len_p);
     f->meta->correlation_id = saved;
     jet_iobuf_fini(&out);
     jet_iobuf_fini(&b);
     jet_iobuf_fini(&a);
     return p;
-}
-
-/* ---- one accepted connection of the fake server ----------------------------- */
-
-typedef struct rconn {
-    int fd;
-    uint8_t *buf;
-    size_t off, len, cap;
-    int closed;
-} rconn_t;
-
-static void rc_init(rconn_t *c, int fd)
-{
-    memset(c, 0, sizeof *c);
-    c->fd = fd;
-    fcntl(fd, F_SETFL, fcntl(fd, F_GETFL) | O_NONBLOCK);
-}
-
-static void rc_close(rconn_t *c)
-{
-    if (c->fd >= 0) close(c->fd);
-    free(c->buf);
-    memset(c, 0, sizeof *c);
-    c->fd = -1;
-}
-
-static size_t rc_avail(const rconn_t *c)
-{
-    return c->len - c->off;
-}
-
-static int rc_pump(rconn_t *c, int timeout_ms)
-{
-    if (c->closed) return -1;
-    struct pollfd p = {.fd = c->fd, .events = POLLIN};
-    int n = poll(&p, 1, timeout_ms);
-    if (n <= 0) return 1;
-    for (;;) {
-        if (c->cap - c->len < 65536) {
-            if (c->off) {
-                memmove(c->buf, c->buf + c->off, c->len - c->off);
-                c->len -= c->off;
-                c->off = 0;
-            }
-            if (c->cap - c->len < 65536) {
-                size_t ncap = c->cap ? c->cap * 2 : 262144;
-                uint8_t *nb = realloc(c->buf, ncap);
-                if (!nb) abort();
-                c->buf = nb;
-                c->cap = ncap;
-            }
-        }
-        ssize_t r = read(c->fd, c->buf + c->len, c->cap - c->len);
-        if (r > 0) {
-            c->len += (size_t)r;
-            continue;
-        }
-        if (r == 0) {
-            c->closed = 1;
-            return -1;
-        }
-        if (errno == EINTR) continue;
-        if (errno == EAGAIN) return 1;
-        c->closed = -errno;
-        return -1;
-    }
-}
-
-static int rc_write(rconn_t *c, const void *p, size_t n)
-{
-    const uint8_t *b = p;
-    int64_t deadline = now_ms() + IO_TIMEOUT_MS;
-    while (n) {
-        struct pollfd pf = {.fd = c->fd, .events = POLLOUT | (c->closed ? 0 : POLLIN)};
-        int rc = poll(&pf, 1, left_ms(deadline));
-        if (rc == 0) return -ETIMEDOUT;
-        if (rc < 0) {
-            if (errno == EINTR) continue;
-            return -errno;
-        }
-        if (pf.revents & POLLIN) rc_pump(c, 0);
-        if (pf.revents & (POLLOUT | POLLERR | POLLHUP)) {
-            ssize_t w = send(c->fd, b, n, MSG_NOSIGNAL | MSG_DONTWAIT);
-            if (w < 0) {
-                if (errno == EAGAIN || errno == EINTR) continue;
-                return -errno;
-            }
-            b += w;
-            n -= (size_t)w;
-        }
-    }
-    return 0;
-}
-
-/* Next request frame, decoded into f. 1, 0 timeout, -1 closed, -2 bad bytes. */
-static int rc_frame(rconn_t *c, int timeout_ms, jet_baidu_frame_t *f)
-{
-    int64_t deadline = now_ms() + timeout_ms;
-    for (;;) {
-        size_t avail = rc_avail(c);
-        if (avail >= 4 && memcmp(c->buf + c->off, "PRPC", 4) != 0) return -2;
-        if (avail >= 12) {
-            size_t need = 12 + (size_t)be32(c->buf + c->off + 4);
-            if (need > MAX_FRAME) return -2;
-            if (avail >= need) {
-                bool ok = decode(c->buf + c->off, need, f);
-                c->off += need;
-                return ok ? 1 : -2;
-            }
-        }
-        if (left_ms(deadline) == 0) return 0;
-        if (rc_pump(c, left_ms(deadline)) < 0 && rc_avail(c) == avail) return -1;
-    }
-}
-
-static bool rc_wait_closed(rconn_t *c, int timeout_ms)
-{
-    int64_t deadline = now_ms() + timeout_ms;
-    while (!c->closed && left_ms(deadline) > 0)
-        rc_pump(c, left_ms(deadline));
-    return c->closed != 0;
 }
 
 /* ---- the fake server ------------------------------------------------------------ */
@@ -338,36 +72,26 @@ static fake_t g_fake;
 
 static int fake_listen(fake_t *f)
 {
-    f->lfd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
-    if (f->lfd < 0) return -1;
-    struct sockaddr_in a = {.sin_family = AF_INET};
-    a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-    socklen_t len = sizeof a;
-    if (bind(f->lfd, (struct sockaddr *)&a, sizeof a) < 0 || listen(f->lfd, 16) < 0 ||
-        getsockname(f->lfd, (struct sockaddr *)&a, &len) < 0)
-        return -1;
-    f->port = ntohs(a.sin_port);
-    return 0;
+    f->lfd = jt_tcp_listen(16, &f->port);
+    return f->lfd < 0 ? -1 : 0;
 }
 
 /* Accepts one connection within timeout_ms. false on timeout. */
-static bool fake_accept(fake_t *f, rconn_t *c, int timeout_ms)
+static bool fake_accept(fake_t *f, jt_conn_t *c, int timeout_ms)
 {
-    struct pollfd p = {.fd = f->lfd, .events = POLLIN};
-    if (poll(&p, 1, timeout_ms) <= 0) return false;
-    int fd = accept4(f->lfd, NULL, NULL, SOCK_CLOEXEC);
+    int fd = jt_tcp_accept(f->lfd, timeout_ms);
     if (fd < 0) return false;
-    rc_init(c, fd);
+    jt_conn_init(c, fd);
     f->accepted++;
     return true;
 }
 
 /* Reads the next request into f->req[f->nreq]; returns it or NULL. */
-static jet_baidu_frame_t *fake_read_req(fake_t *f, rconn_t *c)
+static jet_baidu_frame_t *fake_read_req(fake_t *f, jt_conn_t *c)
 {
     if (f->nreq >= FAKE_MAX_REQS) return NULL;
     jet_baidu_frame_t *q = &f->req[f->nreq];
-    int r = rc_frame(c, IO_TIMEOUT_MS, q);
+    int r = jt_conn_frame(c, IO_TIMEOUT_MS, q, NULL, NULL);
     if (r != 1) {
         fprintf(stderr, "  fake: no request (%d)\n", r);
         jet__baidu_frame_fini(q);
@@ -376,6 +100,23 @@ static jet_baidu_frame_t *fake_read_req(fake_t *f, rconn_t *c)
     }
     f->nreq++;
     return q;
+}
+
+/* Sends resp, re-packed with correlation_id cid. true when it all went out. */
+static bool fake_answer(jt_conn_t *c, jet_baidu_frame_t *resp, int64_t cid)
+{
+    size_t n;
+    uint8_t *p = repack(resp, cid, &n);
+    bool ok = p && jt_conn_write(c, p, n) == 0;
+    free(p);
+    return ok;
+}
+
+/* Waits for the client to close the connection, then closes it here. */
+static void fake_finish(fake_t *f, jt_conn_t *c)
+{
+    f->client_closed = jt_conn_wait_closed(c, CLOSE_TIMEOUT_MS);
+    jt_conn_close(c);
 }
 
 static void *fake_main(void *arg)
@@ -412,15 +153,7 @@ static void fake_clear(void)
 
 static jet_channel_t *channel(int32_t max_retry)
 {
-    jet_channel_options_t o;
-    jet_channel_options_init(&o);
-    o.timeout_ms = CALL_TIMEOUT_MS;
-    o.max_retry = max_retry;
-    char addr[64];
-    snprintf(addr, sizeof addr, "127.0.0.1:%d", g_fake.port);
-    jet_channel_t *ch = NULL;
-    if (jet_channel_create(addr, &o, &ch) < 0) return NULL;
-    return ch;
+    return jt_channel_open_port(g_fake.port, JET_CONNECTION_SINGLE, CALL_TIMEOUT_MS, max_retry);
 }
 
 /* ---- scripts ----------------------------------------------------------------- */
@@ -432,18 +165,14 @@ static void script_recorded(fake_t *f)
     snprintf(fn, sizeof fn, "%s.resp.bin", f->name);
     jet_baidu_frame_t resp;
     jet__baidu_frame_init(&resp);
-    rconn_t c;
-    bool loaded = load_frame(fn, &resp);
+    jt_conn_t c;
+    bool loaded = jt_interop_load_frame(fn, &resp);
     if (!fake_accept(f, &c, IO_TIMEOUT_MS)) goto out_resp;
     jet_baidu_frame_t *q = fake_read_req(f, &c);
     if (q && loaded) {
-        size_t n;
-        uint8_t *p = repack(&resp, q->meta->correlation_id, &n);
-        f->ok = p && rc_write(&c, p, n) == 0;
-        free(p);
+        f->ok = fake_answer(&c, &resp, q->meta->correlation_id);
     }
-    f->client_closed = rc_wait_closed(&c, CLOSE_TIMEOUT_MS);
-    rc_close(&c);
+    fake_finish(f, &c);
 out_resp:
     jet__baidu_frame_fini(&resp);
 }
@@ -454,8 +183,8 @@ static void script_timeout_then_next(fake_t *f)
 {
     jet_baidu_frame_t resp;
     jet__baidu_frame_init(&resp);
-    rconn_t c;
-    bool loaded = load_frame("12-after_timeout.resp.bin", &resp);
+    jt_conn_t c;
+    bool loaded = jt_interop_load_frame("12-after_timeout.resp.bin", &resp);
     if (!fake_accept(f, &c, IO_TIMEOUT_MS)) goto out_resp;
     jet_baidu_frame_t *q11 = fake_read_req(f, &c);
     jet_baidu_frame_t *q12 = q11 ? fake_read_req(f, &c) : NULL;
@@ -472,30 +201,17 @@ static void script_timeout_then_next(fake_t *f)
         int rc = jet__baidu_pack(&out, resp.meta, &body, NULL);
         resp.meta->correlation_id = saved;
         size_t n1 = 0, n2 = 0;
-        uint8_t *p1 = rc == 0 ? iobuf_bytes(&out, &n1) : NULL;
+        uint8_t *p1 = rc == 0 ? jt_iobuf_bytes(&out, &n1) : NULL;
         uint8_t *p2 = repack(&resp, q12->meta->correlation_id, &n2);
-        f->ok = p1 && p2 && rc_write(&c, p1, n1) == 0 && rc_write(&c, p2, n2) == 0;
+        f->ok = p1 && p2 && jt_conn_write(&c, p1, n1) == 0 && jt_conn_write(&c, p2, n2) == 0;
         free(p1);
         free(p2);
         jet_iobuf_fini(&body);
         jet_iobuf_fini(&out);
     }
-    f->client_closed = rc_wait_closed(&c, CLOSE_TIMEOUT_MS);
-    rc_close(&c);
+    fake_finish(f, &c);
 out_resp:
     jet__baidu_frame_fini(&resp);
-}
-
-/* Splits a recorded stream into frames. Returns how many (<= max). */
-static int split_stream(const uint8_t *p, size_t n, jet_baidu_frame_t *out, int max)
-{
-    int k = 0;
-    for (size_t off = 0; off + 12 <= n && k < max; k++) {
-        size_t len = 12 + (size_t)be32(p + off + 4);
-        if (off + len > n || !decode(p + off, len, &out[k])) break;
-        off += len;
-    }
-    return k;
 }
 
 #define PIPE_N 200
@@ -503,7 +219,7 @@ static int split_stream(const uint8_t *p, size_t n, jet_baidu_frame_t *out, int 
 /* Index i of a "pipelined-i" request, or -1. */
 static int pipe_index(const jet_baidu_frame_t *q)
 {
-    char *m = frame_message(q, true);
+    char *m = jt_frame_echo_message(q, true);
     int i = -1;
     if (m && sscanf(m, "pipelined-%d", &i) != 1) i = -1;
     free(m);
@@ -518,7 +234,7 @@ static int g_pipe_nreq, g_pipe_nresp;
  * order, so they go out in reverse: the client must match by id alone. */
 static void script_pipelined(fake_t *f)
 {
-    rconn_t c;
+    jt_conn_t c;
     if (!fake_accept(f, &c, IO_TIMEOUT_MS)) return;
     int64_t client_cid[PIPE_N];
     bool have[PIPE_N] = {false};
@@ -553,14 +269,13 @@ static void script_pipelined(fake_t *f)
     }
     if (ok) {
         size_t n;
-        uint8_t *p = iobuf_bytes(&all, &n);
-        ok = rc_write(&c, p, n) == 0;
+        uint8_t *p = jt_iobuf_bytes(&all, &n);
+        ok = jt_conn_write(&c, p, n) == 0;
         free(p);
     }
     jet_iobuf_fini(&all);
     f->ok = ok;
-    f->client_closed = rc_wait_closed(&c, CLOSE_TIMEOUT_MS);
-    rc_close(&c);
+    fake_finish(f, &c);
 }
 
 /* 00's answer first with ids the client never issued, then with the right one. */
@@ -568,27 +283,19 @@ static void script_unknown_cid(fake_t *f)
 {
     jet_baidu_frame_t resp;
     jet__baidu_frame_init(&resp);
-    rconn_t c;
-    bool loaded = load_frame("00-echo_small.resp.bin", &resp);
+    jt_conn_t c;
+    bool loaded = jt_interop_load_frame("00-echo_small.resp.bin", &resp);
     if (!fake_accept(f, &c, IO_TIMEOUT_MS)) goto out_resp;
     jet_baidu_frame_t *q = fake_read_req(f, &c);
     if (q && loaded) {
         int64_t cid = q->meta->correlation_id;
         int64_t wrong[] = {cid + 0x7777, cid ^ ((int64_t)1 << 60), 0, -1};
         bool ok = true;
-        for (size_t i = 0; i < sizeof wrong / sizeof wrong[0] && ok; i++) {
-            size_t n;
-            uint8_t *p = repack(&resp, wrong[i], &n);
-            ok = p && rc_write(&c, p, n) == 0;
-            free(p);
-        }
-        size_t n;
-        uint8_t *p = repack(&resp, cid, &n);
-        f->ok = ok && p && rc_write(&c, p, n) == 0;
-        free(p);
+        for (size_t i = 0; i < sizeof wrong / sizeof wrong[0] && ok; i++)
+            ok = fake_answer(&c, &resp, wrong[i]);
+        f->ok = ok && fake_answer(&c, &resp, cid);
     }
-    f->client_closed = rc_wait_closed(&c, CLOSE_TIMEOUT_MS);
-    rc_close(&c);
+    fake_finish(f, &c);
 out_resp:
     jet__baidu_frame_fini(&resp);
 }
@@ -599,9 +306,9 @@ static void script_damaged(fake_t *f)
     bool bad_body = strcmp(f->name, "bad_body") == 0;
     jet_baidu_frame_t resp;
     jet__baidu_frame_init(&resp);
-    rconn_t c;
-    bool loaded =
-        load_frame(bad_body ? "00-echo_small.resp.bin" : "02-attachment_1k.resp.bin", &resp);
+    jt_conn_t c;
+    bool loaded = jt_interop_load_frame(
+        bad_body ? "00-echo_small.resp.bin" : "02-attachment_1k.resp.bin", &resp);
     if (!fake_accept(f, &c, IO_TIMEOUT_MS)) goto out_resp;
     jet_baidu_frame_t *q = fake_read_req(f, &c);
     if (q && loaded) {
@@ -612,13 +319,9 @@ static void script_damaged(fake_t *f)
         } else {
             resp.meta->attachment_size = 5000; /* 1024 bytes follow the message */
         }
-        size_t n;
-        uint8_t *p = repack(&resp, q->meta->correlation_id, &n);
-        f->ok = p && rc_write(&c, p, n) == 0;
-        free(p);
+        f->ok = fake_answer(&c, &resp, q->meta->correlation_id);
     }
-    f->client_closed = rc_wait_closed(&c, CLOSE_TIMEOUT_MS);
-    rc_close(&c);
+    fake_finish(f, &c);
 out_resp:
     jet__baidu_frame_fini(&resp);
 }
@@ -627,10 +330,10 @@ out_resp:
 static void script_close_mid_call(fake_t *f)
 {
     for (int k = 0; k < 3; k++) {
-        rconn_t c;
+        jt_conn_t c;
         if (!fake_accept(f, &c, IO_TIMEOUT_MS)) return;
         jet_baidu_frame_t *q = fake_read_req(f, &c);
-        rc_close(&c);
+        jt_conn_close(&c);
         if (!q) return;
     }
     f->ok = true;
@@ -639,15 +342,14 @@ static void script_close_mid_call(fake_t *f)
 /* Two requests, then bytes that are not baidu_std. */
 static void script_garbage(fake_t *f)
 {
-    rconn_t c;
+    jt_conn_t c;
     if (!fake_accept(f, &c, IO_TIMEOUT_MS)) return;
     if (fake_read_req(f, &c) && fake_read_req(f, &c)) {
         uint8_t x[64];
         memset(x, 'X', sizeof x);
-        f->ok = rc_write(&c, x, sizeof x) == 0;
+        f->ok = jt_conn_write(&c, x, sizeof x) == 0;
     }
-    f->client_closed = rc_wait_closed(&c, CLOSE_TIMEOUT_MS);
-    rc_close(&c);
+    fake_finish(f, &c);
 }
 
 /* ---- checks on what the client sent ---------------------------------------------- */
@@ -658,33 +360,33 @@ static void compare_request(const char *label, const jet_baidu_frame_t *got,
                             const jet_baidu_frame_t *want)
 {
     const Brpc__Policy__RpcMeta *g = got->meta, *w = want->meta;
-    CMP(label, g->request != NULL);
+    JT_CHECK_AT(label, g->request != NULL);
     if (!g->request || !w->request) return;
-    CMP(label, strcmp(g->request->service_name, w->request->service_name) == 0);
-    CMP(label, strcmp(g->request->method_name, w->request->method_name) == 0);
-    CMP(label, g->request->has_log_id == w->request->has_log_id);
-    CMP(label, g->request->log_id == w->request->log_id);
-    CMP(label, !g->request->has_trace_id && !g->request->has_span_id &&
-                   !g->request->has_parent_span_id && !g->request->request_id &&
-                   !g->request->has_timeout_ms);
-    CMP(label, g->response == NULL);
-    CMP(label, g->has_compress_type && g->compress_type == w->compress_type);
-    CMP(label, g->has_correlation_id);
-    CMP(label, g->has_attachment_size == w->has_attachment_size);
-    CMP(label, g->attachment_size == w->attachment_size);
-    CMP(label, g->has_content_type && g->content_type == 0);
-    CMP(label, g->has_checksum_type && g->checksum_type == 0);
-    CMP(label, g->has_checksum_value && g->checksum_value.len == 0);
-    CMP(label, !g->has_checksum_with_attachment);
-    CMP(label, g->n_user_fields == 0 && !g->has_authentication_data && !g->stream_settings &&
-                   !g->chunk_info);
-    char *gm = frame_message(got, true), *wm = frame_message(want, true);
-    CMP(label, gm && wm && strcmp(gm, wm) == 0);
+    JT_CHECK_AT(label, strcmp(g->request->service_name, w->request->service_name) == 0);
+    JT_CHECK_AT(label, strcmp(g->request->method_name, w->request->method_name) == 0);
+    JT_CHECK_AT(label, g->request->has_log_id == w->request->has_log_id);
+    JT_CHECK_AT(label, g->request->log_id == w->request->log_id);
+    JT_CHECK_AT(label, !g->request->has_trace_id && !g->request->has_span_id &&
+                           !g->request->has_parent_span_id && !g->request->request_id &&
+                           !g->request->has_timeout_ms);
+    JT_CHECK_AT(label, g->response == NULL);
+    JT_CHECK_AT(label, g->has_compress_type && g->compress_type == w->compress_type);
+    JT_CHECK_AT(label, g->has_correlation_id);
+    JT_CHECK_AT(label, g->has_attachment_size == w->has_attachment_size);
+    JT_CHECK_AT(label, g->attachment_size == w->attachment_size);
+    JT_CHECK_AT(label, g->has_content_type && g->content_type == 0);
+    JT_CHECK_AT(label, g->has_checksum_type && g->checksum_type == 0);
+    JT_CHECK_AT(label, g->has_checksum_value && g->checksum_value.len == 0);
+    JT_CHECK_AT(label, !g->has_checksum_with_attachment);
+    JT_CHECK_AT(label, g->n_user_fields == 0 && !g->has_authentication_data &&
+                           !g->stream_settings && !g->chunk_info);
+    char *gm = jt_frame_echo_message(got, true), *wm = jt_frame_echo_message(want, true);
+    JT_CHECK_AT(label, gm && wm && strcmp(gm, wm) == 0);
     free(gm);
     free(wm);
     size_t alen;
-    uint8_t *wa = iobuf_bytes(&want->attachment, &alen);
-    CMP(label, jet_iobuf_equals(&got->attachment, wa, alen) == 0);
+    uint8_t *wa = jt_iobuf_bytes(&want->attachment, &alen);
+    JT_CHECK_AT(label, jet_iobuf_equals(&got->attachment, wa, alen) == 0);
     free(wa);
 }
 
@@ -696,24 +398,24 @@ static void compare_outcome(const char *label, jet_call_t *call, const jet_baidu
     if (jet_call_error_code(call) != code)
         fprintf(stderr, "  [%s] error %d '%s', want %d\n", label, jet_call_error_code(call),
                 jet_call_error_text(call), code);
-    CMP(label, jet_call_error_code(call) == code);
-    CMP(label, jet_call_failed(call) == (code != 0));
+    JT_CHECK_AT(label, jet_call_error_code(call) == code);
+    JT_CHECK_AT(label, jet_call_failed(call) == (code != 0));
     if (code) {
-        CMP(label, strcmp(jet_call_error_text(call), w->response->error_text) == 0);
-        CMP(label, jet_call_response(call) == NULL);
+        JT_CHECK_AT(label, strcmp(jet_call_error_text(call), w->response->error_text) == 0);
+        JT_CHECK_AT(label, jet_call_response(call) == NULL);
         return;
     }
     const Example__EchoResponse *r = (const Example__EchoResponse *)jet_call_response(call);
-    char *wm = frame_message(want, false);
-    CMP(label, wm != NULL);
-    CMP(label, r != NULL);
-    CMP(label, r && wm && strcmp(r->message, wm) == 0);
+    char *wm = jt_frame_echo_message(want, false);
+    JT_CHECK_AT(label, wm != NULL);
+    JT_CHECK_AT(label, r != NULL);
+    JT_CHECK_AT(label, r && wm && strcmp(r->message, wm) == 0);
     free(wm);
-    CMP(label,
-        jet_call_response_compress_type(call) == (w->has_compress_type ? w->compress_type : 0));
+    JT_CHECK_AT(label, jet_call_response_compress_type(call) ==
+                           (w->has_compress_type ? w->compress_type : 0));
     size_t alen;
-    uint8_t *wa = iobuf_bytes(&want->attachment, &alen);
-    CMP(label, jet_iobuf_equals(jet_call_response_attachment(call), wa, alen) == 0);
+    uint8_t *wa = jt_iobuf_bytes(&want->attachment, &alen);
+    JT_CHECK_AT(label, jet_iobuf_equals(jet_call_response_attachment(call), wa, alen) == 0);
     free(wa);
 }
 
@@ -727,7 +429,7 @@ static ProtobufCServiceDescriptor g_nosuch_desc;
 static const ProtobufCServiceDescriptor *shape_call(const jet_baidu_frame_t *rec, jet_call_t *call,
                                                     Example__EchoRequest *req, char **msg_p)
 {
-    *msg_p = frame_message(rec, true);
+    *msg_p = jt_frame_echo_message(rec, true);
     if (!*msg_p || !rec->meta->request) return NULL;
     req->message = *msg_p;
     const Brpc__Policy__RpcRequestMeta *rm = rec->meta->request;
@@ -757,32 +459,32 @@ static void recorded_answers(void)
         jet__baidu_frame_init(&rec_req);
         jet__baidu_frame_init(&rec_resp);
         snprintf(fn, sizeof fn, "%s.req.bin", name);
-        bool ok = load_frame(fn, &rec_req);
+        bool ok = jt_interop_load_frame(fn, &rec_req);
         snprintf(fn, sizeof fn, "%s.resp.bin", name);
-        ok = load_frame(fn, &rec_resp) && ok;
-        CMP(name, ok);
+        ok = jt_interop_load_frame(fn, &rec_resp) && ok;
+        JT_CHECK_AT(name, ok);
         if (!ok) {
             jet__baidu_frame_fini(&rec_req);
             jet__baidu_frame_fini(&rec_resp);
             continue;
         }
         jet_channel_t *ch = channel(0);
-        CMP(name, ch != NULL);
+        JT_CHECK_AT(name, ch != NULL);
         jet_call_t *call = jet_call_create();
         Example__EchoRequest req = EXAMPLE__ECHO_REQUEST__INIT;
         char *msg = NULL;
         const ProtobufCServiceDescriptor *svc = shape_call(&rec_req, call, &req, &msg);
-        CMP(name, svc != NULL);
+        JT_CHECK_AT(name, svc != NULL);
         if (ch && svc) {
             fake_start(script_recorded, name);
-            CMP(name, jet_channel_call(ch, svc, 0, call, &req.base, NULL, NULL) == 0);
+            JT_CHECK_AT(name, jet_channel_call(ch, svc, 0, call, &req.base, NULL, NULL) == 0);
             compare_outcome(name, call, &rec_resp);
             jet_channel_destroy(ch);
             ch = NULL;
             fake_join();
-            CMP(name, g_fake.ok);
-            CMP(name, g_fake.client_closed);
-            CMP(name, g_fake.accepted == 1 && g_fake.nreq == 1);
+            JT_CHECK_AT(name, g_fake.ok);
+            JT_CHECK_AT(name, g_fake.client_closed);
+            JT_CHECK_AT(name, g_fake.accepted == 1 && g_fake.nreq == 1);
             if (g_fake.nreq == 1) compare_request(name, &g_fake.req[0], &rec_req);
             fake_clear();
         }
@@ -803,9 +505,9 @@ static void recorded_timeout_then_next(void)
     jet__baidu_frame_init(&q11);
     jet__baidu_frame_init(&q12);
     jet__baidu_frame_init(&r12);
-    bool ok = load_frame("11-timeout_sleep300.req.bin", &q11);
-    ok = load_frame("12-after_timeout.req.bin", &q12) && ok;
-    ok = load_frame("12-after_timeout.resp.bin", &r12) && ok;
+    bool ok = jt_interop_load_frame("11-timeout_sleep300.req.bin", &q11);
+    ok = jt_interop_load_frame("12-after_timeout.req.bin", &q12) && ok;
+    ok = jt_interop_load_frame("12-after_timeout.resp.bin", &r12) && ok;
     jet_channel_t *ch = ok ? channel(0) : NULL;
     JT_CHECK(ch != NULL);
     if (ch) {
@@ -860,14 +562,14 @@ static void on_done(jet_call_t *call, void *arg)
 static void recorded_pipelined_200(void)
 {
     size_t qn = 0, an = 0;
-    uint8_t *qs = load("pipelined_200.req.stream", &qn);
-    uint8_t *as = load("pipelined_200.resp.stream", &an);
+    uint8_t *qs = jt_interop_load("pipelined_200.req.stream", &qn);
+    uint8_t *as = jt_interop_load("pipelined_200.resp.stream", &an);
     for (int i = 0; i < PIPE_N; i++) {
         jet__baidu_frame_init(&g_pipe_req[i]);
         jet__baidu_frame_init(&g_pipe_resp[i]);
     }
-    g_pipe_nreq = qs ? split_stream(qs, qn, g_pipe_req, PIPE_N) : 0;
-    g_pipe_nresp = as ? split_stream(as, an, g_pipe_resp, PIPE_N) : 0;
+    g_pipe_nreq = qs ? jt_frame_split(qs, qn, g_pipe_req, PIPE_N) : 0;
+    g_pipe_nresp = as ? jt_frame_split(as, an, g_pipe_resp, PIPE_N) : 0;
     JT_CHECK_EQ(g_pipe_nreq, PIPE_N);
     JT_CHECK_EQ(g_pipe_nresp, PIPE_N);
     jet_channel_t *ch = channel(0);
@@ -955,7 +657,7 @@ static void unknown_correlation_id_dropped(void)
 {
     jet_baidu_frame_t want;
     jet__baidu_frame_init(&want);
-    JT_REQUIRE(load_frame("00-echo_small.resp.bin", &want));
+    JT_REQUIRE(jt_interop_load_frame("00-echo_small.resp.bin", &want));
     jet_channel_t *ch = channel(0);
     JT_REQUIRE(ch != NULL);
     Example__EchoRequest req;
@@ -989,13 +691,13 @@ static void damaged_answer(const char *what, int want_code, const char *want_tex
     if (jet_call_error_code(call) != want_code)
         fprintf(stderr, "  [%s] error %d '%s'\n", what, jet_call_error_code(call),
                 jet_call_error_text(call));
-    CMP(what, jet_call_failed(call));
-    CMP(what, jet_call_error_code(call) == want_code);
-    CMP(what, strncmp(jet_call_error_text(call), want_text, strlen(want_text)) == 0);
-    CMP(what, jet_call_response(call) == NULL);
+    JT_CHECK_AT(what, jet_call_failed(call));
+    JT_CHECK_AT(what, jet_call_error_code(call) == want_code);
+    JT_CHECK_AT(what, strncmp(jet_call_error_text(call), want_text, strlen(want_text)) == 0);
+    JT_CHECK_AT(what, jet_call_response(call) == NULL);
     jet_channel_destroy(ch);
     fake_join();
-    CMP(what, g_fake.ok);
+    JT_CHECK_AT(what, g_fake.ok);
     fake_clear();
     jet_call_destroy(call);
 }

@@ -5,20 +5,12 @@
  * are exactly the recorded ones. Everything runs twice: handlers on the event
  * loop (a sleeping request answered from a helper thread) and handlers on the
  * worker pool. */
-#include <arpa/inet.h>
 #include <errno.h>
-#include <fcntl.h>
-#include <netinet/in.h>
-#include <netinet/tcp.h>
-#include <poll.h>
-#include <pthread.h>
 #include <snappy-c.h>
-#include <stdatomic.h>
 #include <stdbool.h>
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/socket.h>
 #include <unistd.h>
 #include <zlib.h>
 
@@ -27,79 +19,17 @@
 #include "echo.pb-c.h"
 #include "rpc/codec.h"
 #include "testutil.h"
+#include "testutil_rpc.h"
 
 #define IO_TIMEOUT_MS    10000 /* bound on any wait for bytes that must come */
 #define CLOSE_TIMEOUT_MS 10000 /* bound on a wait for a close that must come */
-#define MAX_FRAME        (80u * 1024 * 1024)
 
-/* ---- the echo service, as brpc's example/echo_c++ server behaves ---------- */
+/* ---- the echo service, as brpc's example/echo_c++ server behaves ----------
+ * testutil_rpc.h's: "fail" fails with 1003, "sleep:<ms>" answers after <ms>
+ * (from a helper thread when handlers run on the loop: never block it),
+ * anything else is echoed with its attachment, compressed as it came. */
 
-static bool g_sleep_async; /* handlers run on the loop: never block it */
-static atomic_int g_sleepers;
-
-typedef struct sleeper {
-    int ms;
-    const Example__EchoRequest *req;
-    Example__EchoResponse_Closure closure;
-    void *closure_data;
-} sleeper_t;
-
-static void echo_answer(const Example__EchoRequest *req, Example__EchoResponse_Closure closure,
-                        void *closure_data)
-{
-    jet_call_t *call = jet_server_call(closure_data);
-    Example__EchoResponse resp = EXAMPLE__ECHO_RESPONSE__INIT;
-    resp.message = req->message;
-    jet_iobuf_move(jet_call_response_attachment(call), jet_call_request_attachment(call));
-    closure(&resp, closure_data);
-}
-
-static void *sleeper_main(void *arg)
-{
-    sleeper_t *sl = arg;
-    usleep((useconds_t)sl->ms * 1000);
-    echo_answer(sl->req, sl->closure, sl->closure_data);
-    free(sl);
-    atomic_fetch_sub(&g_sleepers, 1);
-    return NULL;
-}
-
-static void echo_echo(Example__EchoService_Service *service, const Example__EchoRequest *req,
-                      Example__EchoResponse_Closure closure, void *closure_data)
-{
-    jet_call_t *call = jet_server_call(closure_data);
-    jet_call_set_response_compress_type(call, jet_call_request_compress_type(call));
-    if (strcmp(req->message, "fail") == 0) {
-        jet_call_set_failed(call, 1003, "asked to fail");
-        closure(NULL, closure_data);
-        return;
-    }
-    int ms = 0;
-    if (sscanf(req->message, "sleep:%d", &ms) == 1 && ms > 0) {
-        if (!g_sleep_async) {
-            usleep((useconds_t)ms * 1000);
-        } else {
-            sleeper_t *sl = malloc(sizeof *sl);
-            pthread_t th;
-            if (sl) {
-                *sl = (sleeper_t){ms, req, closure, closure_data};
-                atomic_fetch_add(&g_sleepers, 1);
-                pthread_attr_t attr;
-                pthread_attr_init(&attr);
-                pthread_attr_setdetachstate(&attr, PTHREAD_CREATE_DETACHED);
-                int rc = pthread_create(&th, &attr, sleeper_main, sl);
-                pthread_attr_destroy(&attr);
-                if (rc == 0) return;
-                atomic_fetch_sub(&g_sleepers, 1);
-                free(sl);
-            }
-            usleep((useconds_t)ms * 1000);
-        }
-    }
-    echo_answer(req, closure, closure_data);
-}
-
-static Example__EchoService_Service g_service = EXAMPLE__ECHO_SERVICE__INIT(echo_);
+static jt_echo_service_t g_service;
 static jet_server_t *g_srv;
 static int g_port;
 
@@ -109,236 +39,19 @@ static int server_up(bool in_pool)
     jet_server_options_init(&opts);
     opts.usercode_in_pool = in_pool;
     opts.num_workers = 4;
-    g_sleep_async = !in_pool;
-    int rc = jet_server_create(&opts, &g_srv);
-    if (rc == 0) rc = jet_server_add_service(g_srv, &g_service.base);
-    if (rc == 0) rc = jet_server_start(g_srv, "127.0.0.1:0");
-    if (rc == 0) g_port = jet_server_listen_port(g_srv);
-    return rc == 0 && g_port > 0 ? 0 : -1;
+    jt_echo_service_init(&g_service, &(jt_echo_opts_t){.sleep_async = !in_pool});
+    g_srv = jt_echo_server_start(&g_service, "127.0.0.1:0", &opts, &g_port);
+    return g_srv && g_port > 0 ? 0 : -1;
 }
 
 static void server_down(void)
 {
-    jet_server_stop(g_srv);
-    jet_server_destroy(g_srv);
+    jt_server_stop(g_srv);
     g_srv = NULL;
-    while (atomic_load(&g_sleepers) > 0)
-        usleep(1000);
-}
-
-/* ---- a raw client connection --------------------------------------------- */
-
-typedef struct rconn {
-    int fd;
-    uint8_t *buf;
-    size_t off, len, cap; /* unread bytes: buf[off .. len) */
-    int closed;           /* 0 open; 1 EOF; -errno */
-} rconn_t;
-
-static int64_t now_ms(void)
-{
-    return (int64_t)(jt_now_us() / 1000);
-}
-
-static int left_ms(int64_t deadline)
-{
-    int64_t l = deadline - now_ms();
-    return l < 0 ? 0 : (int)l;
-}
-
-static int rc_open(rconn_t *c)
-{
-    memset(c, 0, sizeof *c);
-    c->fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
-    if (c->fd < 0) return -errno;
-    struct sockaddr_in a = {.sin_family = AF_INET, .sin_port = htons((uint16_t)g_port)};
-    a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-    if (connect(c->fd, (struct sockaddr *)&a, sizeof a) < 0) {
-        int err = -errno;
-        close(c->fd);
-        c->fd = -1;
-        return err;
-    }
-    int one = 1;
-    setsockopt(c->fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof one);
-    fcntl(c->fd, F_SETFL, fcntl(c->fd, F_GETFL) | O_NONBLOCK);
-    return 0;
-}
-
-static void rc_close(rconn_t *c)
-{
-    if (c->fd >= 0) close(c->fd);
-    free(c->buf);
-    memset(c, 0, sizeof *c);
-    c->fd = -1;
-}
-
-static size_t rc_avail(const rconn_t *c)
-{
-    return c->len - c->off;
-}
-
-/* Waits up to timeout_ms for input and reads what is there. 1: read or
- * nothing yet, -1: the connection is closed (c->closed says how). */
-static int rc_pump(rconn_t *c, int timeout_ms)
-{
-    if (c->closed) return -1;
-    struct pollfd p = {.fd = c->fd, .events = POLLIN};
-    int n = poll(&p, 1, timeout_ms);
-    if (n <= 0) return 1;
-    for (;;) {
-        if (c->cap - c->len < 65536) {
-            if (c->off) {
-                memmove(c->buf, c->buf + c->off, c->len - c->off);
-                c->len -= c->off;
-                c->off = 0;
-            }
-            if (c->cap - c->len < 65536) {
-                size_t ncap = c->cap ? c->cap * 2 : 262144;
-                uint8_t *nb = realloc(c->buf, ncap);
-                if (!nb) abort();
-                c->buf = nb;
-                c->cap = ncap;
-            }
-        }
-        ssize_t r = read(c->fd, c->buf + c->len, c->cap - c->len);
-        if (r > 0) {
-            c->len += (size_t)r;
-            continue;
-        }
-        if (r == 0) {
-            c->closed = 1;
-            return -1;
-        }
-        if (errno == EINTR) continue;
-        if (errno == EAGAIN) return 1;
-        c->closed = -errno;
-        return -1;
-    }
-}
-
-/* Writes all of p, reading answers meanwhile so that a server that answers
- * while we still write never blocks on us. 0 or -errno. */
-static int rc_write(rconn_t *c, const void *p, size_t n)
-{
-    const uint8_t *b = p;
-    int64_t deadline = now_ms() + IO_TIMEOUT_MS;
-    while (n) {
-        struct pollfd pf = {.fd = c->fd, .events = POLLOUT | (c->closed ? 0 : POLLIN)};
-        int rc = poll(&pf, 1, left_ms(deadline));
-        if (rc == 0) return -ETIMEDOUT;
-        if (rc < 0) {
-            if (errno == EINTR) continue;
-            return -errno;
-        }
-        if (pf.revents & POLLIN) rc_pump(c, 0);
-        if (pf.revents & (POLLOUT | POLLERR | POLLHUP)) {
-            ssize_t w = send(c->fd, b, n, MSG_NOSIGNAL | MSG_DONTWAIT);
-            if (w < 0) {
-                if (errno == EAGAIN || errno == EINTR) continue;
-                return -errno;
-            }
-            b += w;
-            n -= (size_t)w;
-        }
-    }
-    return 0;
-}
-
-static uint32_t be32(const uint8_t *p)
-{
-    return (uint32_t)p[0] << 24 | (uint32_t)p[1] << 16 | (uint32_t)p[2] << 8 | p[3];
-}
-
-/* Next answer frame, decoded. 1: a frame in *f (and a malloc'd copy of its
- * bytes in *raw_p if asked), 0: timeout, -1: closed, -2: bytes that are not a
- * baidu_std frame or do not decode. */
-static int rc_frame(rconn_t *c, int timeout_ms, jet_baidu_frame_t *f, uint8_t **raw_p,
-                    size_t *raw_len_p)
-{
-    int64_t deadline = now_ms() + timeout_ms;
-    for (;;) {
-        size_t avail = rc_avail(c);
-        if (avail >= 4 && memcmp(c->buf + c->off, "PRPC", 4) != 0) return -2;
-        if (avail >= 12) {
-            size_t need = 12 + (size_t)be32(c->buf + c->off + 4);
-            if (need > MAX_FRAME) return -2;
-            if (avail >= need) {
-                jet_iobuf_t in;
-                jet_iobuf_init(&in);
-                int bad = 0;
-                jet_parse_result_t r = JET_PARSE_BAD_META;
-                if (jet_iobuf_append(&in, c->buf + c->off, need) == 0)
-                    r = jet__baidu_cut(&in, MAX_FRAME, f, &bad);
-                jet_iobuf_fini(&in);
-                if (raw_p) {
-                    *raw_p = malloc(need);
-                    memcpy(*raw_p, c->buf + c->off, need);
-                    *raw_len_p = need;
-                }
-                c->off += need;
-                return r == JET_PARSE_OK && !bad ? 1 : -2;
-            }
-        }
-        if (left_ms(deadline) == 0) return 0;
-        if (rc_pump(c, left_ms(deadline)) < 0 && rc_avail(c) == avail) return -1;
-    }
-}
-
-/* Exactly n raw bytes. true when they came in time. */
-static bool rc_read_exact(rconn_t *c, void *out, size_t n, int timeout_ms)
-{
-    int64_t deadline = now_ms() + timeout_ms;
-    while (rc_avail(c) < n) {
-        if (left_ms(deadline) == 0) return false;
-        if (rc_pump(c, left_ms(deadline)) < 0 && rc_avail(c) < n) return false;
-    }
-    memcpy(out, c->buf + c->off, n);
-    c->off += n;
-    return true;
-}
-
-/* Waits for the server to close the connection. true when it did in time. */
-static bool rc_wait_closed(rconn_t *c, int timeout_ms)
-{
-    int64_t deadline = now_ms() + timeout_ms;
-    while (!c->closed && left_ms(deadline) > 0)
-        rc_pump(c, left_ms(deadline));
-    return c->closed != 0;
+    jt_echo_wait_idle(60 * 1000000LL);
 }
 
 /* ---- recorded and hand-built frames --------------------------------------- */
-
-static uint8_t *load(const char *name, size_t *len_p)
-{
-    char rel[256];
-    snprintf(rel, sizeof rel, "interop/baidu_std/%s", name);
-    uint8_t *p = jt_read_file(jt_shared_path(rel), len_p);
-    if (!p) fprintf(stderr, "  cannot read %s\n", jt_shared_path(rel));
-    return p;
-}
-
-/* Decodes one whole frame from memory. */
-static bool decode(const uint8_t *p, size_t n, jet_baidu_frame_t *f)
-{
-    jet_iobuf_t in;
-    jet_iobuf_init(&in);
-    int bad = 0;
-    jet_parse_result_t r = JET_PARSE_BAD_META;
-    if (jet_iobuf_append(&in, p, n) == 0) r = jet__baidu_cut(&in, MAX_FRAME, f, &bad);
-    bool ok = r == JET_PARSE_OK && !bad && jet_iobuf_len(&in) == 0;
-    jet_iobuf_fini(&in);
-    return ok;
-}
-
-static uint8_t *iobuf_bytes(const jet_iobuf_t *b, size_t *len_p)
-{
-    size_t n = jet_iobuf_len(b);
-    uint8_t *p = malloc(n ? n : 1);
-    jet_iobuf_copy_to(b, p, n, 0);
-    *len_p = n;
-    return p;
-}
 
 /* Meta as brpc's client fills it (BAIDU_STD §3.1); cid and names given. */
 static void std_meta(Brpc__Policy__RpcMeta *m, Brpc__Policy__RpcRequestMeta *rm, const char *svc,
@@ -357,35 +70,6 @@ static void std_meta(Brpc__Policy__RpcMeta *m, Brpc__Policy__RpcRequestMeta *rm,
     m->has_checksum_value = true;
 }
 
-/* Packs a frame with meta as given (attachment_size included), body and
- * attachment bytes; malloc'd. */
-static uint8_t *build(const Brpc__Policy__RpcMeta *m, const void *body, size_t blen,
-                      const void *att, size_t alen, size_t *len_p)
-{
-    jet_iobuf_t out, b, a;
-    jet_iobuf_init(&out);
-    jet_iobuf_init(&b);
-    jet_iobuf_init(&a);
-    if (blen) jet_iobuf_append(&b, body, blen);
-    if (alen) jet_iobuf_append(&a, att, alen);
-    uint8_t *p = NULL;
-    if (jet__baidu_pack(&out, m, &b, &a) == 0) p = iobuf_bytes(&out, len_p);
-    jet_iobuf_fini(&out);
-    jet_iobuf_fini(&b);
-    jet_iobuf_fini(&a);
-    return p;
-}
-
-static uint8_t *echo_req_bytes(const char *msg, size_t *len_p)
-{
-    Example__EchoRequest r = EXAMPLE__ECHO_REQUEST__INIT;
-    r.message = (char *)msg;
-    *len_p = protobuf_c_message_get_packed_size(&r.base);
-    uint8_t *p = malloc(*len_p + 1);
-    protobuf_c_message_pack(&r.base, p);
-    return p;
-}
-
 /* A plain echo request "msg" with attachment att (may be NULL). */
 static uint8_t *build_echo(const char *svc, const char *msg, int64_t cid, const char *att,
                            size_t *len_p)
@@ -399,93 +83,13 @@ static uint8_t *build_echo(const char *svc, const char *msg, int64_t cid, const 
         m.attachment_size = (int32_t)alen;
     }
     size_t blen;
-    uint8_t *body = echo_req_bytes(msg, &blen);
-    uint8_t *p = build(&m, body, blen, att, alen, len_p);
+    uint8_t *body = jt_echo_request_bytes(msg, &blen);
+    uint8_t *p = jt_frame_pack(&m, body, blen, att, alen, len_p);
     free(body);
     return p;
 }
 
 /* ---- checking answers ------------------------------------------------------ */
-
-#define CMP(label, c)                                                                              \
-    do {                                                                                           \
-        if (!(c)) {                                                                                \
-            fprintf(stderr, "  [%s]", label);                                                      \
-            jt_fail(__FILE__, __LINE__, #c);                                                       \
-        }                                                                                          \
-    } while (0)
-
-/* The message part, decompressed with zlib / snappy themselves (not jetrpc's
- * codec), so a jetrpc answer is checked against the real formats. */
-static uint8_t *plain_body(const jet_baidu_frame_t *f, size_t *len_p)
-{
-    size_t n;
-    uint8_t *raw = iobuf_bytes(&f->body, &n);
-    int ct = f->meta->has_compress_type ? f->meta->compress_type : 0;
-    if (ct == 0) {
-        *len_p = n;
-        return raw;
-    }
-    uint8_t *out = NULL;
-    if (ct == 1) {
-        size_t ulen;
-        if (snappy_uncompressed_length((const char *)raw, n, &ulen) == SNAPPY_OK) {
-            out = malloc(ulen + 1);
-            if (snappy_uncompress((const char *)raw, n, (char *)out, &ulen) != SNAPPY_OK) {
-                free(out);
-                out = NULL;
-            }
-            *len_p = ulen;
-        }
-    } else if (ct == 2 || ct == 3) {
-        /* gzip must start with the RFC 1952 magic, zlib with an RFC 1950 header. */
-        bool form_ok = ct == 2
-                           ? n >= 2 && raw[0] == 0x1f && raw[1] == 0x8b
-                           : n >= 2 && (raw[0] & 0x0f) == 8 && ((raw[0] << 8) | raw[1]) % 31 == 0;
-        z_stream z;
-        memset(&z, 0, sizeof z);
-        size_t cap = 4 * n + 1024, used = 0;
-        out = malloc(cap);
-        int zr = form_ok ? inflateInit2(&z, ct == 2 ? 16 + 15 : 15) : Z_DATA_ERROR;
-        if (zr == Z_OK) {
-            z.next_in = raw;
-            z.avail_in = (uInt)n;
-            do {
-                if (cap - used < 4096) {
-                    cap *= 2;
-                    out = realloc(out, cap);
-                }
-                z.next_out = out + used;
-                z.avail_out = (uInt)(cap - used);
-                zr = inflate(&z, Z_NO_FLUSH);
-                used = cap - z.avail_out;
-            } while (zr == Z_OK);
-            inflateEnd(&z);
-        }
-        if (zr != Z_STREAM_END || z.avail_in != 0) {
-            free(out);
-            out = NULL;
-        }
-        *len_p = used;
-    }
-    free(raw);
-    return out;
-}
-
-/* EchoResponse.message of an answer; NULL when it does not decode. */
-static char *answer_message(const jet_baidu_frame_t *f)
-{
-    size_t n;
-    uint8_t *p = plain_body(f, &n);
-    if (!p) return NULL;
-    Example__EchoResponse *r = (Example__EchoResponse *)protobuf_c_message_unpack(
-        &example__echo_response__descriptor, NULL, n, p);
-    free(p);
-    if (!r) return NULL;
-    char *s = strdup(r->message);
-    protobuf_c_message_free_unpacked(&r->base, NULL);
-    return s;
-}
 
 static int resp_code(const Brpc__Policy__RpcMeta *m)
 {
@@ -510,60 +114,60 @@ static void compare_answer(const char *label, const jet_baidu_frame_t *got,
                            const jet_baidu_frame_t *want)
 {
     const Brpc__Policy__RpcMeta *g = got->meta, *w = want->meta;
-    CMP(label, g->has_correlation_id);
-    CMP(label, g->correlation_id == w->correlation_id);
-    CMP(label, g->response != NULL);
-    CMP(label, resp_code(g) == resp_code(w));
+    JT_CHECK_AT(label, g->has_correlation_id);
+    JT_CHECK_AT(label, g->correlation_id == w->correlation_id);
+    JT_CHECK_AT(label, g->response != NULL);
+    JT_CHECK_AT(label, resp_code(g) == resp_code(w));
     if (resp_code(w)) {
         const char *gt = text_tail(resp_text(g)), *wt = text_tail(resp_text(w));
-        CMP(label, gt != NULL && wt != NULL);
+        JT_CHECK_AT(label, gt != NULL && wt != NULL);
         if (gt && wt && strcmp(gt, wt) != 0) {
             fprintf(stderr, "  [%s] error text '%s' != '%s'\n", label, resp_text(g), resp_text(w));
-            CMP(label, strcmp(gt, wt) == 0);
+            JT_CHECK_AT(label, strcmp(gt, wt) == 0);
         }
-        CMP(label, jet_iobuf_len(&got->body) == 0 && jet_iobuf_len(&got->attachment) == 0);
+        JT_CHECK_AT(label, jet_iobuf_len(&got->body) == 0 && jet_iobuf_len(&got->attachment) == 0);
     } else {
-        char *gm = answer_message(got), *wm = answer_message(want);
-        CMP(label, wm != NULL);
-        CMP(label, gm != NULL);
-        CMP(label, gm && wm && strcmp(gm, wm) == 0);
+        char *gm = jt_frame_echo_message(got, false), *wm = jt_frame_echo_message(want, false);
+        JT_CHECK_AT(label, wm != NULL);
+        JT_CHECK_AT(label, gm != NULL);
+        JT_CHECK_AT(label, gm && wm && strcmp(gm, wm) == 0);
         free(gm);
         free(wm);
     }
     int gct = g->has_compress_type ? g->compress_type : 0;
     int wct = w->has_compress_type ? w->compress_type : 0;
-    CMP(label, gct == wct);
-    CMP(label, g->has_attachment_size == w->has_attachment_size);
+    JT_CHECK_AT(label, gct == wct);
+    JT_CHECK_AT(label, g->has_attachment_size == w->has_attachment_size);
     size_t alen;
-    uint8_t *wa = iobuf_bytes(&want->attachment, &alen);
-    CMP(label, jet_iobuf_equals(&got->attachment, wa, alen) == 0);
+    uint8_t *wa = jt_iobuf_bytes(&want->attachment, &alen);
+    JT_CHECK_AT(label, jet_iobuf_equals(&got->attachment, wa, alen) == 0);
     free(wa);
 }
 
 /* One echo on a fresh connection: the server still serves after bad input. */
 static void check_fresh(const char *after)
 {
-    rconn_t c;
-    int rc = rc_open(&c);
-    CMP(after, rc == 0);
+    jt_conn_t c;
+    int rc = jt_conn_open(&c, g_port);
+    JT_CHECK_AT(after, rc == 0);
     if (rc < 0) return;
     size_t n;
     uint8_t *req = build_echo("example.EchoService", "fresh", 4242, "att", &n);
-    CMP(after, rc_write(&c, req, n) == 0);
+    JT_CHECK_AT(after, jt_conn_write(&c, req, n) == 0);
     free(req);
     jet_baidu_frame_t f;
     jet__baidu_frame_init(&f);
-    int r = rc_frame(&c, IO_TIMEOUT_MS, &f, NULL, NULL);
-    CMP(after, r == 1);
+    int r = jt_conn_frame(&c, IO_TIMEOUT_MS, &f, NULL, NULL);
+    JT_CHECK_AT(after, r == 1);
     if (r == 1) {
-        CMP(after, f.meta->correlation_id == 4242 && resp_code(f.meta) == 0);
-        char *m = answer_message(&f);
-        CMP(after, m && strcmp(m, "fresh") == 0);
+        JT_CHECK_AT(after, f.meta->correlation_id == 4242 && resp_code(f.meta) == 0);
+        char *m = jt_frame_echo_message(&f, false);
+        JT_CHECK_AT(after, m && strcmp(m, "fresh") == 0);
         free(m);
-        CMP(after, jet_iobuf_equals(&f.attachment, "att", 3) == 0);
+        JT_CHECK_AT(after, jet_iobuf_equals(&f.attachment, "att", 3) == 0);
     }
     jet__baidu_frame_fini(&f);
-    rc_close(&c);
+    jt_conn_close(&c);
 }
 
 /* ---- recorded cases -------------------------------------------------------- */
@@ -576,28 +180,28 @@ static const char *const g_cases[] = {
 
 /* Sends name.req.bin on c and checks the answer against name.resp.bin.
  * false when no answer came (the connection is then out of step). */
-static bool replay_one(rconn_t *c, const char *name)
+static bool replay_one(jt_conn_t *c, const char *name)
 {
     int r = -3;
     char fn[128];
     size_t qlen = 0, alen = 0;
     snprintf(fn, sizeof fn, "%s.req.bin", name);
-    uint8_t *req = load(fn, &qlen);
+    uint8_t *req = jt_interop_load(fn, &qlen);
     snprintf(fn, sizeof fn, "%s.resp.bin", name);
-    uint8_t *resp = load(fn, &alen);
-    CMP(name, req && resp);
+    uint8_t *resp = jt_interop_load(fn, &alen);
+    JT_CHECK_AT(name, req && resp);
     jet_baidu_frame_t want, got;
     jet__baidu_frame_init(&want);
     jet__baidu_frame_init(&got);
     if (!req || !resp) goto out;
-    CMP(name, decode(resp, alen, &want));
+    JT_CHECK_AT(name, jt_frame_decode(resp, alen, &want));
     if (!want.meta) goto out;
-    CMP(name, rc_write(c, req, qlen) == 0);
-    r = rc_frame(c, IO_TIMEOUT_MS, &got, NULL, NULL);
+    JT_CHECK_AT(name, jt_conn_write(c, req, qlen) == 0);
+    r = jt_conn_frame(c, IO_TIMEOUT_MS, &got, NULL, NULL);
     if (r != 1)
         fprintf(stderr, "  [%s] no answer (%s)\n", name,
                 r == 0 ? "timeout" : "closed or bad bytes");
-    CMP(name, r == 1);
+    JT_CHECK_AT(name, r == 1);
     if (r == 1) compare_answer(name, &got, &want);
 out:
     jet__baidu_frame_fini(&want);
@@ -611,21 +215,21 @@ out:
 static void recorded_each_on_new_connection(void)
 {
     for (size_t i = 0; i < sizeof g_cases / sizeof g_cases[0]; i++) {
-        rconn_t c;
-        JT_REQUIRE(rc_open(&c) == 0);
+        jt_conn_t c;
+        JT_REQUIRE(jt_conn_open(&c, g_port) == 0);
         replay_one(&c, g_cases[i]);
-        rc_close(&c);
+        jt_conn_close(&c);
     }
 }
 
 /* All cases one after another on a single connection, as the recording was. */
 static void recorded_on_one_connection(void)
 {
-    rconn_t c;
-    JT_REQUIRE(rc_open(&c) == 0);
+    jt_conn_t c;
+    JT_REQUIRE(jt_conn_open(&c, g_port) == 0);
     for (size_t i = 0; i < sizeof g_cases / sizeof g_cases[0]; i++)
         if (!replay_one(&c, g_cases[i])) break; /* later answers would not line up */
-    rc_close(&c);
+    jt_conn_close(&c);
 }
 
 /* 11 sleeps 300 ms and its client gave up after 50 ms; 12 follows on the
@@ -633,42 +237,42 @@ static void recorded_on_one_connection(void)
 static void recorded_timeout_then_next(void)
 {
     size_t n11 = 0, n12 = 0, a12 = 0;
-    uint8_t *q11 = load("11-timeout_sleep300.req.bin", &n11);
-    uint8_t *q12 = load("12-after_timeout.req.bin", &n12);
-    uint8_t *r12 = load("12-after_timeout.resp.bin", &a12);
+    uint8_t *q11 = jt_interop_load("11-timeout_sleep300.req.bin", &n11);
+    uint8_t *q12 = jt_interop_load("12-after_timeout.req.bin", &n12);
+    uint8_t *r12 = jt_interop_load("12-after_timeout.resp.bin", &a12);
     jet_baidu_frame_t want12, want11q, got;
     jet__baidu_frame_init(&want12);
     jet__baidu_frame_init(&want11q);
     jet__baidu_frame_init(&got);
-    rconn_t c;
+    jt_conn_t c;
     c.fd = -1;
     c.buf = NULL;
     JT_CHECK(q11 && q12 && r12);
     if (!q11 || !q12 || !r12) goto out;
-    JT_CHECK(decode(r12, a12, &want12));
-    JT_CHECK(decode(q11, n11, &want11q));
+    JT_CHECK(jt_frame_decode(r12, a12, &want12));
+    JT_CHECK(jt_frame_decode(q11, n11, &want11q));
     if (!want12.meta || !want11q.meta) goto out;
-    JT_CHECK(rc_open(&c) == 0);
+    JT_CHECK(jt_conn_open(&c, g_port) == 0);
     if (c.fd < 0) goto out;
-    JT_CHECK(rc_write(&c, q11, n11) == 0);
+    JT_CHECK(jt_conn_write(&c, q11, n11) == 0);
     usleep(50 * 1000); /* the recorded client's 50 ms give-up */
-    JT_CHECK(rc_write(&c, q12, n12) == 0);
-    int r = rc_frame(&c, IO_TIMEOUT_MS, &got, NULL, NULL);
+    JT_CHECK(jt_conn_write(&c, q12, n12) == 0);
+    int r = jt_conn_frame(&c, IO_TIMEOUT_MS, &got, NULL, NULL);
     JT_CHECK_EQ(r, 1);
     if (r == 1) compare_answer("12 first", &got, &want12);
     jet__baidu_frame_fini(&got);
     jet__baidu_frame_init(&got);
-    r = rc_frame(&c, IO_TIMEOUT_MS, &got, NULL, NULL);
+    r = jt_conn_frame(&c, IO_TIMEOUT_MS, &got, NULL, NULL);
     JT_CHECK_EQ(r, 1);
     if (r == 1) {
         JT_CHECK(got.meta->correlation_id == want11q.meta->correlation_id);
         JT_CHECK_EQ(resp_code(got.meta), 0);
-        char *m = answer_message(&got);
+        char *m = jt_frame_echo_message(&got, false);
         JT_CHECK(m && strcmp(m, "sleep:300") == 0);
         free(m);
     }
 out:
-    if (c.fd >= 0) rc_close(&c);
+    if (c.fd >= 0) jt_conn_close(&c);
     jet__baidu_frame_fini(&want12);
     jet__baidu_frame_fini(&want11q);
     jet__baidu_frame_fini(&got);
@@ -681,38 +285,38 @@ out:
 static void recorded_pipelined_200(void)
 {
     size_t qn = 0, an = 0;
-    uint8_t *qs = load("pipelined_200.req.stream", &qn);
-    uint8_t *as = load("pipelined_200.resp.stream", &an);
+    uint8_t *qs = jt_interop_load("pipelined_200.req.stream", &qn);
+    uint8_t *as = jt_interop_load("pipelined_200.resp.stream", &an);
     enum { N = 200 };
     jet_baidu_frame_t want[N];
     bool seen[N] = {false};
     int nwant = 0;
     for (int i = 0; i < N; i++)
         jet__baidu_frame_init(&want[i]);
-    rconn_t c;
+    jt_conn_t c;
     c.fd = -1;
     c.buf = NULL;
     JT_CHECK(qs && as);
     if (!qs || !as) goto out;
     for (size_t off = 0; off + 12 <= an && nwant < N; nwant++) {
-        size_t len = 12 + (size_t)be32(as + off + 4);
+        size_t len = 12 + (size_t)jt_get_be32(as + off + 4);
         JT_CHECK(off + len <= an);
-        if (off + len > an || !decode(as + off, len, &want[nwant])) break;
+        if (off + len > an || !jt_frame_decode(as + off, len, &want[nwant])) break;
         off += len;
     }
     JT_CHECK_EQ(nwant, N);
     /* Each request of the stream has a distinct correlation_id with one recorded answer. */
     int nreq = 0;
     for (size_t off = 0; off + 12 <= qn; nreq++)
-        off += 12 + (size_t)be32(qs + off + 4);
+        off += 12 + (size_t)jt_get_be32(qs + off + 4);
     JT_CHECK_EQ(nreq, N);
-    JT_CHECK(rc_open(&c) == 0);
+    JT_CHECK(jt_conn_open(&c, g_port) == 0);
     if (c.fd < 0) goto out;
-    JT_CHECK(rc_write(&c, qs, qn) == 0);
+    JT_CHECK(jt_conn_write(&c, qs, qn) == 0);
     for (int k = 0; k < N; k++) {
         jet_baidu_frame_t got;
         jet__baidu_frame_init(&got);
-        int r = rc_frame(&c, IO_TIMEOUT_MS, &got, NULL, NULL);
+        int r = jt_conn_frame(&c, IO_TIMEOUT_MS, &got, NULL, NULL);
         JT_CHECK_EQ(r, 1);
         if (r != 1) {
             fprintf(stderr, "  after %d answers\n", k);
@@ -733,7 +337,7 @@ static void recorded_pipelined_200(void)
         jet__baidu_frame_fini(&got);
     }
 out:
-    if (c.fd >= 0) rc_close(&c);
+    if (c.fd >= 0) jt_conn_close(&c);
     for (int i = 0; i < N; i++)
         jet__baidu_frame_fini(&want[i]);
     free(qs);
@@ -747,24 +351,25 @@ out:
 static int probe(const uint8_t *req, size_t n, jet_baidu_frame_t *f, uint8_t **raw_p,
                  size_t *raw_len_p)
 {
-    rconn_t c;
-    if (rc_open(&c) < 0) return -3;
-    int r = rc_write(&c, req, n) == 0 ? rc_frame(&c, IO_TIMEOUT_MS, f, raw_p, raw_len_p) : -3;
-    rc_close(&c);
+    jt_conn_t c;
+    if (jt_conn_open(&c, g_port) < 0) return -3;
+    int r =
+        jt_conn_write(&c, req, n) == 0 ? jt_conn_frame(&c, IO_TIMEOUT_MS, f, raw_p, raw_len_p) : -3;
+    jt_conn_close(&c);
     return r;
 }
 
 /* Sends bytes on a new connection; the server must close it with no answer. */
 static void expect_closed_silently(const char *label, const uint8_t *req, size_t n)
 {
-    rconn_t c;
-    JT_REQUIRE(rc_open(&c) == 0);
-    int wr = rc_write(&c, req, n);
-    CMP(label, wr == 0 || wr == -EPIPE || wr == -ECONNRESET);
-    CMP(label, rc_wait_closed(&c, CLOSE_TIMEOUT_MS));
-    if (rc_avail(&c)) fprintf(stderr, "  [%s] got %zu bytes\n", label, rc_avail(&c));
-    CMP(label, rc_avail(&c) == 0);
-    rc_close(&c);
+    jt_conn_t c;
+    JT_REQUIRE(jt_conn_open(&c, g_port) == 0);
+    int wr = jt_conn_write(&c, req, n);
+    JT_CHECK_AT(label, wr == 0 || wr == -EPIPE || wr == -ECONNRESET);
+    JT_CHECK_AT(label, jt_conn_wait_closed(&c, CLOSE_TIMEOUT_MS));
+    if (jt_conn_avail(&c)) fprintf(stderr, "  [%s] got %zu bytes\n", label, jt_conn_avail(&c));
+    JT_CHECK_AT(label, jt_conn_avail(&c) == 0);
+    jt_conn_close(&c);
     check_fresh(label);
 }
 
@@ -775,22 +380,22 @@ static void expect_error(const char *label, const uint8_t *req, size_t n, int64_
     jet_baidu_frame_t f;
     jet__baidu_frame_init(&f);
     int r = probe(req, n, &f, NULL, NULL);
-    CMP(label, r == 1);
+    JT_CHECK_AT(label, r == 1);
     if (r == 1) {
-        CMP(label, f.meta->correlation_id == cid);
-        CMP(label, resp_code(f.meta) == code);
+        JT_CHECK_AT(label, f.meta->correlation_id == cid);
+        JT_CHECK_AT(label, resp_code(f.meta) == code);
         const char *t = resp_text(f.meta);
         char want_prefix[32];
         snprintf(want_prefix, sizeof want_prefix, "][E%d]", code);
         const char *e = strstr(t, want_prefix);
-        CMP(label, e != NULL);
+        JT_CHECK_AT(label, e != NULL);
         const char *why = e ? e + strlen(want_prefix) : "";
         bool ok =
             reason_is_prefix ? strncmp(why, reason, strlen(reason)) == 0 : strcmp(why, reason) == 0;
         if (!ok) fprintf(stderr, "  [%s] text '%s', want '%s'\n", label, t, reason);
-        CMP(label, ok);
-        CMP(label, jet_iobuf_len(&f.body) == 0 && jet_iobuf_len(&f.attachment) == 0);
-        CMP(label, !f.meta->has_attachment_size);
+        JT_CHECK_AT(label, ok);
+        JT_CHECK_AT(label, jet_iobuf_len(&f.body) == 0 && jet_iobuf_len(&f.attachment) == 0);
+        JT_CHECK_AT(label, !f.meta->has_attachment_size);
     }
     jet__baidu_frame_fini(&f);
     check_fresh(label);
@@ -803,21 +408,21 @@ static void expect_echo(const char *label, const uint8_t *req, size_t n, int64_t
     jet_baidu_frame_t f;
     jet__baidu_frame_init(&f);
     int r = probe(req, n, &f, NULL, NULL);
-    CMP(label, r == 1);
+    JT_CHECK_AT(label, r == 1);
     if (r == 1) {
-        CMP(label, f.meta->has_correlation_id && f.meta->correlation_id == cid);
+        JT_CHECK_AT(label, f.meta->has_correlation_id && f.meta->correlation_id == cid);
         if (resp_code(f.meta)) fprintf(stderr, "  [%s] error %s\n", label, resp_text(f.meta));
-        CMP(label, f.meta->response && f.meta->response->has_error_code);
-        CMP(label, resp_code(f.meta) == 0);
-        CMP(label, (f.meta->has_compress_type ? f.meta->compress_type : 0) == compress);
-        char *m = answer_message(&f);
-        CMP(label, m && strcmp(m, msg) == 0);
+        JT_CHECK_AT(label, f.meta->response && f.meta->response->has_error_code);
+        JT_CHECK_AT(label, resp_code(f.meta) == 0);
+        JT_CHECK_AT(label, (f.meta->has_compress_type ? f.meta->compress_type : 0) == compress);
+        char *m = jt_frame_echo_message(&f, false);
+        JT_CHECK_AT(label, m && strcmp(m, msg) == 0);
         free(m);
         size_t alen = att ? strlen(att) : 0;
-        CMP(label, jet_iobuf_equals(&f.attachment, att ? att : "", alen) == 0);
-        CMP(label, f.meta->has_attachment_size == (alen > 0));
+        JT_CHECK_AT(label, jet_iobuf_equals(&f.attachment, att ? att : "", alen) == 0);
+        JT_CHECK_AT(label, f.meta->has_attachment_size == (alen > 0));
         /* §3.2: content_type, checksum_type and checksum_value always present. */
-        CMP(label, f.meta->has_content_type && f.meta->has_checksum_type);
+        JT_CHECK_AT(label, f.meta->has_content_type && f.meta->has_checksum_type);
     }
     jet__baidu_frame_fini(&f);
 }
@@ -840,10 +445,10 @@ static void probe_ok_minimal_meta(void)
     m.has_correlation_id = true;
     m.correlation_id = 7;
     size_t bl, n;
-    uint8_t *body = echo_req_bytes("minimal", &bl);
-    uint8_t *q = build(&m, body, bl, NULL, 0, &n);
+    uint8_t *body = jt_echo_request_bytes("minimal", &bl);
+    uint8_t *q = jt_frame_pack(&m, body, bl, NULL, 0, &n);
     /* request{service, method} + correlation_id only */
-    JT_CHECK_EQ(be32(q + 8), 2 + 2 + 19 + 2 + 4 + 2);
+    JT_CHECK_EQ(jt_get_be32(q + 8), 2 + 2 + 19 + 2 + 4 + 2);
     expect_echo("ok_minimal_meta", q, n, 7, "minimal", NULL, 0);
     free(body);
     free(q);
@@ -881,8 +486,8 @@ static void probe_unknown_method(void)
     Brpc__Policy__RpcRequestMeta rm;
     std_meta(&m, &rm, "example.EchoService", "NoSuchMethod", 11);
     size_t bl, n;
-    uint8_t *body = echo_req_bytes("x", &bl);
-    uint8_t *q = build(&m, body, bl, NULL, 0, &n);
+    uint8_t *body = jt_echo_request_bytes("x", &bl);
+    uint8_t *q = jt_frame_pack(&m, body, bl, NULL, 0, &n);
     expect_error("unknown_method", q, n, 11, 1002,
                  "Fail to find method=example.EchoService/NoSuchMethod", false);
     free(body);
@@ -895,8 +500,8 @@ static void probe_meta_without_request(void)
     m.has_correlation_id = true;
     m.correlation_id = 12;
     size_t bl, n;
-    uint8_t *body = echo_req_bytes("x", &bl);
-    uint8_t *q = build(&m, body, bl, NULL, 0, &n);
+    uint8_t *body = jt_echo_request_bytes("x", &bl);
+    uint8_t *q = jt_frame_pack(&m, body, bl, NULL, 0, &n);
     expect_error("meta_without_request", q, n, 12, 1001, "Fail to find service=", false);
     free(body);
     free(q);
@@ -930,8 +535,8 @@ static void probe_meta_with_response_field(void)
     resp.error_code = 0;
     m.response = &resp;
     size_t bl, n;
-    uint8_t *body = echo_req_bytes("with response", &bl);
-    uint8_t *q = build(&m, body, bl, NULL, 0, &n);
+    uint8_t *body = jt_echo_request_bytes("with response", &bl);
+    uint8_t *q = jt_frame_pack(&m, body, bl, NULL, 0, &n);
     expect_echo("meta_with_response_field_sent_to_server", q, n, 15, "with response", NULL, 0);
     free(body);
     free(q);
@@ -952,8 +557,8 @@ static void probe_user_fields(void)
     m.n_user_fields = 2;
     m.user_fields = ents;
     size_t bl, n;
-    uint8_t *body = echo_req_bytes("fields", &bl);
-    uint8_t *q = build(&m, body, bl, NULL, 0, &n);
+    uint8_t *body = jt_echo_request_bytes("fields", &bl);
+    uint8_t *q = jt_frame_pack(&m, body, bl, NULL, 0, &n);
     expect_echo("user_fields_roundtrip", q, n, 16, "fields", NULL, 0);
     free(body);
     free(q);
@@ -967,8 +572,8 @@ static void probe_attachment_size_too_big(void)
     m.has_attachment_size = true;
     m.attachment_size = 100;
     size_t bl, n;
-    uint8_t *body = echo_req_bytes("x", &bl);
-    uint8_t *q = build(&m, body, bl, "abc", 3, &n);
+    uint8_t *body = jt_echo_request_bytes("x", &bl);
+    uint8_t *q = jt_frame_pack(&m, body, bl, "abc", 3, &n);
     char why[96];
     snprintf(why, sizeof why, "attachment_size=100 is larger than request_size=%zu", bl + 3);
     expect_error("attachment_size_too_big", q, n, 17, 1003, why, false);
@@ -983,14 +588,14 @@ static void probe_bad_bodies(void)
     std_meta(&m, &rm, "example.EchoService", "Echo", 18);
     static const uint8_t junk[] = {0xff, 0xff, 0xff, 0xff, 0x0f};
     size_t n;
-    uint8_t *q = build(&m, junk, sizeof junk, NULL, 0, &n);
+    uint8_t *q = jt_frame_pack(&m, junk, sizeof junk, NULL, 0, &n);
     expect_error("bad_body", q, n, 18, 1003,
                  "Fail to parse request=example.EchoRequest, ContentType=pb, CompressType=none, "
                  "ChecksumType=none, request_size=5",
                  false);
     free(q);
     m.correlation_id = 19;
-    q = build(&m, NULL, 0, NULL, 0, &n);
+    q = jt_frame_pack(&m, NULL, 0, NULL, 0, &n);
     expect_error("empty_body_missing_required", q, n, 19, 1003,
                  "Fail to parse request=example.EchoRequest", true);
     free(q);
@@ -1000,7 +605,7 @@ static void probe_bad_bodies(void)
 static void probe_compressed_bodies(void)
 {
     size_t bl;
-    uint8_t *body = echo_req_bytes("compressed hello hello hello hello", &bl);
+    uint8_t *body = jt_echo_request_bytes("compressed hello hello hello hello", &bl);
     for (int ct = 2; ct <= 3; ct++) {
         z_stream z;
         memset(&z, 0, sizeof z);
@@ -1021,7 +626,7 @@ static void probe_compressed_bodies(void)
         m.has_attachment_size = true;
         m.attachment_size = 3;
         size_t n;
-        uint8_t *q = build(&m, out, clen, "raw", 3, &n);
+        uint8_t *q = jt_frame_pack(&m, out, clen, "raw", 3, &n);
         /* brpc's echo server answers with the request's compress type. */
         expect_echo(ct == 2 ? "gzip_body" : "zlib_body", q, n, 20 + ct,
                     "compressed hello hello hello hello", "raw", ct);
@@ -1035,13 +640,13 @@ static void probe_compressed_bodies(void)
     std_meta(&m, &rm, "example.EchoService", "Echo", 24);
     m.compress_type = 1;
     size_t n;
-    uint8_t *q = build(&m, sb, slen, NULL, 0, &n);
+    uint8_t *q = jt_frame_pack(&m, sb, slen, NULL, 0, &n);
     expect_echo("snappy_body", q, n, 24, "compressed hello hello hello hello", NULL, 1);
     free(q);
     free(sb);
     m.compress_type = 4;
     m.correlation_id = 25;
-    q = build(&m, body, bl, NULL, 0, &n);
+    q = jt_frame_pack(&m, body, bl, NULL, 0, &n);
     expect_error("compress_type_4_lz4", q, n, 25, 1003,
                  "Fail to parse request=example.EchoRequest, ContentType=pb, CompressType=unknown",
                  true);
@@ -1061,12 +666,12 @@ static void probe_crc32c(void)
     m.checksum_value.data = ck;
     m.checksum_value.len = 4;
     size_t n;
-    uint8_t *q = build(&m, body, sizeof body, NULL, 0, &n);
+    uint8_t *q = jt_frame_pack(&m, body, sizeof body, NULL, 0, &n);
     expect_echo("crc32c_checksum_ok", q, n, 26, "hello", NULL, 0);
     free(q);
     ck[3] ^= 1;
     m.correlation_id = 27;
-    q = build(&m, body, sizeof body, NULL, 0, &n);
+    q = jt_frame_pack(&m, body, sizeof body, NULL, 0, &n);
     expect_error("crc32c_checksum_bad", q, n, 27, 1003,
                  "Fail to parse request=example.EchoRequest, ContentType=pb, CompressType=none, "
                  "ChecksumType=crc32c, request_size=7",
@@ -1103,19 +708,19 @@ static void probe_pipelined_two(void)
     uint8_t *both = malloc(n1 + n2);
     memcpy(both, q1, n1);
     memcpy(both + n1, q2, n2);
-    rconn_t c;
-    JT_REQUIRE(rc_open(&c) == 0);
-    JT_CHECK(rc_write(&c, both, n1 + n2) == 0);
+    jt_conn_t c;
+    JT_REQUIRE(jt_conn_open(&c, g_port) == 0);
+    JT_CHECK(jt_conn_write(&c, both, n1 + n2) == 0);
     bool got[2] = {false, false};
     for (int k = 0; k < 2; k++) {
         jet_baidu_frame_t f;
         jet__baidu_frame_init(&f);
-        int r = rc_frame(&c, IO_TIMEOUT_MS, &f, NULL, NULL);
+        int r = jt_conn_frame(&c, IO_TIMEOUT_MS, &f, NULL, NULL);
         JT_CHECK_EQ(r, 1);
         if (r == 1) {
             int64_t cid = f.meta->correlation_id;
             JT_CHECK(cid == 0x15 || cid == 0x16);
-            char *m = answer_message(&f);
+            char *m = jt_frame_echo_message(&f, false);
             if (cid == 0x15) {
                 JT_CHECK(!got[0]);
                 got[0] = true;
@@ -1131,7 +736,7 @@ static void probe_pipelined_two(void)
         jet__baidu_frame_fini(&f);
     }
     JT_CHECK(got[0] && got[1]);
-    rc_close(&c);
+    jt_conn_close(&c);
     free(q1);
     free(q2);
     free(both);
@@ -1143,26 +748,26 @@ static void probe_split_magic(void)
 {
     size_t n;
     uint8_t *q = build_echo("example.EchoService", "split", 0x17, "sa", &n);
-    rconn_t c;
-    JT_REQUIRE(rc_open(&c) == 0);
-    JT_CHECK(rc_write(&c, q, 2) == 0);
+    jt_conn_t c;
+    JT_REQUIRE(jt_conn_open(&c, g_port) == 0);
+    JT_CHECK(jt_conn_write(&c, q, 2) == 0);
     usleep(30 * 1000);
-    JT_CHECK(rc_write(&c, q + 2, 9) == 0);
+    JT_CHECK(jt_conn_write(&c, q + 2, 9) == 0);
     usleep(30 * 1000);
-    JT_CHECK(rc_write(&c, q + 11, n - 11) == 0);
+    JT_CHECK(jt_conn_write(&c, q + 11, n - 11) == 0);
     jet_baidu_frame_t f;
     jet__baidu_frame_init(&f);
-    int r = rc_frame(&c, IO_TIMEOUT_MS, &f, NULL, NULL);
+    int r = jt_conn_frame(&c, IO_TIMEOUT_MS, &f, NULL, NULL);
     JT_CHECK_EQ(r, 1);
     if (r == 1) {
         JT_CHECK(f.meta->correlation_id == 0x17 && resp_code(f.meta) == 0);
-        char *m = answer_message(&f);
+        char *m = jt_frame_echo_message(&f, false);
         JT_CHECK(m && strcmp(m, "split") == 0);
         free(m);
         JT_CHECK(jet_iobuf_equals(&f.attachment, "sa", 2) == 0);
     }
     jet__baidu_frame_fini(&f);
-    rc_close(&c);
+    jt_conn_close(&c);
     free(q);
 }
 
@@ -1184,26 +789,26 @@ static void probe_meta_size_gt_body_size(void)
     uint8_t *both = malloc(sizeof bad + n1);
     memcpy(both, bad, sizeof bad);
     memcpy(both + sizeof bad, q1, n1);
-    rconn_t c;
-    JT_REQUIRE(rc_open(&c) == 0);
-    JT_CHECK(rc_write(&c, both, sizeof bad + n1) == 0);
+    jt_conn_t c;
+    JT_REQUIRE(jt_conn_open(&c, g_port) == 0);
+    JT_CHECK(jt_conn_write(&c, both, sizeof bad + n1) == 0);
     jet_baidu_frame_t f;
     jet__baidu_frame_init(&f);
-    int r = rc_frame(&c, IO_TIMEOUT_MS, &f, NULL, NULL);
+    int r = jt_conn_frame(&c, IO_TIMEOUT_MS, &f, NULL, NULL);
     JT_CHECK_EQ(r, 1);
     if (r == 1) JT_CHECK(f.meta->correlation_id == 0x18 && resp_code(f.meta) == 0);
     jet__baidu_frame_fini(&f);
     jet__baidu_frame_init(&f);
     if (r == 1) {
-        JT_CHECK(rc_write(&c, bad, sizeof bad) == 0);
+        JT_CHECK(jt_conn_write(&c, bad, sizeof bad) == 0);
         usleep(20 * 1000);
-        JT_CHECK(rc_write(&c, q2, n2) == 0);
-        r = rc_frame(&c, IO_TIMEOUT_MS, &f, NULL, NULL);
+        JT_CHECK(jt_conn_write(&c, q2, n2) == 0);
+        r = jt_conn_frame(&c, IO_TIMEOUT_MS, &f, NULL, NULL);
         JT_CHECK_EQ(r, 1);
         if (r == 1) JT_CHECK(f.meta->correlation_id == 0x19 && resp_code(f.meta) == 0);
     }
     jet__baidu_frame_fini(&f);
-    rc_close(&c);
+    jt_conn_close(&c);
     free(q1);
     free(q2);
     free(both);
@@ -1228,12 +833,12 @@ static void probe_garbage_first_packet(void)
     uint8_t *both = malloc(n + 100);
     memcpy(both, q, n);
     memset(both + n, 'X', 100);
-    rconn_t c;
-    JT_REQUIRE(rc_open(&c) == 0);
-    int wr = rc_write(&c, both, n + 100);
+    jt_conn_t c;
+    JT_REQUIRE(jt_conn_open(&c, g_port) == 0);
+    int wr = jt_conn_write(&c, both, n + 100);
     JT_CHECK(wr == 0 || wr == -EPIPE || wr == -ECONNRESET);
-    JT_CHECK(rc_wait_closed(&c, CLOSE_TIMEOUT_MS));
-    rc_close(&c);
+    JT_CHECK(jt_conn_wait_closed(&c, CLOSE_TIMEOUT_MS));
+    jt_conn_close(&c);
     free(q);
     free(both);
     check_fresh("request_then_garbage");
@@ -1244,39 +849,39 @@ static void probe_garbage_first_packet(void)
 static void rdma_hello_case(const char *label, const uint8_t *hello, size_t hlen,
                             const uint8_t *answer, size_t alen, bool ack_with_request)
 {
-    rconn_t c;
-    JT_REQUIRE(rc_open(&c) == 0);
-    JT_CHECK(rc_write(&c, hello, hlen) == 0);
+    jt_conn_t c;
+    JT_REQUIRE(jt_conn_open(&c, g_port) == 0);
+    JT_CHECK(jt_conn_write(&c, hello, hlen) == 0);
     uint8_t got[64];
-    bool ok = rc_read_exact(&c, got, alen, IO_TIMEOUT_MS);
-    CMP(label, ok);
-    if (ok) CMP(label, memcmp(got, answer, alen) == 0);
+    bool ok = jt_conn_read_exact(&c, got, alen, IO_TIMEOUT_MS);
+    JT_CHECK_AT(label, ok);
+    if (ok) JT_CHECK_AT(label, memcmp(got, answer, alen) == 0);
     size_t n;
     uint8_t *q = build_echo("example.EchoService", "over tcp", 0x1b, "ra", &n);
     uint8_t *msg = malloc(4 + n);
     memset(msg, 0, 4);
     memcpy(msg + 4, q, n);
     if (ack_with_request) {
-        CMP(label, rc_write(&c, msg, 4 + n) == 0);
+        JT_CHECK_AT(label, jt_conn_write(&c, msg, 4 + n) == 0);
     } else {
-        CMP(label, rc_write(&c, msg, 4) == 0);
+        JT_CHECK_AT(label, jt_conn_write(&c, msg, 4) == 0);
         usleep(20 * 1000);
-        CMP(label, rc_write(&c, q, n) == 0);
+        JT_CHECK_AT(label, jt_conn_write(&c, q, n) == 0);
     }
     jet_baidu_frame_t f;
     jet__baidu_frame_init(&f);
-    int r = rc_frame(&c, IO_TIMEOUT_MS, &f, NULL, NULL);
-    CMP(label, r == 1);
+    int r = jt_conn_frame(&c, IO_TIMEOUT_MS, &f, NULL, NULL);
+    JT_CHECK_AT(label, r == 1);
     if (r == 1) {
-        CMP(label, f.meta->correlation_id == 0x1b && resp_code(f.meta) == 0);
-        char *m = answer_message(&f);
-        CMP(label, m && strcmp(m, "over tcp") == 0);
+        JT_CHECK_AT(label, f.meta->correlation_id == 0x1b && resp_code(f.meta) == 0);
+        char *m = jt_frame_echo_message(&f, false);
+        JT_CHECK_AT(label, m && strcmp(m, "over tcp") == 0);
         free(m);
-        CMP(label, jet_iobuf_equals(&f.attachment, "ra", 2) == 0);
+        JT_CHECK_AT(label, jet_iobuf_equals(&f.attachment, "ra", 2) == 0);
     }
-    CMP(label, rc_avail(&c) == 0);
+    JT_CHECK_AT(label, jt_conn_avail(&c) == 0);
     jet__baidu_frame_fini(&f);
-    rc_close(&c);
+    jt_conn_close(&c);
     free(q);
     free(msg);
     check_fresh(label);

@@ -37,11 +37,7 @@ static int all_idle(void)
 static uint64_t rng_state = 0x9e3779b97f4a7c15ull;
 static uint64_t rnd(void)
 {
-    uint64_t x = rng_state;
-    x ^= x << 13;
-    x ^= x >> 7;
-    x ^= x << 17;
-    return rng_state = x;
+    return jt_xorshift64(&rng_state);
 }
 
 /* ---- classes --------------------------------------------------------- */
@@ -245,7 +241,13 @@ static void test_lookup_during_growth(void)
         if (!b) break;
         lg_blocks[i] = b;
         atomic_store_explicit(&lg_n, i + 1, memory_order_release);
-        if (i % 16 == 0) sched_yield();
+        if (i % 16 == 0) {
+            /* Let the readers search this table before it grows again (a loaded
+             * machine may not schedule them otherwise); bounded, never timed. */
+            long seen = atomic_load(&lg_lookups);
+            uint64_t until = jt_now_us() + 2000000;
+            while (atomic_load(&lg_lookups) == seen && jt_now_us() < until) sched_yield();
+        }
     }
     atomic_store(&lg_stop, 1);
     for (int i = 0; i < 2; i++)

@@ -26,11 +26,7 @@ JET_FLAG_DECLARE_INT32(iobuf_max_mb);
 static uint64_t rng_state = 0x2545f4914f6cdd1dull;
 static uint64_t rnd(void)
 {
-    uint64_t x = rng_state;
-    x ^= x << 13;
-    x ^= x >> 7;
-    x ^= x << 17;
-    return rng_state = x;
+    return jt_xorshift64(&rng_state);
 }
 
 static void fill_random(void *p, size_t n)

@@ -28,28 +28,15 @@
 #include "net/listener.h"
 #include "net/socket.h"
 #include "testutil.h"
+#include "testutil_net.h"
 
 JET_FLAG_DECLARE_INT64(socket_max_unwritten_bytes);
 
 #define GUARD_US (20LL * 1000 * 1000) /* bounds every wait; never a timing assertion */
 #define MiB      ((size_t)1 << 20)
 
-static void sleep_us(int64_t us)
-{
-    struct timespec ts = {us / 1000000, (us % 1000000) * 1000};
-    nanosleep(&ts, NULL);
-}
-
-/* Polls cond until it holds or guard_us passes; the value of cond. */
-#define WAIT_UNTIL_FOR(cond, guard_us)                                                             \
-    ({                                                                                             \
-        int64_t end_ = jet_now_us() + (guard_us);                                                  \
-        bool ok_;                                                                                  \
-        while (!(ok_ = (cond)) && jet_now_us() < end_)                                             \
-            sleep_us(500);                                                                         \
-        ok_;                                                                                       \
-    })
-#define WAIT_UNTIL(cond) WAIT_UNTIL_FOR(cond, GUARD_US)
+#define WAIT_UNTIL_FOR(cond, guard_us) JT_WAIT_UNTIL(cond, guard_us)
+#define WAIT_UNTIL(cond)               JT_WAIT_UNTIL(cond, GUARD_US)
 
 /* Waits until *v reaches target; gives up when it stops moving for stall_us. */
 static bool wait_progress(_Atomic int64_t *v, int64_t target, int64_t stall_us)
@@ -64,7 +51,7 @@ static bool wait_progress(_Atomic int64_t *v, int64_t target, int64_t stall_us)
         } else if (jet_now_us() - since > stall_us) {
             return false;
         }
-        sleep_us(1000);
+        jt_sleep_us(1000);
     }
 }
 
@@ -96,36 +83,11 @@ static int append_user_copy(jet_iobuf_t *b, const void *src, size_t len)
     return jet_iobuf_append_user(b, p, len, user_free, NULL);
 }
 
-/* The byte at offset k of a stream: a mixed 64-bit counter, so that a lost,
- * repeated or moved piece of any size shows. */
-static inline uint8_t stream_byte(uint64_t k)
-{
-    uint64_t v = (k >> 3) * 0x9e3779b97f4a7c15ull + 0x632be59bd9b4e019ull;
-    return (uint8_t)(v >> (8 * (k & 7)));
-}
-
-static void stream_fill(uint8_t *p, uint64_t off, size_t len)
-{
-    for (size_t i = 0; i < len; i++)
-        p[i] = stream_byte(off + i);
-}
-
-/* Offset of the first byte that differs from the stream, or -1. */
-static int64_t stream_check(const uint8_t *p, uint64_t off, size_t len)
-{
-    for (size_t i = 0; i < len; i++)
-        if (p[i] != stream_byte(off + i)) return (int64_t)(off + i);
-    return -1;
-}
-
 /* ---- endpoints: a jet socket and what its handler saw ------------------ */
 
-enum ep_kind {
-    EP_COLLECT, /* keeps every byte received */
-    EP_ECHO,    /* writes back every byte received */
-    EP_RECORDS, /* parses and checks the records of test_write_ordering */
-    EP_COUNT,   /* checks the stream pattern and counts */
-};
+/* Besides the shared kinds (testutil_net.h): parses and checks the records
+ * of test_write_ordering. */
+#define EP_RECORDS JT_EP_CUSTOM
 
 #define REC_THREADS    8
 #define REC_PER_THREAD 20000
@@ -133,49 +95,15 @@ enum ep_kind {
 #define REC_HDR        16
 #define REC_MAX        65536
 
-typedef struct srv srv_t;
-
-typedef struct ep {
-    jet_socket_t *s; /* the creator's reference */
-    int kind;
-    srv_t *srv;
-    pthread_mutex_t lock;
-    jet_iobuf_t got; /* EP_COLLECT, under lock */
-    _Atomic int64_t nbytes;
-    _Atomic int ready, failed, released, reads;
-    _Atomic int err;
-    _Atomic int off_loop;  /* callbacks that ran off the socket's loop thread */
-    _Atomic int write_err; /* EP_ECHO: writes back that failed */
-    /* EP_RECORDS (loop thread) */
+/* EP_RECORDS state (loop thread), in ep->user. */
+typedef struct rec_state {
     uint32_t next_seq[REC_THREADS];
     uint8_t *scratch;
     _Atomic int64_t records;
     _Atomic int bad_frame, bad_order, bad_payload;
-    /* EP_COUNT */
-    _Atomic int64_t first_bad;
-} ep_t;
+} rec_state_t;
 
-static _Atomic int g_created, g_released;
-
-static ep_t *ep_new(int kind)
-{
-    ep_t *ep = calloc(1, sizeof *ep);
-    if (!ep) abort();
-    ep->kind = kind;
-    pthread_mutex_init(&ep->lock, NULL);
-    jet_iobuf_init(&ep->got);
-    atomic_init(&ep->first_bad, -1);
-    if (kind == EP_RECORDS) ep->scratch = malloc(REC_MAX);
-    return ep;
-}
-
-static void ep_free(ep_t *ep)
-{
-    jet_iobuf_fini(&ep->got);
-    pthread_mutex_destroy(&ep->lock);
-    free(ep->scratch);
-    free(ep);
-}
+#define REC(ep) ((rec_state_t *)(ep)->user)
 
 static uint64_t rec_mix(uint64_t x)
 {
@@ -213,290 +141,93 @@ static uint32_t get32(const uint8_t *p)
     return v;
 }
 
-static void rec_parse(jet_socket_t *s, ep_t *ep)
+static void rec_on_read(jt_ep_t *ep, jet_socket_t *s)
 {
+    rec_state_t *r = REC(ep);
     while (jet_iobuf_len(&s->read_buf) >= REC_HDR) {
         uint8_t h[REC_HDR];
         jet_iobuf_copy_to(&s->read_buf, h, REC_HDR, 0);
         uint32_t magic = get32(h), tid = get32(h + 4), seq = get32(h + 8), len = get32(h + 12);
         if (magic != REC_MAGIC || tid >= REC_THREADS || len == 0 || len > REC_MAX) {
-            if (atomic_fetch_add(&ep->bad_frame, 1) == 0)
+            if (atomic_fetch_add(&r->bad_frame, 1) == 0)
                 fprintf(stderr, "  bad record header after %lld records: %08x %u %u %u\n",
-                        (long long)atomic_load(&ep->records), magic, tid, seq, len);
+                        (long long)atomic_load(&r->records), magic, tid, seq, len);
             jet__socket_set_failed(s, -EPROTO);
             return;
         }
         if (jet_iobuf_len(&s->read_buf) < REC_HDR + (size_t)len) return;
         jet_iobuf_pop_front(&s->read_buf, REC_HDR);
-        jet_iobuf_cut_to(&s->read_buf, ep->scratch, len);
-        if (seq != ep->next_seq[tid]) {
-            if (atomic_fetch_add(&ep->bad_order, 1) < 5)
-                fprintf(stderr, "  thread %u: record %u after %u\n", tid, seq, ep->next_seq[tid]);
+        jet_iobuf_cut_to(&s->read_buf, r->scratch, len);
+        if (seq != r->next_seq[tid]) {
+            if (atomic_fetch_add(&r->bad_order, 1) < 5)
+                fprintf(stderr, "  thread %u: record %u after %u\n", tid, seq, r->next_seq[tid]);
         }
-        ep->next_seq[tid] = seq + 1;
-        if (len != rec_size((int)tid, seq)) atomic_fetch_add(&ep->bad_payload, 1);
+        r->next_seq[tid] = seq + 1;
+        if (len != rec_size((int)tid, seq)) atomic_fetch_add(&r->bad_payload, 1);
         for (uint32_t i = 0; i < len; i++) {
-            if (ep->scratch[i] != rec_byte((int)tid, seq, i)) {
-                if (atomic_fetch_add(&ep->bad_payload, 1) < 5)
+            if (r->scratch[i] != rec_byte((int)tid, seq, i)) {
+                if (atomic_fetch_add(&r->bad_payload, 1) < 5)
                     fprintf(stderr, "  thread %u record %u: byte %u differs\n", tid, seq, i);
                 break;
             }
         }
-        atomic_fetch_add(&ep->records, 1);
+        atomic_fetch_add(&r->records, 1);
     }
 }
 
-static void ep_on_read(jet_socket_t *s)
+static void rec_on_new(jt_ep_t *ep)
 {
-    ep_t *ep = s->owner;
-    if (!jet_loop_in_thread(s->loop)) atomic_fetch_add(&ep->off_loop, 1);
-    atomic_fetch_add(&ep->reads, 1);
-    size_t n = jet_iobuf_len(&s->read_buf);
-    switch (ep->kind) {
-    case EP_COLLECT:
-        pthread_mutex_lock(&ep->lock);
-        if (jet_iobuf_move(&ep->got, &s->read_buf) != 0) abort();
-        pthread_mutex_unlock(&ep->lock);
-        atomic_fetch_add(&ep->nbytes, (int64_t)n);
-        break;
-    case EP_ECHO: {
-        jet_iobuf_t out;
-        jet_iobuf_init(&out);
-        if (jet_iobuf_move(&out, &s->read_buf) != 0) abort();
-        atomic_fetch_add(&ep->nbytes, (int64_t)n);
-        if (jet__socket_write(s, &out) != 0) atomic_fetch_add(&ep->write_err, 1);
-        jet_iobuf_fini(&out);
-        break;
-    }
-    case EP_RECORDS:
-        rec_parse(s, ep);
-        break;
-    case EP_COUNT: {
-        uint8_t tmp[16384];
-        while (!jet_iobuf_empty(&s->read_buf)) {
-            size_t k = jet_iobuf_cut_to(&s->read_buf, tmp, sizeof tmp);
-            int64_t off = atomic_load(&ep->nbytes);
-            int64_t bad = stream_check(tmp, (uint64_t)off, k);
-            if (bad >= 0 && atomic_load(&ep->first_bad) < 0) atomic_store(&ep->first_bad, bad);
-            atomic_fetch_add(&ep->nbytes, (int64_t)k);
-        }
-        break;
-    }
-    }
+    rec_state_t *r = calloc(1, sizeof *r);
+    if (!r) abort();
+    r->scratch = malloc(REC_MAX);
+    ep->user = r;
 }
 
-static void ep_on_failed(jet_socket_t *s, int err)
+static void rec_on_free(jt_ep_t *ep)
 {
-    ep_t *ep = s->owner;
-    if (!jet_loop_in_thread(s->loop)) atomic_fetch_add(&ep->off_loop, 1);
-    atomic_store(&ep->err, err);
-    atomic_fetch_add(&ep->failed, 1);
+    rec_state_t *r = ep->user;
+    free(r->scratch);
+    free(r);
 }
 
-static void ep_on_ready(jet_socket_t *s)
+static const jt_ep_hooks_t rec_hooks = {
+    .on_new = rec_on_new, .on_free = rec_on_free, .on_read = rec_on_read};
+
+static jt_ep_t *client_connect(const jet_addr_t *addr, int kind, int32_t timeout_ms, int *rc_p)
 {
-    ep_t *ep = s->owner;
-    if (!jet_loop_in_thread(s->loop)) atomic_fetch_add(&ep->off_loop, 1);
-    if (atomic_load(&s->state) != JET_SOCK_READY) atomic_fetch_add(&ep->off_loop, 1000);
-    atomic_fetch_add(&ep->ready, 1);
+    return jt_ep_connect(addr, JET_SOCKET_MODE_TCP, kind, timeout_ms, NULL, rc_p);
 }
 
-static void ep_on_release(jet_socket_t *s)
+static jt_srv_t *srv_start(const char *text, int kind, int rcvbuf)
 {
-    ep_t *ep = s->owner;
-    atomic_fetch_add(&g_released, 1);
-    atomic_fetch_add(&ep->released, 1);
-}
-
-static const jet_socket_handler_t ep_handler = {
-    .on_read = ep_on_read,
-    .on_failed = ep_on_failed,
-    .on_ready = ep_on_ready,
-    .on_release = ep_on_release,
-};
-
-static ep_t *client_connect(const jet_addr_t *addr, int kind, int32_t timeout_ms, int *rc_p)
-{
-    ep_t *ep = ep_new(kind);
-    int rc = jet__socket_connect(addr, JET_SOCKET_MODE_TCP, &ep_handler, ep, timeout_ms, &ep->s);
-    if (rc_p) *rc_p = rc;
-    if (rc != 0) {
-        ep_free(ep);
-        return NULL;
-    }
-    atomic_fetch_add(&g_created, 1);
-    return ep;
-}
-
-/* Drops the creator's reference (after failing the socket) and waits for the
- * release; true when on_release ran exactly once. Frees ep. */
-static bool ep_close(ep_t *ep)
-{
-    if (!ep) return true;
-    if (ep->s) {
-        jet__socket_set_failed(ep->s, -JET_ECLOSE);
-        jet__socket_unref(ep->s);
-    }
-    bool ok = WAIT_UNTIL(atomic_load(&ep->released) >= 1);
-    sleep_us(1000);
-    ok = ok && atomic_load(&ep->released) == 1;
-    if (!ok) {
-        fprintf(stderr, "  socket not released (released=%d); leaking its endpoint\n",
-                atomic_load(&ep->released));
-        return false; /* a late release would touch ep */
-    }
-    ep_free(ep);
-    return ok;
-}
-
-/* ---- a server: a listener whose connections are jet sockets ------------ */
-
-#define SRV_MAX_CONNS 64
-
-struct srv {
-    jet_listener_t *l;
-    jet_addr_t addr; /* where clients connect */
-    int kind;
-    int rcvbuf; /* > 0: SO_RCVBUF of accepted sockets */
-    pthread_mutex_t lock;
-    ep_t *eps[SRV_MAX_CONNS];
-    _Atomic int n;
-};
-
-static void srv_on_accept(jet_listener_t *l, int fd, const jet_addr_t *peer, void *arg)
-{
-    srv_t *srv = arg;
-    if (atomic_load(&srv->n) >= SRV_MAX_CONNS) {
-        close(fd);
-        return;
-    }
-    if (srv->rcvbuf > 0) setsockopt(fd, SOL_SOCKET, SO_RCVBUF, &srv->rcvbuf, sizeof srv->rcvbuf);
-    ep_t *ep = ep_new(srv->kind);
-    ep->srv = srv;
-    /* Another loop than the listener's, as a server does: the endpoint is the
-     * owner, so on_read finds it even before jet__socket_accept returns. */
-    jet_socket_t *s;
-    int rc =
-        jet__socket_accept(fd, peer, JET_SOCKET_MODE_TCP, jet_loop_pick(), &ep_handler, ep, &s);
-    if (rc != 0) {
-        fprintf(stderr, "  jet__socket_accept: %d\n", rc);
-        close(fd);
-        ep_free(ep);
-        return;
-    }
-    atomic_fetch_add(&g_created, 1);
-    pthread_mutex_lock(&srv->lock);
-    ep->s = s;
-    srv->eps[atomic_load(&srv->n)] = ep;
-    atomic_fetch_add(&srv->n, 1);
-    pthread_mutex_unlock(&srv->lock);
-}
-
-static srv_t *srv_start(const char *text, int kind, int rcvbuf)
-{
-    srv_t *srv = calloc(1, sizeof *srv);
-    if (!srv) abort();
-    srv->kind = kind;
-    srv->rcvbuf = rcvbuf;
-    pthread_mutex_init(&srv->lock, NULL);
-    jet_addr_t a;
-    if (jet__addr_parse(text, &a) != 0) abort();
-    int rc = jet__listener_create(&a, srv_on_accept, srv, &srv->l);
-    if (rc != 0) {
-        fprintf(stderr, "  listener on %s: %d\n", text, rc);
-        free(srv);
-        return NULL;
-    }
-    srv->addr = a;
-    if (a.u.sa.sa_family == AF_INET) srv->addr.u.in4.sin_port = htons(jet__listener_port(srv->l));
-    return srv;
-}
-
-/* The i-th accepted connection, once it exists. */
-static ep_t *srv_conn(srv_t *srv, int i)
-{
-    if (!WAIT_UNTIL(atomic_load(&srv->n) > i)) return NULL;
-    pthread_mutex_lock(&srv->lock);
-    ep_t *ep = srv->eps[i];
-    pthread_mutex_unlock(&srv->lock);
-    return ep;
-}
-
-static bool srv_stop(srv_t *srv)
-{
-    if (!srv) return true;
-    jet__listener_destroy(srv->l);
-    bool ok = true;
-    for (int i = 0; i < atomic_load(&srv->n); i++)
-        ok = ep_close(srv->eps[i]) && ok;
-    pthread_mutex_destroy(&srv->lock);
-    free(srv);
-    return ok;
-}
-
-static size_t ep_got_copy(ep_t *ep, void *dst, size_t max)
-{
-    pthread_mutex_lock(&ep->lock);
-    size_t n = jet_iobuf_copy_to(&ep->got, dst, max, 0);
-    pthread_mutex_unlock(&ep->lock);
-    return n;
+    return jt_srv_start(text, JET_SOCKET_MODE_TCP, kind, rcvbuf,
+                        kind == EP_RECORDS ? &rec_hooks : NULL);
 }
 
 static int write_bytes(jet_socket_t *s, const void *p, size_t len)
 {
-    jet_iobuf_t b;
-    jet_iobuf_init(&b);
-    if (jet_iobuf_append(&b, p, len) != 0) abort();
-    int rc = jet__socket_write(s, &b);
-    if (!jet_iobuf_empty(&b)) rc = -12345; /* the data must be moved out in every case */
-    jet_iobuf_fini(&b);
-    return rc;
+    return jt_socket_write_bytes(s, p, len, true);
 }
 
 /* ---- plain sockets driven by the test thread --------------------------- */
 
 static int raw_listen(int backlog, jet_addr_t *addr)
 {
-    int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+    int fd = jt_tcp_listen_addr(backlog, addr);
     if (fd < 0) abort();
-    if (jet__addr_parse("127.0.0.1:0", addr) != 0) abort();
-    if (bind(fd, &addr->u.sa, addr->len) != 0 || listen(fd, backlog) != 0) abort();
-    addr->len = sizeof addr->u;
-    getsockname(fd, &addr->u.sa, &addr->len);
     return fd;
-}
-
-static int raw_accept(int lfd)
-{
-    struct pollfd p = {.fd = lfd, .events = POLLIN};
-    if (poll(&p, 1, (int)(GUARD_US / 1000)) != 1) return -1;
-    return accept4(lfd, NULL, NULL, SOCK_CLOEXEC);
-}
-
-/* Reads exactly len bytes (poll-bounded); bytes read, less on timeout/EOF. */
-static size_t raw_read(int fd, void *buf, size_t len)
-{
-    size_t got = 0;
-    while (got < len) {
-        struct pollfd p = {.fd = fd, .events = POLLIN};
-        if (poll(&p, 1, (int)(GUARD_US / 1000)) != 1) break;
-        ssize_t r = read(fd, (char *)buf + got, len - got);
-        if (r <= 0) break;
-        got += (size_t)r;
-    }
-    return got;
 }
 
 /* ---- cases -------------------------------------------------------------- */
 
 static void test_connect_ready(void)
 {
-    srv_t *srv = srv_start("127.0.0.1:0", EP_COLLECT, 0);
+    jt_srv_t *srv = srv_start("127.0.0.1:0", JT_EP_COLLECT, 0);
     JT_REQUIRE(srv != NULL);
     int port = jet__listener_port(srv->l);
     JT_CHECK(port > 0);
     int rc;
-    ep_t *c = client_connect(&srv->addr, EP_COLLECT, -1, &rc);
+    jt_ep_t *c = client_connect(&srv->addr, JT_EP_COLLECT, -1, &rc);
     JT_CHECK_EQ(rc, 0);
     JT_REQUIRE(c != NULL);
     JT_CHECK(WAIT_UNTIL(atomic_load(&c->ready) == 1));
@@ -508,20 +239,20 @@ static void test_connect_ready(void)
     JT_CHECK(!c->s->is_server_side);
 
     JT_CHECK_EQ(write_bytes(c->s, "hello", 5), 0);
-    ep_t *sc = srv_conn(srv, 0);
+    jt_ep_t *sc = jt_srv_conn(srv, 0);
     JT_REQUIRE(sc != NULL);
     JT_CHECK(sc->s->is_server_side);
     JT_CHECK(strcmp(sc->s->local, want) == 0);
     JT_CHECK(strncmp(sc->s->peer, "127.0.0.1:", 10) == 0);
     JT_CHECK(WAIT_UNTIL(atomic_load(&sc->nbytes) == 5));
     char buf[16] = {0};
-    JT_CHECK_EQ(ep_got_copy(sc, buf, sizeof buf), 5);
+    JT_CHECK_EQ(jt_ep_got_copy(sc, buf, sizeof buf), 5);
     JT_CHECK(memcmp(buf, "hello", 5) == 0);
 
     JT_CHECK_EQ(write_bytes(sc->s, "world!", 6), 0);
     JT_CHECK(WAIT_UNTIL(atomic_load(&c->nbytes) == 6));
     memset(buf, 0, sizeof buf);
-    JT_CHECK_EQ(ep_got_copy(c, buf, sizeof buf), 6);
+    JT_CHECK_EQ(jt_ep_got_copy(c, buf, sizeof buf), 6);
     JT_CHECK(memcmp(buf, "world!", 6) == 0);
 
     /* Server-side sockets are ready from the start: no on_ready for them. */
@@ -536,52 +267,52 @@ static void test_connect_ready(void)
     JT_CHECK(WAIT_UNTIL(atomic_load(&sc->failed) == 1));
     JT_CHECK_EQ(atomic_load(&sc->err), -JET_EEOF);
     JT_CHECK_EQ(atomic_load(&c->ready), 1);
-    JT_CHECK(ep_close(c));
-    JT_CHECK(srv_stop(srv));
+    JT_CHECK(jt_ep_close(c));
+    JT_CHECK(jt_srv_stop(srv));
 }
 
 /* A connect timeout that does not expire leaves a ready socket alone. */
 static void test_connect_timeout_not_hit(void)
 {
-    srv_t *srv = srv_start("127.0.0.1:0", EP_COLLECT, 0);
+    jt_srv_t *srv = srv_start("127.0.0.1:0", JT_EP_COLLECT, 0);
     JT_REQUIRE(srv != NULL);
-    ep_t *c = client_connect(&srv->addr, EP_COLLECT, 1000, NULL);
+    jt_ep_t *c = client_connect(&srv->addr, JT_EP_COLLECT, 1000, NULL);
     JT_REQUIRE(c != NULL);
     JT_CHECK(WAIT_UNTIL(atomic_load(&c->ready) == 1));
-    sleep_us(1500 * 1000);
+    jt_sleep_us(1500 * 1000);
     JT_CHECK_EQ(atomic_load(&c->failed), 0);
     JT_CHECK_EQ(write_bytes(c->s, "x", 1), 0);
-    ep_t *sc = srv_conn(srv, 0);
+    jt_ep_t *sc = jt_srv_conn(srv, 0);
     JT_REQUIRE(sc != NULL);
     JT_CHECK(WAIT_UNTIL(atomic_load(&sc->nbytes) == 1));
-    JT_CHECK(ep_close(c));
-    JT_CHECK(srv_stop(srv));
+    JT_CHECK(jt_ep_close(c));
+    JT_CHECK(jt_srv_stop(srv));
 }
 
 /* Writes issued before the connection is up wait for it, in order. */
 static void test_write_before_ready(void)
 {
-    srv_t *srv = srv_start("127.0.0.1:0", EP_COLLECT, 0);
+    jt_srv_t *srv = srv_start("127.0.0.1:0", JT_EP_COLLECT, 0);
     JT_REQUIRE(srv != NULL);
-    ep_t *c = client_connect(&srv->addr, EP_COLLECT, -1, NULL);
+    jt_ep_t *c = client_connect(&srv->addr, JT_EP_COLLECT, -1, NULL);
     JT_REQUIRE(c != NULL);
     uint8_t buf[100000];
-    stream_fill(buf, 0, sizeof buf);
+    jt_stream_fill(buf, 0, sizeof buf);
     size_t off = 0;
     for (size_t k = 1; off + k <= sizeof buf; k = k * 3 + 1) {
         JT_CHECK_EQ(write_bytes(c->s, buf + off, k), 0);
         off += k;
     }
-    ep_t *sc = srv_conn(srv, 0);
+    jt_ep_t *sc = jt_srv_conn(srv, 0);
     JT_REQUIRE(sc != NULL);
     JT_CHECK(WAIT_UNTIL(atomic_load(&sc->nbytes) == (int64_t)off));
     uint8_t *got = malloc(off);
-    JT_CHECK_EQ(ep_got_copy(sc, got, off), off);
-    JT_CHECK_EQ(stream_check(got, 0, off), -1);
+    JT_CHECK_EQ(jt_ep_got_copy(sc, got, off), off);
+    JT_CHECK_EQ(jt_stream_check(got, 0, off), -1);
     free(got);
     JT_CHECK_EQ(atomic_load(&c->ready), 1);
-    JT_CHECK(ep_close(c));
-    JT_CHECK(srv_stop(srv));
+    JT_CHECK(jt_ep_close(c));
+    JT_CHECK(jt_srv_stop(srv));
 }
 
 /* ---- ordering under concurrent writers --------------------------------- */
@@ -628,7 +359,7 @@ static void *rec_writer_main(void *arg)
             if (rc == 0) break;
             if (rc == -JET_EOVERCROWDED) {
                 w->overcrowded++;
-                sleep_us(1000);
+                jt_sleep_us(1000);
                 continue;
             }
             fprintf(stderr, "  writer %d: write failed: %d\n", w->tid, rc);
@@ -642,12 +373,12 @@ static void *rec_writer_main(void *arg)
 
 static void test_write_ordering(void)
 {
-    srv_t *srv = srv_start("127.0.0.1:0", EP_RECORDS, 0);
+    jt_srv_t *srv = srv_start("127.0.0.1:0", EP_RECORDS, 0);
     JT_REQUIRE(srv != NULL);
-    ep_t *c = client_connect(&srv->addr, EP_COLLECT, -1, NULL);
+    jt_ep_t *c = client_connect(&srv->addr, JT_EP_COLLECT, -1, NULL);
     JT_REQUIRE(c != NULL);
     JT_CHECK(WAIT_UNTIL(atomic_load(&c->ready) == 1));
-    ep_t *sc = srv_conn(srv, 0);
+    jt_ep_t *sc = jt_srv_conn(srv, 0);
     JT_REQUIRE(sc != NULL);
     int64_t user0 = atomic_load(&g_user_alloc);
 
@@ -666,7 +397,7 @@ static void test_write_ordering(void)
         overcrowded += w[i].overcrowded;
     }
     const int64_t total = (int64_t)REC_THREADS * REC_PER_THREAD;
-    bool done = wait_progress(&sc->records, total, 10 * 1000 * 1000);
+    bool done = wait_progress(&REC(sc)->records, total, 10 * 1000 * 1000);
     JT_CHECK(done);
     if (!done) {
         int pending = -1;
@@ -674,20 +405,20 @@ static void test_write_ordering(void)
         fprintf(stderr,
                 "  stalled at %lld of %lld records; receiver: %zu bytes in read_buf, %d unread "
                 "in the kernel; sender: %lld unwritten\n",
-                (long long)atomic_load(&sc->records), (long long)total,
+                (long long)atomic_load(&REC(sc)->records), (long long)total,
                 jet_iobuf_len(&sc->s->read_buf), pending, (long long)atomic_load(&c->s->unwritten));
     }
-    JT_CHECK_EQ(atomic_load(&sc->bad_frame), 0);
-    JT_CHECK_EQ(atomic_load(&sc->bad_order), 0);
-    JT_CHECK_EQ(atomic_load(&sc->bad_payload), 0);
-    JT_CHECK_EQ(atomic_load(&sc->records), total);
+    JT_CHECK_EQ(atomic_load(&REC(sc)->bad_frame), 0);
+    JT_CHECK_EQ(atomic_load(&REC(sc)->bad_order), 0);
+    JT_CHECK_EQ(atomic_load(&REC(sc)->bad_payload), 0);
+    JT_CHECK_EQ(atomic_load(&REC(sc)->records), total);
     JT_CHECK(WAIT_UNTIL(atomic_load(&c->s->unwritten) == 0));
     JT_CHECK_EQ(atomic_load(&c->failed), 0);
     JT_CHECK_EQ(atomic_load(&sc->failed), 0);
     if (overcrowded)
         fprintf(stderr, "  (%lld writes retried after EOVERCROWDED)\n", (long long)overcrowded);
-    JT_CHECK(ep_close(c));
-    JT_CHECK(srv_stop(srv));
+    JT_CHECK(jt_ep_close(c));
+    JT_CHECK(jt_srv_stop(srv));
     /* Every user buffer was released once its bytes were sent. */
     JT_CHECK(WAIT_UNTIL(atomic_load(&g_user_freed) == atomic_load(&g_user_alloc)));
     JT_CHECK(atomic_load(&g_user_alloc) > user0);
@@ -715,11 +446,11 @@ static void *slow_reader_main(void *arg)
     uint8_t *buf = malloc(MiB);
     r->first_bad = -1;
     for (int i = 0; i < 50 && r->got < (int64_t)BIG_TOTAL; i++) {
-        size_t n = raw_read(r->fd, buf, 4096);
+        size_t n = jt_read_full(r->fd, buf, 4096, (int)(GUARD_US / 1000));
         if (n == 0) break;
-        if (r->first_bad < 0) r->first_bad = stream_check(buf, (uint64_t)r->got, n);
+        if (r->first_bad < 0) r->first_bad = jt_stream_check(buf, (uint64_t)r->got, n);
         r->got += (int64_t)n;
-        sleep_us(2000);
+        jt_sleep_us(2000);
     }
     while (r->got < (int64_t)BIG_TOTAL) {
         size_t want = BIG_TOTAL - (size_t)r->got < MiB ? BIG_TOTAL - (size_t)r->got : MiB;
@@ -727,7 +458,7 @@ static void *slow_reader_main(void *arg)
         if (poll(&p, 1, (int)(GUARD_US / 1000)) != 1) break;
         ssize_t n = read(r->fd, buf, want);
         if (n <= 0) break;
-        if (r->first_bad < 0) r->first_bad = stream_check(buf, (uint64_t)r->got, (size_t)n);
+        if (r->first_bad < 0) r->first_bad = jt_stream_check(buf, (uint64_t)r->got, (size_t)n);
         r->got += n;
     }
     free(buf);
@@ -738,9 +469,9 @@ static void test_big_write_slow_reader(void)
 {
     jet_addr_t addr;
     int lfd = raw_listen(16, &addr);
-    ep_t *c = client_connect(&addr, EP_COLLECT, -1, NULL);
+    jt_ep_t *c = client_connect(&addr, JT_EP_COLLECT, -1, NULL);
     JT_REQUIRE(c != NULL);
-    int pfd = raw_accept(lfd);
+    int pfd = jt_tcp_accept(lfd, (int)(GUARD_US / 1000));
     JT_REQUIRE(pfd >= 0);
     int small = 64 * 1024;
     setsockopt(pfd, SOL_SOCKET, SO_RCVBUF, &small, sizeof small);
@@ -755,7 +486,7 @@ static void test_big_write_slow_reader(void)
     for (int i = 0; off < BIG_TOTAL && errors == 0; i++) {
         size_t len = (size_t)(rec_mix((uint64_t)i) % (2 * MiB)) + 1;
         if (len > BIG_TOTAL - off) len = BIG_TOTAL - off;
-        stream_fill(chunk, off, len);
+        jt_stream_fill(chunk, off, len);
         jet_iobuf_t b;
         jet_iobuf_init(&b);
         if (i % 4 == 1) {
@@ -769,7 +500,7 @@ static void test_big_write_slow_reader(void)
             off += len;
         } else if (rc == -JET_EOVERCROWDED) {
             overcrowded++;
-            sleep_us(1000);
+            jt_sleep_us(1000);
         } else {
             fprintf(stderr, "  write: %d\n", rc);
             errors++;
@@ -785,7 +516,7 @@ static void test_big_write_slow_reader(void)
     JT_CHECK_EQ(atomic_load(&c->failed), 0);
     JT_CHECK(WAIT_UNTIL(atomic_load(&g_user_freed) - freed0 == atomic_load(&g_user_alloc) - user0));
     if (overcrowded) fprintf(stderr, "  (%d writes retried after EOVERCROWDED)\n", overcrowded);
-    JT_CHECK(ep_close(c));
+    JT_CHECK(jt_ep_close(c));
     close(pfd);
     close(lfd);
 }
@@ -803,7 +534,7 @@ static void loop_block_fn(jet_task_t *t)
     atomic_store(&b->running, 1);
     int64_t end = jet_now_us() + GUARD_US;
     while (!atomic_load(&b->release) && jet_now_us() < end)
-        sleep_us(500);
+        jt_sleep_us(500);
     atomic_store(&b->running, 2);
 }
 
@@ -812,14 +543,14 @@ static void loop_block_fn(jet_task_t *t)
  * raise another edge. */
 static void test_read_burst(void)
 {
-    srv_t *srv = srv_start("127.0.0.1:0", EP_COUNT, 4 * 1024 * 1024);
+    jt_srv_t *srv = srv_start("127.0.0.1:0", JT_EP_COUNT, 4 * 1024 * 1024);
     JT_REQUIRE(srv != NULL);
     int cfd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
     JT_REQUIRE(cfd >= 0);
     int big = 4 * 1024 * 1024;
     setsockopt(cfd, SOL_SOCKET, SO_SNDBUF, &big, sizeof big);
     JT_REQUIRE(connect(cfd, &srv->addr.u.sa, srv->addr.len) == 0);
-    ep_t *sc = srv_conn(srv, 0);
+    jt_ep_t *sc = jt_srv_conn(srv, 0);
     JT_REQUIRE(sc != NULL);
 
     loop_block_t blk = {.task.fn = loop_block_fn};
@@ -829,7 +560,7 @@ static void test_read_burst(void)
     /* Queue up to 3 MiB while the receiving loop is stuck. */
     const size_t total = 3 * MiB;
     uint8_t *buf = malloc(total);
-    stream_fill(buf, 0, total);
+    jt_stream_fill(buf, 0, total);
     size_t sent = 0;
     while (sent < total) {
         ssize_t w = send(cfd, buf + sent, total - sent, MSG_DONTWAIT | MSG_NOSIGNAL);
@@ -839,7 +570,7 @@ static void test_read_burst(void)
     int pending = 0, prev = -1;
     for (int i = 0; i < 200 && pending != prev; i++) {
         prev = pending;
-        sleep_us(5000);
+        jt_sleep_us(5000);
         ioctl(sc->s->fd, FIONREAD, &pending);
     }
     fprintf(stderr, "  %zu bytes sent, %d waiting in the receiver's kernel buffer\n", sent,
@@ -873,7 +604,7 @@ static void test_read_burst(void)
         JT_CHECK(WAIT_UNTIL(atomic_load(&sc->failed) == 1));
         JT_CHECK_EQ(atomic_load(&sc->err), -JET_EEOF);
     }
-    JT_CHECK(srv_stop(srv));
+    JT_CHECK(jt_srv_stop(srv));
 }
 
 /* ---- failure ------------------------------------------------------------ */
@@ -881,12 +612,12 @@ static void test_read_burst(void)
 static void test_peer_close(void)
 {
     size_t blocks0 = blocks_in_use();
-    srv_t *srv = srv_start("127.0.0.1:0", EP_COLLECT, 0);
+    jt_srv_t *srv = srv_start("127.0.0.1:0", JT_EP_COLLECT, 0);
     JT_REQUIRE(srv != NULL);
-    ep_t *c = client_connect(&srv->addr, EP_COLLECT, -1, NULL);
+    jt_ep_t *c = client_connect(&srv->addr, JT_EP_COLLECT, -1, NULL);
     JT_REQUIRE(c != NULL);
     JT_CHECK(WAIT_UNTIL(atomic_load(&c->ready) == 1));
-    ep_t *sc = srv_conn(srv, 0);
+    jt_ep_t *sc = jt_srv_conn(srv, 0);
     JT_REQUIRE(sc != NULL);
     JT_CHECK_EQ(write_bytes(c->s, "ping", 4), 0);
     JT_CHECK(WAIT_UNTIL(atomic_load(&sc->nbytes) == 4));
@@ -901,7 +632,7 @@ static void test_peer_close(void)
     /* Writes after the failure return its code and free their data. */
     size_t before = blocks_in_use();
     uint8_t *big = malloc(MiB);
-    stream_fill(big, 0, MiB);
+    jt_stream_fill(big, 0, MiB);
     JT_CHECK_EQ(write_bytes(c->s, big, MiB), -JET_EEOF);
     JT_CHECK_EQ(blocks_in_use(), before);
     int64_t freed0 = atomic_load(&g_user_freed);
@@ -916,14 +647,14 @@ static void test_peer_close(void)
 
     /* A later failure changes nothing: on_failed ran once with the first error. */
     jet__socket_set_failed(c->s, -ETIMEDOUT);
-    sleep_us(50 * 1000);
+    jt_sleep_us(50 * 1000);
     JT_CHECK_EQ(atomic_load(&c->failed), 1);
     JT_CHECK_EQ(atomic_load(&c->err), -JET_EEOF);
     JT_CHECK_EQ(atomic_load(&sc->failed), 1);
     JT_CHECK_EQ(atomic_load(&c->s->error), -JET_EEOF);
 
-    JT_CHECK(ep_close(c));
-    JT_CHECK(srv_stop(srv));
+    JT_CHECK(jt_ep_close(c));
+    JT_CHECK(jt_srv_stop(srv));
     JT_CHECK_EQ(blocks_in_use(), blocks0);
 }
 
@@ -934,14 +665,14 @@ static void test_peer_close_with_pending_writes(void)
     size_t blocks0 = blocks_in_use();
     jet_addr_t addr;
     int lfd = raw_listen(16, &addr);
-    ep_t *c = client_connect(&addr, EP_COLLECT, -1, NULL);
+    jt_ep_t *c = client_connect(&addr, JT_EP_COLLECT, -1, NULL);
     JT_REQUIRE(c != NULL);
-    int pfd = raw_accept(lfd);
+    int pfd = jt_tcp_accept(lfd, (int)(GUARD_US / 1000));
     JT_REQUIRE(pfd >= 0);
     JT_CHECK(WAIT_UNTIL(atomic_load(&c->ready) == 1));
     int64_t user0 = atomic_load(&g_user_alloc), freed0 = atomic_load(&g_user_freed);
     uint8_t *chunk = malloc(MiB);
-    stream_fill(chunk, 0, MiB);
+    jt_stream_fill(chunk, 0, MiB);
     for (int i = 0; i < 24; i++) {
         jet_iobuf_t b;
         jet_iobuf_init(&b);
@@ -961,9 +692,9 @@ static void test_peer_close_with_pending_writes(void)
     JT_CHECK_EQ(atomic_load(&c->err), -JET_EEOF);
     JT_CHECK(WAIT_UNTIL(atomic_load(&c->s->unwritten) == 0));
     JT_CHECK(WAIT_UNTIL(atomic_load(&g_user_freed) - freed0 == atomic_load(&g_user_alloc) - user0));
-    sleep_us(20 * 1000);
+    jt_sleep_us(20 * 1000);
     JT_CHECK_EQ(atomic_load(&c->failed), 1);
-    JT_CHECK(ep_close(c));
+    JT_CHECK(jt_ep_close(c));
     close(lfd);
     JT_CHECK_EQ(blocks_in_use(), blocks0);
 }
@@ -987,10 +718,10 @@ static void *fail_racer_main(void *arg)
 
 static void test_set_failed_race(void)
 {
-    srv_t *srv = srv_start("127.0.0.1:0", EP_COLLECT, 0);
+    jt_srv_t *srv = srv_start("127.0.0.1:0", JT_EP_COLLECT, 0);
     JT_REQUIRE(srv != NULL);
     for (int round = 0; round < 20; round++) {
-        ep_t *c = client_connect(&srv->addr, EP_COLLECT, -1, NULL);
+        jt_ep_t *c = client_connect(&srv->addr, JT_EP_COLLECT, -1, NULL);
         JT_REQUIRE(c != NULL);
         JT_CHECK(WAIT_UNTIL(atomic_load(&c->ready) == 1));
         _Atomic int go = 0;
@@ -1003,22 +734,22 @@ static void test_set_failed_race(void)
         for (int i = 0; i < 4; i++)
             pthread_join(f[i].th, NULL);
         JT_CHECK(WAIT_UNTIL(atomic_load(&c->failed) >= 1));
-        sleep_us(2000);
+        jt_sleep_us(2000);
         JT_CHECK_EQ(atomic_load(&c->failed), 1);
         int err = atomic_load(&c->err);
         JT_CHECK(err <= -3000 && err >= -3003);
         JT_CHECK_EQ(atomic_load(&c->s->error), err);
-        JT_CHECK(ep_close(c));
+        JT_CHECK(jt_ep_close(c));
     }
     /* A non-negative code is not a failure code: it becomes -EINVAL. */
-    ep_t *c = client_connect(&srv->addr, EP_COLLECT, -1, NULL);
+    jt_ep_t *c = client_connect(&srv->addr, JT_EP_COLLECT, -1, NULL);
     JT_REQUIRE(c != NULL);
     JT_CHECK(WAIT_UNTIL(atomic_load(&c->ready) == 1));
     jet__socket_set_failed(c->s, 0);
     JT_CHECK(WAIT_UNTIL(atomic_load(&c->failed) == 1));
     JT_CHECK_EQ(atomic_load(&c->err), -EINVAL);
-    JT_CHECK(ep_close(c));
-    JT_CHECK(srv_stop(srv));
+    JT_CHECK(jt_ep_close(c));
+    JT_CHECK(jt_srv_stop(srv));
 }
 
 /* ---- connect failures --------------------------------------------------- */
@@ -1035,7 +766,7 @@ static void test_connect_refused(void)
     int64_t user0 = atomic_load(&g_user_alloc), freed0 = atomic_load(&g_user_freed);
 
     int rc;
-    ep_t *c = client_connect(&addr, EP_COLLECT, -1, &rc);
+    jt_ep_t *c = client_connect(&addr, JT_EP_COLLECT, -1, &rc);
     JT_CHECK_EQ(rc, 0);
     JT_REQUIRE(c != NULL);
     /* A write queued while connecting is dropped (and freed) by the failure. */
@@ -1051,7 +782,7 @@ static void test_connect_refused(void)
     JT_CHECK(WAIT_UNTIL(atomic_load(&g_user_freed) - freed0 == atomic_load(&g_user_alloc) - user0));
     JT_CHECK(WAIT_UNTIL(atomic_load(&c->s->unwritten) == 0));
     JT_CHECK_EQ(write_bytes(c->s, "late", 4), -ECONNREFUSED);
-    JT_CHECK(ep_close(c));
+    JT_CHECK(jt_ep_close(c));
     close(fd);
 
     /* The same on a unix socket that is bound but does not listen. */
@@ -1063,23 +794,23 @@ static void test_connect_refused(void)
     unlink(path);
     fd = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
     JT_REQUIRE(bind(fd, &addr.u.sa, addr.len) == 0);
-    c = client_connect(&addr, EP_COLLECT, -1, &rc);
+    c = client_connect(&addr, JT_EP_COLLECT, -1, &rc);
     JT_CHECK_EQ(rc, 0);
     JT_REQUIRE(c != NULL);
     JT_CHECK(WAIT_UNTIL(atomic_load(&c->failed) == 1));
     JT_CHECK_EQ(atomic_load(&c->err), -ECONNREFUSED);
     JT_CHECK_EQ(atomic_load(&c->ready), 0);
-    JT_CHECK(ep_close(c));
+    JT_CHECK(jt_ep_close(c));
     close(fd);
     unlink(path);
 
     /* No such unix path at all. */
-    c = client_connect(&addr, EP_COLLECT, -1, &rc);
+    c = client_connect(&addr, JT_EP_COLLECT, -1, &rc);
     JT_CHECK_EQ(rc, 0);
     JT_REQUIRE(c != NULL);
     JT_CHECK(WAIT_UNTIL(atomic_load(&c->failed) == 1));
     JT_CHECK_EQ(atomic_load(&c->err), -ENOENT);
-    JT_CHECK(ep_close(c));
+    JT_CHECK(jt_ep_close(c));
 }
 
 /* A listener whose accept queue is full drops new SYNs, so a connect to it
@@ -1102,21 +833,21 @@ static void test_connect_timeout(void)
     if (!pending) {
         fprintf(stderr, "  SKIP: no local way to keep a connect pending here\n");
     } else {
-        ep_t *c = client_connect(&addr, EP_COLLECT, 300, NULL);
+        jt_ep_t *c = client_connect(&addr, JT_EP_COLLECT, 300, NULL);
         JT_REQUIRE(c != NULL);
         JT_CHECK(WAIT_UNTIL(atomic_load(&c->failed) == 1));
         JT_CHECK_EQ(atomic_load(&c->err), -ETIMEDOUT);
         JT_CHECK_EQ(atomic_load(&c->ready), 0);
         JT_CHECK_EQ(write_bytes(c->s, "x", 1), -ETIMEDOUT);
-        JT_CHECK(ep_close(c));
+        JT_CHECK(jt_ep_close(c));
 
         /* Without a timeout the connect just stays pending. */
-        c = client_connect(&addr, EP_COLLECT, -1, NULL);
+        c = client_connect(&addr, JT_EP_COLLECT, -1, NULL);
         JT_REQUIRE(c != NULL);
-        sleep_us(500 * 1000);
+        jt_sleep_us(500 * 1000);
         JT_CHECK_EQ(atomic_load(&c->failed), 0);
         JT_CHECK_EQ(atomic_load(&c->s->state), JET_SOCK_CONNECTING);
-        JT_CHECK(ep_close(c));
+        JT_CHECK(jt_ep_close(c));
     }
     for (int i = 0; i < nfill; i++)
         close(fillers[i]);
@@ -1129,10 +860,10 @@ static void test_unix_socket(void)
 {
     char text[120];
     snprintf(text, sizeof text, "unix:/tmp/jet-net-test-%d.sock", (int)getpid());
-    srv_t *srv = srv_start(text, EP_ECHO, 0);
+    jt_srv_t *srv = srv_start(text, JT_EP_ECHO, 0);
     JT_REQUIRE(srv != NULL);
     JT_CHECK_EQ(jet__listener_port(srv->l), 0);
-    ep_t *c = client_connect(&srv->addr, EP_COUNT, -1, NULL);
+    jt_ep_t *c = client_connect(&srv->addr, JT_EP_COUNT, -1, NULL);
     JT_REQUIRE(c != NULL);
     JT_CHECK(WAIT_UNTIL(atomic_load(&c->ready) == 1));
     JT_CHECK(strcmp(c->s->peer, text) == 0);
@@ -1140,7 +871,7 @@ static void test_unix_socket(void)
     /* Echoed back whole and in order, written from the server's loop thread. */
     const size_t total = 8 * MiB;
     uint8_t *buf = malloc(total);
-    stream_fill(buf, 0, total);
+    jt_stream_fill(buf, 0, total);
     size_t off = 0;
     for (size_t k = 1; off < total; k = k * 2 + 7) {
         size_t n = k % (512 * 1024) + 1;
@@ -1152,12 +883,12 @@ static void test_unix_socket(void)
     JT_CHECK(wait_progress(&c->nbytes, (int64_t)total, 10 * 1000 * 1000));
     JT_CHECK_EQ(atomic_load(&c->nbytes), (int64_t)total);
     JT_CHECK_EQ(atomic_load(&c->first_bad), -1);
-    ep_t *sc = srv_conn(srv, 0);
+    jt_ep_t *sc = jt_srv_conn(srv, 0);
     JT_REQUIRE(sc != NULL);
     JT_CHECK_EQ(atomic_load(&sc->write_err), 0);
     JT_CHECK(strcmp(sc->s->peer, text) == 0);
-    JT_CHECK(ep_close(c));
-    JT_CHECK(srv_stop(srv));
+    JT_CHECK(jt_ep_close(c));
+    JT_CHECK(jt_srv_stop(srv));
     /* The listener removes its path. */
     JT_CHECK(access(text + 5, F_OK) != 0);
 }
@@ -1166,46 +897,46 @@ static void test_unix_socket(void)
 
 static void test_refcount(void)
 {
-    srv_t *srv = srv_start("127.0.0.1:0", EP_COLLECT, 0);
+    jt_srv_t *srv = srv_start("127.0.0.1:0", JT_EP_COLLECT, 0);
     JT_REQUIRE(srv != NULL);
 
     /* Failed but still referenced: not released until the last unref. */
-    ep_t *c = client_connect(&srv->addr, EP_COLLECT, -1, NULL);
+    jt_ep_t *c = client_connect(&srv->addr, JT_EP_COLLECT, -1, NULL);
     JT_REQUIRE(c != NULL);
     JT_CHECK(WAIT_UNTIL(atomic_load(&c->ready) == 1));
-    ep_t *sc = srv_conn(srv, 0);
+    jt_ep_t *sc = jt_srv_conn(srv, 0);
     JT_REQUIRE(sc != NULL);
     jet_socket_t *s = c->s;
     jet__socket_ref(s); /* another holder */
     jet__socket_set_failed(s, -JET_ECLOSE);
     JT_CHECK(WAIT_UNTIL(atomic_load(&c->failed) == 1));
     JT_CHECK(WAIT_UNTIL(atomic_load(&sc->failed) == 1));
-    sleep_us(20 * 1000);
+    jt_sleep_us(20 * 1000);
     JT_CHECK_EQ(atomic_load(&c->released), 0);
     /* The loop's reference is gone once on_failed has run. */
     JT_CHECK(WAIT_UNTIL(atomic_load(&s->refcnt) == 2));
     jet__socket_unref(s);
-    sleep_us(20 * 1000);
+    jt_sleep_us(20 * 1000);
     JT_CHECK_EQ(atomic_load(&c->released), 0);
     c->s = NULL;
     jet__socket_unref(s); /* the creator's: the last */
     JT_CHECK(WAIT_UNTIL(atomic_load(&c->released) == 1));
-    sleep_us(20 * 1000);
+    jt_sleep_us(20 * 1000);
     JT_CHECK_EQ(atomic_load(&c->released), 1);
-    JT_CHECK(ep_close(c));
+    JT_CHECK(jt_ep_close(c));
     /* The failed server side waits for its owner's unref too. */
     JT_CHECK_EQ(atomic_load(&sc->released), 0);
 
     /* The creator lets go first: the loop keeps the socket alive until it
      * fails, then releases it on its own. */
-    c = client_connect(&srv->addr, EP_COLLECT, -1, NULL);
+    c = client_connect(&srv->addr, JT_EP_COLLECT, -1, NULL);
     JT_REQUIRE(c != NULL);
     JT_CHECK(WAIT_UNTIL(atomic_load(&c->ready) == 1));
-    ep_t *sc2 = srv_conn(srv, 1);
+    jt_ep_t *sc2 = jt_srv_conn(srv, 1);
     JT_REQUIRE(sc2 != NULL);
     jet__socket_unref(c->s);
     c->s = NULL;
-    sleep_us(20 * 1000);
+    jt_sleep_us(20 * 1000);
     JT_CHECK_EQ(atomic_load(&c->released), 0);
     JT_CHECK_EQ(write_bytes(sc2->s, "still there", 11), 0);
     JT_CHECK(WAIT_UNTIL(atomic_load(&c->nbytes) == 11));
@@ -1213,11 +944,11 @@ static void test_refcount(void)
     JT_CHECK(WAIT_UNTIL(atomic_load(&c->failed) == 1));
     JT_CHECK_EQ(atomic_load(&c->err), -JET_EEOF);
     JT_CHECK(WAIT_UNTIL(atomic_load(&c->released) == 1));
-    JT_CHECK(ep_close(c));
+    JT_CHECK(jt_ep_close(c));
 
-    int created = atomic_load(&g_created);
-    JT_CHECK(srv_stop(srv));
-    JT_CHECK_EQ(atomic_load(&g_released), created);
+    int created = atomic_load(&jt_ep_created);
+    JT_CHECK(jt_srv_stop(srv));
+    JT_CHECK_EQ(atomic_load(&jt_ep_released), created);
 }
 
 /* ---- EOVERCROWDED ------------------------------------------------------- */
@@ -1230,9 +961,9 @@ static void test_overcrowded(void)
 
     jet_addr_t addr;
     int lfd = raw_listen(16, &addr);
-    ep_t *c = client_connect(&addr, EP_COLLECT, -1, NULL);
+    jt_ep_t *c = client_connect(&addr, JT_EP_COLLECT, -1, NULL);
     JT_REQUIRE(c != NULL);
-    int pfd = raw_accept(lfd);
+    int pfd = jt_tcp_accept(lfd, (int)(GUARD_US / 1000));
     JT_REQUIRE(pfd >= 0);
     JT_CHECK(WAIT_UNTIL(atomic_load(&c->ready) == 1));
 
@@ -1242,7 +973,7 @@ static void test_overcrowded(void)
     size_t accepted = 0;
     int rc = 0, i;
     for (i = 0; i < 4096; i++) {
-        stream_fill(buf, accepted, piece);
+        jt_stream_fill(buf, accepted, piece);
         jet_iobuf_t b;
         jet_iobuf_init(&b);
         if (append_user_copy(&b, buf, piece) != 0) abort();
@@ -1259,7 +990,7 @@ static void test_overcrowded(void)
         if (rc != 0) break;
         accepted += piece;
         /* Pace the writer so the kernel buffers fill before the queue does. */
-        if (atomic_load(&c->s->unwritten) == 0) sleep_us(200);
+        if (atomic_load(&c->s->unwritten) == 0) jt_sleep_us(200);
     }
     JT_CHECK_EQ(rc, -JET_EOVERCROWDED);
     JT_CHECK(atomic_load(&c->s->unwritten) > 65536);
@@ -1270,13 +1001,13 @@ static void test_overcrowded(void)
 
     /* The peer reads: the queue drains and writes are accepted again. */
     uint8_t *got = malloc(accepted + piece);
-    JT_CHECK_EQ(raw_read(pfd, got, accepted), accepted);
-    JT_CHECK_EQ(stream_check(got, 0, accepted), -1);
+    JT_CHECK_EQ(jt_read_full(pfd, got, accepted, (int)(GUARD_US / 1000)), accepted);
+    JT_CHECK_EQ(jt_stream_check(got, 0, accepted), -1);
     JT_CHECK(WAIT_UNTIL(atomic_load(&c->s->unwritten) == 0));
-    stream_fill(buf, accepted, piece);
+    jt_stream_fill(buf, accepted, piece);
     JT_CHECK_EQ(write_bytes(c->s, buf, piece), 0);
-    JT_CHECK_EQ(raw_read(pfd, got, piece), piece);
-    JT_CHECK_EQ(stream_check(got, accepted, piece), -1);
+    JT_CHECK_EQ(jt_read_full(pfd, got, piece, (int)(GUARD_US / 1000)), piece);
+    JT_CHECK_EQ(jt_stream_check(got, accepted, piece), -1);
     JT_CHECK_EQ(atomic_load(&c->failed), 0);
     free(got);
     free(buf);
@@ -1284,7 +1015,7 @@ static void test_overcrowded(void)
     char text[32];
     snprintf(text, sizeof text, "%lld", (long long)saved);
     JT_CHECK_EQ(jet_flag_set("socket_max_unwritten_bytes", text), 0);
-    JT_CHECK(ep_close(c));
+    JT_CHECK(jt_ep_close(c));
     close(pfd);
     close(lfd);
 }
@@ -1293,9 +1024,9 @@ static void test_overcrowded(void)
 
 static void test_debug(void)
 {
-    srv_t *srv = srv_start("127.0.0.1:0", EP_COLLECT, 0);
+    jt_srv_t *srv = srv_start("127.0.0.1:0", JT_EP_COLLECT, 0);
     JT_REQUIRE(srv != NULL);
-    ep_t *c = client_connect(&srv->addr, EP_COLLECT, -1, NULL);
+    jt_ep_t *c = client_connect(&srv->addr, JT_EP_COLLECT, -1, NULL);
     JT_REQUIRE(c != NULL);
     JT_CHECK(WAIT_UNTIL(atomic_load(&c->ready) == 1));
     char line[256];
@@ -1310,15 +1041,15 @@ static void test_debug(void)
     JT_CHECK(n >= 10);
     JT_CHECK_EQ(strlen(tiny), 9);
     jt_guard_free(tiny, 10);
-    JT_CHECK(ep_close(c));
-    JT_CHECK(srv_stop(srv));
+    JT_CHECK(jt_ep_close(c));
+    JT_CHECK(jt_srv_stop(srv));
 }
 
 /* Every socket any case created was released exactly once. */
 static void test_all_released(void)
 {
-    JT_CHECK(WAIT_UNTIL(atomic_load(&g_released) == atomic_load(&g_created)));
-    JT_CHECK(atomic_load(&g_created) > 0);
+    JT_CHECK(WAIT_UNTIL(atomic_load(&jt_ep_released) == atomic_load(&jt_ep_created)));
+    JT_CHECK(atomic_load(&jt_ep_created) > 0);
 }
 
 int main(int argc, char **argv)

@@ -34,44 +34,13 @@
 #include "net/socket.h"
 #include "net/transport.h"
 #include "testutil.h"
+#include "testutil_net.h"
 
 #define GUARD_US  (20LL * 1000 * 1000) /* bounds every wait; never a timing assertion */
 #define MiB       ((size_t)1 << 20)
 #define FAKE_MODE JET_SOCKET_MODE_RDMA /* brpc's; jetrpc never provides it */
 
-static void sleep_us(int64_t us)
-{
-    struct timespec ts = {us / 1000000, (us % 1000000) * 1000};
-    nanosleep(&ts, NULL);
-}
-
-#define WAIT_UNTIL(cond)                                                                           \
-    ({                                                                                             \
-        int64_t end_ = jet_now_us() + GUARD_US;                                                    \
-        bool ok_;                                                                                  \
-        while (!(ok_ = (cond)) && jet_now_us() < end_)                                             \
-            sleep_us(500);                                                                         \
-        ok_;                                                                                       \
-    })
-
-static inline uint8_t stream_byte(uint64_t k)
-{
-    uint64_t v = (k >> 3) * 0x9e3779b97f4a7c15ull + 0x632be59bd9b4e019ull;
-    return (uint8_t)(v >> (8 * (k & 7)));
-}
-
-static void stream_fill(uint8_t *p, uint64_t off, size_t len)
-{
-    for (size_t i = 0; i < len; i++)
-        p[i] = stream_byte(off + i);
-}
-
-static int64_t stream_check(const uint8_t *p, uint64_t off, size_t len)
-{
-    for (size_t i = 0; i < len; i++)
-        if (p[i] != stream_byte(off + i)) return (int64_t)(off + i);
-    return -1;
-}
+#define WAIT_UNTIL(cond) JT_WAIT_UNTIL(cond, GUARD_US)
 
 static int count_fds(void)
 {
@@ -277,183 +246,30 @@ static bool finish_handshake(int err)
     return true;
 }
 
-/* ---- endpoints (a jet socket and what its handler saw) ------------------ */
+/* ---- endpoints (testutil_net.h) ---------------------------------------- */
 
-enum { EP_COLLECT, EP_ECHO };
-
-typedef struct ep {
-    jet_socket_t *s;
-    int kind;
-    pthread_mutex_t lock;
-    jet_iobuf_t got;
-    _Atomic int64_t nbytes;
-    _Atomic int ready, failed, released, connect_at_ready;
-    _Atomic int err;
-} ep_t;
-
-static ep_t *ep_new(int kind)
+/* Client endpoints note how many times the client's connect slot had run
+ * when on_ready came (in ep->ready_mark). */
+static void ep_mark_connect(jt_ep_t *ep, jet_socket_t *s)
 {
-    ep_t *ep = calloc(1, sizeof *ep);
-    if (!ep) abort();
-    ep->kind = kind;
-    pthread_mutex_init(&ep->lock, NULL);
-    jet_iobuf_init(&ep->got);
-    return ep;
+    atomic_store(&ep->ready_mark, atomic_load(&fk[0].connect));
 }
 
-static void ep_free(ep_t *ep)
+static const jt_ep_hooks_t client_hooks = {.on_ready = ep_mark_connect};
+
+static jt_ep_t *client_connect(const jet_addr_t *addr, int mode, int kind, int32_t timeout_ms)
 {
-    jet_iobuf_fini(&ep->got);
-    pthread_mutex_destroy(&ep->lock);
-    free(ep);
+    return jt_ep_connect(addr, mode, kind, timeout_ms, &client_hooks, NULL);
 }
 
-static void ep_on_read(jet_socket_t *s)
+static jt_srv_t *srv_start(int mode, int kind)
 {
-    ep_t *ep = s->owner;
-    size_t n = jet_iobuf_len(&s->read_buf);
-    if (ep->kind == EP_ECHO) {
-        jet_iobuf_t out;
-        jet_iobuf_init(&out);
-        if (jet_iobuf_move(&out, &s->read_buf) != 0) abort();
-        jet__socket_write(s, &out);
-        jet_iobuf_fini(&out);
-    } else {
-        pthread_mutex_lock(&ep->lock);
-        if (jet_iobuf_move(&ep->got, &s->read_buf) != 0) abort();
-        pthread_mutex_unlock(&ep->lock);
-    }
-    atomic_fetch_add(&ep->nbytes, (int64_t)n);
-}
-
-static void ep_on_failed(jet_socket_t *s, int err)
-{
-    ep_t *ep = s->owner;
-    atomic_store(&ep->err, err);
-    atomic_fetch_add(&ep->failed, 1);
-}
-
-static void ep_on_ready(jet_socket_t *s)
-{
-    ep_t *ep = s->owner;
-    atomic_store(&ep->connect_at_ready, atomic_load(&fk[0].connect));
-    atomic_fetch_add(&ep->ready, 1);
-}
-
-static void ep_on_release(jet_socket_t *s)
-{
-    ep_t *ep = s->owner;
-    atomic_fetch_add(&ep->released, 1);
-}
-
-static const jet_socket_handler_t ep_handler = {
-    .on_read = ep_on_read,
-    .on_failed = ep_on_failed,
-    .on_ready = ep_on_ready,
-    .on_release = ep_on_release,
-};
-
-static ep_t *client_connect(const jet_addr_t *addr, int mode, int kind, int32_t timeout_ms)
-{
-    ep_t *ep = ep_new(kind);
-    int rc = jet__socket_connect(addr, mode, &ep_handler, ep, timeout_ms, &ep->s);
-    if (rc != 0) {
-        fprintf(stderr, "  connect: %d\n", rc);
-        ep_free(ep);
-        return NULL;
-    }
-    return ep;
-}
-
-static bool ep_close(ep_t *ep)
-{
-    if (!ep) return true;
-    jet__socket_set_failed(ep->s, -JET_ECLOSE);
-    jet__socket_unref(ep->s);
-    bool ok = WAIT_UNTIL(atomic_load(&ep->released) >= 1);
-    sleep_us(1000);
-    if (!ok || atomic_load(&ep->released) != 1) return false; /* leaked on purpose */
-    ep_free(ep);
-    return true;
-}
-
-typedef struct srv {
-    jet_listener_t *l;
-    jet_addr_t addr;
-    int mode, kind;
-    pthread_mutex_t lock;
-    ep_t *eps[8];
-    _Atomic int n;
-} srv_t;
-
-static void srv_on_accept(jet_listener_t *l, int fd, const jet_addr_t *peer, void *arg)
-{
-    srv_t *srv = arg;
-    if (atomic_load(&srv->n) >= 8) {
-        close(fd);
-        return;
-    }
-    ep_t *ep = ep_new(srv->kind);
-    jet_socket_t *s;
-    if (jet__socket_accept(fd, peer, srv->mode, jet_loop_pick(), &ep_handler, ep, &s) != 0) {
-        close(fd);
-        ep_free(ep);
-        return;
-    }
-    pthread_mutex_lock(&srv->lock);
-    ep->s = s;
-    srv->eps[atomic_load(&srv->n)] = ep;
-    atomic_fetch_add(&srv->n, 1);
-    pthread_mutex_unlock(&srv->lock);
-}
-
-static srv_t *srv_start(int mode, int kind)
-{
-    srv_t *srv = calloc(1, sizeof *srv);
-    if (!srv) abort();
-    srv->mode = mode;
-    srv->kind = kind;
-    pthread_mutex_init(&srv->lock, NULL);
-    jet_addr_t a;
-    if (jet__addr_parse("127.0.0.1:0", &a) != 0) abort();
-    if (jet__listener_create(&a, srv_on_accept, srv, &srv->l) != 0) {
-        free(srv);
-        return NULL;
-    }
-    srv->addr = a;
-    srv->addr.u.in4.sin_port = htons(jet__listener_port(srv->l));
-    return srv;
-}
-
-static ep_t *srv_conn(srv_t *srv, int i)
-{
-    if (!WAIT_UNTIL(atomic_load(&srv->n) > i)) return NULL;
-    pthread_mutex_lock(&srv->lock);
-    ep_t *ep = srv->eps[i];
-    pthread_mutex_unlock(&srv->lock);
-    return ep;
-}
-
-static bool srv_stop(srv_t *srv)
-{
-    if (!srv) return true;
-    jet__listener_destroy(srv->l);
-    bool ok = true;
-    for (int i = 0; i < atomic_load(&srv->n); i++)
-        ok = ep_close(srv->eps[i]) && ok;
-    pthread_mutex_destroy(&srv->lock);
-    free(srv);
-    return ok;
+    return jt_srv_start("127.0.0.1:0", mode, kind, 0, NULL);
 }
 
 static int write_bytes(jet_socket_t *s, const void *p, size_t len)
 {
-    jet_iobuf_t b;
-    jet_iobuf_init(&b);
-    if (jet_iobuf_append(&b, p, len) != 0) abort();
-    int rc = jet__socket_write(s, &b);
-    jet_iobuf_fini(&b);
-    return rc;
+    return jt_socket_write_bytes(s, p, len, false);
 }
 
 /* ---- registry ----------------------------------------------------------- */
@@ -538,14 +354,14 @@ static void test_unregistered_mode(void)
 {
     jet_addr_t addr;
     JT_REQUIRE(jet__addr_parse("127.0.0.1:9", &addr) == 0);
-    ep_t *ep = ep_new(EP_COLLECT);
+    jt_ep_t *ep = jt_ep_new(JT_EP_COLLECT, NULL);
     jet_socket_t *s = NULL;
     int fds0 = count_fds();
-    JT_CHECK_EQ(jet__socket_connect(&addr, JET_SOCKET_MODE_URMA, &ep_handler, ep, -1, &s),
+    JT_CHECK_EQ(jet__socket_connect(&addr, JET_SOCKET_MODE_URMA, &jt_ep_handler, ep, -1, &s),
                 -EPROTONOSUPPORT);
-    JT_CHECK_EQ(jet__socket_connect(&addr, JET_SOCKET_MODE_MAX, &ep_handler, ep, -1, &s),
+    JT_CHECK_EQ(jet__socket_connect(&addr, JET_SOCKET_MODE_MAX, &jt_ep_handler, ep, -1, &s),
                 -EPROTONOSUPPORT);
-    JT_CHECK_EQ(jet__socket_connect(&addr, -1, &ep_handler, ep, -1, &s), -EPROTONOSUPPORT);
+    JT_CHECK_EQ(jet__socket_connect(&addr, -1, &jt_ep_handler, ep, -1, &s), -EPROTONOSUPPORT);
     JT_CHECK(s == NULL);
     JT_CHECK_EQ(count_fds(), fds0);
 
@@ -554,14 +370,14 @@ static void test_unregistered_mode(void)
     jet_addr_t peer;
     JT_REQUIRE(jet__addr_parse("unix:/tmp/jet-net-peer", &peer) == 0);
     JT_CHECK_EQ(jet__socket_accept(sv[0], &peer, JET_SOCKET_MODE_UBRING, jet_loop_pick(),
-                                   &ep_handler, ep, &s),
+                                   &jt_ep_handler, ep, &s),
                 -EPROTONOSUPPORT);
     JT_CHECK(s == NULL);
     JT_CHECK(fcntl(sv[0], F_GETFD) >= 0);
     JT_CHECK_EQ(atomic_load(&ep->released), 0);
     close(sv[0]);
     close(sv[1]);
-    ep_free(ep);
+    jt_ep_free(ep);
 }
 
 static void test_mode_names(void)
@@ -654,16 +470,16 @@ static void *writer_main(void *arg)
 static void test_fake_who_calls_what(void)
 {
     fk_reset_counts();
-    srv_t *srv = srv_start(FAKE_MODE, EP_ECHO);
+    jt_srv_t *srv = srv_start(FAKE_MODE, JT_EP_ECHO);
     JT_REQUIRE(srv != NULL);
-    ep_t *c = client_connect(&srv->addr, FAKE_MODE, EP_COLLECT, -1);
+    jt_ep_t *c = client_connect(&srv->addr, FAKE_MODE, JT_EP_COLLECT, -1);
     JT_REQUIRE(c != NULL);
     JT_CHECK(WAIT_UNTIL(atomic_load(&c->ready) == 1));
     JT_CHECK(c->s->ops == &fake_transport);
     /* connect ran once, before on_ready. */
     JT_CHECK_EQ(atomic_load(&fk[0].connect), 1);
-    JT_CHECK_EQ(atomic_load(&c->connect_at_ready), 1);
-    ep_t *sc = srv_conn(srv, 0);
+    JT_CHECK_EQ(atomic_load(&c->ready_mark), 1);
+    jt_ep_t *sc = jt_srv_conn(srv, 0);
     JT_REQUIRE(sc != NULL);
     JT_CHECK(sc->s->ops == &fake_transport);
 
@@ -728,9 +544,9 @@ static void test_fake_who_calls_what(void)
         JT_CHECK_EQ(atomic_load(&f->global_init), 0);
         JT_CHECK_EQ(atomic_load(&f->reset), 0);
     }
-    JT_CHECK(ep_close(c));
+    JT_CHECK(jt_ep_close(c));
     JT_CHECK_EQ(atomic_load(&fk[0].release), 1);
-    JT_CHECK(srv_stop(srv));
+    JT_CHECK(jt_srv_stop(srv));
     JT_CHECK_EQ(atomic_load(&fk[1].release), 1);
     for (int side = 0; side < 2; side++) {
         JT_CHECK_EQ(atomic_load(&fk[side].release_bad), 0);
@@ -745,12 +561,9 @@ static void test_fake_wait_writable(void)
 {
     fk_reset_counts();
     jet_addr_t addr;
-    JT_REQUIRE(jet__addr_parse("127.0.0.1:0", &addr) == 0);
-    int lfd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
-    JT_REQUIRE(bind(lfd, &addr.u.sa, addr.len) == 0 && listen(lfd, 4) == 0);
-    addr.len = sizeof addr.u;
-    getsockname(lfd, &addr.u.sa, &addr.len);
-    ep_t *c = client_connect(&addr, FAKE_MODE, EP_COLLECT, -1);
+    int lfd = jt_tcp_listen_addr(4, &addr);
+    JT_REQUIRE(lfd >= 0);
+    jt_ep_t *c = client_connect(&addr, FAKE_MODE, JT_EP_COLLECT, -1);
     JT_REQUIRE(c != NULL);
     int pfd = accept4(lfd, NULL, NULL, SOCK_CLOEXEC);
     JT_REQUIRE(pfd >= 0);
@@ -759,7 +572,7 @@ static void test_fake_wait_writable(void)
     const size_t total = 24 * MiB, piece = MiB;
     uint8_t *buf = malloc(piece);
     for (size_t off = 0; off < total; off += piece) {
-        stream_fill(buf, off, piece);
+        jt_stream_fill(buf, off, piece);
         JT_CHECK_EQ(write_bytes(c->s, buf, piece), 0);
     }
     JT_CHECK(WAIT_UNTIL(atomic_load(&fk[0].wait_writable) >= 1));
@@ -771,7 +584,7 @@ static void test_fake_wait_writable(void)
         if (poll(&p, 1, (int)(GUARD_US / 1000)) != 1) break;
         ssize_t r = read(pfd, buf, piece);
         if (r <= 0) break;
-        if (bad < 0) bad = stream_check(buf, got, (size_t)r);
+        if (bad < 0) bad = jt_stream_check(buf, got, (size_t)r);
         got += (size_t)r;
     }
     free(buf);
@@ -781,7 +594,7 @@ static void test_fake_wait_writable(void)
     JT_CHECK_EQ(atomic_load(&fk[0].cut_bytes), (int64_t)total);
     JT_CHECK_EQ(atomic_load(&fk[0].cut_overlap), 0);
     JT_CHECK_EQ(atomic_load(&fk[0].off_loop), 0);
-    JT_CHECK(ep_close(c));
+    JT_CHECK(jt_ep_close(c));
     JT_CHECK_EQ(atomic_load(&fk[0].release), 1);
     close(pfd);
     close(lfd);
@@ -793,20 +606,20 @@ static void test_fake_handshake(void)
 {
     fk_reset_counts();
     atomic_store(&fk_connect_result, 1);
-    srv_t *srv = srv_start(JET_SOCKET_MODE_TCP, EP_COLLECT);
+    jt_srv_t *srv = srv_start(JET_SOCKET_MODE_TCP, JT_EP_COLLECT);
     JT_REQUIRE(srv != NULL);
-    ep_t *c = client_connect(&srv->addr, FAKE_MODE, EP_COLLECT, -1);
+    jt_ep_t *c = client_connect(&srv->addr, FAKE_MODE, JT_EP_COLLECT, -1);
     JT_REQUIRE(c != NULL);
     JT_CHECK(WAIT_UNTIL(atomic_load(&fk_handshaking) != NULL));
     JT_CHECK_EQ(atomic_load(&c->s->state), JET_SOCK_HANDSHAKE);
-    ep_t *sc = srv_conn(srv, 0);
+    jt_ep_t *sc = jt_srv_conn(srv, 0);
     JT_REQUIRE(sc != NULL);
     uint8_t buf[30000];
-    stream_fill(buf, 0, sizeof buf);
+    jt_stream_fill(buf, 0, sizeof buf);
     JT_CHECK_EQ(write_bytes(c->s, buf, 10000), 0);
     JT_CHECK_EQ(write_bytes(c->s, buf + 10000, 20000), 0);
     /* Nothing may go out before the handshake is done (absence check). */
-    sleep_us(100 * 1000);
+    jt_sleep_us(100 * 1000);
     JT_CHECK_EQ(atomic_load(&c->ready), 0);
     JT_CHECK_EQ(atomic_load(&sc->nbytes), 0);
     JT_CHECK_EQ(atomic_load(&fk[0].cut), 0);
@@ -816,15 +629,13 @@ static void test_fake_handshake(void)
     JT_CHECK_EQ(atomic_load(&c->s->state), JET_SOCK_READY);
     JT_CHECK(WAIT_UNTIL(atomic_load(&sc->nbytes) == (int64_t)sizeof buf));
     uint8_t got[sizeof buf];
-    pthread_mutex_lock(&sc->lock);
-    JT_CHECK_EQ(jet_iobuf_copy_to(&sc->got, got, sizeof got, 0), sizeof got);
-    pthread_mutex_unlock(&sc->lock);
-    JT_CHECK_EQ(stream_check(got, 0, sizeof got), -1);
+    JT_CHECK_EQ(jt_ep_got_copy(sc, got, sizeof got), sizeof got);
+    JT_CHECK_EQ(jt_stream_check(got, 0, sizeof got), -1);
     JT_CHECK_EQ(atomic_load(&fk[0].connect), 1);
     JT_CHECK_EQ(atomic_load(&fk[0].connect_bad), 0);
     JT_CHECK_EQ(atomic_load(&c->failed), 0);
-    JT_CHECK(ep_close(c));
-    JT_CHECK(srv_stop(srv));
+    JT_CHECK(jt_ep_close(c));
+    JT_CHECK(jt_srv_stop(srv));
     JT_CHECK_EQ(atomic_load(&fk[0].release), 1);
 }
 
@@ -834,9 +645,9 @@ static void test_fake_handshake_fails(void)
 {
     fk_reset_counts();
     atomic_store(&fk_connect_result, 1);
-    srv_t *srv = srv_start(JET_SOCKET_MODE_TCP, EP_COLLECT);
+    jt_srv_t *srv = srv_start(JET_SOCKET_MODE_TCP, JT_EP_COLLECT);
     JT_REQUIRE(srv != NULL);
-    ep_t *c = client_connect(&srv->addr, FAKE_MODE, EP_COLLECT, -1);
+    jt_ep_t *c = client_connect(&srv->addr, FAKE_MODE, JT_EP_COLLECT, -1);
     JT_REQUIRE(c != NULL);
     JT_CHECK(WAIT_UNTIL(atomic_load(&fk_handshaking) != NULL));
     int64_t user0 = atomic_load(&g_user_alloc), freed0 = atomic_load(&g_user_freed);
@@ -855,9 +666,9 @@ static void test_fake_handshake_fails(void)
     JT_CHECK(WAIT_UNTIL(atomic_load(&g_user_freed) - freed0 == atomic_load(&g_user_alloc) - user0));
     JT_CHECK_EQ(atomic_load(&c->s->unwritten), 0);
     JT_CHECK_EQ(atomic_load(&fk[0].cut), 0);
-    JT_CHECK(ep_close(c));
+    JT_CHECK(jt_ep_close(c));
     JT_CHECK_EQ(atomic_load(&fk[0].release), 1);
-    JT_CHECK(srv_stop(srv));
+    JT_CHECK(jt_srv_stop(srv));
 }
 
 /* connect itself refuses: the socket fails with its code. */
@@ -865,19 +676,19 @@ static void test_fake_connect_error(void)
 {
     fk_reset_counts();
     atomic_store(&fk_connect_result, -ECONNABORTED);
-    srv_t *srv = srv_start(JET_SOCKET_MODE_TCP, EP_COLLECT);
+    jt_srv_t *srv = srv_start(JET_SOCKET_MODE_TCP, JT_EP_COLLECT);
     JT_REQUIRE(srv != NULL);
-    ep_t *c = client_connect(&srv->addr, FAKE_MODE, EP_COLLECT, -1);
+    jt_ep_t *c = client_connect(&srv->addr, FAKE_MODE, JT_EP_COLLECT, -1);
     JT_REQUIRE(c != NULL);
     JT_CHECK(WAIT_UNTIL(atomic_load(&c->failed) == 1));
     JT_CHECK_EQ(atomic_load(&c->err), -ECONNABORTED);
     JT_CHECK_EQ(atomic_load(&c->ready), 0);
     JT_CHECK_EQ(atomic_load(&fk[0].connect), 1);
     JT_CHECK_EQ(write_bytes(c->s, "x", 1), -ECONNABORTED);
-    JT_CHECK(ep_close(c));
+    JT_CHECK(jt_ep_close(c));
     JT_CHECK_EQ(atomic_load(&fk[0].release), 1);
     JT_CHECK_EQ(atomic_load(&fk[0].release_bad), 0);
-    JT_CHECK(srv_stop(srv));
+    JT_CHECK(jt_srv_stop(srv));
 }
 
 /* The connect timeout covers the application handshake too. */
@@ -885,22 +696,22 @@ static void test_fake_handshake_timeout(void)
 {
     fk_reset_counts();
     atomic_store(&fk_connect_result, 1);
-    srv_t *srv = srv_start(JET_SOCKET_MODE_TCP, EP_COLLECT);
+    jt_srv_t *srv = srv_start(JET_SOCKET_MODE_TCP, JT_EP_COLLECT);
     JT_REQUIRE(srv != NULL);
-    ep_t *c = client_connect(&srv->addr, FAKE_MODE, EP_COLLECT, 200);
+    jt_ep_t *c = client_connect(&srv->addr, FAKE_MODE, JT_EP_COLLECT, 200);
     JT_REQUIRE(c != NULL);
     JT_CHECK(WAIT_UNTIL(atomic_load(&c->failed) == 1));
     JT_CHECK_EQ(atomic_load(&c->err), -ETIMEDOUT);
     JT_CHECK_EQ(atomic_load(&c->ready), 0);
     /* A handshake that completes after the timeout changes nothing. */
     JT_CHECK(finish_handshake(0));
-    sleep_us(20 * 1000);
+    jt_sleep_us(20 * 1000);
     JT_CHECK_EQ(atomic_load(&c->ready), 0);
     JT_CHECK_EQ(atomic_load(&c->failed), 1);
     JT_CHECK_EQ(atomic_load(&c->s->state), JET_SOCK_FAILED);
-    JT_CHECK(ep_close(c));
+    JT_CHECK(jt_ep_close(c));
     JT_CHECK_EQ(atomic_load(&fk[0].release), 1);
-    JT_CHECK(srv_stop(srv));
+    JT_CHECK(jt_srv_stop(srv));
 }
 
 /* init fails: connect/accept return its code, release is not called, no fd
@@ -911,10 +722,10 @@ static void test_fake_init_fails(void)
     atomic_store(&fk_init_result, -ENOMEM);
     jet_addr_t addr;
     JT_REQUIRE(jet__addr_parse("127.0.0.1:9", &addr) == 0);
-    ep_t *ep = ep_new(EP_COLLECT);
+    jt_ep_t *ep = jt_ep_new(JT_EP_COLLECT, NULL);
     jet_socket_t *s = NULL;
     int fds0 = count_fds();
-    JT_CHECK_EQ(jet__socket_connect(&addr, FAKE_MODE, &ep_handler, ep, -1, &s), -ENOMEM);
+    JT_CHECK_EQ(jet__socket_connect(&addr, FAKE_MODE, &jt_ep_handler, ep, -1, &s), -ENOMEM);
     JT_CHECK(s == NULL);
     JT_CHECK_EQ(count_fds(), fds0);
     JT_CHECK_EQ(atomic_load(&fk[0].init), 1);
@@ -923,8 +734,9 @@ static void test_fake_init_fails(void)
     JT_REQUIRE(socketpair(AF_UNIX, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0, sv) == 0);
     jet_addr_t peer;
     JT_REQUIRE(jet__addr_parse("unix:/tmp/jet-net-peer", &peer) == 0);
-    JT_CHECK_EQ(jet__socket_accept(sv[0], &peer, FAKE_MODE, jet_loop_pick(), &ep_handler, ep, &s),
-                -ENOMEM);
+    JT_CHECK_EQ(
+        jet__socket_accept(sv[0], &peer, FAKE_MODE, jet_loop_pick(), &jt_ep_handler, ep, &s),
+        -ENOMEM);
     JT_CHECK(s == NULL);
     JT_CHECK(fcntl(sv[0], F_GETFD) >= 0);
     JT_CHECK_EQ(atomic_load(&fk[1].init), 1);
@@ -934,8 +746,8 @@ static void test_fake_init_fails(void)
 
     /* The same fd is accepted once init works again. */
     atomic_store(&fk_init_result, 0);
-    JT_CHECK_EQ(jet__socket_accept(sv[0], &peer, FAKE_MODE, jet_loop_pick(), &ep_handler, ep, &s),
-                0);
+    JT_CHECK_EQ(
+        jet__socket_accept(sv[0], &peer, FAKE_MODE, jet_loop_pick(), &jt_ep_handler, ep, &s), 0);
     JT_REQUIRE(s != NULL);
     JT_CHECK(write(sv[1], "abc", 3) == 3);
     JT_CHECK(WAIT_UNTIL(atomic_load(&ep->nbytes) == 3));
@@ -943,7 +755,7 @@ static void test_fake_init_fails(void)
     close(sv[1]);
     JT_CHECK(WAIT_UNTIL(atomic_load(&ep->failed) == 1));
     JT_CHECK_EQ(atomic_load(&ep->err), -JET_EEOF);
-    JT_CHECK(ep_close(ep));
+    JT_CHECK(jt_ep_close(ep));
     JT_CHECK_EQ(atomic_load(&fk[1].release), 1);
     JT_CHECK_EQ(atomic_load(&fk[1].release_bad), 0);
 }

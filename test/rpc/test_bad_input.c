@@ -5,11 +5,10 @@
  * ones the test keeps open.
  *
  * The server runs with max_body_size = 1 MiB, on a single event loop (so that
- * a handler can hold the loop while input piles up). Its handler answers
- * "ok len=<message length> att=<attachment length>". */
+ * a handler can hold the loop while input piles up). Its handler (the shared
+ * echo service, answering lengths) answers "ok len=<message length>
+ * att=<attachment length>"; "block:<ms>" holds the loop first. */
 #include <errno.h>
-#include <netinet/in.h>
-#include <netinet/tcp.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -25,26 +24,13 @@
 #include "echo.pb-c.h"
 #include "rpc_meta.pb-c.h"
 #include "testutil.h"
+#include "testutil_rpc.h"
 
 #define MAX_BODY      (1u << 20)
 #define RECV_GUARD_S  10              /* a read that waits this long means "no answer" */
 #define WAIT_LIMIT_US (5 * 1000000LL) /* for closes and counters that settle in ms */
 
-static void b_echo(Example__EchoService_Service *service, const Example__EchoRequest *req,
-                   Example__EchoResponse_Closure closure, void *closure_data)
-{
-    jet_call_t *call = jet_server_call(closure_data);
-    char text[96];
-    /* "block:<ms>" holds the (only) event loop, so that input piles up behind it. */
-    if (strncmp(req->message, "block:", 6) == 0) usleep((useconds_t)atoi(req->message + 6) * 1000);
-    snprintf(text, sizeof text, "ok len=%zu att=%zu", strlen(req->message),
-             jet_iobuf_len(jet_call_request_attachment(call)));
-    Example__EchoResponse resp = EXAMPLE__ECHO_RESPONSE__INIT;
-    resp.message = text;
-    closure(&resp, closure_data);
-}
-
-static Example__EchoService_Service g_service = EXAMPLE__ECHO_SERVICE__INIT(b_);
+static jt_echo_service_t g_service;
 static jet_server_t *g_srv;
 static int g_port;
 static jet_channel_t *g_good; /* the well-behaved client */
@@ -53,103 +39,9 @@ static jet_channel_t *g_good; /* the well-behaved client */
 
 static int raw_connect(void)
 {
-    int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
-    struct sockaddr_in a = {.sin_family = AF_INET,
-                            .sin_port = htons((uint16_t)g_port),
-                            .sin_addr.s_addr = htonl(INADDR_LOOPBACK)};
-    if (fd < 0 || connect(fd, (struct sockaddr *)&a, sizeof a) < 0) abort();
-    struct timeval tv = {.tv_sec = RECV_GUARD_S};
-    setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof tv);
-    int one = 1;
-    setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof one);
+    int fd = jt_tcp_connect(g_port, RECV_GUARD_S);
+    if (fd < 0) abort();
     return fd;
-}
-
-/* true when every byte went out (false also when the server closed first). */
-static bool send_all(int fd, const void *data, size_t n)
-{
-    const uint8_t *p = data;
-    while (n > 0) {
-        ssize_t w = send(fd, p, n, MSG_NOSIGNAL);
-        if (w < 0 && errno == EINTR) continue;
-        if (w <= 0) return false;
-        p += w;
-        n -= (size_t)w;
-    }
-    return true;
-}
-
-/* 1: n bytes read; 0: the peer closed (EOF or reset) before; -1: nothing for
- * RECV_GUARD_S seconds. */
-static int recv_exact(int fd, void *buf, size_t n)
-{
-    uint8_t *p = buf;
-    while (n > 0) {
-        ssize_t r = recv(fd, p, n, 0);
-        if (r < 0 && errno == EINTR) continue;
-        if (r == 0 || (r < 0 && (errno == ECONNRESET || errno == EPIPE))) return 0;
-        if (r < 0) return -1;
-        p += r;
-        n -= (size_t)r;
-    }
-    return 1;
-}
-
-static void put_be32(uint8_t *p, uint32_t v)
-{
-    p[0] = (uint8_t)(v >> 24);
-    p[1] = (uint8_t)(v >> 16);
-    p[2] = (uint8_t)(v >> 8);
-    p[3] = (uint8_t)v;
-}
-
-static uint32_t get_be32(const uint8_t *p)
-{
-    return (uint32_t)p[0] << 24 | (uint32_t)p[1] << 16 | (uint32_t)p[2] << 8 | p[3];
-}
-
-typedef struct buf {
-    uint8_t *p;
-    size_t len, cap;
-} buf_t;
-
-static void buf_add(buf_t *b, const void *data, size_t n)
-{
-    if (b->len + n > b->cap) {
-        b->cap = (b->len + n) * 2 + 64;
-        b->p = realloc(b->p, b->cap);
-        if (!b->p) abort();
-    }
-    if (n) memcpy(b->p + b->len, data, n);
-    b->len += n;
-}
-
-static void buf_header(buf_t *b, uint32_t body_size, uint32_t meta_size)
-{
-    uint8_t h[12] = {'P', 'R', 'P', 'C'};
-    put_be32(h + 4, body_size);
-    put_be32(h + 8, meta_size);
-    buf_add(b, h, sizeof h);
-}
-
-/* Appends a frame: header, meta bytes, message bytes, attachment bytes. */
-static void buf_frame_raw(buf_t *b, const void *meta, size_t meta_len, const void *msg,
-                          size_t msg_len, const void *att, size_t att_len)
-{
-    buf_header(b, (uint32_t)(meta_len + msg_len + att_len), (uint32_t)meta_len);
-    buf_add(b, meta, meta_len);
-    buf_add(b, msg, msg_len);
-    buf_add(b, att, att_len);
-}
-
-static void buf_frame(buf_t *b, const Brpc__Policy__RpcMeta *meta, const void *msg, size_t msg_len,
-                      const void *att, size_t att_len)
-{
-    size_t n = brpc__policy__rpc_meta__get_packed_size(meta);
-    uint8_t *m = malloc(n ? n : 1);
-    brpc__policy__rpc_meta__pack(meta, m);
-    buf_frame_raw(b, m, n, msg, msg_len, att, att_len);
-    free(m);
 }
 
 /* A request meta for example.EchoService/Echo. */
@@ -171,28 +63,16 @@ static void req_meta_init(req_meta_t *r, int64_t cid)
     r->meta.correlation_id = cid;
 }
 
-/* Packed EchoRequest{message}. */
-static uint8_t *pack_echo(const char *message, size_t *len_p)
-{
-    Example__EchoRequest req = EXAMPLE__ECHO_REQUEST__INIT;
-    req.message = (char *)message;
-    size_t n = example__echo_request__get_packed_size(&req);
-    uint8_t *p = malloc(n);
-    example__echo_request__pack(&req, p);
-    *len_p = n;
-    return p;
-}
-
 /* A complete valid request: message "hi", attachment "att" (3 bytes). */
-static void buf_good_request(buf_t *b, int64_t cid)
+static void buf_good_request(jt_bytes_t *b, int64_t cid)
 {
     req_meta_t r;
     req_meta_init(&r, cid);
     r.meta.has_attachment_size = true;
     r.meta.attachment_size = 3;
     size_t n;
-    uint8_t *msg = pack_echo("hi", &n);
-    buf_frame(b, &r.meta, msg, n, "att", 3);
+    uint8_t *msg = jt_echo_request_bytes("hi", &n);
+    jt_bytes_frame(b, &r.meta, msg, n, "att", 3);
     free(msg);
 }
 
@@ -216,13 +96,13 @@ static int read_response(int fd, response_t *out)
 {
     memset(out, 0, sizeof *out);
     uint8_t h[12];
-    int rc = recv_exact(fd, h, sizeof h);
+    int rc = jt_recv_exact(fd, h, sizeof h);
     if (rc <= 0) return rc;
     if (memcmp(h, "PRPC", 4) != 0) return -1;
-    uint32_t body = get_be32(h + 4), meta_size = get_be32(h + 8);
+    uint32_t body = jt_get_be32(h + 4), meta_size = jt_get_be32(h + 8);
     if (meta_size > body || body > (64u << 20)) return -1;
     uint8_t *p = malloc(body ? body : 1);
-    if (recv_exact(fd, p, body) != 1) {
+    if (jt_recv_exact(fd, p, body) != 1) {
         free(p);
         return -1;
     }
@@ -251,7 +131,7 @@ static int read_response(int fd, response_t *out)
 static bool expect_closed(int fd)
 {
     uint8_t b;
-    return recv_exact(fd, &b, 1) == 0;
+    return jt_recv_exact(fd, &b, 1) == 0;
 }
 
 /* Reads one answer for cid and checks its error code (0 = success with the
@@ -291,16 +171,16 @@ static bool expect_ok(int fd, int64_t cid)
 /* A good request on the same raw connection is answered. */
 static bool raw_still_served(int fd, int64_t cid)
 {
-    buf_t b = {0};
+    jt_bytes_t b = {0};
     buf_good_request(&b, cid);
-    bool ok = send_all(fd, b.p, b.len) && expect_ok(fd, cid);
+    bool ok = jt_send_all(fd, b.p, b.len) && expect_ok(fd, cid);
     free(b.p);
     return ok;
 }
 
-static bool send_buf(int fd, buf_t *b)
+static bool send_buf(int fd, jt_bytes_t *b)
 {
-    bool ok = send_all(fd, b->p, b->len);
+    bool ok = jt_send_all(fd, b->p, b->len);
     free(b->p);
     memset(b, 0, sizeof *b);
     return ok;
@@ -336,18 +216,10 @@ static void check_healthy_at_most(uint64_t open)
         fprintf(stderr, "  good channel: [E%d] %s\n", jet_call_error_code(call),
                 jet_call_error_text(call));
     jet_call_destroy(call);
-    uint64_t until = jt_now_us() + WAIT_LIMIT_US;
     jet_server_stats_t st;
-    for (;;) {
-        jet_server_get_stats(g_srv, &st);
-        if ((st.in_flight == 0 && st.connections_open <= open) || jt_now_us() > until) break;
-        usleep(1000);
-    }
+    jt_server_wait_stats(g_srv, 0, open, WAIT_LIMIT_US, &st);
     JT_CHECK_EQ(st.in_flight, 0);
     JT_CHECK(st.connections_open <= open);
-    if (st.connections_open > open)
-        fprintf(stderr, "  %llu connections open, expected <= %llu\n",
-                (unsigned long long)st.connections_open, (unsigned long long)open);
 }
 
 /* Healthy, and every connection the case opened is closed again. */
@@ -363,7 +235,7 @@ static void test_good_raw_requests(void)
     /* The raw client itself is right: single, pipelined, and byte by byte. */
     int fd = raw_connect();
     JT_CHECK(raw_still_served(fd, 1));
-    buf_t b = {0};
+    jt_bytes_t b = {0};
     for (int i = 0; i < 3; i++)
         buf_good_request(&b, 100 + i);
     JT_REQUIRE(send_buf(fd, &b));
@@ -379,7 +251,7 @@ static void test_good_raw_requests(void)
     }
     buf_good_request(&b, 7);
     for (size_t i = 0; i < b.len; i++)
-        JT_REQUIRE(send_all(fd, b.p + i, 1));
+        JT_REQUIRE(jt_send_all(fd, b.p + i, 1));
     free(b.p);
     memset(&b, 0, sizeof b);
     JT_CHECK(expect_ok(fd, 7));
@@ -387,16 +259,16 @@ static void test_good_raw_requests(void)
     req_meta_t r;
     req_meta_init(&r, -5);
     size_t n;
-    uint8_t *msg = pack_echo("hi", &n);
-    buf_frame(&b, &r.meta, msg, n, NULL, 0);
+    uint8_t *msg = jt_echo_request_bytes("hi", &n);
+    jt_bytes_frame(&b, &r.meta, msg, n, NULL, 0);
     free(msg);
     JT_REQUIRE(send_buf(fd, &b));
     JT_CHECK(expect_answer(fd, -5, 0, NULL));
     /* The short (undotted) service name is accepted. */
     req_meta_init(&r, 8);
     r.req.service_name = "EchoService";
-    msg = pack_echo("hi", &n);
-    buf_frame(&b, &r.meta, msg, n, NULL, 0);
+    msg = jt_echo_request_bytes("hi", &n);
+    jt_bytes_frame(&b, &r.meta, msg, n, NULL, 0);
     free(msg);
     JT_REQUIRE(send_buf(fd, &b));
     JT_CHECK(expect_answer(fd, 8, 0, NULL));
@@ -414,16 +286,16 @@ static void test_garbage_magic(void)
     static const size_t lens[] = {32, 27, 25};
     for (size_t i = 0; i < 3; i++) {
         int fd = raw_connect();
-        send_all(fd, inputs[i], lens[i]);
+        jt_send_all(fd, inputs[i], lens[i]);
         JT_CHECK(expect_closed(fd));
         close(fd);
     }
     /* A valid request then garbage in one write: the connection is closed (the
      * answer may or may not get out first, as with brpc). */
     int fd = raw_connect();
-    buf_t b = {0};
+    jt_bytes_t b = {0};
     buf_good_request(&b, 11);
-    buf_add(&b, "XXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXX", 48);
+    jt_bytes_add(&b, "XXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXX", 48);
     send_buf(fd, &b);
     response_t r;
     int rc = read_response(fd, &r);
@@ -437,7 +309,7 @@ static void test_garbage_magic(void)
     /* A brpc RDMA hello with an impossible length is not a hello: closed. */
     fd = raw_connect();
     uint8_t hello[40] = {'R', 'D', 'M', 'A', 0x00, 0x05};
-    send_all(fd, hello, sizeof hello);
+    jt_send_all(fd, hello, sizeof hello);
     JT_CHECK(expect_closed(fd));
     close(fd);
     check_healthy();
@@ -449,12 +321,12 @@ static void test_rdma_hello_then_prpc(void)
      * 4-byte ACK the connection speaks baidu_std. */
     int fd = raw_connect();
     uint8_t hello[40] = {'R', 'D', 'M', 'A', 0x00, 0x28};
-    JT_REQUIRE(send_all(fd, hello, sizeof hello));
+    JT_REQUIRE(jt_send_all(fd, hello, sizeof hello));
     uint8_t answer[40];
-    JT_REQUIRE(recv_exact(fd, answer, sizeof answer) == 1);
+    JT_REQUIRE(jt_recv_exact(fd, answer, sizeof answer) == 1);
     static const uint8_t expected[8] = {'R', 'D', 'M', 'A', 0x00, 0x28, 0xff, 0xff};
     JT_CHECK(memcmp(answer, expected, 8) == 0);
-    JT_REQUIRE(send_all(fd, "\0\0\0\0", 4));
+    JT_REQUIRE(jt_send_all(fd, "\0\0\0\0", 4));
     JT_CHECK(raw_still_served(fd, 21));
     close(fd);
     check_healthy();
@@ -464,13 +336,13 @@ static void test_body_size_over_limit(void)
 {
     /* Only the header: the server must close on it, before any body. */
     int fd = raw_connect();
-    buf_t b = {0};
-    buf_header(&b, MAX_BODY + 1, 20);
+    jt_bytes_t b = {0};
+    jt_bytes_header(&b, MAX_BODY + 1, 20);
     JT_REQUIRE(send_buf(fd, &b));
     JT_CHECK(expect_closed(fd));
     close(fd);
     fd = raw_connect();
-    buf_header(&b, 0xffffffffu, 0xffffffffu);
+    jt_bytes_header(&b, 0xffffffffu, 0xffffffffu);
     JT_REQUIRE(send_buf(fd, &b));
     JT_CHECK(expect_closed(fd));
     close(fd);
@@ -478,7 +350,7 @@ static void test_body_size_over_limit(void)
     /* Exactly the limit is fine: pad with an attachment until body_size == 1 MiB. */
     req_meta_t r;
     size_t n;
-    uint8_t *msg = pack_echo("hi", &n);
+    uint8_t *msg = jt_echo_request_bytes("hi", &n);
     req_meta_init(&r, 31);
     r.meta.has_attachment_size = true;
     size_t att = 0;
@@ -489,7 +361,7 @@ static void test_body_size_over_limit(void)
     r.meta.attachment_size = (int32_t)att;
     JT_REQUIRE(brpc__policy__rpc_meta__get_packed_size(&r.meta) + n + att == MAX_BODY);
     uint8_t *pad = calloc(1, att);
-    buf_frame(&b, &r.meta, msg, n, pad, att);
+    jt_bytes_frame(&b, &r.meta, msg, n, pad, att);
     free(pad);
     free(msg);
     fd = raw_connect();
@@ -504,14 +376,8 @@ static void test_body_size_over_limit(void)
 
     /* A jetrpc client whose request is over the server's limit: the server
      * closes each connection; the call ends with a connection error. */
-    jet_channel_t *ch;
-    char addr[64];
-    snprintf(addr, sizeof addr, "127.0.0.1:%d", g_port);
-    jet_channel_options_t co;
-    jet_channel_options_init(&co);
-    co.timeout_ms = 10000;
-    co.max_retry = 1;
-    JT_REQUIRE(jet_channel_create(addr, &co, &ch) == 0);
+    jet_channel_t *ch = jt_channel_open_port(g_port, JET_CONNECTION_SINGLE, 10000, 1);
+    JT_REQUIRE(ch != NULL);
     jet_call_t *call = jet_call_create();
     uint8_t *big = calloc(1, 2 * MAX_BODY);
     jet_iobuf_append(jet_call_request_attachment(call), big, 2 * MAX_BODY);
@@ -534,9 +400,9 @@ static void test_meta_size_over_body_size(void)
 {
     /* brpc drops such a frame whole and keeps the connection. */
     int fd = raw_connect();
-    buf_t b = {0};
-    buf_header(&b, 10, 20);
-    buf_add(&b, "0123456789", 10);
+    jt_bytes_t b = {0};
+    jt_bytes_header(&b, 10, 20);
+    jt_bytes_add(&b, "0123456789", 10);
     JT_REQUIRE(send_buf(fd, &b));
     /* Nothing answers the dropped frame: the next answer is the good request's. */
     JT_CHECK(raw_still_served(fd, 41));
@@ -550,21 +416,21 @@ static void test_truncated_frames(void)
     jet_server_get_stats(g_srv, &before);
     /* A header promising 1000 bytes, 500 sent, then close. */
     int fd = raw_connect();
-    buf_t b = {0};
-    buf_header(&b, 1000, 40);
+    jt_bytes_t b = {0};
+    jt_bytes_header(&b, 1000, 40);
     uint8_t junk[500];
     memset(junk, 0x5a, sizeof junk);
-    buf_add(&b, junk, sizeof junk);
+    jt_bytes_add(&b, junk, sizeof junk);
     JT_REQUIRE(send_buf(fd, &b));
     close(fd);
     /* Half a header, then close. */
     fd = raw_connect();
-    JT_REQUIRE(send_all(fd, "PRPC\0\0", 6));
+    JT_REQUIRE(jt_send_all(fd, "PRPC\0\0", 6));
     close(fd);
     /* A whole valid request cut short by one byte, then close. */
     fd = raw_connect();
     buf_good_request(&b, 51);
-    JT_REQUIRE(send_all(fd, b.p, b.len - 1));
+    JT_REQUIRE(jt_send_all(fd, b.p, b.len - 1));
     free(b.p);
     memset(&b, 0, sizeof b);
     close(fd);
@@ -572,15 +438,15 @@ static void test_truncated_frames(void)
      * then the rest arrives and the request is served. */
     fd = raw_connect();
     buf_good_request(&b, 52);
-    JT_REQUIRE(send_all(fd, b.p, 20));
+    JT_REQUIRE(jt_send_all(fd, b.p, 20));
     struct timeval tv = {.tv_usec = 200000};
     setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof tv);
     uint8_t byte;
-    JT_CHECK_EQ(recv_exact(fd, &byte, 1), -1);
+    JT_CHECK_EQ(jt_recv_exact(fd, &byte, 1), -1);
     tv.tv_sec = RECV_GUARD_S;
     tv.tv_usec = 0;
     setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof tv);
-    JT_REQUIRE(send_all(fd, b.p + 20, b.len - 20));
+    JT_REQUIRE(jt_send_all(fd, b.p + 20, b.len - 20));
     free(b.p);
     JT_CHECK(expect_ok(fd, 52));
     close(fd);
@@ -599,31 +465,27 @@ static void test_close_while_loop_busy(void)
     req_meta_t r;
     req_meta_init(&r, 200);
     size_t n;
-    uint8_t *msg = pack_echo("block:300", &n);
-    buf_t b = {0};
-    buf_frame(&b, &r.meta, msg, n, NULL, 0);
+    uint8_t *msg = jt_echo_request_bytes("block:300", &n);
+    jt_bytes_t b = {0};
+    jt_bytes_frame(&b, &r.meta, msg, n, NULL, 0);
     free(msg);
     JT_REQUIRE(send_buf(blocker, &b));
-    uint64_t until = jt_now_us() + WAIT_LIMIT_US;
     jet_server_stats_t st;
-    do {
-        usleep(1000);
-        jet_server_get_stats(g_srv, &st);
-    } while (st.in_flight == 0 && jt_now_us() < until);
+    JT_WAIT_EVERY((jet_server_get_stats(g_srv, &st), st.in_flight != 0), WAIT_LIMIT_US, 1000);
     JT_REQUIRE(st.in_flight == 1); /* the loop is busy from here for ~300 ms */
     int fd = raw_connect();
-    buf_header(&b, 1000, 40);
+    jt_bytes_header(&b, 1000, 40);
     uint8_t junk[500];
     memset(junk, 0x5a, sizeof junk);
-    buf_add(&b, junk, sizeof junk);
+    jt_bytes_add(&b, junk, sizeof junk);
     send_buf(fd, &b);
     close(fd);
     fd = raw_connect();
-    send_all(fd, "PRPC\0\0", 6);
+    jt_send_all(fd, "PRPC\0\0", 6);
     close(fd);
     fd = raw_connect();
     buf_good_request(&b, 201);
-    send_all(fd, b.p, b.len - 1);
+    jt_send_all(fd, b.p, b.len - 1);
     free(b.p);
     memset(&b, 0, sizeof b);
     close(fd);
@@ -641,9 +503,9 @@ static void test_undecodable_meta(void)
 {
     /* Junk where RpcMeta should be: closed, no answer. */
     int fd = raw_connect();
-    buf_t b = {0};
+    jt_bytes_t b = {0};
     static const uint8_t junk[10] = {0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff};
-    buf_frame_raw(&b, junk, sizeof junk, NULL, 0, NULL, 0);
+    jt_bytes_frame_raw(&b, junk, sizeof junk, NULL, 0, NULL, 0);
     JT_REQUIRE(send_buf(fd, &b));
     JT_CHECK(expect_closed(fd));
     close(fd);
@@ -652,14 +514,14 @@ static void test_undecodable_meta(void)
                                         'l',  'e',  '.',  'E',  'c', 'h',  'o', 'S', 'e',
                                         'r',  'v',  'i',  'c',  'e', 0x20, 0x01};
     fd = raw_connect();
-    buf_frame_raw(&b, no_method, sizeof no_method, NULL, 0, NULL, 0);
+    jt_bytes_frame_raw(&b, no_method, sizeof no_method, NULL, 0, NULL, 0);
     JT_REQUIRE(send_buf(fd, &b));
     JT_CHECK(expect_closed(fd));
     close(fd);
     /* A length-delimited field running past meta_size. */
     static const uint8_t overrun[] = {0x0a, 0x7f, 0x0a, 0x02, 'x', 'y'};
     fd = raw_connect();
-    buf_frame_raw(&b, overrun, sizeof overrun, "tail", 4, NULL, 0);
+    jt_bytes_frame_raw(&b, overrun, sizeof overrun, "tail", 4, NULL, 0);
     JT_REQUIRE(send_buf(fd, &b));
     JT_CHECK(expect_closed(fd));
     close(fd);
@@ -667,7 +529,7 @@ static void test_undecodable_meta(void)
     uint8_t *big = malloc(100000);
     memset(big, 0xee, 100000);
     fd = raw_connect();
-    buf_frame_raw(&b, big, 100000, NULL, 0, NULL, 0);
+    jt_bytes_frame_raw(&b, big, 100000, NULL, 0, NULL, 0);
     free(big);
     send_buf(fd, &b);
     JT_CHECK(expect_closed(fd));
@@ -678,8 +540,8 @@ static void test_undecodable_meta(void)
 static void send_with_meta(int fd, const req_meta_t *r, const void *msg, size_t msg_len,
                            const void *att, size_t att_len)
 {
-    buf_t b = {0};
-    buf_frame(&b, &r->meta, msg, msg_len, att, att_len);
+    jt_bytes_t b = {0};
+    jt_bytes_frame(&b, &r->meta, msg, msg_len, att, att_len);
     send_buf(fd, &b);
 }
 
@@ -687,7 +549,7 @@ static void test_unknown_compress_type(void)
 {
     int fd = raw_connect();
     size_t n;
-    uint8_t *msg = pack_echo("hi", &n);
+    uint8_t *msg = jt_echo_request_bytes("hi", &n);
     static const int types[] = {4, 99, -1};
     for (int i = 0; i < 3; i++) {
         req_meta_t r;
@@ -724,7 +586,7 @@ static void test_undecodable_body(void)
     JT_CHECK(expect_answer(fd, 72, JET_EREQUEST, "Fail to parse request"));
     /* Claims gzip / zlib / snappy, carries plain bytes. */
     size_t n;
-    uint8_t *msg = pack_echo("hello there, not compressed at all", &n);
+    uint8_t *msg = jt_echo_request_bytes("hello there, not compressed at all", &n);
     for (int type = 1; type <= 3; type++) {
         req_meta_init(&r, 72 + type);
         r.meta.has_compress_type = true;
@@ -749,7 +611,7 @@ static void test_decompression_limit(void)
         memset(text, 'a', sizes[i]);
         text[sizes[i]] = 0;
         size_t n;
-        uint8_t *msg = pack_echo(text, &n);
+        uint8_t *msg = jt_echo_request_bytes(text, &n);
         free(text);
         uLongf zlen = compressBound(n);
         uint8_t *z = malloc(zlen);
@@ -782,7 +644,7 @@ static void test_attachment_size_too_big(void)
 {
     int fd = raw_connect();
     size_t n;
-    uint8_t *msg = pack_echo("hi", &n);
+    uint8_t *msg = jt_echo_request_bytes("hi", &n);
     static const int32_t extra[] = {1, 1000, INT32_MAX};
     for (int i = 0; i < 3; i++) {
         req_meta_t r;
@@ -869,7 +731,7 @@ static void test_unknown_service_and_method(void)
 {
     int fd = raw_connect();
     size_t n;
-    uint8_t *msg = pack_echo("hi", &n);
+    uint8_t *msg = jt_echo_request_bytes("hi", &n);
     req_meta_t r;
     /* No request meta at all. */
     req_meta_init(&r, 110);
@@ -910,25 +772,25 @@ static void test_many_bad_clients_at_once(void)
     jet_server_get_stats(g_srv, &before);
     for (int i = 0; i < N; i++) {
         fds[i] = raw_connect();
-        buf_t b = {0};
+        jt_bytes_t b = {0};
         req_meta_t r;
         size_t n;
-        uint8_t *msg = pack_echo("hi", &n);
+        uint8_t *msg = jt_echo_request_bytes("hi", &n);
         switch (i % 5) {
         case 0:
-            buf_add(&b, "GARBAGE!GARBAGE!", 16);
+            jt_bytes_add(&b, "GARBAGE!GARBAGE!", 16);
             break;
         case 1:
-            buf_header(&b, 5000, 10);
+            jt_bytes_header(&b, 5000, 10);
             break; /* truncated, kept open */
         case 2:
             req_meta_init(&r, i);
             r.meta.has_compress_type = true;
             r.meta.compress_type = 9;
-            buf_frame(&b, &r.meta, msg, n, NULL, 0);
+            jt_bytes_frame(&b, &r.meta, msg, n, NULL, 0);
             break;
         case 3:
-            buf_header(&b, MAX_BODY * 2, 4);
+            jt_bytes_header(&b, MAX_BODY * 2, 4);
             break;
         case 4:
             buf_good_request(&b, i);
@@ -950,18 +812,14 @@ int main(void)
     jet_server_options_t so;
     jet_server_options_init(&so);
     so.max_body_size = MAX_BODY;
-    if (jet_server_create(&so, &g_srv) < 0 || jet_server_add_service(g_srv, &g_service.base) < 0 ||
-        jet_server_start(g_srv, "127.0.0.1:0") < 0) {
+    jt_echo_service_init(&g_service, &(jt_echo_opts_t){.answer_lengths = true});
+    g_srv = jt_echo_server_start(&g_service, "127.0.0.1:0", &so, &g_port);
+    if (!g_srv) {
         fprintf(stderr, "cannot start the server\n");
         return 1;
     }
-    g_port = jet_server_listen_port(g_srv);
-    char addr[64];
-    snprintf(addr, sizeof addr, "127.0.0.1:%d", g_port);
-    jet_channel_options_t co;
-    jet_channel_options_init(&co);
-    co.timeout_ms = 10000;
-    if (jet_channel_create(addr, &co, &g_good) < 0) return 1;
+    g_good = jt_channel_open_port(g_port, JET_CONNECTION_SINGLE, 10000, -1);
+    if (!g_good) return 1;
     /* Connects the good channel, so that every case's baseline includes it. */
     case_begin();
     check_healthy_at_most(1);

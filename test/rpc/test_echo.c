@@ -4,15 +4,10 @@
  * answer later from another thread or from the worker pool, handler failures,
  * client-side misuse, and call reuse.
  *
- * One service; the request message picks the handler's behaviour:
- *   "logid"               answers the log id it saw, in decimal
- *   "thread"              answers the name of the thread it runs on
- *   "later:<ms>"          answers from another thread after <ms>
- *   "fail:<code>:<text>"  set_failed(code, text), closure(NULL)
- *   "failmsg:<code>:<t>"  set_failed(code, text), closure(response)
- *   "null"                closure(NULL) without set_failed
- *   anything else         echoes message and attachment, compressing the
- *                         response as the request was compressed */
+ * One service, testutil_rpc.h's echo service: the request message picks the
+ * handler's behaviour ("logid", "thread", "later:<ms>", "fail:<code>:<text>",
+ * "failmsg:<code>:<text>", "null"; anything else is echoed with its
+ * attachment, the response compressed as the request was). */
 #include <errno.h>
 #include <limits.h>
 #include <pthread.h>
@@ -27,91 +22,11 @@
 #include "base/futex.h"
 #include "echo.pb-c.h"
 #include "testutil.h"
+#include "testutil_rpc.h"
 
 #define WAIT_LIMIT_US (30 * 1000000LL) /* generous guard for anything awaited */
 
-/* ---- the service ------------------------------------------------------------ */
-
-typedef struct later_answer {
-    Example__EchoResponse_Closure closure;
-    void *closure_data;
-    int delay_ms;
-    char message[64];
-} later_answer_t;
-
-static void *later_main(void *arg)
-{
-    later_answer_t *la = arg;
-    usleep((useconds_t)la->delay_ms * 1000);
-    jet_call_t *call = jet_server_call(la->closure_data);
-    jet_iobuf_move(jet_call_response_attachment(call), jet_call_request_attachment(call));
-    Example__EchoResponse resp = EXAMPLE__ECHO_RESPONSE__INIT;
-    resp.message = la->message;
-    la->closure(&resp, la->closure_data);
-    free(la);
-    return NULL;
-}
-
-static void t_echo(Example__EchoService_Service *service, const Example__EchoRequest *req,
-                   Example__EchoResponse_Closure closure, void *closure_data)
-{
-    jet_call_t *call = jet_server_call(closure_data);
-    Example__EchoResponse resp = EXAMPLE__ECHO_RESPONSE__INIT;
-    char buf[128];
-    const char *msg = req->message;
-    int code = 0, n = 0;
-
-    if (strcmp(msg, "logid") == 0) {
-        snprintf(buf, sizeof buf, "%llu", (unsigned long long)jet_call_log_id(call));
-        resp.message = buf;
-        closure(&resp, closure_data);
-        return;
-    }
-    if (strcmp(msg, "thread") == 0) {
-        buf[0] = 0;
-        pthread_getname_np(pthread_self(), buf, sizeof buf);
-        resp.message = buf;
-        closure(&resp, closure_data);
-        return;
-    }
-    if (strncmp(msg, "later:", 6) == 0) {
-        later_answer_t *la = calloc(1, sizeof *la);
-        pthread_t th;
-        pthread_attr_t attr;
-        if (!la) abort();
-        la->closure = closure;
-        la->closure_data = closure_data;
-        la->delay_ms = atoi(msg + 6);
-        snprintf(la->message, sizeof la->message, "%s", msg);
-        pthread_attr_init(&attr);
-        pthread_attr_setdetachstate(&attr, PTHREAD_CREATE_DETACHED);
-        if (pthread_create(&th, &attr, later_main, la) != 0) abort();
-        pthread_attr_destroy(&attr);
-        return;
-    }
-    if (sscanf(msg, "fail:%d:%n", &code, &n) == 1 && n > 0) {
-        jet_call_set_failed(call, code, "%s", msg + n);
-        closure(NULL, closure_data);
-        return;
-    }
-    if (sscanf(msg, "failmsg:%d:%n", &code, &n) == 1 && n > 0) {
-        jet_call_set_failed(call, code, "%s", msg + n);
-        resp.message = (char *)msg;
-        jet_iobuf_append(jet_call_response_attachment(call), "must not arrive", 15);
-        closure(&resp, closure_data);
-        return;
-    }
-    if (strcmp(msg, "null") == 0) {
-        closure(NULL, closure_data);
-        return;
-    }
-    resp.message = (char *)msg;
-    jet_call_set_response_compress_type(call, jet_call_request_compress_type(call));
-    jet_iobuf_move(jet_call_response_attachment(call), jet_call_request_attachment(call));
-    closure(&resp, closure_data);
-}
-
-static Example__EchoService_Service g_service = EXAMPLE__ECHO_SERVICE__INIT(t_);
+static jt_echo_service_t g_service;
 
 static jet_server_t *g_srv;      /* handlers on the loop threads */
 static jet_server_t *g_pool_srv; /* usercode_in_pool */
@@ -123,32 +38,18 @@ static jet_server_t *start_server(const char *addr, bool in_pool, int *port_p)
     jet_server_options_init(&so);
     so.usercode_in_pool = in_pool;
     so.num_workers = in_pool ? 3 : 0;
-    jet_server_t *srv = NULL;
-    if (jet_server_create(&so, &srv) < 0) return NULL;
-    if (jet_server_add_service(srv, &g_service.base) < 0 || jet_server_start(srv, addr) < 0) {
-        jet_server_destroy(srv);
-        return NULL;
-    }
-    if (port_p) *port_p = jet_server_listen_port(srv);
-    return srv;
+    return jt_echo_server_start(&g_service, addr, &so, port_p);
 }
 
+/* No call here is meant to time out. */
 static jet_channel_t *open_channel_addr(const char *addr, jet_connection_type_t type)
 {
-    jet_channel_options_t co;
-    jet_channel_options_init(&co);
-    co.connection_type = type;
-    co.timeout_ms = 20000; /* no call here is meant to time out */
-    jet_channel_t *ch = NULL;
-    if (jet_channel_create(addr, &co, &ch) < 0) return NULL;
-    return ch;
+    return jt_channel_open(addr, type, 20000, -1);
 }
 
 static jet_channel_t *open_channel(int port, jet_connection_type_t type)
 {
-    char addr[64];
-    snprintf(addr, sizeof addr, "127.0.0.1:%d", port);
-    return open_channel_addr(addr, type);
+    return jt_channel_open_port(port, type, 20000, -1);
 }
 
 /* ---- helpers ------------------------------------------------------------------ */
@@ -162,79 +63,22 @@ static void stats(jet_server_t *srv, jet_server_stats_t *st)
  * see its answer a moment before: wait (bounded) for the count to drain. */
 static bool wait_in_flight_zero(jet_server_t *srv)
 {
-    uint64_t until = jt_now_us() + WAIT_LIMIT_US;
-    jet_server_stats_t st;
-    for (;;) {
-        stats(srv, &st);
-        if (st.in_flight == 0) return true;
-        if (jt_now_us() > until) return false;
-        usleep(1000);
-    }
+    return jt_server_wait_stats(srv, 0, JT_ANY, WAIT_LIMIT_US, NULL);
 }
 
 static bool wait_open_at_most(jet_server_t *srv, uint64_t n)
 {
-    uint64_t until = jt_now_us() + WAIT_LIMIT_US;
-    jet_server_stats_t st;
-    for (;;) {
-        stats(srv, &st);
-        if (st.connections_open <= n) return true;
-        if (jt_now_us() > until) return false;
-        usleep(1000);
-    }
+    return jt_server_wait_stats(srv, JT_ANY, n, WAIT_LIMIT_US, NULL);
 }
 
-/* Deterministic bytes, different for every (seed, offset). */
-static void fill_pattern(uint8_t *p, size_t n, uint32_t seed)
+static bool wait_count(jt_counter_t *c, uint32_t target)
 {
-    uint32_t x = seed * 2654435761u + 12345u;
-    for (size_t i = 0; i < n; i++) {
-        x ^= x << 13;
-        x ^= x >> 17;
-        x ^= x << 5;
-        p[i] = (uint8_t)(x >> 7);
-    }
-}
-
-static const char *resp_message(const jet_call_t *call)
-{
-    const Example__EchoResponse *r = (const void *)jet_call_response(call);
-    return r ? r->message : NULL;
-}
-
-static bool resp_is(const jet_call_t *call, const char *expected)
-{
-    const char *m = resp_message(call);
-    return !jet_call_failed(call) && m && strcmp(m, expected) == 0;
-}
-
-typedef struct counter {
-    _Atomic uint32_t n;
-} counter_t;
-
-static void count_done(jet_call_t *call, void *arg)
-{
-    counter_t *c = arg;
-    atomic_fetch_add(&c->n, 1);
-    jet__futex_wake(&c->n, INT_MAX);
-}
-
-static bool wait_count(counter_t *c, uint32_t target)
-{
-    uint64_t until = jt_now_us() + WAIT_LIMIT_US;
-    for (;;) {
-        uint32_t v = atomic_load(&c->n);
-        if (v >= target) return true;
-        if (jt_now_us() > until) return false;
-        jet__futex_wait(&c->n, v, 100000);
-    }
+    return jt_counter_wait(c, target, WAIT_LIMIT_US);
 }
 
 static int sync_echo(jet_channel_t *ch, jet_call_t *call, const char *msg)
 {
-    Example__EchoRequest req = EXAMPLE__ECHO_REQUEST__INIT;
-    req.message = (char *)msg;
-    return jet_channel_call(ch, &example__echo_service__descriptor, 0, call, &req.base, NULL, NULL);
+    return jt_echo_call(ch, call, msg, NULL, NULL);
 }
 
 /* ---- cases ---------------------------------------------------------------- */
@@ -254,7 +98,7 @@ static void test_sync_calls(void)
         snprintf(expected, sizeof expected, "hello %d", i);
         jet_call_reset(call);
         JT_CHECK_EQ(sync_echo(ch, call, expected), 0);
-        if (!resp_is(call, expected) || jet_call_attempts(call) != 1 ||
+        if (!jt_echo_resp_is(call, expected) || jet_call_attempts(call) != 1 ||
             jet_iobuf_len(jet_call_response_attachment(call)) != 0 ||
             jet_call_response_compress_type(call) != 0 || jet_call_latency_us(call) <= 0 ||
             strcmp(jet_call_remote_side(call), remote) != 0)
@@ -264,7 +108,7 @@ static void test_sync_calls(void)
     /* The empty string is a valid value of a required field. */
     jet_call_reset(call);
     JT_CHECK_EQ(sync_echo(ch, call, ""), 0);
-    JT_CHECK(resp_is(call, ""));
+    JT_CHECK(jt_echo_resp_is(call, ""));
     jet_call_destroy(call);
     JT_CHECK(wait_in_flight_zero(g_srv));
     stats(g_srv, &after);
@@ -282,7 +126,7 @@ static void test_async_calls(void)
     JT_REQUIRE(ch);
     enum { N = 64 };
     jet_call_t *calls[N];
-    counter_t done = {0};
+    jt_counter_t done = {0};
     char msgs[N][32];
     for (int i = 0; i < N; i++) {
         calls[i] = jet_call_create();
@@ -292,13 +136,13 @@ static void test_async_calls(void)
         req.message = msgs[i];
         jet_iobuf_append(jet_call_request_attachment(calls[i]), msgs[i], strlen(msgs[i]));
         JT_CHECK_EQ(jet_channel_call(ch, &example__echo_service__descriptor, 0, calls[i], &req.base,
-                                     count_done, &done),
+                                     jt_count_done, &done),
                     0);
     }
     JT_CHECK(wait_count(&done, N));
     for (int i = 0; i < N; i++) {
         jet_call_join(calls[i]); /* returns at once for a completed call */
-        JT_CHECK(resp_is(calls[i], msgs[i]));
+        JT_CHECK(jt_echo_resp_is(calls[i], msgs[i]));
         JT_CHECK_EQ(
             jet_iobuf_equals(jet_call_response_attachment(calls[i]), msgs[i], strlen(msgs[i])), 0);
     }
@@ -331,13 +175,6 @@ typedef struct mt_ctx {
     _Atomic int *bad;
 } mt_ctx_t;
 
-static void mt_done(jet_call_t *call, void *arg)
-{
-    counter_t *c = arg;
-    atomic_fetch_add(&c->n, 1);
-    jet__futex_wake(&c->n, INT_MAX);
-}
-
 static void *mt_main(void *arg)
 {
     mt_ctx_t *ctx = arg;
@@ -348,7 +185,7 @@ static void *mt_main(void *arg)
         if (!slots[k].call) abort();
     }
     int batch = ctx->async ? MT_BATCH : 1;
-    counter_t done = {0};
+    jt_counter_t done = {0};
     uint32_t issued = 0;
     bool stuck = false;
     for (int r = 0; r * batch < ctx->calls; r++) {
@@ -358,12 +195,13 @@ static void *mt_main(void *arg)
             snprintf(sl->msg, sizeof sl->msg, "t%d r%d k%d", ctx->id, r, k);
             /* Attachment lengths 0..31, so some calls carry none. */
             sl->att_len = (size_t)((ctx->id * 7 + r * 3 + k) % 32);
-            fill_pattern((uint8_t *)sl->att, sl->att_len, (uint32_t)(ctx->id << 20 | r << 5 | k));
+            jt_fill_pattern((uint8_t *)sl->att, sl->att_len,
+                            (uint32_t)(ctx->id << 20 | r << 5 | k));
             jet_iobuf_append(jet_call_request_attachment(sl->call), sl->att, sl->att_len);
             Example__EchoRequest req = EXAMPLE__ECHO_REQUEST__INIT;
             req.message = sl->msg;
             int rc = jet_channel_call(ctx->ch, &example__echo_service__descriptor, 0, sl->call,
-                                      &req.base, ctx->async ? mt_done : NULL, &done);
+                                      &req.base, ctx->async ? jt_count_done : NULL, &done);
             if (rc != 0) atomic_fetch_add(ctx->bad, 1);
             if (rc == 0 && ctx->async) issued++;
         }
@@ -378,7 +216,7 @@ static void *mt_main(void *arg)
                 jet_call_join(slots[k].call);
         for (int k = 0; k < batch; k++) {
             mt_slot_t *sl = &slots[k];
-            if (!resp_is(sl->call, sl->msg) ||
+            if (!jt_echo_resp_is(sl->call, sl->msg) ||
                 jet_iobuf_equals(jet_call_response_attachment(sl->call), sl->att, sl->att_len) !=
                     0) {
                 if (atomic_fetch_add(ctx->bad, 1) < 5)
@@ -470,14 +308,14 @@ static bool attachment_round_trip(jet_channel_t *ch, size_t len, uint32_t seed)
 {
     uint8_t *data = malloc(len ? len : 1);
     if (!data) abort();
-    fill_pattern(data, len, seed);
+    jt_fill_pattern(data, len, seed);
     jet_call_t *call = jet_call_create();
     jet_call_set_timeout_ms(call, 15000); /* ~100x what 16 MiB takes under ASan */
     JT_CHECK_EQ(jet_iobuf_append(jet_call_request_attachment(call), data, len), 0);
     char msg[64];
     snprintf(msg, sizeof msg, "attachment %zu", len);
     JT_CHECK_EQ(sync_echo(ch, call, msg), 0);
-    JT_CHECK(resp_is(call, msg));
+    JT_CHECK(jt_echo_resp_is(call, msg));
     if (jet_call_failed(call))
         fprintf(stderr, "  %zu bytes: [E%d] %s\n", len, jet_call_error_code(call),
                 jet_call_error_text(call));
@@ -518,14 +356,14 @@ static void test_compression(void)
     for (size_t i = 0; i < len; i++)
         text[i] = "the quick brown fox jumps "[i % 26];
     text[len] = 0;
-    fill_pattern((uint8_t *)noise, len, 7);
+    jt_fill_pattern((uint8_t *)noise, len, 7);
     for (size_t i = 0; i < len; i++)
         noise[i] = (char)('!' + (uint8_t)noise[i] % 90);
     noise[len] = 0;
     static const int types[] = {JET_COMPRESS_NONE, JET_COMPRESS_SNAPPY, JET_COMPRESS_GZIP,
                                 JET_COMPRESS_ZLIB};
     uint8_t att[3000];
-    fill_pattern(att, sizeof att, 3);
+    jt_fill_pattern(att, sizeof att, 3);
     for (size_t t = 0; t < sizeof types / sizeof types[0]; t++) {
         for (int which = 0; which < 3; which++) {
             const char *msg = which == 0 ? text : which == 1 ? noise : "short";
@@ -534,7 +372,7 @@ static void test_compression(void)
             /* The attachment travels uncompressed next to a compressed message. */
             jet_iobuf_append(jet_call_request_attachment(call), att, sizeof att);
             JT_CHECK_EQ(sync_echo(ch, call, msg), 0);
-            JT_CHECK(resp_is(call, msg));
+            JT_CHECK(jt_echo_resp_is(call, msg));
             if (jet_call_failed(call))
                 fprintf(stderr, "  compress %d: [E%d] %s\n", types[t], jet_call_error_code(call),
                         jet_call_error_text(call));
@@ -568,7 +406,7 @@ static void test_checksum(void)
     jet_channel_t *ch = open_channel(g_port, JET_CONNECTION_SINGLE);
     JT_REQUIRE(ch);
     uint8_t att[10000];
-    fill_pattern(att, sizeof att, 11);
+    jt_fill_pattern(att, sizeof att, 11);
     for (int with_att = 0; with_att < 2; with_att++) {
         for (int has_att = 0; has_att < 2; has_att++) {
             for (int compress = 0; compress < 2; compress++) {
@@ -577,7 +415,7 @@ static void test_checksum(void)
                 if (compress) jet_call_set_request_compress_type(call, JET_COMPRESS_GZIP);
                 if (has_att) jet_iobuf_append(jet_call_request_attachment(call), att, sizeof att);
                 JT_CHECK_EQ(sync_echo(ch, call, "checksummed"), 0);
-                JT_CHECK(resp_is(call, "checksummed"));
+                JT_CHECK(jt_echo_resp_is(call, "checksummed"));
                 if (jet_call_failed(call))
                     fprintf(stderr, "  checksum with_att=%d has_att=%d: [E%d] %s\n", with_att,
                             has_att, jet_call_error_code(call), jet_call_error_text(call));
@@ -603,13 +441,13 @@ static void test_log_id(void)
         JT_CHECK_EQ(jet_call_log_id(call), ids[i]);
         JT_CHECK_EQ(sync_echo(ch, call, "logid"), 0);
         snprintf(expected, sizeof expected, "%llu", (unsigned long long)ids[i]);
-        JT_CHECK(resp_is(call, expected));
+        JT_CHECK(jt_echo_resp_is(call, expected));
         jet_call_destroy(call);
     }
     /* Without one the handler sees 0. */
     jet_call_t *call = jet_call_create();
     JT_CHECK_EQ(sync_echo(ch, call, "logid"), 0);
-    JT_CHECK(resp_is(call, "0"));
+    JT_CHECK(jt_echo_resp_is(call, "0"));
     jet_call_destroy(call);
     jet_channel_destroy(ch);
 }
@@ -626,14 +464,14 @@ static void test_unix_socket(void)
     JT_CHECK(ch);
     if (ch) {
         uint8_t att[70000];
-        fill_pattern(att, sizeof att, 5);
+        jt_fill_pattern(att, sizeof att, 5);
         for (int i = 0; i < 50; i++) {
             jet_call_t *call = jet_call_create();
             char msg[32];
             snprintf(msg, sizeof msg, "unix %d", i);
             jet_iobuf_append(jet_call_request_attachment(call), att, (size_t)i * 1000);
             JT_CHECK_EQ(sync_echo(ch, call, msg), 0);
-            JT_CHECK(resp_is(call, msg));
+            JT_CHECK(jt_echo_resp_is(call, msg));
             JT_CHECK_EQ(jet_iobuf_equals(jet_call_response_attachment(call), att, (size_t)i * 1000),
                         0);
             if (i == 0) JT_CHECK(strstr(jet_call_remote_side(call), path) != NULL);
@@ -659,44 +497,44 @@ static void test_handler_answers_later(void)
     jet_call_t *call = jet_call_create();
     jet_iobuf_append(jet_call_request_attachment(call), "late bytes", 10);
     JT_CHECK_EQ(sync_echo(ch, call, "later:50"), 0);
-    JT_CHECK(resp_is(call, "later:50"));
+    JT_CHECK(jt_echo_resp_is(call, "later:50"));
     JT_CHECK_EQ(jet_iobuf_equals(jet_call_response_attachment(call), "late bytes", 10), 0);
     jet_call_destroy(call);
     /* Asynchronous, answered out of order: later delays first. */
     enum { N = 12 };
     jet_call_t *calls[N];
     char msgs[N][32];
-    counter_t done = {0};
+    jt_counter_t done = {0};
     for (int i = 0; i < N; i++) {
         calls[i] = jet_call_create();
         snprintf(msgs[i], sizeof msgs[i], "later:%d", (N - i) * 10);
         Example__EchoRequest req = EXAMPLE__ECHO_REQUEST__INIT;
         req.message = msgs[i];
         JT_CHECK_EQ(jet_channel_call(ch, &example__echo_service__descriptor, 0, calls[i], &req.base,
-                                     count_done, &done),
+                                     jt_count_done, &done),
                     0);
     }
     JT_CHECK(wait_count(&done, N));
     for (int i = 0; i < N; i++) {
         jet_call_join(calls[i]);
-        JT_CHECK(resp_is(calls[i], msgs[i]));
+        JT_CHECK(jt_echo_resp_is(calls[i], msgs[i]));
         jet_call_destroy(calls[i]);
     }
     /* While a handler holds its answer, the loop keeps serving others. */
     jet_call_t *slow = jet_call_create();
-    counter_t slow_done = {0};
+    jt_counter_t slow_done = {0};
     Example__EchoRequest req = EXAMPLE__ECHO_REQUEST__INIT;
     req.message = "later:300";
     JT_CHECK_EQ(jet_channel_call(ch, &example__echo_service__descriptor, 0, slow, &req.base,
-                                 count_done, &slow_done),
+                                 jt_count_done, &slow_done),
                 0);
     call = jet_call_create();
     JT_CHECK_EQ(sync_echo(ch, call, "meanwhile"), 0);
-    JT_CHECK(resp_is(call, "meanwhile"));
+    JT_CHECK(jt_echo_resp_is(call, "meanwhile"));
     jet_call_destroy(call);
     JT_CHECK(wait_count(&slow_done, 1));
     jet_call_join(slow);
-    JT_CHECK(resp_is(slow, "later:300"));
+    JT_CHECK(jt_echo_resp_is(slow, "later:300"));
     jet_call_destroy(slow);
     jet_channel_destroy(ch);
 }
@@ -708,11 +546,11 @@ static void test_usercode_in_pool(void)
     JT_REQUIRE(ch && loop_ch);
     jet_call_t *call = jet_call_create();
     JT_CHECK_EQ(sync_echo(ch, call, "thread"), 0);
-    JT_CHECK(resp_is(call, "jet_worker"));
+    JT_CHECK(jt_echo_resp_is(call, "jet_worker"));
     jet_call_reset(call);
     JT_CHECK_EQ(sync_echo(loop_ch, call, "thread"), 0);
     JT_CHECK(!jet_call_failed(call));
-    JT_CHECK(resp_message(call) && strncmp(resp_message(call), "jet_loop", 8) == 0);
+    JT_CHECK(jt_echo_resp_message(call) && strncmp(jt_echo_resp_message(call), "jet_loop", 8) == 0);
     jet_call_destroy(call);
     /* Everything else works the same through the pool. */
     JT_CHECK_EQ(run_threads(ch, 4, 400, true), 0);
@@ -776,7 +614,7 @@ static void test_handler_set_failed(void)
     /* The connection is fine afterwards. */
     jet_call_reset(call);
     JT_CHECK_EQ(sync_echo(ch, call, "still alive"), 0);
-    JT_CHECK(resp_is(call, "still alive"));
+    JT_CHECK(jt_echo_resp_is(call, "still alive"));
     jet_call_destroy(call);
     JT_CHECK(wait_in_flight_zero(g_srv));
     stats(g_srv, &after);
@@ -803,10 +641,10 @@ static void test_missing_required_field(void)
     JT_CHECK_EQ(jet_call_attempts(call), 1);
     JT_CHECK(jet_call_response(call) == NULL);
     /* Asynchronous: done runs inside jet_channel_call. */
-    counter_t done = {0};
+    jt_counter_t done = {0};
     jet_call_reset(call);
     JT_CHECK_EQ(jet_channel_call(ch, &example__echo_service__descriptor, 0, call, &req.base,
-                                 count_done, &done),
+                                 jt_count_done, &done),
                 0);
     JT_CHECK_EQ(atomic_load(&done.n), 1);
     JT_CHECK_EQ(jet_call_error_code(call), JET_EREQUEST);
@@ -817,7 +655,7 @@ static void test_missing_required_field(void)
     /* The call object is reusable for a proper request. */
     jet_call_reset(call);
     JT_CHECK_EQ(sync_echo(ch, call, "proper"), 0);
-    JT_CHECK(resp_is(call, "proper"));
+    JT_CHECK(jt_echo_resp_is(call, "proper"));
     jet_call_destroy(call);
     jet_channel_destroy(ch);
 }
@@ -849,10 +687,10 @@ static void test_misuse(void)
         jet_channel_call(ch, &example__echo_service__descriptor, 0, NULL, &req.base, NULL, NULL),
         -EINVAL);
     /* A call in flight cannot be issued again. */
-    counter_t done = {0};
+    jt_counter_t done = {0};
     req.message = "later:1000"; /* long enough to still be in flight below */
     JT_CHECK_EQ(jet_channel_call(ch, &example__echo_service__descriptor, 0, call, &req.base,
-                                 count_done, &done),
+                                 jt_count_done, &done),
                 0);
     req.message = "again";
     JT_CHECK_EQ(
@@ -860,11 +698,11 @@ static void test_misuse(void)
         -EINVAL);
     jet_call_join(call);
     JT_CHECK(wait_count(&done, 1));
-    JT_CHECK(resp_is(call, "later:1000"));
+    JT_CHECK(jt_echo_resp_is(call, "later:1000"));
     /* After the refusals the call works. */
     jet_call_reset(call);
     JT_CHECK_EQ(sync_echo(ch, call, "after misuse"), 0);
-    JT_CHECK(resp_is(call, "after misuse"));
+    JT_CHECK(jt_echo_resp_is(call, "after misuse"));
     jet_call_destroy(call);
     jet_channel_destroy(ch);
 }
@@ -877,7 +715,7 @@ static void test_call_reuse(void)
     jet_call_set_log_id(call, 42);
     jet_iobuf_append(jet_call_request_attachment(call), "first", 5);
     JT_CHECK_EQ(sync_echo(ch, call, "one"), 0);
-    JT_CHECK(resp_is(call, "one"));
+    JT_CHECK(jt_echo_resp_is(call, "one"));
     JT_CHECK_EQ(jet_iobuf_equals(jet_call_response_attachment(call), "first", 5), 0);
 
     /* Reset: everything back to a new call's state. */
@@ -890,7 +728,7 @@ static void test_call_reuse(void)
     JT_CHECK_EQ(jet_call_log_id(call), 0);
     JT_CHECK_EQ(jet_call_attempts(call), 0);
     JT_CHECK_EQ(sync_echo(ch, call, "logid"), 0);
-    JT_CHECK(resp_is(call, "0"));
+    JT_CHECK(jt_echo_resp_is(call, "0"));
     JT_CHECK_EQ(jet_iobuf_len(jet_call_response_attachment(call)), 0);
 
     /* Reset after a failure. */
@@ -902,11 +740,11 @@ static void test_call_reuse(void)
     JT_CHECK_EQ(strcmp(jet_call_error_text(call), ""), 0);
     jet_iobuf_append(jet_call_request_attachment(call), "second", 6);
     JT_CHECK_EQ(sync_echo(ch, call, "two"), 0);
-    JT_CHECK(resp_is(call, "two"));
+    JT_CHECK(jt_echo_resp_is(call, "two"));
     JT_CHECK_EQ(jet_iobuf_equals(jet_call_response_attachment(call), "second", 6), 0);
 
     /* Reset after an asynchronous call, then reuse asynchronously. */
-    counter_t done = {0};
+    jt_counter_t done = {0};
     for (int i = 0; i < 20; i++) {
         jet_call_reset(call);
         char msg[32];
@@ -914,11 +752,11 @@ static void test_call_reuse(void)
         Example__EchoRequest req = EXAMPLE__ECHO_REQUEST__INIT;
         req.message = msg;
         JT_CHECK_EQ(jet_channel_call(ch, &example__echo_service__descriptor, 0, call, &req.base,
-                                     count_done, &done),
+                                     jt_count_done, &done),
                     0);
         JT_CHECK(wait_count(&done, (uint32_t)i + 1));
         jet_call_join(call);
-        JT_CHECK(resp_is(call, msg));
+        JT_CHECK(jt_echo_resp_is(call, msg));
     }
     jet_call_destroy(call);
     jet_channel_destroy(ch);
@@ -958,13 +796,13 @@ static void test_join_waits_for_done(void)
     JT_REQUIRE(atomic_load(&d.started));
     jet_call_join(call);
     JT_CHECK_EQ(atomic_load(&d.ended), 1);
-    JT_CHECK(resp_is(call, "join"));
+    JT_CHECK(jt_echo_resp_is(call, "join"));
     jet_call_destroy(call);
     jet_channel_destroy(ch);
 }
 
 typedef struct destroy_in_done {
-    counter_t *done;
+    jt_counter_t *done;
     char msg[32];
     _Atomic int ok;
 } destroy_in_done_t;
@@ -972,9 +810,9 @@ typedef struct destroy_in_done {
 static void destroy_in_done_cb(jet_call_t *call, void *arg)
 {
     destroy_in_done_t *d = arg;
-    atomic_store(&d->ok, resp_is(call, d->msg) ? 1 : -1);
+    atomic_store(&d->ok, jt_echo_resp_is(call, d->msg) ? 1 : -1);
     jet_call_destroy(call); /* allowed inside done: freed after it returns */
-    count_done(NULL, d->done);
+    jt_count_done(NULL, d->done);
 }
 
 static void test_destroy_inside_done(void)
@@ -983,7 +821,7 @@ static void test_destroy_inside_done(void)
     JT_REQUIRE(ch);
     enum { N = 200 };
     static destroy_in_done_t ds[N];
-    counter_t done = {0};
+    jt_counter_t done = {0};
     for (int i = 0; i < N; i++) {
         ds[i].done = &done;
         atomic_store(&ds[i].ok, 0);
@@ -1013,7 +851,7 @@ static void test_done_hands_call_over(void)
      * the channel rather than free them under the library. */
     jet_channel_t *ch = open_channel(g_port, JET_CONNECTION_SINGLE);
     JT_REQUIRE(ch);
-    counter_t done = {0};
+    jt_counter_t done = {0};
     char msg[32];
     for (int i = 0; i < 1500; i++) {
         jet_call_t *call = jet_call_create();
@@ -1021,23 +859,23 @@ static void test_done_hands_call_over(void)
         Example__EchoRequest req = EXAMPLE__ECHO_REQUEST__INIT;
         req.message = msg;
         JT_CHECK_EQ(jet_channel_call(ch, &example__echo_service__descriptor, 0, call, &req.base,
-                                     count_done, &done),
+                                     jt_count_done, &done),
                     0);
         JT_REQUIRE(wait_count(&done, (uint32_t)i * 2 + 1));
-        if (!resp_is(call, msg)) {
+        if (!jt_echo_resp_is(call, msg)) {
             fprintf(stderr, "  async %d: [E%d] %s\n", i, jet_call_error_code(call),
                     jet_call_error_text(call));
-            JT_CHECK(resp_is(call, msg));
+            JT_CHECK(jt_echo_resp_is(call, msg));
             return;
         }
         /* Reused at once: a synchronous call must be complete when it returns. */
         jet_call_reset(call);
         int rc = jet_channel_call(ch, &example__echo_service__descriptor, 0, call, &req.base, NULL,
                                   NULL);
-        if (rc != 0 || !resp_is(call, msg)) {
+        if (rc != 0 || !jt_echo_resp_is(call, msg)) {
             fprintf(stderr, "  sync %d returned incomplete: rc=%d [E%d] response=%p\n", i, rc,
                     jet_call_error_code(call), (const void *)jet_call_response(call));
-            JT_CHECK(rc == 0 && resp_is(call, msg));
+            JT_CHECK(rc == 0 && jt_echo_resp_is(call, msg));
             return;
         }
         atomic_fetch_add(&done.n, 1);
@@ -1055,6 +893,7 @@ static void test_done_hands_call_over(void)
 
 int main(void)
 {
+    jt_echo_service_init(&g_service, NULL);
     g_srv = start_server("127.0.0.1:0", false, &g_port);
     g_pool_srv = start_server("127.0.0.1:0", true, &g_pool_port);
     if (!g_srv || !g_pool_srv || g_port <= 0 || g_pool_port <= 0) {

@@ -3,11 +3,12 @@
  * with calls in flight, hundreds of short connections at once, a peer that
  * never answers, and max_concurrency.
  *
- * The service's behaviour is picked by the request message:
- *   "sleep:<ms>"  blocks the handler (servers here run such handlers in the pool)
+ * The service is testutil_rpc.h's echo service, its behaviour picked by the
+ * request message; this test adds:
  *   "hold"        keeps the closure; the test answers it later (release_held)
  *   "hang"        never answers; reports the request on the notify pipe (child)
- *   anything else echoes the message
+ * ("sleep:<ms>" blocks the handler: servers here run such handlers in the
+ * pool; anything else echoes the message.)
  *
  * The killed server runs in a child process started by re-executing this
  * program with "--hang-server <fd>" (a fork of a threaded process could not
@@ -15,7 +16,6 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <limits.h>
-#include <netinet/in.h>
 #include <poll.h>
 #include <pthread.h>
 #include <signal.h>
@@ -33,6 +33,7 @@
 #include "base/futex.h"
 #include "echo.pb-c.h"
 #include "testutil.h"
+#include "testutil_rpc.h"
 
 #define WAIT_LIMIT_US (20 * 1000000LL) /* generous guard for anything awaited */
 
@@ -51,14 +52,11 @@ static held_t g_held[MAX_HELD];
 static int g_nheld;
 static int g_notify_fd = -1; /* child: one byte per request received */
 
-static void f_echo(Example__EchoService_Service *service, const Example__EchoRequest *req,
-                   Example__EchoResponse_Closure closure, void *closure_data)
+static bool f_hold_or_hang(const Example__EchoRequest *req, Example__EchoResponse_Closure closure,
+                           void *closure_data)
 {
-    Example__EchoResponse resp = EXAMPLE__ECHO_RESPONSE__INIT;
     const char *msg = req->message;
-    if (strncmp(msg, "sleep:", 6) == 0) {
-        usleep((useconds_t)atoi(msg + 6) * 1000);
-    } else if (strcmp(msg, "hold") == 0 || strncmp(msg, "hold ", 5) == 0) {
+    if (strcmp(msg, "hold") == 0 || strncmp(msg, "hold ", 5) == 0) {
         pthread_mutex_lock(&g_held_lock);
         if (g_nheld == MAX_HELD) abort();
         held_t *h = &g_held[g_nheld++];
@@ -67,16 +65,16 @@ static void f_echo(Example__EchoService_Service *service, const Example__EchoReq
         snprintf(h->message, sizeof h->message, "%s", msg);
         pthread_cond_broadcast(&g_held_cond);
         pthread_mutex_unlock(&g_held_lock);
-        return;
-    } else if (strcmp(msg, "hang") == 0) {
-        if (write(g_notify_fd, "r", 1) != 1) abort();
-        return;
+        return true;
     }
-    resp.message = (char *)msg;
-    closure(&resp, closure_data);
+    if (strcmp(msg, "hang") == 0) {
+        if (write(g_notify_fd, "r", 1) != 1) abort();
+        return true;
+    }
+    return false;
 }
 
-static Example__EchoService_Service g_service = EXAMPLE__ECHO_SERVICE__INIT(f_);
+static jt_echo_service_t g_service;
 
 static bool wait_held(int n)
 {
@@ -117,7 +115,7 @@ typedef struct srv_cfg {
     int graceful_stop_ms;
 } srv_cfg_t;
 
-static jet_server_t *start_server_at(const char *addr, const srv_cfg_t *cfg, int *port_p)
+static jet_server_t *start_server_port(int port, const srv_cfg_t *cfg, int *port_p)
 {
     jet_server_options_t so;
     jet_server_options_init(&so);
@@ -127,139 +125,22 @@ static jet_server_t *start_server_at(const char *addr, const srv_cfg_t *cfg, int
         so.max_concurrency = cfg->max_concurrency;
         if (cfg->graceful_stop_ms) so.graceful_stop_ms = cfg->graceful_stop_ms;
     }
-    jet_server_t *srv = NULL;
-    if (jet_server_create(&so, &srv) < 0) return NULL;
-    if (jet_server_add_service(srv, &g_service.base) < 0 || jet_server_start(srv, addr) < 0) {
-        jet_server_destroy(srv);
-        return NULL;
-    }
-    if (port_p) *port_p = jet_server_listen_port(srv);
-    return srv;
-}
-
-static jet_server_t *start_server_port(int port, const srv_cfg_t *cfg, int *port_p)
-{
-    char addr[64];
-    snprintf(addr, sizeof addr, "127.0.0.1:%d", port);
-    return start_server_at(addr, cfg, port_p);
-}
-
-static void stop_server(jet_server_t *srv)
-{
-    if (!srv) return;
-    jet_server_stop(srv);
-    jet_server_destroy(srv);
-}
-
-static jet_channel_t *open_channel(int port, jet_connection_type_t type, int32_t timeout_ms,
-                                   int32_t max_retry)
-{
-    char addr[64];
-    snprintf(addr, sizeof addr, "127.0.0.1:%d", port);
-    jet_channel_options_t co;
-    jet_channel_options_init(&co);
-    co.connection_type = type;
-    co.timeout_ms = timeout_ms;
-    co.max_retry = max_retry;
-    jet_channel_t *ch = NULL;
-    if (jet_channel_create(addr, &co, &ch) < 0) return NULL;
-    return ch;
-}
-
-/* A loopback port where nothing listens (bound once, then released). */
-static int free_port(void)
-{
-    int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
-    struct sockaddr_in a = {.sin_family = AF_INET, .sin_addr.s_addr = htonl(INADDR_LOOPBACK)};
-    socklen_t len = sizeof a;
-    if (fd < 0 || bind(fd, (struct sockaddr *)&a, sizeof a) < 0 ||
-        getsockname(fd, (struct sockaddr *)&a, &len) < 0)
-        abort();
-    close(fd);
-    return ntohs(a.sin_port);
-}
-
-/* A plain listening socket on loopback that the test drives by hand. */
-static int raw_listen(int *port_p)
-{
-    int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
-    struct sockaddr_in a = {.sin_family = AF_INET, .sin_addr.s_addr = htonl(INADDR_LOOPBACK)};
-    socklen_t len = sizeof a;
-    if (fd < 0 || bind(fd, (struct sockaddr *)&a, sizeof a) < 0 || listen(fd, 64) < 0 ||
-        getsockname(fd, (struct sockaddr *)&a, &len) < 0)
-        abort();
-    *port_p = ntohs(a.sin_port);
-    return fd;
-}
-
-/* 0 when a TCP connect to the port succeeds, else -errno. */
-static int raw_connect_result(int port)
-{
-    int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
-    struct sockaddr_in a = {.sin_family = AF_INET,
-                            .sin_port = htons((uint16_t)port),
-                            .sin_addr.s_addr = htonl(INADDR_LOOPBACK)};
-    int rc = connect(fd, (struct sockaddr *)&a, sizeof a) < 0 ? -errno : 0;
-    close(fd);
-    return rc;
+    return jt_echo_server_start_port(&g_service, port, &so, port_p);
 }
 
 static bool wait_stats(jet_server_t *srv, uint64_t in_flight, uint64_t open_at_most)
 {
-    uint64_t until = jt_now_us() + WAIT_LIMIT_US;
-    jet_server_stats_t st;
-    for (;;) {
-        jet_server_get_stats(srv, &st);
-        if (st.in_flight == in_flight && st.connections_open <= open_at_most) return true;
-        if (jt_now_us() > until) {
-            fprintf(stderr, "  stats: in_flight=%llu (want %llu) open=%llu (want <= %llu)\n",
-                    (unsigned long long)st.in_flight, (unsigned long long)in_flight,
-                    (unsigned long long)st.connections_open, (unsigned long long)open_at_most);
-            return false;
-        }
-        usleep(1000);
-    }
+    return jt_server_wait_stats(srv, in_flight, open_at_most, WAIT_LIMIT_US, NULL);
 }
 
 static bool wait_in_flight(jet_server_t *srv, uint64_t n)
 {
-    return wait_stats(srv, n, UINT64_MAX);
+    return wait_stats(srv, n, JT_ANY);
 }
 
-typedef struct counter {
-    _Atomic uint32_t n;
-} counter_t;
-
-static void count_done(jet_call_t *call, void *arg)
+static bool wait_count(jt_counter_t *c, uint32_t target)
 {
-    counter_t *c = arg;
-    atomic_fetch_add(&c->n, 1);
-    jet__futex_wake(&c->n, INT_MAX);
-}
-
-static bool wait_count(counter_t *c, uint32_t target)
-{
-    uint64_t until = jt_now_us() + WAIT_LIMIT_US;
-    for (;;) {
-        uint32_t v = atomic_load(&c->n);
-        if (v >= target) return true;
-        if (jt_now_us() > until) return false;
-        jet__futex_wait(&c->n, v, 100000);
-    }
-}
-
-static int call_echo(jet_channel_t *ch, jet_call_t *call, const char *msg, jet_call_done_cb_t done,
-                     void *arg)
-{
-    Example__EchoRequest req = EXAMPLE__ECHO_REQUEST__INIT;
-    req.message = (char *)msg;
-    return jet_channel_call(ch, &example__echo_service__descriptor, 0, call, &req.base, done, arg);
-}
-
-static bool resp_is(const jet_call_t *call, const char *expected)
-{
-    const Example__EchoResponse *r = (const void *)jet_call_response(call);
-    return !jet_call_failed(call) && r && r->message && strcmp(r->message, expected) == 0;
+    return jt_counter_wait(c, target, WAIT_LIMIT_US);
 }
 
 static void report(const char *what, const jet_call_t *call)
@@ -273,7 +154,7 @@ static void report(const char *what, const jet_call_t *call)
 static bool echo_ok(jet_channel_t *ch, const char *msg)
 {
     jet_call_t *call = jet_call_create();
-    bool ok = call_echo(ch, call, msg, NULL, NULL) == 0 && resp_is(call, msg);
+    bool ok = jt_echo_call(ch, call, msg, NULL, NULL) == 0 && jt_echo_resp_is(call, msg);
     if (!ok) report(msg, call);
     jet_call_destroy(call);
     return ok;
@@ -294,13 +175,13 @@ static void test_timeout(void)
     int port = 0;
     jet_server_t *srv = start_server_port(0, &cfg, &port);
     JT_REQUIRE(srv);
-    jet_channel_t *ch = open_channel(port, JET_CONNECTION_SINGLE, 10000, 3);
+    jet_channel_t *ch = jt_channel_open_port(port, JET_CONNECTION_SINGLE, 10000, 3);
     JT_REQUIRE(ch);
     JT_CHECK(echo_ok(ch, "warm up"));
 
     jet_call_t *call = jet_call_create();
     jet_call_set_timeout_ms(call, 100);
-    JT_CHECK_EQ(call_echo(ch, call, "sleep:1000", NULL, NULL), 0);
+    JT_CHECK_EQ(jt_echo_call(ch, call, "sleep:1000", NULL, NULL), 0);
     JT_CHECK(jet_call_failed(call));
     JT_CHECK_EQ(jet_call_error_code(call), JET_ERPCTIMEDOUT);
     JT_CHECK(jet_call_response(call) == NULL);
@@ -321,11 +202,11 @@ static void test_timeout(void)
     /* Asynchronous timeouts: done runs once each, with ERPCTIMEDOUT. */
     enum { N = 8 };
     jet_call_t *calls[N];
-    counter_t done = {0};
+    jt_counter_t done = {0};
     for (int i = 0; i < N; i++) {
         calls[i] = jet_call_create();
         jet_call_set_timeout_ms(calls[i], 50 + 10 * i);
-        JT_CHECK_EQ(call_echo(ch, calls[i], "sleep:400", count_done, &done), 0);
+        JT_CHECK_EQ(jt_echo_call(ch, calls[i], "sleep:400", jt_count_done, &done), 0);
     }
     JT_CHECK(wait_count(&done, N));
     for (int i = 0; i < N; i++) {
@@ -336,25 +217,25 @@ static void test_timeout(void)
     JT_CHECK(echo_ok(ch, "after async timeouts"));
     /* A call reused after a timeout works. */
     jet_call_reset(call);
-    JT_CHECK_EQ(call_echo(ch, call, "reused", NULL, NULL), 0);
-    JT_CHECK(resp_is(call, "reused"));
+    JT_CHECK_EQ(jt_echo_call(ch, call, "reused", NULL, NULL), 0);
+    JT_CHECK(jt_echo_resp_is(call, "reused"));
     jet_call_destroy(call);
     JT_CHECK(wait_in_flight(srv, 0));
     jet_server_stats_t st;
     jet_server_get_stats(srv, &st);
     JT_CHECK_EQ(st.connections_accepted, 1);
     jet_channel_destroy(ch);
-    stop_server(srv);
+    jt_server_stop(srv);
 }
 
 static void test_connection_refused(void)
 {
-    int port = free_port();
-    JT_CHECK_EQ(raw_connect_result(port), -ECONNREFUSED);
-    jet_channel_t *ch = open_channel(port, JET_CONNECTION_SINGLE, 10000, 2);
+    int port = jt_tcp_free_port();
+    JT_CHECK_EQ(jt_tcp_connect_result(port), -ECONNREFUSED);
+    jet_channel_t *ch = jt_channel_open_port(port, JET_CONNECTION_SINGLE, 10000, 2);
     JT_REQUIRE(ch);
     jet_call_t *call = jet_call_create();
-    JT_CHECK_EQ(call_echo(ch, call, "nobody there", NULL, NULL), 0);
+    JT_CHECK_EQ(jt_echo_call(ch, call, "nobody there", NULL, NULL), 0);
     JT_CHECK(jet_call_failed(call));
     JT_CHECK_EQ(jet_call_error_code(call), ECONNREFUSED);
     JT_CHECK_EQ(jet_call_attempts(call), 3); /* max_retry + 1 */
@@ -367,14 +248,14 @@ static void test_connection_refused(void)
     for (size_t i = 0; i < sizeof retries / sizeof retries[0]; i++) {
         jet_call_reset(call);
         jet_call_set_max_retry(call, retries[i]);
-        JT_CHECK_EQ(call_echo(ch, call, "nobody there", NULL, NULL), 0);
+        JT_CHECK_EQ(jt_echo_call(ch, call, "nobody there", NULL, NULL), 0);
         JT_CHECK_EQ(jet_call_error_code(call), ECONNREFUSED);
         JT_CHECK_EQ(jet_call_attempts(call), retries[i] + 1);
     }
     /* Asynchronous. */
-    counter_t done = {0};
+    jt_counter_t done = {0};
     jet_call_reset(call);
-    JT_CHECK_EQ(call_echo(ch, call, "nobody there", count_done, &done), 0);
+    JT_CHECK_EQ(jt_echo_call(ch, call, "nobody there", jt_count_done, &done), 0);
     JT_CHECK(wait_count(&done, 1));
     JT_CHECK_EQ(jet_call_error_code(call), ECONNREFUSED);
     JT_CHECK_EQ(jet_call_attempts(call), 3);
@@ -382,10 +263,10 @@ static void test_connection_refused(void)
 
     /* The other connection types fail the same way. */
     for (int type = JET_CONNECTION_POOLED; type <= JET_CONNECTION_SHORT; type++) {
-        jet_channel_t *c2 = open_channel(port, (jet_connection_type_t)type, 10000, 1);
+        jet_channel_t *c2 = jt_channel_open_port(port, (jet_connection_type_t)type, 10000, 1);
         JT_REQUIRE(c2);
         call = jet_call_create();
-        JT_CHECK_EQ(call_echo(c2, call, "nobody there", NULL, NULL), 0);
+        JT_CHECK_EQ(jt_echo_call(c2, call, "nobody there", NULL, NULL), 0);
         JT_CHECK_EQ(jet_call_error_code(call), ECONNREFUSED);
         JT_CHECK_EQ(jet_call_attempts(call), 2);
         jet_call_destroy(call);
@@ -397,7 +278,7 @@ static void test_connection_refused(void)
     JT_REQUIRE(srv);
     JT_CHECK(echo_ok(ch, "somebody now"));
     jet_channel_destroy(ch);
-    stop_server(srv);
+    jt_server_stop(srv);
 }
 
 static void test_server_restart(void)
@@ -405,17 +286,17 @@ static void test_server_restart(void)
     int port = 0;
     jet_server_t *srv = start_server_port(0, NULL, &port);
     JT_REQUIRE(srv);
-    jet_channel_t *single = open_channel(port, JET_CONNECTION_SINGLE, 10000, 3);
-    jet_channel_t *pooled = open_channel(port, JET_CONNECTION_POOLED, 10000, 3);
+    jet_channel_t *single = jt_channel_open_port(port, JET_CONNECTION_SINGLE, 10000, 3);
+    jet_channel_t *pooled = jt_channel_open_port(port, JET_CONNECTION_POOLED, 10000, 3);
     JT_REQUIRE(single && pooled);
     JT_CHECK(echo_ok(single, "before restart"));
     JT_CHECK(echo_ok(pooled, "before restart"));
     for (int round = 0; round < 3; round++) {
-        stop_server(srv);
+        jt_server_stop(srv);
         /* Nobody listens: a call fails with a connection error. */
         jet_call_t *call = jet_call_create();
         jet_call_set_max_retry(call, 1);
-        JT_CHECK_EQ(call_echo(single, call, "while down", NULL, NULL), 0);
+        JT_CHECK_EQ(jt_echo_call(single, call, "while down", NULL, NULL), 0);
         JT_CHECK(jet_call_failed(call));
         JT_CHECK(is_connection_error(jet_call_error_code(call)));
         if (!is_connection_error(jet_call_error_code(call))) report("while down", call);
@@ -437,7 +318,7 @@ static void test_server_restart(void)
     }
     jet_channel_destroy(single);
     jet_channel_destroy(pooled);
-    stop_server(srv);
+    jt_server_stop(srv);
 }
 
 /* ---- the killed server (child process) ---- */
@@ -514,16 +395,16 @@ static void test_server_killed(void)
     pid_t pid = spawn_hang_server(&rfd, &port);
     JT_REQUIRE(pid > 0);
     /* Deadlines far away: the calls must end because the connection died. */
-    jet_channel_t *ch = open_channel(port, JET_CONNECTION_SINGLE, 30000, 0);
+    jet_channel_t *ch = jt_channel_open_port(port, JET_CONNECTION_SINGLE, 30000, 0);
     JT_REQUIRE(ch);
     enum { N = 10 };
     jet_call_t *calls[N];
-    counter_t done = {0};
+    jt_counter_t done = {0};
     for (int i = 0; i < N; i++) {
         calls[i] = jet_call_create();
         /* Half of them may retry: their retries find nobody listening. */
         if (i % 2) jet_call_set_max_retry(calls[i], 2);
-        JT_CHECK_EQ(call_echo(ch, calls[i], "hang", count_done, &done), 0);
+        JT_CHECK_EQ(jt_echo_call(ch, calls[i], "hang", jt_count_done, &done), 0);
     }
     /* Every request reached the child's handler before the kill. */
     JT_CHECK(read_notes(rfd, N));
@@ -558,12 +439,12 @@ static void test_server_killed(void)
     JT_REQUIRE(srv);
     JT_CHECK(echo_ok(ch, "new server"));
     jet_call_reset(calls[0]);
-    JT_CHECK_EQ(call_echo(ch, calls[0], "reused after kill", NULL, NULL), 0);
-    JT_CHECK(resp_is(calls[0], "reused after kill"));
+    JT_CHECK_EQ(jt_echo_call(ch, calls[0], "reused after kill", NULL, NULL), 0);
+    JT_CHECK(jt_echo_resp_is(calls[0], "reused after kill"));
     for (int i = 0; i < N; i++)
         jet_call_destroy(calls[i]);
     jet_channel_destroy(ch);
-    stop_server(srv);
+    jt_server_stop(srv);
 }
 
 /* ---- graceful stop ---- */
@@ -588,32 +469,32 @@ static void test_graceful_stop_delayed_handlers(void)
     int port = 0;
     jet_server_t *srv = start_server_port(0, &cfg, &port);
     JT_REQUIRE(srv);
-    jet_channel_t *ch = open_channel(port, JET_CONNECTION_SINGLE, 20000, 0);
+    jet_channel_t *ch = jt_channel_open_port(port, JET_CONNECTION_SINGLE, 20000, 0);
     JT_REQUIRE(ch);
     enum { N = 4 };
     jet_call_t *calls[N];
-    counter_t done = {0};
+    jt_counter_t done = {0};
     for (int i = 0; i < N; i++) {
         calls[i] = jet_call_create();
-        JT_CHECK_EQ(call_echo(ch, calls[i], "sleep:100", count_done, &done), 0);
+        JT_CHECK_EQ(jt_echo_call(ch, calls[i], "sleep:100", jt_count_done, &done), 0);
     }
     JT_CHECK(wait_in_flight(srv, N));
     jet_server_stop(srv);
     /* Stop waited for them: every one was answered. */
     JT_CHECK(wait_count(&done, N));
     for (int i = 0; i < N; i++) {
-        JT_CHECK(resp_is(calls[i], "sleep:100"));
-        if (!resp_is(calls[i], "sleep:100")) report("in flight at stop", calls[i]);
+        JT_CHECK(jt_echo_resp_is(calls[i], "sleep:100"));
+        if (!jt_echo_resp_is(calls[i], "sleep:100")) report("in flight at stop", calls[i]);
         jet_call_destroy(calls[i]);
     }
     /* New connections are refused. */
-    JT_CHECK_EQ(raw_connect_result(port), -ECONNREFUSED);
+    JT_CHECK_EQ(jt_tcp_connect_result(port), -ECONNREFUSED);
     jet_server_stats_t st;
     jet_server_get_stats(srv, &st);
     JT_CHECK_EQ(st.in_flight, 0);
     JT_CHECK_EQ(st.connections_open, 0);
     jet_call_t *call = jet_call_create();
-    JT_CHECK_EQ(call_echo(ch, call, "after stop", NULL, NULL), 0);
+    JT_CHECK_EQ(jt_echo_call(ch, call, "after stop", NULL, NULL), 0);
     JT_CHECK(jet_call_failed(call));
     JT_CHECK(is_connection_error(jet_call_error_code(call)) ||
              jet_call_error_code(call) == JET_ELOGOFF);
@@ -629,16 +510,16 @@ static void test_graceful_stop_held_calls(void)
     int port = 0;
     jet_server_t *srv = start_server_port(0, NULL, &port);
     JT_REQUIRE(srv);
-    jet_channel_t *ch = open_channel(port, JET_CONNECTION_SINGLE, 20000, 0);
+    jet_channel_t *ch = jt_channel_open_port(port, JET_CONNECTION_SINGLE, 20000, 0);
     JT_REQUIRE(ch);
     enum { N = 6 };
     jet_call_t *calls[N];
     char msgs[N][16];
-    counter_t done = {0};
+    jt_counter_t done = {0};
     for (int i = 0; i < N; i++) {
         calls[i] = jet_call_create();
         snprintf(msgs[i], sizeof msgs[i], "hold %d", i);
-        JT_CHECK_EQ(call_echo(ch, calls[i], msgs[i], count_done, &done), 0);
+        JT_CHECK_EQ(jt_echo_call(ch, calls[i], msgs[i], jt_count_done, &done), 0);
     }
     JT_CHECK(wait_held(N));
     stopper_t stopper = {.srv = srv};
@@ -646,19 +527,19 @@ static void test_graceful_stop_held_calls(void)
     JT_REQUIRE(pthread_create(&th, NULL, stopper_main, &stopper) == 0);
     /* The listener goes first. */
     uint64_t until = jt_now_us() + WAIT_LIMIT_US;
-    while (raw_connect_result(port) != -ECONNREFUSED && jt_now_us() < until)
+    while (jt_tcp_connect_result(port) != -ECONNREFUSED && jt_now_us() < until)
         usleep(1000);
-    JT_CHECK_EQ(raw_connect_result(port), -ECONNREFUSED);
+    JT_CHECK_EQ(jt_tcp_connect_result(port), -ECONNREFUSED);
     JT_CHECK_EQ(atomic_load(&stopper.done), 0);
     /* A new channel cannot connect. */
-    jet_channel_t *ch2 = open_channel(port, JET_CONNECTION_SINGLE, 5000, 0);
+    jet_channel_t *ch2 = jt_channel_open_port(port, JET_CONNECTION_SINGLE, 5000, 0);
     JT_REQUIRE(ch2);
     jet_call_t *call = jet_call_create();
-    JT_CHECK_EQ(call_echo(ch2, call, "new connection", NULL, NULL), 0);
+    JT_CHECK_EQ(jt_echo_call(ch2, call, "new connection", NULL, NULL), 0);
     JT_CHECK_EQ(jet_call_error_code(call), ECONNREFUSED);
     /* The open connection still carries answers: a new request is refused with ELOGOFF. */
     jet_call_reset(call);
-    JT_CHECK_EQ(call_echo(ch, call, "new request", NULL, NULL), 0);
+    JT_CHECK_EQ(jt_echo_call(ch, call, "new request", NULL, NULL), 0);
     JT_CHECK_EQ(jet_call_error_code(call), JET_ELOGOFF);
     if (jet_call_error_code(call) != JET_ELOGOFF) report("during stop", call);
     JT_CHECK_EQ(atomic_load(&done.n), 0);
@@ -667,7 +548,7 @@ static void test_graceful_stop_held_calls(void)
     pthread_join(th, NULL);
     JT_CHECK(wait_count(&done, N));
     for (int i = 0; i < N; i++) {
-        JT_CHECK(resp_is(calls[i], msgs[i]));
+        JT_CHECK(jt_echo_resp_is(calls[i], msgs[i]));
         jet_call_destroy(calls[i]);
     }
     jet_server_stats_t st;
@@ -685,16 +566,16 @@ static void test_many_short_connections(void)
     int port = 0;
     jet_server_t *srv = start_server_port(0, NULL, &port);
     JT_REQUIRE(srv);
-    jet_channel_t *ch = open_channel(port, JET_CONNECTION_SHORT, 30000, 0);
+    jet_channel_t *ch = jt_channel_open_port(port, JET_CONNECTION_SHORT, 30000, 0);
     JT_REQUIRE(ch);
     enum { N = 200 };
     jet_call_t *calls[N];
     char msgs[N][16];
-    counter_t done = {0};
+    jt_counter_t done = {0};
     for (int i = 0; i < N; i++) {
         calls[i] = jet_call_create();
         snprintf(msgs[i], sizeof msgs[i], "hold %d", i);
-        JT_CHECK_EQ(call_echo(ch, calls[i], msgs[i], count_done, &done), 0);
+        JT_CHECK_EQ(jt_echo_call(ch, calls[i], msgs[i], jt_count_done, &done), 0);
     }
     /* All 200 are in their handlers at once, each on its own connection. */
     bool all_held = wait_held(N);
@@ -708,14 +589,14 @@ static void test_many_short_connections(void)
     JT_CHECK(wait_count(&done, N));
     int bad = 0;
     for (int i = 0; i < N; i++) {
-        if (!resp_is(calls[i], msgs[i]) && bad++ < 3) report("short", calls[i]);
+        if (!jt_echo_resp_is(calls[i], msgs[i]) && bad++ < 3) report("short", calls[i]);
         jet_call_destroy(calls[i]);
     }
     JT_CHECK_EQ(bad, 0);
     /* Each connection closes after its call. */
     JT_CHECK(wait_stats(srv, 0, 0));
     jet_channel_destroy(ch);
-    stop_server(srv);
+    jt_server_stop(srv);
 }
 
 typedef struct drainer {
@@ -752,24 +633,25 @@ static void test_peer_never_answers(void)
      * 2: a peer that accepts and reads everything but never answers. */
     for (int variant = 0; variant < 2; variant++) {
         int port = 0;
-        int lfd = raw_listen(&port);
+        int lfd = jt_tcp_listen(64, &port);
+        if (lfd < 0) abort();
         drainer_t d = {.lfd = lfd, .cfd = -1};
         pthread_t th;
         if (variant == 1) JT_REQUIRE(pthread_create(&th, NULL, drainer_main, &d) == 0);
-        jet_channel_t *ch = open_channel(port, JET_CONNECTION_SINGLE, 200, 3);
+        jet_channel_t *ch = jt_channel_open_port(port, JET_CONNECTION_SINGLE, 200, 3);
         JT_REQUIRE(ch);
         jet_call_t *call = jet_call_create();
-        JT_CHECK_EQ(call_echo(ch, call, "anyone?", NULL, NULL), 0);
+        JT_CHECK_EQ(jt_echo_call(ch, call, "anyone?", NULL, NULL), 0);
         JT_CHECK_EQ(jet_call_error_code(call), JET_ERPCTIMEDOUT);
         JT_CHECK_EQ(jet_call_attempts(call), 1);
         JT_CHECK(jet_call_latency_us(call) >= 200000);
         enum { N = 20 };
         jet_call_t *calls[N];
-        counter_t done = {0};
+        jt_counter_t done = {0};
         for (int i = 0; i < N; i++) {
             calls[i] = jet_call_create();
             jet_iobuf_append(jet_call_request_attachment(calls[i]), "payload", 7);
-            JT_CHECK_EQ(call_echo(ch, calls[i], "anyone?", count_done, &done), 0);
+            JT_CHECK_EQ(jt_echo_call(ch, calls[i], "anyone?", jt_count_done, &done), 0);
         }
         JT_CHECK(wait_count(&done, N));
         for (int i = 0; i < N; i++) {
@@ -795,13 +677,13 @@ static void test_max_concurrency(void)
     int port = 0;
     jet_server_t *srv = start_server_port(0, &cfg, &port);
     JT_REQUIRE(srv);
-    jet_channel_t *ch = open_channel(port, JET_CONNECTION_SINGLE, 20000, 3);
+    jet_channel_t *ch = jt_channel_open_port(port, JET_CONNECTION_SINGLE, 20000, 3);
     JT_REQUIRE(ch);
     jet_call_t *held[2];
-    counter_t done = {0};
+    jt_counter_t done = {0};
     for (int i = 0; i < 2; i++) {
         held[i] = jet_call_create();
-        JT_CHECK_EQ(call_echo(ch, held[i], "hold", count_done, &done), 0);
+        JT_CHECK_EQ(jt_echo_call(ch, held[i], "hold", jt_count_done, &done), 0);
     }
     JT_CHECK(wait_held(2));
     jet_server_stats_t before, after;
@@ -809,16 +691,16 @@ static void test_max_concurrency(void)
     jet_call_t *call = jet_call_create();
     for (int i = 0; i < 3; i++) {
         jet_call_reset(call);
-        JT_CHECK_EQ(call_echo(ch, call, "third", NULL, NULL), 0);
+        JT_CHECK_EQ(jt_echo_call(ch, call, "third", NULL, NULL), 0);
         JT_CHECK_EQ(jet_call_error_code(call), JET_ELIMIT);
         JT_CHECK_EQ(jet_call_attempts(call), 1);
         JT_CHECK(strstr(jet_call_error_text(call), "max_concurrency") != NULL);
     }
     /* Other connections are limited the same way. */
-    jet_channel_t *ch2 = open_channel(port, JET_CONNECTION_SHORT, 20000, 3);
+    jet_channel_t *ch2 = jt_channel_open_port(port, JET_CONNECTION_SHORT, 20000, 3);
     JT_REQUIRE(ch2);
     jet_call_reset(call);
-    JT_CHECK_EQ(call_echo(ch2, call, "third", NULL, NULL), 0);
+    JT_CHECK_EQ(jt_echo_call(ch2, call, "third", NULL, NULL), 0);
     JT_CHECK_EQ(jet_call_error_code(call), JET_ELIMIT);
     JT_CHECK(wait_in_flight(srv, 2));
     jet_server_get_stats(srv, &after);
@@ -827,7 +709,7 @@ static void test_max_concurrency(void)
     JT_CHECK_EQ(release_held(), 2);
     JT_CHECK(wait_count(&done, 2));
     for (int i = 0; i < 2; i++) {
-        JT_CHECK(resp_is(held[i], "hold"));
+        JT_CHECK(jt_echo_resp_is(held[i], "hold"));
         jet_call_destroy(held[i]);
     }
     /* Under the limit again. */
@@ -837,7 +719,7 @@ static void test_max_concurrency(void)
     jet_call_destroy(call);
     jet_channel_destroy(ch2);
     jet_channel_destroy(ch);
-    stop_server(srv);
+    jt_server_stop(srv);
 }
 
 /* RPC_CASE=<substring> runs only the matching cases (for debugging). */
@@ -849,6 +731,7 @@ static void test_max_concurrency(void)
 
 int main(int argc, char **argv)
 {
+    jt_echo_service_init(&g_service, &(jt_echo_opts_t){.hook = f_hold_or_hang});
     if (argc == 3 && strcmp(argv[1], "--hang-server") == 0) return child_hang_server(atoi(argv[2]));
     signal(SIGPIPE, SIG_IGN);
     RUN(test_server_killed);
