@@ -126,7 +126,7 @@ int jet__socket_connect(const jet_addr_t *addr, int mode, const jet_socket_handl
     }
     int cerr = 0;
     if (connect(fd, &addr->u.sa, addr->len) < 0 && errno != EINPROGRESS) cerr = -errno;
-    s->loop = jet_loop_pick();
+    if (!s->loop) s->loop = jet_loop_pick(); /* init may have chosen one */
     if (!s->loop) {
         sock_discard(s);
         return -ENOMEM;
@@ -170,6 +170,7 @@ int jet__socket_accept(int fd, const jet_addr_t *peer, int mode, jet_loop_t *loo
     local.len = sizeof local.u;
     if (getsockname(fd, &local.u.sa, &local.len) == 0) jet__addr_format(&local, s->local, sizeof s->local);
     atomic_init(&s->state, JET_SOCK_READY);
+    s->loop = loop; /* init may move it to another loop */
     int rc = s->ops->init(s);
     if (rc < 0) {
         s->ops = NULL;
@@ -177,9 +178,8 @@ int jet__socket_accept(int fd, const jet_addr_t *peer, int mode, jet_loop_t *loo
         sock_discard(s);
         return rc;
     }
-    s->loop = loop;
     jet__socket_ref(s);
-    rc = jet_loop_io_add(loop, &s->io);
+    rc = jet_loop_io_add(s->loop, &s->io);
     if (rc < 0) {
         jet__socket_unref(s);
         s->fd = -1;
@@ -214,6 +214,7 @@ static void sock_fail_task(jet_task_t *t)
     jet_loop_io_del(&s->io);
     jet_loop_timer_stop(s->loop, &s->connect_timer);
     int err = atomic_load(&s->error);
+    if (s->ops->close) s->ops->close(s);
     if (s->handler && s->handler->on_failed) s->handler->on_failed(s, err);
     /* A write side parked on the loop drops its requests now. */
     if (s->wait_out || s->wait_ready) {

@@ -41,7 +41,10 @@ typedef struct jet_transport_ops {
 
     /* Binds per-socket state (s->tstate) before the socket is visible to any
      * other thread. Creation thread. May allocate. 0 or -ENOMEM. On failure
-     * release is not called. */
+     * release is not called. s->loop holds the loop the socket will join
+     * (NULL: picked round-robin afterwards); the transport may set it to
+     * another loop of the group (a polling transport gathers its
+     * connections on the loops that poll). */
     int (*init)(struct jet_socket *s);
     /* Frees per-socket state. Runs once, when the last reference drops, on
      * any thread; the fd is not yet closed; no other slot runs concurrently. */
@@ -79,7 +82,24 @@ typedef struct jet_transport_ops {
 
     /* One line of state for logs and /status; returns snprintf's result. */
     int (*debug)(struct jet_socket *s, char *buf, size_t len);
+
+    /* Loop thread, once, when the socket has failed: its fd has left epoll
+     * and no on_input, connect or wait_writable follows. The transport stops
+     * what it runs for the socket outside the fd (hardware queues,
+     * completions, timers) and detaches from it, so that nothing touches the
+     * socket once the last reference drops; a writer may still be inside
+     * cut_from_iobuf_list, and close must not return before it has left.
+     * Optional: NULL means nothing to stop (TCP). Runs before the handler's
+     * on_failed. */
+    void (*close)(struct jet_socket *s);
 } jet_transport_ops_t;
+
+/* Internal socket error: the peer closed the connection on the transport's
+ * application hello without answering (a brpc TCP-only server closes on a
+ * URMA hello). A channel retries such a call on a plain TCP connection and
+ * uses TCP for that server from then on; if it cannot retry, the call sees
+ * EEOF. Never sent on the wire nor shown to users. */
+#define JET__EHELLO_REFUSED 4097
 
 /* Registers the built-in transports (once; later calls return at once). */
 void jet__transports_init(void);

@@ -15,6 +15,7 @@
 #include "rpc/call.h"
 #include "rpc/compress.h"
 #include "rpc/protocol.h"
+#include "rpc/transports.h"
 
 #define CH_POOL_MAX_IDLE 256
 
@@ -27,6 +28,7 @@ struct jet_channel {
     jet_socket_t *single;
     jet_socket_t *idle[CH_POOL_MAX_IDLE];
     int nidle;
+    _Atomic bool tcp_only; /* the server closed on our transport's hello */
 };
 
 /* Per-connection client state (the socket's owner). */
@@ -70,6 +72,7 @@ int jet_channel_create(const char *addr, const jet_channel_options_t *opts, jet_
         JET_ERROR("channel: bad address '%s'", addr ? addr : "(null)");
         goto err_free;
     }
+    jet__rpc_transports_init();
     const jet_transport_ops_t *ops = jet__transport_get(ch->opts.socket_mode);
     if (!ops) {
         JET_ERROR("channel to %s: socket mode %d is not available", addr, ch->opts.socket_mode);
@@ -117,8 +120,9 @@ static int ch_connect(jet_channel_t *ch, jet_socket_t **s_p)
     if (!conn) return -ENOMEM;
     pthread_mutex_init(&conn->lock, NULL);
     conn->max_body = ch->max_body;
-    int rc = jet__socket_connect(&ch->addr, ch->opts.socket_mode, &cli_handler, conn,
-                                 ch->opts.connect_timeout_ms, s_p);
+    int mode = atomic_load(&ch->tcp_only) ? JET_SOCKET_MODE_TCP : (int)ch->opts.socket_mode;
+    int rc = jet__socket_connect(&ch->addr, mode, &cli_handler, conn, ch->opts.connect_timeout_ms,
+                                 s_p);
     if (rc < 0) {
         pthread_mutex_destroy(&conn->lock);
         free(conn);
@@ -237,6 +241,16 @@ static void ch_attempt_failed(jet_call_t *call, int err)
     if (call->sock) {
         jet__socket_unref(call->sock);
         call->sock = NULL;
+    }
+    if (err == -JET__EHELLO_REFUSED) {
+        /* A server without the transport (a brpc TCP-only server closes on a
+         * URMA hello): the channel uses TCP from now on, and this attempt
+         * does not count. */
+        if (!atomic_exchange(&call->channel->tcp_only, true))
+            JET_WARN("channel to %s: the server closed on the %s hello; using TCP",
+                     call->channel->name, jet_socket_mode_name(call->channel->opts.socket_mode));
+        call->attempts--;
+        err = -JET_EEOF;
     }
     if (call->attempts < call->max_attempts && ch_retriable(err) &&
         jet_now_us() < call->deadline_us) {

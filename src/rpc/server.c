@@ -17,6 +17,7 @@
 #include "rpc/call.h"
 #include "rpc/compress.h"
 #include "rpc/protocol.h"
+#include "rpc/transports.h"
 #include "rpc/worker_pool.h"
 #include "urma/urma_handshake.h"
 
@@ -177,6 +178,7 @@ int jet_server_start(jet_server_t *srv, const char *addr_text)
         JET_ERROR("bad listen address '%s'", addr_text ? addr_text : "(null)");
         return -EINVAL;
     }
+    jet__rpc_transports_init();
     const jet_transport_ops_t *ops = jet__transport_get(srv->opts.socket_mode);
     if (!ops) {
         JET_ERROR("socket mode %d is not available", srv->opts.socket_mode);

@@ -55,6 +55,12 @@ static void hs_to_pb(const jet_urma_hello_t *h, Brpc__Urma__UrmaHello *m)
     m->seg_va = h->seg_va;
     m->seg_len = h->seg_len;
     m->seg_token_id = h->seg_token_id;
+    if (h->jet_caps) {
+        m->has_jet_caps = true;
+        m->jet_caps = h->jet_caps;
+        m->has_jet_sq_size = true;
+        m->jet_sq_size = h->jet_sq;
+    }
 }
 
 size_t jet__urma_hello_size(const jet_urma_hello_t *h)
@@ -89,6 +95,8 @@ int jet__urma_hello_pack(const jet_urma_hello_t *h, uint8_t *buf, size_t cap)
     memcpy(buf + 22, h->eid, 16);
     hs_put32(buf + 38, h->uasid);
     buf[42] = (uint8_t)h->tp_type;
+    buf[43] = (uint8_t)h->jet_caps;
+    if (h->jet_caps) hs_put16(buf + 44, (uint16_t)h->jet_sq);
     memcpy(buf + 46, h->seg_eid, 16);
     hs_put32(buf + 62, h->seg_uasid);
     hs_put64(buf + 66, h->seg_va);
@@ -139,6 +147,8 @@ static jet_urma_hello_result_t hs_parse_v2(const uint8_t *buf, size_t len, jet_u
     memcpy(h->eid, buf + 22, 16);
     h->uasid = hs_get32(buf + 38);
     h->tp_type = buf[42];
+    h->jet_caps = buf[43];
+    h->jet_sq = h->jet_caps ? hs_get16(buf + 44) : 0;
     memcpy(h->seg_eid, buf + 46, 16);
     h->seg_uasid = hs_get32(buf + 62);
     h->seg_va = hs_get64(buf + 66);
@@ -176,6 +186,8 @@ static jet_urma_hello_result_t hs_parse_v3(const uint8_t *buf, size_t len, jet_u
     h->seg_va = m->seg_va;
     h->seg_len = m->seg_len;
     h->seg_token_id = m->seg_token_id;
+    h->jet_caps = m->has_jet_caps ? m->jet_caps : 0;
+    h->jet_sq = h->jet_caps && m->has_jet_sq_size ? m->jet_sq_size : 0;
     brpc__urma__urma_hello__free_unpacked(m, NULL);
     if (!eids_ok || !hs_valid(h)) return JET_URMA_HELLO_DECLINED;
     return JET_URMA_HELLO_OK;

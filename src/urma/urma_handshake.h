@@ -35,6 +35,22 @@
 #define JET_URMA_TP_CTP        1
 #define JET_URMA_TP_MAX        1 /* RTP 0 and CTP 1 are reliable; UTP 2 is refused */
 
+/* jetrpc capability bits. v2 carries them in the first pad byte (packet
+ * offset 43), v3 in the optional field jet_caps (1000); brpc writes zeros
+ * there and ignores both on read, so a brpc peer always shows 0. A feature
+ * is used only when both hellos carry its bit. */
+/* Bit 0: every data WR is a SEND_IMM whose 64-bit immediate carries the
+ * credits being returned (low 32 bits) and the WR's sequence number (high 32
+ * bits), so credits ride on data and a receiver detects a missing or
+ * reordered WR (a send that failed mid-stream) before parsing past it;
+ * standalone credit messages stay zero-length SEND_IMMs. */
+#define JET_URMA_CAP_PIGGYBACK 0x01u
+#define JET_URMA_CAPS          JET_URMA_CAP_PIGGYBACK
+/* With any capability bit a jetrpc hello also carries its send queue depth
+ * (v2: u16 BE at packet offset 44, the other pad bytes; v3: field jet_sq_size
+ * 1001), so the receiver knows how many of its receives the peer can fill
+ * and returns credits before the peer's window runs dry. */
+
 typedef struct jet_urma_hello {
     int version;              /* 2 or 3 */
     uint32_t buffer_size;     /* bytes one receive buffer of the sender holds */
@@ -48,6 +64,8 @@ typedef struct jet_urma_hello {
     uint64_t seg_va;
     uint64_t seg_len;
     uint32_t seg_token_id;
+    uint32_t jet_caps; /* JET_URMA_CAP_* (0 from brpc); v2 keeps only the low byte */
+    uint32_t jet_sq;   /* the sender's SQ depth when jet_caps != 0 (v2: low 16 bits) */
 } jet_urma_hello_t;
 
 typedef enum jet_urma_hello_result {

@@ -1,0 +1,659 @@
+#include "urma/urma_context.h"
+
+#include <errno.h>
+#include <pthread.h>
+#include <sched.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <strings.h>
+#include <sys/epoll.h>
+
+#include "base/log.h"
+#include "iobuf/block_pool.h"
+#include "urma/urma_endpoint.h"
+
+JET_FLAG_DEFINE_STRING(urma_lib, "",
+                       "liburma to load (path or file name); empty: liburma.so.0, then liburma.so");
+JET_FLAG_DEFINE_STRING(urma_device, "", "URMA device name; empty: the first device");
+JET_FLAG_DEFINE_INT32(urma_eid_index, 0, "EID index of the URMA device to use");
+JET_FLAG_DEFINE_STRING(urma_trans_mode, "rm", "URMA transport mode of the jetties (rm only)");
+JET_FLAG_DEFINE_STRING(urma_tp_type, "ctp",
+                       "Transport path advertised in URMA hellos: ctp (brpc's) or rtp");
+JET_FLAG_DEFINE_INT32(urma_sq_size, 128, "Send queue depth of a URMA connection [16, 4096]");
+JET_FLAG_DEFINE_INT32(urma_rq_size, 128, "Receive queue depth of a URMA connection [16, 4096]");
+JET_FLAG_DEFINE_INT32(urma_recv_block_size, 8192,
+                      "Bytes of one URMA receive buffer (advertised as the hello's buffer_size): "
+                      "8192 or 65536");
+JET_FLAG_DEFINE_INT32(urma_zerocopy_min_size, 512,
+                      "URMA receives of at least this many bytes are handed to the parser "
+                      "without copy; smaller ones are copied and the buffer re-posted");
+JET_FLAG_DEFINE_BOOL(urma_recv_zerocopy, true,
+                     "Zero-copy URMA receives (see urma_zerocopy_min_size)");
+JET_FLAG_DEFINE_INT32(urma_cqe_poll_once, 32, "Completions fetched by one urma_poll_jfc [1, 64]");
+JET_FLAG_DEFINE_INT32(urma_prepared_jetty_cnt, 8,
+                      "Prepared URMA jetty sets kept per event loop (taken at connect/accept, "
+                      "reset and returned on close)");
+JET_FLAG_DEFINE_BOOL(urma_use_polling, false,
+                     "Busy-poll URMA completion queues instead of waiting for completion events");
+JET_FLAG_DEFINE_INT32(urma_poller_num, 1,
+                      "Polling mode: event loops that carry (and spin for) URMA connections");
+JET_FLAG_DEFINE_BOOL(urma_poller_yield, false,
+                     "Polling mode: sched_yield() when a poll found no completion");
+JET_FLAG_DEFINE_INT32(urma_client_handshake_version, 2,
+                      "URMA hello a client sends: 2 (binary, every brpc URMA server) or 3 "
+                      "(protobuf; only toward servers that support it)");
+JET_FLAG_DEFINE_INT32(urma_max_sge, 0, "Scatter entries per URMA send (0: device maximum, <= 255)");
+JET_FLAG_DEFINE_INT32(urma_handshake_timeout_ms, 10000,
+                      "A URMA handshake not finished after this long fails its connection");
+JET_FLAG_DEFINE_BOOL(urma_jetrpc_extensions, true,
+                     "Advertise jetrpc's URMA extensions (credits on data, SQ depth); false: "
+                     "behave exactly like a brpc URMA peer");
+JET_FLAG_DEFINE_INT32(urma_jfc_depth, 32768,
+                      "Depth of the completion queue an event loop shares among its URMA "
+                      "connections (capped by the device); full: new connections use TCP");
+
+#define CTX_MAX_LOOPS    1024
+#define CTX_POLL_MAX     64
+#define CTX_EVENT_BUDGET 4096 /* completions per JFCE event before other work runs */
+
+static pthread_once_t ctx_once = PTHREAD_ONCE_INIT;
+static jet_urma_ctx_t ctx_g;
+static _Atomic bool ctx_ok;
+static char ctx_why[256];
+static jet_block_t *ctx_hello_block; /* keeps the advertised region busy */
+
+/* ---- the global context --------------------------------------------------- */
+
+static int ctx_reg(void *arg, void *base, size_t len, int memfd, void **reg_p)
+{
+    jet_urma_ctx_t *c = arg;
+    urma_seg_cfg_t cfg;
+    memset(&cfg, 0, sizeof cfg);
+    cfg.va = (uint64_t)(uintptr_t)base;
+    cfg.len = len;
+    cfg.flag.bs.token_policy = URMA_TOKEN_NONE;
+    cfg.flag.bs.cacheable = URMA_NON_CACHEABLE;
+    cfg.flag.bs.access = URMA_ACCESS_READ | URMA_ACCESS_WRITE | URMA_ACCESS_ATOMIC;
+    errno = 0;
+    urma_target_seg_t *t = JET_URMA_FN(c, urma_register_seg)(c->uctx, &cfg);
+    if (!t) return errno ? -errno : -EIO;
+    *reg_p = t;
+    return 0;
+}
+
+static void ctx_dereg(void *arg, void *reg)
+{
+    jet_urma_ctx_t *c = arg;
+    JET_URMA_FN(c, urma_unregister_seg)(reg);
+}
+
+static uint8_t ctx_priority(const urma_device_attr_t *a, bool master, uint32_t tp)
+{
+    /* brpc: the priority whose transport-path mask is exactly ours, else 6.
+     * The table exists only in the master layout. */
+    if (master)
+        for (uint32_t i = 0; i <= URMA_MAX_PRIORITY && i < URMA_MAX_PRIORITY_CNT; i++)
+            if (a->dev_cap.priority_info[i].tp_type.value == (1u << tp)) return (uint8_t)i;
+    return 6;
+}
+
+static int ctx_open(jet_urma_ctx_t *c, char *why, size_t why_len)
+{
+    int rc;
+    if (strcasecmp(JET_FLAG(urma_trans_mode), "rm") != 0) {
+        snprintf(why, why_len, "urma_trans_mode=%s is not supported (rm only)",
+                 JET_FLAG(urma_trans_mode));
+        return -EINVAL;
+    }
+    if (strcasecmp(JET_FLAG(urma_tp_type), "ctp") == 0) {
+        c->tp_type = URMA_CTP;
+    } else if (strcasecmp(JET_FLAG(urma_tp_type), "rtp") == 0) {
+        c->tp_type = URMA_RTP;
+    } else {
+        snprintf(why, why_len, "urma_tp_type=%s is not one of ctp, rtp", JET_FLAG(urma_tp_type));
+        return -EINVAL;
+    }
+    rc = jet__urma_lib_load(JET_FLAG(urma_lib), &c->lib, why, why_len);
+    if (rc < 0) return rc;
+
+    urma_init_attr_t ia;
+    memset(&ia, 0, sizeof ia);
+    urma_status_t st = JET_URMA_FN(c, urma_init)(&ia);
+    if (st != URMA_SUCCESS && st != URMA_EEXIST) {
+        snprintf(why, why_len, "urma_init failed: status %d", st);
+        return -EIO;
+    }
+    int ndev = 0;
+    urma_device_t **list = JET_URMA_FN(c, urma_get_device_list)(&ndev);
+    if (!list || ndev <= 0) {
+        snprintf(why, why_len, "no URMA device (%s)", strerror(errno ? errno : ENODEV));
+        return -ENODEV;
+    }
+    const char *want = JET_FLAG(urma_device);
+    for (int i = 0; i < ndev && !c->dev; i++)
+        if (!want || !*want || strcmp(list[i]->name, want) == 0) c->dev = list[i];
+    JET_URMA_FN(c, urma_free_device_list)(list);
+    if (!c->dev) {
+        snprintf(why, why_len, "no URMA device named '%s'", want);
+        return -ENODEV;
+    }
+    snprintf(c->dev_name, sizeof c->dev_name, "%s", c->dev->name);
+
+    /* The library copies its own sizeof(urma_device_attr_t), which differs per
+     * generation (ABI hazard 1): give it 4 KiB, read the stable prefix. */
+    union {
+        urma_device_attr_t a;
+        char raw[4096];
+    } attr;
+    memset(&attr, 0, sizeof attr);
+    st = JET_URMA_FN(c, urma_query_device)(c->dev, &attr.a);
+    if (st != URMA_SUCCESS) {
+        snprintf(why, why_len, "urma_query_device(%s) failed: status %d", c->dev_name, st);
+        return -EIO;
+    }
+    const urma_device_cap_t *cap = &attr.a.dev_cap;
+    c->max_jfc_depth = cap->max_jfc_depth;
+    c->max_jfs_depth = cap->max_jfs_depth;
+    c->max_jfr_depth = cap->max_jfr_depth;
+    c->max_jfs_sge = cap->max_jfs_sge;
+    c->max_jfr_sge = cap->max_jfr_sge;
+    c->max_msg_size = cap->max_msg_size;
+    if (!(cap->trans_mode & URMA_TM_RM) || c->max_jfs_sge == 0 || c->max_jfr_sge == 0 ||
+        c->max_jfc_depth < 64 || c->max_jfs_depth < 16 || c->max_jfr_depth < 16) {
+        snprintf(why, why_len,
+                 "device %s lacks RM jetties or queue depth (caps: trans_mode %#x, "
+                 "jfc %u, jfs %u, jfr %u, sge %u/%u)",
+                 c->dev_name, cap->trans_mode, c->max_jfc_depth, c->max_jfs_depth, c->max_jfr_depth,
+                 c->max_jfs_sge, c->max_jfr_sge);
+        return -ENOTSUP;
+    }
+    c->priority = ctx_priority(&attr.a, c->lib.master_layout, c->tp_type);
+
+    uint32_t neid = 0;
+    urma_eid_info_t *eids = JET_URMA_FN(c, urma_get_eid_list)(c->dev, &neid);
+    bool found = false;
+    for (uint32_t i = 0; eids && i < neid; i++)
+        if (eids[i].eid_index == (uint32_t)JET_FLAG(urma_eid_index)) found = true;
+    if (eids) JET_URMA_FN(c, urma_free_eid_list)(eids);
+    if (!found) {
+        snprintf(why, why_len, "device %s has no EID index %d", c->dev_name,
+                 JET_FLAG(urma_eid_index));
+        return -ENODEV;
+    }
+    c->eid_index = (uint32_t)JET_FLAG(urma_eid_index);
+    c->uctx = JET_URMA_FN(c, urma_create_context)(c->dev, c->eid_index);
+    if (!c->uctx) {
+        snprintf(why, why_len, "urma_create_context(%s, %u) failed: %s", c->dev_name, c->eid_index,
+                 strerror(errno ? errno : EIO));
+        return -EIO;
+    }
+
+    jet_registrar_t r = {.name = "urma", .reg = ctx_reg, .dereg = ctx_dereg, .ctx = c};
+    rc = jet__block_pool_set_registrar(&r);
+    if (rc < 0) {
+        if (rc == -EBUSY)
+            snprintf(why, why_len,
+                     "another registrar owns the block pool (URMA and it are "
+                     "mutually exclusive in one process)");
+        else
+            snprintf(why, why_len, "cannot register the block pool with URMA: %s", strerror(-rc));
+        goto err_delete_context;
+    }
+    /* brpc peers import the segment a hello advertises: give them a real one
+     * (any pool region; its first block is kept so the region stays). */
+    ctx_hello_block = jet__block_alloc_default();
+    const jet_region_t *region =
+        ctx_hello_block ? jet__block_pool_find(ctx_hello_block->data) : NULL;
+    if (!region || !region->reg) {
+        snprintf(why, why_len, "no registered block pool region to advertise");
+        rc = -ENOMEM;
+        goto err_clear_registrar;
+    }
+    c->hello_seg = region->reg;
+    return 0;
+
+err_clear_registrar:
+    if (ctx_hello_block) jet__block_unref(ctx_hello_block);
+    ctx_hello_block = NULL;
+    jet__block_pool_clear_registrar();
+err_delete_context:
+    JET_URMA_FN(c, urma_delete_context)(c->uctx);
+    c->uctx = NULL;
+    return rc;
+}
+
+static void ctx_init_once(void)
+{
+    char why[sizeof ctx_why] = "";
+    int rc = ctx_open(&ctx_g, why, sizeof why);
+    if (rc < 0) {
+        snprintf(ctx_why, sizeof ctx_why, "%s", why);
+        JET_WARN("URMA unavailable: %s; URMA channels and servers use TCP", why);
+        return;
+    }
+    JET_INFO("URMA ready: %s (%s), device %s, eid index %u, %s mode", ctx_g.lib.path,
+             ctx_g.lib.master_layout ? "master ABI" : "older ABI", ctx_g.dev_name, ctx_g.eid_index,
+             JET_FLAG(urma_use_polling) ? "polling" : "event");
+    atomic_store_explicit(&ctx_ok, true, memory_order_release);
+}
+
+const jet_urma_ctx_t *jet__urma_ctx_get(void)
+{
+    pthread_once(&ctx_once, ctx_init_once);
+    return atomic_load_explicit(&ctx_ok, memory_order_acquire) ? &ctx_g : NULL;
+}
+
+const char *jet__urma_ctx_why(void)
+{
+    return ctx_why;
+}
+
+static uint32_t ctx_clamp(int32_t v, uint32_t lo, uint32_t hi)
+{
+    return v < (int32_t)lo ? lo : (uint32_t)v > hi ? hi : (uint32_t)v;
+}
+
+void jet__urma_queue_sizes(const jet_urma_ctx_t *c, uint32_t *sq_p, uint32_t *rq_p)
+{
+    uint32_t sq = ctx_clamp(JET_FLAG(urma_sq_size), 16, 4096);
+    uint32_t rq = ctx_clamp(JET_FLAG(urma_rq_size), 16, 4096);
+    *sq_p = sq < c->max_jfs_depth ? sq : c->max_jfs_depth;
+    *rq_p = rq < c->max_jfr_depth ? rq : c->max_jfr_depth;
+}
+
+uint32_t jet__urma_send_sge(const jet_urma_ctx_t *c)
+{
+    uint32_t want = JET_FLAG(urma_max_sge) > 0 ? (uint32_t)JET_FLAG(urma_max_sge) : c->max_jfs_sge;
+    if (want > c->max_jfs_sge) want = c->max_jfs_sge;
+    if (want > JET_URMA_SGE_MAX) want = JET_URMA_SGE_MAX;
+    return want ? want : 1;
+}
+
+uint32_t jet__urma_recv_size(void)
+{
+    return JET_FLAG(urma_recv_block_size) == 65536 ? 65536 : 8192;
+}
+
+jet_loop_t *jet__urma_pick_loop(void)
+{
+    static _Atomic unsigned rr;
+    if (!JET_FLAG(urma_use_polling)) return NULL;
+    int n = jet_loops_count();
+    if (n <= 0) return NULL;
+    int k = JET_FLAG(urma_poller_num);
+    if (k < 1) k = 1;
+    if (k > n) k = n;
+    return jet_loop_at(
+        (int)(atomic_fetch_add_explicit(&rr, 1, memory_order_relaxed) % (unsigned)k));
+}
+
+/* ---- per-loop resources ------------------------------------------------------ */
+
+struct jet_urma_loop {
+    jet_loop_t *loop;
+    const jet_urma_ctx_t *ctx;
+    urma_jfce_t *jfce; /* event mode */
+    urma_jfc_t *jfc;
+    jet_io_t io;
+    jet_poller_t poller;
+    bool polling;
+    bool poller_on;
+    uint32_t jfc_depth;
+    uint32_t jfc_used;
+    jet_urma_jset_t *pool;
+    uint32_t npool;
+    struct jet_urma_ep **eps; /* by index; NULL = free */
+    uint8_t *gens;
+    uint32_t *free_idx;
+    uint32_t nfree;
+    uint32_t cap;
+    uint32_t nattached;
+    struct jet_urma_ep **touched; /* endpoints of the current poll batch */
+    uint32_t ntouched;
+    uint64_t completions;
+    jet_urma_counters_t counters;
+};
+
+static jet_urma_loop_t *ctx_loops[CTX_MAX_LOOPS];
+
+static uint32_t ul_reserve(uint32_t sq, uint32_t rq)
+{
+    return sq + rq + 4; /* every WR can complete once, plus the flush-done records */
+}
+
+static jet_urma_jset_t *ul_jset_create(jet_urma_loop_t *ul, uint32_t sq, uint32_t rq,
+                                       uint32_t max_sge)
+{
+    const jet_urma_ctx_t *c = ul->ctx;
+    jet_urma_jset_t *js = calloc(1, sizeof *js);
+    if (!js) return NULL;
+    urma_jfr_cfg_t rc;
+    memset(&rc, 0, sizeof rc);
+    rc.depth = rq;
+    rc.flag.bs.token_policy = URMA_TOKEN_NONE;
+    rc.trans_mode = URMA_TM_RM;
+    rc.max_sge = 1;
+    rc.min_rnr_timer = URMA_TYPICAL_MIN_RNR_TIMER;
+    rc.jfc = ul->jfc;
+    js->jfr = JET_URMA_FN(c, urma_create_jfr)(c->uctx, &rc);
+    if (!js->jfr) goto err_free;
+    urma_jetty_cfg_t jc;
+    memset(&jc, 0, sizeof jc);
+    jc.flag.bs.share_jfr = URMA_SHARE_JFR;
+    jc.jfs_cfg.depth = sq;
+    jc.jfs_cfg.trans_mode = URMA_TM_RM;
+    jc.jfs_cfg.priority = c->priority;
+    jc.jfs_cfg.max_sge = (uint8_t)max_sge;
+    jc.jfs_cfg.max_rsge = 1;
+    jc.jfs_cfg.rnr_retry = URMA_TYPICAL_RNR_RETRY; /* 7: retry until the peer re-posts */
+    jc.jfs_cfg.err_timeout = URMA_TYPICAL_ERR_TIMEOUT;
+    jc.jfs_cfg.jfc = ul->jfc;
+    jc.shared.jfr = js->jfr;
+    js->jetty = JET_URMA_FN(c, urma_create_jetty)(c->uctx, &jc);
+    if (!js->jetty) goto err_delete_jfr;
+    js->sq = sq;
+    js->rq = rq;
+    js->max_sge = max_sge;
+    return js;
+
+err_delete_jfr:
+    JET_URMA_FN(c, urma_delete_jfr)(js->jfr);
+err_free:
+    JET_LOG_ONCE(JET_LOG_WARN, "URMA: cannot create a jetty set (sq %u, rq %u, sge %u): %s", sq, rq,
+                 max_sge, strerror(errno ? errno : EIO));
+    free(js);
+    return NULL;
+}
+
+bool jet__urma_jset_destroy(const jet_urma_ctx_t *c, jet_urma_jset_t *js)
+{
+    urma_status_t a = JET_URMA_FN(c, urma_delete_jetty)(js->jetty);
+    urma_status_t b = a == URMA_SUCCESS ? JET_URMA_FN(c, urma_delete_jfr)(js->jfr) : URMA_FAIL;
+    if (a != URMA_SUCCESS || b != URMA_SUCCESS) {
+        JET_LOG_ONCE(JET_LOG_WARN, "URMA: cannot delete a jetty set (status %d/%d): leaked", a, b);
+        return false;
+    }
+    free(js);
+    return true;
+}
+
+static void ul_dispatch(jet_urma_loop_t *ul, const urma_cr_t *cr)
+{
+    if (cr->status == URMA_CR_WR_FLUSH_ERR_DONE || cr->flag.bs.flush_err_done) {
+        /* Built by the hardware with no user_ctx: the jetty id says whose. */
+        for (uint32_t i = 0; i < ul->cap; i++) {
+            jet_urma_ep_t *ep = ul->eps[i];
+            if (ep && jet__urma_ep_flush_id(ep) == cr->local_id) {
+                jet__urma_ep_on_flush_done(ep);
+                return;
+            }
+        }
+        return;
+    }
+    if (cr->status == URMA_CR_WR_SUSPEND_DONE) return;
+    uint32_t idx = jet__urma_ctx_index(cr->user_ctx);
+    jet_urma_ep_t *ep = idx < ul->cap ? ul->eps[idx] : NULL;
+    if (!ep || ul->gens[idx] != jet__urma_ctx_gen(cr->user_ctx)) {
+        JET_LOG_ONCE(JET_LOG_WARN,
+                     "URMA: a completion (status %d, user_ctx %#llx) names no "
+                     "endpoint; ignored",
+                     cr->status, (unsigned long long)cr->user_ctx);
+        return;
+    }
+    if (jet__urma_ep_on_cr(ep, cr)) ul->touched[ul->ntouched++] = ep;
+}
+
+/* Polls up to max completions; then runs the batch end of every endpoint
+ * they touched. Returns the number of completions. */
+static int ul_drain(jet_urma_loop_t *ul, int max)
+{
+    urma_cr_t cr[CTX_POLL_MAX];
+    int once = JET_FLAG(urma_cqe_poll_once);
+    if (once < 1) once = 1;
+    if (once > CTX_POLL_MAX) once = CTX_POLL_MAX;
+    int total = 0;
+    ul->ntouched = 0;
+    while (total < max) {
+        /* Zeroed: providers leave opcode, imm_data and remote_id.uasid alone
+         * in initiator CRs. */
+        memset(cr, 0, (size_t)once * sizeof cr[0]);
+        int n = JET_URMA_FN(ul->ctx, urma_poll_jfc)(ul->jfc, once, cr);
+        if (n < 0) {
+            JET_LOG_ONCE(JET_LOG_ERROR, "URMA: urma_poll_jfc failed: %d", n);
+            break;
+        }
+        for (int i = 0; i < n; i++)
+            ul_dispatch(ul, &cr[i]);
+        total += n;
+        if (n < once) break;
+    }
+    ul->completions += (uint64_t)total;
+    /* Taken by value: a batch end may deliver bytes whose handler writes, but
+     * nothing it does can drain this JFC again before it returns. */
+    uint32_t nt = ul->ntouched;
+    ul->ntouched = 0;
+    for (uint32_t i = 0; i < nt; i++)
+        jet__urma_ep_batch_end(ul->touched[i]);
+    return total;
+}
+
+static void ul_event_cb(jet_io_t *io, uint32_t events)
+{
+    jet_urma_loop_t *ul = io->arg;
+    const jet_urma_ctx_t *c = ul->ctx;
+    urma_jfc_t *jfcs[16];
+    uint32_t nev[16];
+    /* The fd is level-triggered and registered edge-triggered: empty the
+     * event list (acking every event, or delete_jfc would block) so the next
+     * completion makes a new edge. */
+    for (;;) {
+        int n = JET_URMA_FN(c, urma_wait_jfc)(ul->jfce, 16, 0, jfcs);
+        if (n <= 0) {
+            if (n < 0) JET_LOG_ONCE(JET_LOG_ERROR, "URMA: urma_wait_jfc failed: %d", n);
+            break;
+        }
+        for (int i = 0; i < n; i++)
+            nev[i] = 1;
+        JET_URMA_FN(c, urma_ack_jfc)(jfcs, nev, (uint32_t)n);
+    }
+    ul_drain(ul, CTX_EVENT_BUDGET);
+    /* Every completion, not solicited-only: brpc peers do not solicit their
+     * payload. A completion landing between the drain and the rearm is
+     * caught by the drain after it (a rearm with completions waiting also
+     * fires at once, which covers a drain stopped by its budget). */
+    JET_URMA_FN(c, urma_rearm_jfc)(ul->jfc, false);
+    ul_drain(ul, CTX_EVENT_BUDGET);
+}
+
+static int ul_poll_cb(jet_poller_t *p)
+{
+    jet_urma_loop_t *ul = p->arg;
+    int n = ul_drain(ul, JET_FLAG(urma_cqe_poll_once) * 4);
+    if (n == 0 && JET_FLAG(urma_poller_yield)) sched_yield();
+    return n;
+}
+
+static jet_urma_loop_t *ul_create(jet_loop_t *loop, const jet_urma_ctx_t *c)
+{
+    jet_urma_loop_t *ul = calloc(1, sizeof *ul);
+    if (!ul) return NULL;
+    ul->loop = loop;
+    ul->ctx = c;
+    ul->polling = JET_FLAG(urma_use_polling);
+    uint32_t depth = JET_FLAG(urma_jfc_depth) > 0 ? (uint32_t)JET_FLAG(urma_jfc_depth) : 32768;
+    if (depth > c->max_jfc_depth) depth = c->max_jfc_depth;
+    ul->jfc_depth = depth;
+    if (!ul->polling) {
+        ul->jfce = JET_URMA_FN(c, urma_create_jfce)(c->uctx);
+        if (!ul->jfce) goto err_free;
+    }
+    urma_jfc_cfg_t fc;
+    memset(&fc, 0, sizeof fc);
+    fc.depth = depth;
+    fc.jfce = ul->jfce;
+    ul->jfc = JET_URMA_FN(c, urma_create_jfc)(c->uctx, &fc);
+    if (!ul->jfc) goto err_delete_jfce;
+    if (!ul->polling) {
+        /* Armed before the first wait, and watched from now on. */
+        if (JET_URMA_FN(c, urma_rearm_jfc)(ul->jfc, false) != URMA_SUCCESS) goto err_delete_jfc;
+        ul->io.fd = ul->jfce->fd;
+        ul->io.events = EPOLLIN;
+        ul->io.cb = ul_event_cb;
+        ul->io.arg = ul;
+        if (jet_loop_io_add(loop, &ul->io) < 0) goto err_delete_jfc;
+    }
+    ul->poller.poll = ul_poll_cb;
+    ul->poller.arg = ul;
+    /* Prepared now, so that the first connections do not pay for creation. */
+    uint32_t sq, rq;
+    jet__urma_queue_sizes(c, &sq, &rq);
+    uint32_t sge = jet__urma_send_sge(c);
+    int want = JET_FLAG(urma_prepared_jetty_cnt);
+    for (int i = 0; i < want && i < 1024; i++) {
+        jet_urma_jset_t *js = ul_jset_create(ul, sq, rq, sge);
+        if (!js) break;
+        js->next = ul->pool;
+        ul->pool = js;
+        ul->npool++;
+    }
+    return ul;
+
+err_delete_jfc:
+    JET_URMA_FN(c, urma_delete_jfc)(ul->jfc);
+err_delete_jfce:
+    if (ul->jfce) JET_URMA_FN(c, urma_delete_jfce)(ul->jfce);
+err_free:
+    JET_WARN("URMA: cannot create the completion queue of event loop %d: %s", jet_loop_index(loop),
+             strerror(errno ? errno : EIO));
+    free(ul);
+    return NULL;
+}
+
+jet_urma_loop_t *jet__urma_loop_get(jet_loop_t *loop)
+{
+    const jet_urma_ctx_t *c = jet__urma_ctx_get();
+    int i = jet_loop_index(loop);
+    if (!c || i < 0 || i >= CTX_MAX_LOOPS) return NULL;
+    if (!ctx_loops[i]) ctx_loops[i] = ul_create(loop, c);
+    return ctx_loops[i];
+}
+
+jet_urma_loop_t *jet__urma_loop_peek(jet_loop_t *loop)
+{
+    int i = jet_loop_index(loop);
+    return i >= 0 && i < CTX_MAX_LOOPS ? ctx_loops[i] : NULL;
+}
+
+jet_loop_t *jet__urma_loop_of(const jet_urma_loop_t *ul)
+{
+    return ul->loop;
+}
+
+static int ul_grow(jet_urma_loop_t *ul)
+{
+    uint32_t ncap = ul->cap ? ul->cap * 2 : 64;
+    if (ncap > (1u << 24)) return -ENOMEM; /* the index field of user_ctx */
+    struct jet_urma_ep **eps = realloc(ul->eps, ncap * sizeof *eps);
+    if (!eps) return -ENOMEM;
+    ul->eps = eps;
+    uint8_t *gens = realloc(ul->gens, ncap);
+    if (!gens) return -ENOMEM;
+    ul->gens = gens;
+    uint32_t *fi = realloc(ul->free_idx, ncap * sizeof *fi);
+    if (!fi) return -ENOMEM;
+    ul->free_idx = fi;
+    struct jet_urma_ep **t = realloc(ul->touched, ncap * sizeof *t);
+    if (!t) return -ENOMEM;
+    ul->touched = t;
+    /* Pushed highest first so that low indices are handed out first. */
+    for (uint32_t i = ncap; i > ul->cap; i--) {
+        ul->eps[i - 1] = NULL;
+        ul->gens[i - 1] = 0;
+        ul->free_idx[ul->nfree++] = i - 1;
+    }
+    ul->cap = ncap;
+    return 0;
+}
+
+int jet__urma_loop_attach(jet_urma_loop_t *ul, struct jet_urma_ep *ep, uint32_t sq, uint32_t rq,
+                          uint32_t max_sge, uint32_t *index_p, uint8_t *gen_p,
+                          jet_urma_jset_t **js_p)
+{
+    uint32_t need = ul_reserve(sq, rq);
+    if (ul->jfc_used + need > ul->jfc_depth) {
+        JET_LOG_ONCE(JET_LOG_WARN,
+                     "URMA: the completion queue of event loop %d is full (%u "
+                     "entries): further connections of this loop use TCP (see urma_jfc_depth)",
+                     jet_loop_index(ul->loop), ul->jfc_depth);
+        return -EBUSY;
+    }
+    if (ul->nfree == 0 && ul_grow(ul) < 0) return -ENOMEM;
+    jet_urma_jset_t *js = NULL, **pp = &ul->pool;
+    for (; *pp; pp = &(*pp)->next) {
+        if ((*pp)->sq == sq && (*pp)->rq == rq && (*pp)->max_sge == max_sge) {
+            js = *pp;
+            *pp = js->next;
+            ul->npool--;
+            break;
+        }
+    }
+    if (!js) js = ul_jset_create(ul, sq, rq, max_sge);
+    if (!js) return -EIO;
+    js->next = NULL;
+    uint32_t idx = ul->free_idx[--ul->nfree];
+    ul->eps[idx] = ep;
+    ul->gens[idx]++;
+    ul->jfc_used += need;
+    ul->nattached++;
+    if (ul->polling && !ul->poller_on) {
+        jet_loop_poller_add(ul->loop, &ul->poller);
+        ul->poller_on = true;
+    }
+    *index_p = idx;
+    *gen_p = ul->gens[idx];
+    *js_p = js;
+    return 0;
+}
+
+void jet__urma_loop_detach(jet_urma_loop_t *ul, struct jet_urma_ep *ep, uint32_t sq, uint32_t rq,
+                           jet_urma_jset_t *keep)
+{
+    for (uint32_t i = 0; i < ul->cap; i++) {
+        if (ul->eps[i] == ep) {
+            ul->eps[i] = NULL;
+            ul->free_idx[ul->nfree++] = i;
+            break;
+        }
+    }
+    ul->jfc_used -= ul_reserve(sq, rq);
+    ul->nattached--;
+    int want = JET_FLAG(urma_prepared_jetty_cnt);
+    if (keep && ul->npool < (uint32_t)(want > 0 ? want : 0)) {
+        keep->next = ul->pool;
+        ul->pool = keep;
+        ul->npool++;
+    } else if (keep) {
+        jet__urma_jset_destroy(ul->ctx, keep);
+    }
+    if (ul->polling && ul->poller_on && ul->nattached == 0) {
+        /* Nothing to poll: the loop may sleep again. */
+        jet_loop_poller_del(ul->loop, &ul->poller);
+        ul->poller_on = false;
+    }
+}
+
+void jet__urma_loop_stats(jet_urma_loop_t *ul, jet_urma_loop_stats_t *out)
+{
+    out->endpoints = ul->nattached;
+    out->pooled = ul->npool;
+    out->jfc_used = ul->jfc_used;
+    out->jfc_depth = ul->jfc_depth;
+    out->completions = ul->completions;
+    out->c = ul->counters;
+}
+
+jet_urma_counters_t *jet__urma_loop_counters(jet_urma_loop_t *ul)
+{
+    return &ul->counters;
+}

@@ -1,0 +1,156 @@
+/* The process-wide URMA context and the per-loop resources.
+ *
+ * Global: created once, on first use (jet__urma_ctx_get, from the
+ * transport's global_init at channel/server start): liburma loaded (flag
+ * urma_lib, else the standard names), urma_init, the device (urma_device,
+ * default the first) and EID (urma_eid_index), one urma context, the device
+ * caps, and the block pool's registrar (every region registered as a
+ * segment: token policy NONE, access READ|WRITE|ATOMIC). Any failure makes
+ * URMA "unavailable": the reason is logged once and every URMA channel and
+ * server then runs over TCP. Never torn down (liburma may not be unloaded
+ * while blocks registered with it can still be referenced).
+ *
+ * Per event loop (jet_urma_loop_t, created on the loop's own thread when it
+ * first carries a URMA connection): one JFC shared by every connection of
+ * the loop, sized by urma_jfc_depth (capped by the device); in event mode
+ * one JFCE whose fd is a jet_io of the loop (wait -> ack -> poll -> rearm ->
+ * poll), in polling mode a jet_poller of the loop instead (registered while
+ * the loop has URMA connections); a pool of prepared jetty sets (JFR + jetty
+ * on the loop JFC), taken by endpoints and returned after a reset; and the
+ * endpoint table that maps a completion's user_ctx to its endpoint. All of
+ * it is touched only on that loop's thread: completions of a connection are
+ * handled on the thread that owns its socket, with no hop.
+ *
+ * Capacity: every endpoint reserves sq + rq + 4 entries of the loop JFC
+ * (flush completions included); when the JFC is full a new connection of
+ * that loop is refused URMA and runs over TCP. */
+#ifndef JET_URMA_URMA_CONTEXT_H
+#define JET_URMA_URMA_CONTEXT_H
+
+#include <stdbool.h>
+#include <stdint.h>
+
+#include "event/loop.h"
+#include "jetrpc/flags.h"
+#include "urma/urma_api.h"
+#include "urma/urma_loader.h"
+
+JET_FLAG_DECLARE_INT32(urma_sq_size);
+JET_FLAG_DECLARE_INT32(urma_rq_size);
+JET_FLAG_DECLARE_INT32(urma_recv_block_size);
+JET_FLAG_DECLARE_INT32(urma_zerocopy_min_size);
+JET_FLAG_DECLARE_BOOL(urma_recv_zerocopy);
+JET_FLAG_DECLARE_INT32(urma_cqe_poll_once);
+JET_FLAG_DECLARE_INT32(urma_prepared_jetty_cnt);
+JET_FLAG_DECLARE_BOOL(urma_use_polling);
+JET_FLAG_DECLARE_INT32(urma_poller_num);
+JET_FLAG_DECLARE_BOOL(urma_poller_yield);
+JET_FLAG_DECLARE_INT32(urma_client_handshake_version);
+JET_FLAG_DECLARE_INT32(urma_max_sge);
+JET_FLAG_DECLARE_INT32(urma_handshake_timeout_ms);
+JET_FLAG_DECLARE_INT32(urma_jfc_depth);
+JET_FLAG_DECLARE_BOOL(urma_jetrpc_extensions);
+
+typedef struct jet_urma_ctx {
+    jet_urma_lib_t lib;
+    urma_device_t *dev;
+    urma_context_t *uctx;
+    char dev_name[64];
+    uint32_t eid_index;
+    uint32_t tp_type; /* URMA_CTP or URMA_RTP, advertised in hellos */
+    uint8_t priority; /* JFS priority for tp_type */
+    /* device caps (the stable prefix of urma_device_attr_t) */
+    uint32_t max_jfc_depth, max_jfs_depth, max_jfr_depth;
+    uint32_t max_jfs_sge, max_jfr_sge;
+    uint64_t max_msg_size;
+    /* the segment advertised in hellos (brpc peers import it) */
+    urma_target_seg_t *hello_seg;
+} jet_urma_ctx_t;
+
+#define JET_URMA_FN(ctx, name) ((ctx)->lib.fn.name)
+
+/* The context, initialised on first call (may block: loads the library and
+ * opens the device); NULL when URMA is unavailable in this process. Any
+ * thread. */
+const jet_urma_ctx_t *jet__urma_ctx_get(void);
+/* Why URMA is unavailable ("" when it is available or not tried yet). */
+const char *jet__urma_ctx_why(void);
+
+/* Most scatter entries of one send (the ring keeps a block per entry). */
+#define JET_URMA_SGE_MAX 32
+
+/* Queue depths of a new connection: the flags clamped to [16, 4096] and to
+ * the device. */
+void jet__urma_queue_sizes(const jet_urma_ctx_t *ctx, uint32_t *sq_p, uint32_t *rq_p);
+/* Scatter entries per send: urma_max_sge, else the device's, <= JET_URMA_SGE_MAX. */
+uint32_t jet__urma_send_sge(const jet_urma_ctx_t *ctx);
+/* Bytes of one receive buffer (urma_recv_block_size: 8192 or 65536). */
+uint32_t jet__urma_recv_size(void);
+
+/* Polling mode: the loop a new URMA socket should join (one of the first
+ * urma_poller_num loops of the group, round-robin); NULL in event mode or
+ * when the group is not started. */
+jet_loop_t *jet__urma_pick_loop(void);
+
+/* ---- per-loop resources (their loop's thread only) ---------------------- */
+
+typedef struct jet_urma_loop jet_urma_loop_t;
+struct jet_urma_ep;
+
+/* A prepared pair: JFR (depth rq, RM, 1 SGE) and jetty (share_jfr on that
+ * JFR, depth sq, RM) completing into the loop JFC. */
+typedef struct jet_urma_jset {
+    urma_jfr_t *jfr;
+    urma_jetty_t *jetty;
+    uint32_t sq, rq, max_sge;
+    struct jet_urma_jset *next;
+} jet_urma_jset_t;
+
+/* The resources of loop (created on first use), or NULL when they cannot
+ * be created (logged once per loop). */
+jet_urma_loop_t *jet__urma_loop_get(jet_loop_t *loop);
+/* The resources of loop if they exist (never creates them). */
+jet_urma_loop_t *jet__urma_loop_peek(jet_loop_t *loop);
+
+/* Attaches ep: reserves its JFC share, gives it a table index and a
+ * generation (*index_p, *gen_p, used in every user_ctx) and a jetty set of
+ * the current flag sizes. -EBUSY when the loop JFC is full, -ENOMEM, or
+ * -EIO when a set cannot be created. */
+int jet__urma_loop_attach(jet_urma_loop_t *ul, struct jet_urma_ep *ep, uint32_t sq, uint32_t rq,
+                          uint32_t max_sge, uint32_t *index_p, uint8_t *gen_p,
+                          jet_urma_jset_t **js_p);
+/* Detaches ep (no completion reaches it any more) and gives back its JFC
+ * share (sq, rq as attached). keep: a set reset to READY, pooled while the
+ * pool has room (else destroyed); NULL when the caller destroyed it. */
+void jet__urma_loop_detach(jet_urma_loop_t *ul, struct jet_urma_ep *ep, uint32_t sq, uint32_t rq,
+                           jet_urma_jset_t *keep);
+/* Destroys a set (its queues must hold no buffer the caller still needs).
+ * Returns false when the provider refused (the set is then leaked). */
+bool jet__urma_jset_destroy(const jet_urma_ctx_t *ctx, jet_urma_jset_t *js);
+
+/* Data-path counters of a loop's connections (loop thread; the send-side
+ * ones are folded in when a connection ends). */
+typedef struct jet_urma_counters {
+    uint64_t recv_zerocopy; /* receives handed to the parser as the block itself */
+    uint64_t recv_copied;   /* receives below urma_zerocopy_min_size, copied */
+    uint64_t credit_msgs;   /* standalone credit messages sent */
+    uint64_t data_wrs;      /* data WRs posted */
+    uint64_t signalled_wrs; /* of which signalled */
+    uint64_t send_bounced;  /* SGEs copied because their memory was not registered */
+} jet_urma_counters_t;
+
+/* Counts of a loop, for tests and debug lines. */
+typedef struct jet_urma_loop_stats {
+    uint32_t endpoints; /* attached, draining included */
+    uint32_t pooled;    /* prepared jetty sets waiting */
+    uint32_t jfc_used;  /* reserved JFC entries */
+    uint32_t jfc_depth;
+    uint64_t completions;
+    jet_urma_counters_t c;
+} jet_urma_loop_stats_t;
+jet_urma_counters_t *jet__urma_loop_counters(jet_urma_loop_t *ul);
+void jet__urma_loop_stats(jet_urma_loop_t *ul, jet_urma_loop_stats_t *out);
+
+jet_loop_t *jet__urma_loop_of(const jet_urma_loop_t *ul);
+
+#endif

@@ -1,0 +1,781 @@
+#include "urma/urma_endpoint.h"
+
+#include <errno.h>
+#include <stdatomic.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "base/log.h"
+#include "base/time.h"
+#include "iobuf/block_pool.h"
+#include "jetrpc/errors.h"
+#include "net/socket.h"
+#include "urma/urma_context.h"
+
+#define EP_RESERVED 3  /* SQ slots and peer receives kept for credit messages */
+#define EP_CHAIN    16 /* data WRs per post call */
+#define EP_DRAIN_MS 2000
+
+struct jet_urma_ep {
+    const jet_urma_ctx_t *ctx;
+    jet_urma_loop_t *ul;
+    jet_socket_t *s; /* NULL once closed */
+    jet_urma_jset_t *js;
+    urma_target_jetty_t *tjetty;
+    urma_target_seg_t *tseg;
+    uint32_t index;
+    uint8_t gen;
+    uint32_t sq, rq, max_sge, recv_size;
+    uint32_t peer_jetty;
+    uint32_t local_cap;  /* data WRs we may have outstanding */
+    uint32_t remote_cap; /* data WRs the peer may have outstanding toward us */
+    uint32_t peer_buf;   /* most bytes per WR toward the peer */
+    uint32_t sig_every;
+    bool piggyback;
+    bool connected; /* peer imported, windows set */
+    bool started;   /* received bytes go to the protocol */
+    bool touched;
+    bool got_bytes;
+    bool want_wake;
+    bool draining;
+    bool sq_flushed;
+    bool fail_logged;
+
+    /* shared by the writer thread (takes) and the loop (gives back) */
+    _Atomic int32_t sq_window;
+    _Atomic int32_t rq_window; /* credits: peer receives we may fill */
+    _Atomic int32_t imm_slots;
+    _Atomic uint32_t credits; /* receives re-posted here, not reported yet */
+    _Atomic uint32_t head;    /* send-ring sequence of the next data WR (writer) */
+    uint32_t unsig;           /* writer: data WRs since the last signalled one */
+    uint32_t tail;            /* loop: oldest data WR not released */
+    uint32_t rx_seq;          /* loop: sequence the peer's next data WR carries */
+    uint32_t *slot_n;         /* blocks held by each ring slot */
+    jet_block_t **slot_blk;   /* sq * max_sge */
+
+    jet_urma_counters_t *cnt; /* the loop's (loop thread) */
+    jet_urma_counters_t wcnt; /* send side (writer), folded in at the end */
+
+    jet_block_t **rbufs; /* receive ring, rq slots; NULL = not posted */
+    uint32_t posted;
+    jet_timer_t drain_timer;
+};
+
+static const char *ep_status_name(int st)
+{
+    static const char *const names[] = {
+        "SUCCESS",
+        "UNSUPPORTED_OPCODE_ERR",
+        "LOC_LEN_ERR",
+        "LOC_OPERATION_ERR",
+        "LOC_ACCESS_ERR",
+        "REM_RESP_LEN_ERR",
+        "REM_UNSUPPORTED_REQ_ERR",
+        "REM_OPERATION_ERR",
+        "REM_ACCESS_ABORT_ERR",
+        "ACK_TIMEOUT_ERR",
+        "RNR_RETRY_CNT_EXC_ERR",
+        "WR_FLUSH_ERR",
+        "WR_SUSPEND_DONE",
+        "WR_FLUSH_ERR_DONE",
+        "WR_UNHANDLED",
+        "LOC_DATA_POISON",
+        "REM_DATA_POISON",
+    };
+    return st >= 0 && (size_t)st < sizeof names / sizeof names[0] ? names[st] : "UNKNOWN";
+}
+
+static void ep_finish(jet_urma_ep_t *ep, bool reuse);
+
+/* Fails the socket once; the endpoint keeps releasing buffers until close. */
+static void ep_fail(jet_urma_ep_t *ep, int err, const char *what, int status)
+{
+    if (!ep->s || ep->fail_logged) return;
+    ep->fail_logged = true;
+    if (status >= 0)
+        JET_WARN("URMA connection %s: %s completed with %s (status %d)", ep->s->peer, what,
+                 ep_status_name(status), status);
+    else
+        JET_WARN("URMA connection %s: %s", ep->s->peer, what);
+    jet__socket_set_failed(ep->s, err);
+}
+
+static urma_target_seg_t *ep_seg_of(const jet_block_t *b, const void *addr)
+{
+    if (b->region) return b->region->reg;
+    /* User memory that happens to lie in a pool region (never for plain
+     * user buffers: they are copied). */
+    const jet_region_t *r = jet__block_pool_find(addr);
+    return r ? r->reg : NULL;
+}
+
+static int ep_post_recv(jet_urma_ep_t *ep, uint32_t slot, jet_block_t *b)
+{
+    urma_sge_t sge = {.addr = (uint64_t)(uintptr_t)b->data,
+                      .len = ep->recv_size,
+                      .tseg = b->region ? b->region->reg : NULL};
+    if (!sge.tseg) return -EFAULT;
+    urma_jfr_wr_t wr = {.src = {.sge = &sge, .num_sge = 1},
+                        .user_ctx =
+                            jet__urma_ctx_make(ep->index, ep->gen, JET_URMA_CTX_KIND_RECV, slot)};
+    urma_jfr_wr_t *bad = NULL;
+    /* Owned before the post: the completion may be polled before it returns. */
+    ep->rbufs[slot] = b;
+    ep->posted++;
+    urma_status_t st = JET_URMA_FN(ep->ctx, urma_post_jfr_wr)(ep->js->jfr, &wr, &bad);
+    if (st != URMA_SUCCESS) {
+        ep->rbufs[slot] = NULL;
+        ep->posted--;
+        return -EIO;
+    }
+    return 0;
+}
+
+int jet__urma_ep_create(jet_socket_t *s, jet_urma_ep_t **ep_p)
+{
+    const jet_urma_ctx_t *ctx = jet__urma_ctx_get();
+    if (!ctx) return -ENOTSUP;
+    jet_urma_loop_t *ul = jet__urma_loop_get(s->loop);
+    if (!ul) return -ENOMEM;
+    jet_urma_ep_t *ep = calloc(1, sizeof *ep);
+    if (!ep) return -ENOMEM;
+    ep->ctx = ctx;
+    ep->ul = ul;
+    ep->cnt = jet__urma_loop_counters(ul);
+    jet__urma_queue_sizes(ctx, &ep->sq, &ep->rq);
+    ep->max_sge = jet__urma_send_sge(ctx);
+    ep->recv_size = jet__urma_recv_size();
+    jet_timer_init(&ep->drain_timer, NULL);
+    ep->slot_n = calloc(ep->sq, sizeof *ep->slot_n);
+    ep->slot_blk = calloc((size_t)ep->sq * ep->max_sge, sizeof *ep->slot_blk);
+    ep->rbufs = calloc(ep->rq, sizeof *ep->rbufs);
+    if (!ep->slot_n || !ep->slot_blk || !ep->rbufs) {
+        free(ep->slot_n);
+        free(ep->slot_blk);
+        free(ep->rbufs);
+        free(ep);
+        return -ENOMEM;
+    }
+    int rc =
+        jet__urma_loop_attach(ul, ep, ep->sq, ep->rq, ep->max_sge, &ep->index, &ep->gen, &ep->js);
+    if (rc < 0) {
+        free(ep->slot_n);
+        free(ep->slot_blk);
+        free(ep->rbufs);
+        free(ep);
+        return rc;
+    }
+    for (uint32_t i = 0; i < ep->rq; i++) {
+        jet_block_t *b = jet__block_alloc(ep->recv_size);
+        rc = b ? ep_post_recv(ep, i, b) : -ENOMEM;
+        if (rc < 0) {
+            if (b) jet__block_unref(b);
+            JET_LOG_ONCE(JET_LOG_WARN, "URMA: cannot post the receive queue: %s", jet_strerror(rc));
+            /* What was posted comes back through the flush. */
+            jet__urma_ep_close(ep);
+            return rc;
+        }
+    }
+    ep->s = s;
+    *ep_p = ep;
+    return 0;
+}
+
+void jet__urma_ep_hello(const jet_urma_ep_t *ep, int version, jet_urma_hello_t *h)
+{
+    memset(h, 0, sizeof *h);
+    const urma_seg_t *seg = &ep->ctx->hello_seg->seg;
+    h->version = version;
+    h->buffer_size = ep->recv_size;
+    h->recv_buffer_cnt = ep->rq - 1; /* brpc's convention: the peer adds 1 */
+    h->jetty_id = ep->js->jetty->jetty_id.id;
+    memcpy(h->eid, ep->ctx->uctx->eid.raw, 16);
+    h->uasid = ep->js->jetty->jetty_id.uasid;
+    h->tp_type = ep->ctx->tp_type;
+    memcpy(h->seg_eid, seg->ubva.eid.raw, 16);
+    h->seg_uasid = seg->ubva.uasid;
+    memcpy(&h->seg_va, (const char *)&seg->ubva + offsetof(urma_ubva_t, va), 8);
+    h->seg_len = seg->len;
+    h->seg_token_id = seg->token_id;
+    if (JET_FLAG(urma_jetrpc_extensions)) {
+        h->jet_caps = JET_URMA_CAPS;
+        h->jet_sq = ep->sq;
+    }
+}
+
+int jet__urma_ep_connect_peer(jet_urma_ep_t *ep, const jet_urma_hello_t *peer)
+{
+    const jet_urma_ctx_t *ctx = ep->ctx;
+    urma_token_t token = {0}; /* brpc imports everything with a zero token */
+    urma_seg_t seg;
+    memset(&seg, 0, sizeof seg);
+    memcpy(seg.ubva.eid.raw, peer->seg_eid, 16);
+    seg.ubva.uasid = peer->seg_uasid;
+    memcpy((char *)&seg.ubva + offsetof(urma_ubva_t, va), &peer->seg_va, 8);
+    seg.len = peer->seg_len;
+    seg.attr.bs.token_policy = URMA_TOKEN_NONE;
+    seg.attr.bs.access = URMA_ACCESS_READ | URMA_ACCESS_WRITE | URMA_ACCESS_ATOMIC;
+    seg.token_id = peer->seg_token_id;
+    urma_import_seg_flag_t sf = {.value = 0};
+    sf.bs.cacheable = URMA_NON_CACHEABLE;
+    sf.bs.access = URMA_ACCESS_READ | URMA_ACCESS_WRITE | URMA_ACCESS_ATOMIC;
+    sf.bs.mapping = URMA_SEG_NOMAP;
+    /* Segment before jetty (brpc: on hardware the first SEND otherwise fails
+     * with RNR_RETRY_CNT_EXC_ERR); no WR ever uses the segment. */
+    errno = 0;
+    ep->tseg = JET_URMA_FN(ctx, urma_import_seg)(ctx->uctx, &seg, &token, 0, sf);
+    if (!ep->tseg) {
+        JET_WARN("URMA: cannot import the segment of %s: %s", ep->s ? ep->s->peer : "?",
+                 strerror(errno ? errno : EIO));
+        return -EIO;
+    }
+    urma_rjetty_t rj;
+    memset(&rj, 0, sizeof rj);
+    memcpy(rj.jetty_id.eid.raw, peer->eid, 16);
+    rj.jetty_id.uasid = peer->uasid;
+    rj.jetty_id.id = peer->jetty_id;
+    rj.trans_mode = URMA_TM_RM;
+    rj.type = URMA_JETTY;
+    rj.flag.bs.token_policy = URMA_TOKEN_NONE;
+    rj.tp_type = (urma_tp_type_t)peer->tp_type;
+    errno = 0;
+    ep->tjetty = JET_URMA_FN(ctx, urma_import_jetty)(ctx->uctx, &rj, &token);
+    if (!ep->tjetty) {
+        JET_WARN("URMA: cannot import jetty %u of %s: %s", peer->jetty_id,
+                 ep->s ? ep->s->peer : "?", strerror(errno ? errno : EIO));
+        JET_URMA_FN(ctx, urma_unimport_seg)(ep->tseg);
+        ep->tseg = NULL;
+        return -EIO;
+    }
+    ep->peer_jetty = peer->jetty_id;
+    uint32_t peer_rq = peer->recv_buffer_cnt + 1;
+    ep->local_cap = (ep->sq < peer_rq ? ep->sq : peer_rq) - EP_RESERVED;
+    /* The peer can fill at most min(its SQ, our RQ) - 3 of our receives, and
+     * credits must go back before that many pile up. A jetrpc peer says its
+     * SQ depth; brpc does not (and assumes it equals its own RQ depth, which
+     * deadlocks when the two sides differ): guess the peer's RQ depth, since
+     * brpc configurations keep both equal. */
+    uint32_t peer_sq = JET_FLAG(urma_jetrpc_extensions) && peer->jet_caps && peer->jet_sq >= 16
+                           ? peer->jet_sq
+                           : peer_rq;
+    ep->remote_cap = (ep->rq < peer_sq ? ep->rq : peer_sq) - EP_RESERVED;
+    if (!peer->jet_caps && ep->local_cap <= (peer_rq - EP_RESERVED) / 2)
+        JET_LOG_ONCE(JET_LOG_WARN,
+                     "URMA: %s returns credits only after %u receives, more than "
+                     "this side's window of %u sends: set urma_sq_size >= %u or it may stall",
+                     ep->s ? ep->s->peer : "a brpc peer", (peer_rq - EP_RESERVED) / 2 + 1,
+                     ep->local_cap, peer_rq);
+    uint64_t pb = peer->buffer_size;
+    if (pb > ep->ctx->max_msg_size) pb = ep->ctx->max_msg_size;
+    if (pb > (1u << 30)) pb = 1u << 30;
+    ep->peer_buf = (uint32_t)pb;
+    ep->sig_every = ep->local_cap / 4 ? ep->local_cap / 4 : 1;
+    ep->piggyback = (peer->jet_caps & JET_URMA_CAP_PIGGYBACK) && JET_FLAG(urma_jetrpc_extensions);
+    atomic_store(&ep->sq_window, (int32_t)ep->local_cap);
+    atomic_store(&ep->rq_window, (int32_t)ep->local_cap);
+    atomic_store(&ep->imm_slots, EP_RESERVED);
+    ep->connected = true;
+    return 0;
+}
+
+void jet__urma_ep_start(jet_urma_ep_t *ep)
+{
+    ep->started = true;
+    if (ep->s && !jet_iobuf_empty(&ep->s->read_buf)) {
+        ep->got_bytes = false;
+        jet__socket_deliver(ep->s);
+    }
+}
+
+/* ---- sending ------------------------------------------------------------------ */
+
+typedef struct ep_cursor {
+    int i;        /* buffer */
+    uint32_t r;   /* reference within it */
+    uint32_t off; /* bytes of that reference already taken */
+} ep_cursor_t;
+
+static bool ep_cursor_next(jet_iobuf_t *const *bufs, int n, ep_cursor_t *c,
+                           const jet_iobuf_ref_t **ref_p)
+{
+    while (c->i < n) {
+        const jet_iobuf_t *b = bufs[c->i];
+        while (c->r < b->nref) {
+            const jet_iobuf_ref_t *ref = &b->refs[b->head + c->r];
+            if (c->off < ref->len) {
+                *ref_p = ref;
+                return true;
+            }
+            c->r++;
+            c->off = 0;
+        }
+        c->i++;
+        c->r = 0;
+        c->off = 0;
+    }
+    return false;
+}
+
+static void ep_slot_release(jet_urma_ep_t *ep, uint32_t seq)
+{
+    uint32_t slot = seq % ep->sq;
+    jet_block_t **blk = ep->slot_blk + (size_t)slot * ep->max_sge;
+    for (uint32_t k = 0; k < ep->slot_n[slot]; k++) {
+        jet__block_unref(blk[k]);
+        blk[k] = NULL;
+    }
+    ep->slot_n[slot] = 0;
+}
+
+/* Builds one data WR at the cursor into wr/sge, holding its blocks in the
+ * ring slot of sequence seq. Returns its bytes, 0 when there is nothing to
+ * send, or -ENOMEM. */
+static ssize_t ep_build(jet_urma_ep_t *ep, jet_iobuf_t *const *bufs, int n, ep_cursor_t *c,
+                        uint32_t seq, urma_jfs_wr_t *wr, urma_sge_t *sge)
+{
+    uint32_t slot = seq % ep->sq;
+    jet_block_t **blk = ep->slot_blk + (size_t)slot * ep->max_sge;
+    uint32_t nsge = 0;
+    size_t bytes = 0;
+    const jet_iobuf_ref_t *ref;
+    while (nsge < ep->max_sge && bytes < ep->peer_buf && ep_cursor_next(bufs, n, c, &ref)) {
+        size_t take = ref->len - c->off;
+        if (take > ep->peer_buf - bytes) take = ep->peer_buf - bytes;
+        jet_block_t *b = ref->block;
+        char *addr = b->data + ref->off + c->off;
+        urma_target_seg_t *seg = ep_seg_of(b, addr);
+        if (seg) {
+            jet__block_ref(b);
+        } else {
+            /* Not registered (user memory): copied into a pool block, which
+             * is registered; never a failure. */
+            jet_block_t *nb =
+                jet__block_alloc(take < JET_BLOCK_SIZE_64K ? take : JET_BLOCK_SIZE_64K);
+            if (!nb || !nb->region || !nb->region->reg) {
+                if (nb) jet__block_unref(nb);
+                if (nsge > 0) break;
+                return -ENOMEM;
+            }
+            if (take > nb->cap) take = nb->cap;
+            ep->wcnt.send_bounced++;
+            memcpy(nb->data, addr, take);
+            atomic_store_explicit(&nb->used, (uint32_t)take, memory_order_relaxed);
+            b = nb;
+            addr = nb->data;
+            seg = nb->region->reg;
+        }
+        blk[nsge] = b;
+        sge[nsge] =
+            (urma_sge_t){.addr = (uint64_t)(uintptr_t)addr, .len = (uint32_t)take, .tseg = seg};
+        nsge++;
+        bytes += take;
+        c->off += (uint32_t)take;
+    }
+    ep->slot_n[slot] = nsge;
+    if (nsge == 0) return 0;
+    memset(wr, 0, sizeof *wr);
+    wr->opcode = URMA_OPC_SEND;
+    wr->tjetty = ep->tjetty;
+    wr->user_ctx = jet__urma_ctx_make(ep->index, ep->gen, JET_URMA_CTX_KIND_DATA, seq);
+    wr->send.src.sge = sge;
+    wr->send.src.num_sge = nsge;
+    return (ssize_t)bytes;
+}
+
+ssize_t jet__urma_ep_cut(jet_urma_ep_t *ep, jet_iobuf_t *const *bufs, int n)
+{
+    urma_jfs_wr_t wrs[EP_CHAIN];
+    urma_sge_t sges[EP_CHAIN][JET_URMA_SGE_MAX];
+    ssize_t total = 0;
+    bool window_empty = false;
+    for (;;) {
+        ep_cursor_t c = {0, 0, 0};
+        int k = 0;
+        size_t chain_bytes = 0;
+        while (k < EP_CHAIN) {
+            /* Only this writer takes from the windows, so a positive value
+             * cannot drop to 0 under us; the loop only gives back. */
+            int32_t sw = atomic_load_explicit(&ep->sq_window, memory_order_acquire);
+            int32_t rw = atomic_load_explicit(&ep->rq_window, memory_order_acquire);
+            if (sw <= 0 || rw <= 0) {
+                window_empty = true;
+                break;
+            }
+            uint32_t seq = atomic_load_explicit(&ep->head, memory_order_relaxed);
+            ssize_t b = ep_build(ep, bufs, n, &c, seq, &wrs[k], sges[k]);
+            if (b < 0) {
+                if (k == 0 && total == 0) return b;
+                break;
+            }
+            if (b == 0) break;
+            /* Taken before posting: the completion may be handled on the loop
+             * before the post returns. */
+            atomic_fetch_sub_explicit(&ep->sq_window, 1, memory_order_relaxed);
+            atomic_fetch_sub_explicit(&ep->rq_window, 1, memory_order_relaxed);
+            ep->wcnt.data_wrs++;
+            if (++ep->unsig >= ep->sig_every || sw == 1) {
+                /* sw == 1: this WR empties the SQ window, and only a completion
+                 * at or after it gives slots back. */
+                wrs[k].flag.bs.complete_enable = URMA_COMPLETE_ENABLE;
+                ep->unsig = 0;
+                ep->wcnt.signalled_wrs++;
+            }
+            if (ep->piggyback) {
+                uint32_t cr = atomic_exchange_explicit(&ep->credits, 0, memory_order_acq_rel);
+                wrs[k].opcode = URMA_OPC_SEND_IMM;
+                wrs[k].send.imm_data = (uint64_t)seq << 32 | cr;
+            }
+            if (k > 0) wrs[k - 1].next = &wrs[k];
+            atomic_store_explicit(&ep->head, seq + 1, memory_order_release);
+            chain_bytes += (size_t)b;
+            k++;
+        }
+        if (k == 0) break;
+        urma_jfs_wr_t *bad = NULL;
+        urma_status_t st = JET_URMA_FN(ep->ctx, urma_post_jetty_send_wr)(ep->js->jetty, wrs, &bad);
+        if (st != URMA_SUCCESS) {
+            /* The socket fails; the ring slots of WRs that were not posted
+             * are released with the rest when the jetty is flushed. */
+            JET_WARN("URMA connection %s: posting a send failed: status %d",
+                     ep->s ? ep->s->peer : "?", st);
+            return -EIO;
+        }
+        size_t left = chain_bytes;
+        for (int i = 0; i < n && left > 0; i++)
+            left -= jet_iobuf_pop_front(bufs[i], left);
+        total += (ssize_t)chain_bytes;
+        if (window_empty || k < EP_CHAIN) break;
+    }
+    if (total > 0) return total;
+    return window_empty ? -EAGAIN : 0;
+}
+
+int jet__urma_ep_wait_writable(jet_urma_ep_t *ep)
+{
+    /* Same thread as the completions that open the windows: nothing can
+     * have opened them since the cut that saw them closed. */
+    ep->want_wake = true;
+    return 0;
+}
+
+static void ep_send_credits(jet_urma_ep_t *ep)
+{
+    if (!ep->connected || ep->draining) return;
+    uint32_t c = atomic_load_explicit(&ep->credits, memory_order_relaxed);
+    if (c <= ep->remote_cap / 2) return;
+    if (atomic_load_explicit(&ep->imm_slots, memory_order_relaxed) <= 0) return;
+    c = atomic_exchange_explicit(&ep->credits, 0, memory_order_acq_rel);
+    if (c == 0) return;
+    atomic_fetch_sub_explicit(&ep->imm_slots, 1, memory_order_relaxed);
+    urma_jfs_wr_t wr;
+    memset(&wr, 0, sizeof wr);
+    wr.opcode = URMA_OPC_SEND_IMM;
+    wr.flag.bs.complete_enable = URMA_COMPLETE_ENABLE;
+    wr.flag.bs.solicited_enable = URMA_SOLICITED_ENABLE;
+    wr.tjetty = ep->tjetty;
+    wr.user_ctx = jet__urma_ctx_make(ep->index, ep->gen, JET_URMA_CTX_KIND_CREDIT, 0);
+    wr.send.imm_data = c; /* host order, as brpc */
+    urma_jfs_wr_t *bad = NULL;
+    urma_status_t st = JET_URMA_FN(ep->ctx, urma_post_jetty_send_wr)(ep->js->jetty, &wr, &bad);
+    if (st != URMA_SUCCESS) {
+        atomic_fetch_add(&ep->imm_slots, 1);
+        ep_fail(ep, -EIO, "posting a credit message failed", -1);
+        return;
+    }
+    ep->cnt->credit_msgs++;
+}
+
+/* ---- completions -------------------------------------------------------------- */
+
+/* Releases the data WRs up to and including the one of sequence seq (the
+ * low 28 bits): a completion covers every WR posted before it. */
+static bool ep_release_to(jet_urma_ep_t *ep, uint32_t seq)
+{
+    uint32_t head = atomic_load_explicit(&ep->head, memory_order_acquire);
+    uint32_t outstanding = head - ep->tail;
+    uint32_t k = ((seq - ep->tail) & JET_URMA_CTX_VALUE_MASK) + 1;
+    if (k > outstanding) return false;
+    for (uint32_t j = 0; j < k; j++)
+        ep_slot_release(ep, ep->tail + j);
+    ep->tail += k;
+    atomic_fetch_add_explicit(&ep->sq_window, (int32_t)k, memory_order_release);
+    return true;
+}
+
+static void ep_release_all(jet_urma_ep_t *ep)
+{
+    uint32_t head = atomic_load_explicit(&ep->head, memory_order_acquire);
+    while (ep->tail != head)
+        ep_slot_release(ep, ep->tail++);
+}
+
+static void ep_to_read_buf(jet_urma_ep_t *ep, jet_block_t **b_p, uint32_t len)
+{
+    jet_socket_t *s = ep->s;
+    jet_block_t *b = *b_p;
+    bool zc = JET_FLAG(urma_recv_zerocopy) && len >= (uint32_t)JET_FLAG(urma_zerocopy_min_size);
+    jet_block_t *fresh = zc ? jet__block_alloc(ep->recv_size) : NULL;
+    if (fresh) {
+        /* The block itself joins the read buffer; a fresh one is posted. */
+        atomic_store_explicit(&b->used, len, memory_order_relaxed);
+        jet_iobuf_t one;
+        jet_iobuf_init(&one);
+        one.refs[0] = (jet_iobuf_ref_t){.block = b, .off = 0, .len = len};
+        one.nref = 1;
+        one.len = len;
+        if (jet_iobuf_move(&s->read_buf, &one) < 0) {
+            jet_iobuf_fini(&one);
+            jet__block_unref(fresh);
+            *b_p = NULL;
+            ep_fail(ep, -ENOMEM, "out of memory for received bytes", -1);
+            return;
+        }
+        *b_p = fresh;
+        ep->cnt->recv_zerocopy++;
+        return;
+    }
+    ep->cnt->recv_copied++;
+    if (jet_iobuf_append(&s->read_buf, b->data, len) < 0)
+        ep_fail(ep, -ENOMEM, "out of memory for received bytes", -1);
+}
+
+static void ep_on_recv(jet_urma_ep_t *ep, const urma_cr_t *cr, uint32_t slot)
+{
+    if (slot >= ep->rq || !ep->rbufs[slot]) {
+        ep_fail(ep, -EPROTO, "a receive completion names no posted buffer", -1);
+        return;
+    }
+    jet_block_t *b = ep->rbufs[slot];
+    ep->rbufs[slot] = NULL;
+    ep->posted--;
+    if (ep->draining || !ep->s) {
+        jet__block_unref(b);
+        return;
+    }
+    if (cr->status != URMA_CR_SUCCESS) {
+        jet__block_unref(b);
+        ep_fail(ep, -EIO, "a receive", cr->status);
+        return;
+    }
+    if (!ep->connected || (cr->remote_id.id && cr->remote_id.id != ep->peer_jetty)) {
+        /* A message for the previous user of this recycled jetty: a peer can
+         * send only after we imported it. */
+        JET_LOG_ONCE(JET_LOG_INFO,
+                     "URMA: dropped a message from jetty %u (the connection's "
+                     "peer is jetty %u)",
+                     cr->remote_id.id, ep->peer_jetty);
+        if (ep_post_recv(ep, slot, b) < 0) {
+            jet__block_unref(b);
+            ep_fail(ep, -EIO, "re-posting a receive failed", -1);
+        }
+        return;
+    }
+    uint32_t len = cr->completion_len;
+    if (ep->piggyback && len > 0) {
+        if (cr->opcode != URMA_CR_OPC_SEND_WITH_IMM ||
+            (uint32_t)(cr->imm_data >> 32) != ep->rx_seq) {
+            jet__block_unref(b);
+            ep_fail(ep, -EIO, "a message from the peer is missing (one of its sends failed)", -1);
+            return;
+        }
+        ep->rx_seq++;
+    }
+    if (cr->opcode == URMA_CR_OPC_SEND_WITH_IMM) {
+        uint64_t imm = ep->piggyback ? (uint32_t)cr->imm_data : cr->imm_data;
+        if (imm > 0) {
+            int32_t old = atomic_load_explicit(&ep->rq_window, memory_order_relaxed);
+            if (imm > ep->local_cap || (uint64_t)old + imm > ep->local_cap) {
+                jet__block_unref(b);
+                ep_fail(ep, -EPROTO, "the peer returned more credits than it was owed", -1);
+                return;
+            }
+            atomic_fetch_add_explicit(&ep->rq_window, (int32_t)imm, memory_order_release);
+        }
+    } else if (cr->opcode != URMA_CR_OPC_SEND || len == 0) {
+        jet__block_unref(b);
+        ep_fail(ep, -EPROTO, "a receive that is neither data nor credits", -1);
+        return;
+    }
+    if (len > ep->recv_size) {
+        jet__block_unref(b);
+        ep_fail(ep, -EPROTO, "a receive longer than its buffer", -1);
+        return;
+    }
+    if (len > 0) {
+        ep_to_read_buf(ep, &b, len);
+        if (!b) return;
+        ep->got_bytes = true;
+        /* Credit messages land in the reserved receives and are not owed. */
+        atomic_fetch_add_explicit(&ep->credits, 1, memory_order_relaxed);
+    }
+    if (ep_post_recv(ep, slot, b) < 0) {
+        jet__block_unref(b);
+        ep_fail(ep, -EIO, "re-posting a receive failed", -1);
+    }
+}
+
+static void ep_check_drained(jet_urma_ep_t *ep)
+{
+    if (ep->draining && ep->sq_flushed && ep->posted == 0) ep_finish(ep, true);
+}
+
+bool jet__urma_ep_on_cr(jet_urma_ep_t *ep, const urma_cr_t *cr)
+{
+    uint32_t kind = jet__urma_ctx_kind(cr->user_ctx);
+    uint32_t value = jet__urma_ctx_value(cr->user_ctx);
+    switch (kind) {
+    case JET_URMA_CTX_KIND_DATA:
+        if (!ep_release_to(ep, value) && !ep->draining)
+            ep_fail(ep, -EPROTO, "a send completion names no outstanding WR", -1);
+        if (cr->status != URMA_CR_SUCCESS && !ep->draining) ep_fail(ep, -EIO, "a send", cr->status);
+        break;
+    case JET_URMA_CTX_KIND_CREDIT:
+        if (atomic_fetch_add(&ep->imm_slots, 1) >= EP_RESERVED && !ep->draining)
+            ep_fail(ep, -EPROTO, "a credit completion with no credit message out", -1);
+        if (cr->status != URMA_CR_SUCCESS && !ep->draining)
+            ep_fail(ep, -EIO, "a credit message", cr->status);
+        break;
+    case JET_URMA_CTX_KIND_RECV:
+        ep_on_recv(ep, cr, value);
+        break;
+    default:
+        if (!ep->draining) ep_fail(ep, -EPROTO, "a completion of an unknown kind", -1);
+        break;
+    }
+    if (ep->draining) {
+        ep_check_drained(ep); /* may free ep */
+        return false;
+    }
+    if (ep->touched) return false;
+    ep->touched = true;
+    return true;
+}
+
+void jet__urma_ep_batch_end(jet_urma_ep_t *ep)
+{
+    ep->touched = false;
+    if (!ep->s || ep->draining) return;
+    jet_socket_t *s = ep->s;
+    /* Credits first: the delivery below may run handlers for a while. */
+    ep_send_credits(ep);
+    if (ep->got_bytes && ep->started) {
+        ep->got_bytes = false;
+        jet__socket_deliver(s);
+    }
+    if (ep->want_wake && ep->s && atomic_load(&ep->sq_window) > 0 &&
+        atomic_load(&ep->rq_window) > 0) {
+        ep->want_wake = false;
+        jet__socket_writable(s);
+    }
+}
+
+uint32_t jet__urma_ep_flush_id(const jet_urma_ep_t *ep)
+{
+    return ep->draining && !ep->sq_flushed ? ep->js->jetty->jetty_id.id : 0;
+}
+
+void jet__urma_ep_on_flush_done(jet_urma_ep_t *ep)
+{
+    /* Everything posted on the SQ has completed or been flushed. */
+    ep->sq_flushed = true;
+    ep_release_all(ep);
+    ep_check_drained(ep);
+}
+
+/* ---- close -------------------------------------------------------------------- */
+
+static void ep_drain_timeout(jet_timer_t *t)
+{
+    jet_urma_ep_t *ep = (jet_urma_ep_t *)((char *)t - offsetof(jet_urma_ep_t, drain_timer));
+    JET_WARN("URMA: a closed connection's queues did not drain in %d ms (%u receives "
+             "outstanding, sq %s): its jetty is destroyed instead of reused",
+             EP_DRAIN_MS, ep->posted, ep->sq_flushed ? "flushed" : "not flushed");
+    ep_finish(ep, false);
+}
+
+void jet__urma_ep_close(jet_urma_ep_t *ep)
+{
+    const jet_urma_ctx_t *ctx = ep->ctx;
+    ep->s = NULL;
+    ep->started = false;
+    ep->want_wake = false;
+    if (ep->draining) return;
+    ep->draining = true;
+    /* ERROR flushes the SQ (one FLUSH_ERR_DONE at the end) and the JFR gives
+     * every posted receive back: then no buffer can be written any more. */
+    urma_jetty_attr_t ja = {.mask = JETTY_STATE, .state = URMA_JETTY_STATE_ERROR};
+    bool reusable = JET_URMA_FN(ctx, urma_modify_jetty)(ep->js->jetty, &ja) == URMA_SUCCESS;
+    if (!reusable) ep->sq_flushed = true;
+    urma_jfr_attr_t ra = {.mask = JFR_STATE, .state = URMA_JFR_STATE_ERROR};
+    if (!JET_URMA_FN(ctx, urma_modify_jfr) ||
+        JET_URMA_FN(ctx, urma_modify_jfr)(ep->js->jfr, &ra) != URMA_SUCCESS)
+        reusable = false;
+    if (!reusable) {
+        ep_finish(ep, false);
+        return;
+    }
+    ep->drain_timer.fn = ep_drain_timeout;
+    jet_loop_timer_start(jet__urma_loop_of(ep->ul), &ep->drain_timer,
+                         jet_now_us() + (int64_t)EP_DRAIN_MS * 1000);
+    ep_check_drained(ep);
+}
+
+static bool ep_reset_set(jet_urma_ep_t *ep)
+{
+    const jet_urma_ctx_t *ctx = ep->ctx;
+    urma_jetty_attr_t ja = {.mask = JETTY_STATE, .state = URMA_JETTY_STATE_RESET};
+    urma_jfr_attr_t ra = {.mask = JFR_STATE, .state = URMA_JFR_STATE_RESET};
+    if (JET_URMA_FN(ctx, urma_modify_jetty)(ep->js->jetty, &ja) != URMA_SUCCESS) return false;
+    if (JET_URMA_FN(ctx, urma_modify_jfr)(ep->js->jfr, &ra) != URMA_SUCCESS) return false;
+    ja.state = URMA_JETTY_STATE_READY;
+    ra.state = URMA_JFR_STATE_READY;
+    return JET_URMA_FN(ctx, urma_modify_jfr)(ep->js->jfr, &ra) == URMA_SUCCESS &&
+           JET_URMA_FN(ctx, urma_modify_jetty)(ep->js->jetty, &ja) == URMA_SUCCESS;
+}
+
+static void ep_finish(jet_urma_ep_t *ep, bool reuse)
+{
+    const jet_urma_ctx_t *ctx = ep->ctx;
+    jet_urma_loop_t *ul = ep->ul;
+    jet_loop_timer_stop(jet__urma_loop_of(ul), &ep->drain_timer);
+    ep->cnt->data_wrs += ep->wcnt.data_wrs;
+    ep->cnt->signalled_wrs += ep->wcnt.signalled_wrs;
+    ep->cnt->send_bounced += ep->wcnt.send_bounced;
+    if (ep->tjetty) JET_URMA_FN(ctx, urma_unimport_jetty)(ep->tjetty);
+    if (ep->tseg) JET_URMA_FN(ctx, urma_unimport_seg)(ep->tseg);
+    ep->tjetty = NULL;
+    ep->tseg = NULL;
+    jet_urma_jset_t *js = ep->js;
+    uint32_t sq = js->sq, rq = js->rq;
+    bool quiet = reuse && ep->posted == 0 && ep->sq_flushed;
+    if (quiet && ep_reset_set(ep)) {
+        jet__urma_loop_detach(ul, ep, sq, rq, js);
+    } else {
+        /* Buffers still posted may be written until the queues are gone. */
+        quiet = jet__urma_jset_destroy(ctx, js);
+        jet__urma_loop_detach(ul, ep, sq, rq, NULL);
+    }
+    ep->js = NULL;
+    ep_release_all(ep);
+    for (uint32_t i = 0; i < ep->rq; i++) {
+        if (!ep->rbufs[i]) continue;
+        if (quiet) jet__block_unref(ep->rbufs[i]); /* else leaked with the set */
+        ep->rbufs[i] = NULL;
+    }
+    free(ep->slot_n);
+    free(ep->slot_blk);
+    free(ep->rbufs);
+    free(ep);
+}
+
+int jet__urma_ep_debug(const jet_urma_ep_t *ep, char *buf, size_t len)
+{
+    return snprintf(buf, len,
+                    "jetty=%u peer_jetty=%u sq_win=%d rq_win=%d imm=%d credits=%u posted=%u "
+                    "inflight=%u cap=%u/%u piggyback=%d",
+                    ep->js->jetty->jetty_id.id, ep->peer_jetty, atomic_load(&ep->sq_window),
+                    atomic_load(&ep->rq_window), atomic_load(&ep->imm_slots),
+                    atomic_load(&ep->credits), ep->posted, atomic_load(&ep->head) - ep->tail,
+                    ep->local_cap, ep->remote_cap, ep->piggyback);
+}

@@ -1,0 +1,38 @@
+/* The URMA transport (socket mode JET_SOCKET_MODE_URMA).
+ *
+ * It composes the TCP transport: every URMA connection starts as TCP, the
+ * handshake runs on that TCP connection (byte-compatible with brpc's URMA
+ * transport: v2/v3 hello, 4-byte ACK), and the connection ends in one of
+ * three states, decided on the socket's loop thread:
+ *   UNKNOWN  handshake in progress: every data-path slot is TCP's (nothing
+ *            is written before the handshake ends anyway);
+ *   ON       data over the URMA endpoint; the TCP fd must stay silent (a
+ *            byte fails the socket with EPROTO, EOF with EEOF);
+ *   OFF      plain TCP for the rest of the connection (fallback).
+ *
+ * Client (connect slot; returns 1 and ends with jet__socket_connected):
+ * URMA unavailable or no jetty → no hello, OFF at once; else post the
+ * receive queue, send the hello (version urma_client_handshake_version),
+ * wait for the server's. A declining or unusable server hello → ACK 0, OFF;
+ * a valid one → import, ACK 1, ON (the ACK is always sent: brpc's client
+ * sends none when it falls back, which a server that waits for it misreads).
+ * EOF before any answer (brpc TCP-only servers close on a URMA hello) fails
+ * the socket with JET__EHELLO_REFUSED: the channel retries over TCP.
+ * Garbage or a broken frame → EPROTO.
+ *
+ * Server (first input bytes): not a hello prefix → OFF, the bytes go to the
+ * protocol parser (TCP clients and brpc TCP clients work unchanged). A valid
+ * hello → own hello (same version), a declined one (invalid fields, or no
+ * URMA resources) → a declining hello; then the ACK: bit 0 → ON (only if
+ * this side said yes; else EPROTO), 0 → OFF, and "PRPC" where the ACK should
+ * be means the client fell back without an ACK (brpc) → OFF, bytes parsed.
+ * A broken frame → EPROTO. Both sides bound the handshake by
+ * urma_handshake_timeout_ms (the client also by its connect timeout). */
+#ifndef JET_URMA_URMA_TRANSPORT_H
+#define JET_URMA_URMA_TRANSPORT_H
+
+#include "net/transport.h"
+
+extern const jet_transport_ops_t jet__urma_transport;
+
+#endif

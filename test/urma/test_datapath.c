@@ -1,0 +1,208 @@
+/* The URMA data path seen through its counters (client and server in one
+ * process, so every receive and send of the test is counted):
+ * zero-copy receive at and above urma_zerocopy_min_size and copy below it
+ * (and never with urma_recv_zerocopy off); user memory that is not
+ * registered is copied into pool blocks, byte-exact; selective signalling
+ * (far fewer signalled WRs than WRs); credits piggybacked between jetrpc
+ * peers (no standalone credit message in request/response traffic) and
+ * standalone credit messages in brpc's envelope; jetty sets reset and
+ * reused after connections close. */
+#include "urma/urma_context.h"
+#include "urma_test.h"
+
+#define GUARD_US (60 * 1000000LL)
+
+typedef struct probe {
+    jet_task_t t;
+    jet_loop_t *loop;
+    jet_urma_loop_stats_t st;
+    bool exists;
+    _Atomic int done;
+} probe_t;
+
+static void probe_fn(jet_task_t *t)
+{
+    probe_t *p = (probe_t *)t;
+    jet_urma_loop_t *ul = jet__urma_loop_peek(p->loop);
+    p->exists = ul != NULL;
+    if (ul) jet__urma_loop_stats(ul, &p->st);
+    atomic_store(&p->done, 1);
+}
+
+/* Sum over every loop, each read on its own thread. */
+static jet_urma_loop_stats_t totals(void)
+{
+    jet_urma_loop_stats_t sum;
+    memset(&sum, 0, sizeof sum);
+    for (int i = 0; i < jet_loops_count(); i++) {
+        probe_t p = {.loop = jet_loop_at(i)};
+        p.t.fn = probe_fn;
+        jet_loop_post(p.loop, &p.t);
+        if (!jt_wait_at_least(&p.done, 1, 5000000)) abort();
+        if (!p.exists) continue;
+        sum.endpoints += p.st.endpoints;
+        sum.pooled += p.st.pooled;
+        sum.completions += p.st.completions;
+        sum.c.recv_zerocopy += p.st.c.recv_zerocopy;
+        sum.c.recv_copied += p.st.c.recv_copied;
+        sum.c.credit_msgs += p.st.c.credit_msgs;
+        sum.c.data_wrs += p.st.c.data_wrs;
+        sum.c.signalled_wrs += p.st.c.signalled_wrs;
+        sum.c.send_bounced += p.st.c.send_bounced;
+    }
+    return sum;
+}
+
+static jet_server_t *g_srv;
+static int g_port;
+
+static void test_zero_copy_threshold(void)
+{
+    jet_channel_t *ch = ut_channel(g_port, JET_SOCKET_MODE_URMA, 10000, JET_CONNECTION_SINGLE);
+    JT_REQUIRE(ch);
+    JT_CHECK_EQ(ut_echo_call(ch, 10, 1, "warm"), 0);
+    /* Small frames (< 512 bytes each way): copied. */
+    jet_urma_loop_stats_t a = totals();
+    for (int i = 0; i < 10; i++)
+        JT_CHECK_EQ(ut_echo_call(ch, 100, (uint64_t)i, "s"), 0);
+    jet_urma_loop_stats_t b = totals();
+    JT_CHECK_EQ(b.c.recv_copied - a.c.recv_copied, 20);
+    JT_CHECK_EQ(b.c.recv_zerocopy - a.c.recv_zerocopy, 0);
+    /* 4000-byte frames: the receive buffers themselves go to the parser. */
+    for (int i = 0; i < 10; i++)
+        JT_CHECK_EQ(ut_echo_call(ch, 4000, (uint64_t)i, "z"), 0);
+    jet_urma_loop_stats_t c = totals();
+    JT_CHECK_EQ(c.c.recv_zerocopy - b.c.recv_zerocopy, 20);
+    JT_CHECK_EQ(c.c.recv_copied - b.c.recv_copied, 0);
+    /* A higher threshold copies them. */
+    jet_flag_set("urma_zerocopy_min_size", "5000");
+    for (int i = 0; i < 10; i++)
+        JT_CHECK_EQ(ut_echo_call(ch, 4000, (uint64_t)i, "t"), 0);
+    jet_urma_loop_stats_t d = totals();
+    JT_CHECK_EQ(d.c.recv_copied - c.c.recv_copied, 20);
+    JT_CHECK_EQ(d.c.recv_zerocopy - c.c.recv_zerocopy, 0);
+    jet_flag_set("urma_zerocopy_min_size", "512");
+    jet_flag_set("urma_recv_zerocopy", "false");
+    JT_CHECK_EQ(ut_echo_call(ch, 300000, 7, "off"), 0);
+    jet_urma_loop_stats_t e = totals();
+    JT_CHECK_EQ(e.c.recv_zerocopy - d.c.recv_zerocopy, 0);
+    jet_flag_set("urma_recv_zerocopy", "true");
+    /* A large message: every full receive buffer is zero-copy. */
+    JT_CHECK_EQ(ut_echo_call(ch, 1 << 20, 8, "big"), 0);
+    jet_urma_loop_stats_t f = totals();
+    JT_CHECK(f.c.recv_zerocopy - e.c.recv_zerocopy >= 2 * ((1 << 20) / 8192));
+    jet_channel_destroy(ch);
+}
+
+static void free_cb(void *data, void *arg)
+{
+    atomic_fetch_add((_Atomic int *)arg, 1);
+    free(data);
+}
+
+/* Attachments in plain heap memory (jet_iobuf_append_user): not
+ * registered, so copied into pool blocks for the send; bytes exact, and the
+ * user's free callback runs. */
+static void test_unregistered_user_memory(void)
+{
+    jet_urma_loop_stats_t a = totals();
+    jet_channel_t *ch = ut_channel(g_port, JET_SOCKET_MODE_URMA, 10000, JET_CONNECTION_SHORT);
+    JT_REQUIRE(ch);
+    _Atomic int freed = 0;
+    static const size_t sizes[] = {1, 5000, 70000, 1 << 20};
+    for (size_t i = 0; i < sizeof sizes / sizeof sizes[0]; i++) {
+        size_t len = sizes[i];
+        uint8_t *p = malloc(len);
+        JT_REQUIRE(p);
+        jt_stream_fill(p, i * 5, len);
+        jet_call_t *call = jet_call_create();
+        JT_REQUIRE(jet_iobuf_append_user(jet_call_request_attachment(call), p, len, free_cb,
+                                         (void *)&freed) == 0);
+        Example__EchoRequest req = EXAMPLE__ECHO_REQUEST__INIT;
+        req.message = "user";
+        jet_channel_call(ch, &example__echo_service__descriptor, 0, call, &req.base, NULL, NULL);
+        JT_CHECK(!jet_call_failed(call));
+        jet_iobuf_t *att = jet_call_response_attachment(call);
+        JT_REQUIRE(jet_iobuf_len(att) == len);
+        uint8_t *q = malloc(len);
+        jet_iobuf_copy_to(att, q, len, 0);
+        JT_CHECK(jt_stream_check(q, i * 5, len) < 0);
+        free(q);
+        jet_call_destroy(call);
+    }
+    jet_channel_destroy(ch);
+    JT_CHECK(JT_WAIT_UNTIL(atomic_load(&freed) == 4, 10000000));
+    /* Short connections: their send counters are folded in when they end. */
+    jet_urma_loop_stats_t b;
+    JT_CHECK(JT_WAIT_UNTIL((b = totals(), b.endpoints == 0), 10000000));
+    JT_CHECK(b.c.send_bounced - a.c.send_bounced >= 4);
+}
+
+static void test_signalling_and_piggyback(void)
+{
+    jet_urma_loop_stats_t a = totals();
+    jet_channel_t *ch = ut_channel(g_port, JET_SOCKET_MODE_URMA, 10000, JET_CONNECTION_SINGLE);
+    JT_REQUIRE(ch);
+    for (int i = 0; i < 300; i++)
+        JT_CHECK_EQ(ut_echo_call(ch, 200, (uint64_t)i, "pg"), 0);
+    /* Requests and responses carry each other's credits. */
+    jet_urma_loop_stats_t m = totals();
+    JT_CHECK_EQ(m.c.credit_msgs - a.c.credit_msgs, 0);
+    JT_CHECK_EQ(ut_async_batch(ch, 500, 300, GUARD_US, NULL), 0);
+    jet_channel_destroy(ch);
+    jet_urma_loop_stats_t b;
+    JT_CHECK(JT_WAIT_UNTIL((b = totals(), b.endpoints == 0), 10000000));
+    /* Frames queued together share WRs, so there are fewer than 1600. */
+    uint64_t wrs = b.c.data_wrs - a.c.data_wrs, sig = b.c.signalled_wrs - a.c.signalled_wrs;
+    JT_CHECK(wrs >= 2 * 300);
+    JT_CHECK(sig > 0 && sig * 4 < wrs); /* selective: every local_cap/4-th */
+}
+
+static void test_brpc_envelope_credits(void)
+{
+    jet_flag_set("urma_jetrpc_extensions", "false");
+    jet_urma_loop_stats_t a = totals();
+    jet_channel_t *ch = ut_channel(g_port, JET_SOCKET_MODE_URMA, 30000, JET_CONNECTION_SINGLE);
+    JT_REQUIRE(ch);
+    for (int i = 0; i < 200; i++)
+        JT_CHECK_EQ(ut_echo_call(ch, 200, (uint64_t)i, "brpc"), 0);
+    JT_CHECK_EQ(ut_echo_call(ch, 8 << 20, 3, "brpc-big"), 0);
+    JT_CHECK_EQ(ut_async_batch(ch, 300, 3000, GUARD_US, NULL), 0);
+    jet_channel_destroy(ch);
+    jet_flag_set("urma_jetrpc_extensions", "true");
+    jet_urma_loop_stats_t b;
+    JT_CHECK(JT_WAIT_UNTIL((b = totals(), b.endpoints == 0), 10000000));
+    /* Credits travel only as zero-length SEND_IMMs, about one per half
+     * window of received WRs. */
+    uint64_t credits = b.c.credit_msgs - a.c.credit_msgs, wrs = b.c.data_wrs - a.c.data_wrs;
+    JT_CHECK(credits > 0);
+    JT_CHECK(credits * 62 <= wrs + 62 * 4);
+}
+
+static void test_jetty_reuse(void)
+{
+    jet_channel_t *ch = ut_channel(g_port, JET_SOCKET_MODE_URMA, 10000, JET_CONNECTION_SHORT);
+    JT_REQUIRE(ch);
+    for (int i = 0; i < 30; i++)
+        JT_CHECK_EQ(ut_echo_call(ch, 5000, (uint64_t)i, "reuse"), 0);
+    jet_channel_destroy(ch);
+    jet_urma_loop_stats_t b;
+    JT_CHECK(JT_WAIT_UNTIL((b = totals(), b.endpoints == 0), 10000000));
+    /* Sets came back to the pools (8 per loop at most). */
+    JT_CHECK(b.pooled >= 2);
+    JT_CHECK(b.pooled <= 8 * (uint32_t)jet_loops_count());
+}
+
+int main(int argc, char **argv)
+{
+    jt_urma_main_setup(&argc, &argv, "datapath");
+    g_srv = ut_server_start(JET_SOCKET_MODE_URMA, &g_port);
+    if (!g_srv) return 1;
+    JT_RUN(test_zero_copy_threshold);
+    JT_RUN(test_unregistered_user_memory);
+    JT_RUN(test_signalling_and_piggyback);
+    JT_RUN(test_brpc_envelope_credits);
+    JT_RUN(test_jetty_reuse);
+    jet_server_destroy(g_srv);
+    return jt_finish();
+}

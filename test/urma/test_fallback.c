@@ -1,0 +1,321 @@
+/* Fallback to TCP in every direction, and the option checks:
+ * URMA client -> jetrpc TCP server (declining hello, same connection);
+ * URMA client -> a server that closes on the hello like brpc's TCP-only
+ * servers (the channel reconnects over TCP once, then stays on TCP);
+ * URMA client -> a server that answers a declining hello, v2 and v3 (the
+ * client sends ACK 0); TCP client -> URMA server; URMA unavailable on the
+ * client, on the server, on both (urma_lib names a missing file), or taken
+ * by another block-pool registrar; SSL and non-baidu_std refused. */
+#include "iobuf/block_pool.h"
+#include "urma/urma_handshake.h"
+#include "urma_test.h"
+
+#define GUARD_US (60 * 1000000LL)
+
+static jet_channel_t *channel_retry(int port, jet_connection_type_t type, int max_retry)
+{
+    jet_channel_options_t o;
+    jet_channel_options_init(&o);
+    o.socket_mode = JET_SOCKET_MODE_URMA;
+    o.timeout_ms = 10000;
+    o.connection_type = type;
+    o.max_retry = max_retry;
+    char addr[64];
+    snprintf(addr, sizeof addr, "127.0.0.1:%d", port);
+    jet_channel_t *ch = NULL;
+    return jet_channel_create(addr, &o, &ch) == 0 ? ch : NULL;
+}
+
+static void test_urma_client_tcp_server(void)
+{
+    int port = 0;
+    jet_server_t *srv = ut_server_start(JET_SOCKET_MODE_TCP, &port);
+    JT_REQUIRE(srv);
+    jet_channel_t *ch = channel_retry(port, JET_CONNECTION_SINGLE, 0);
+    JT_REQUIRE(ch);
+    for (int i = 0; i < 3; i++)
+        JT_CHECK_EQ(ut_echo_call(ch, 5000 + (size_t)i, (uint64_t)i, "tcp"), 0);
+    JT_CHECK_EQ(ut_async_batch(ch, 100, 3000, GUARD_US, NULL), 0);
+    jet_channel_destroy(ch);
+    /* Every connection type, each connection declined on its own. */
+    ch = channel_retry(port, JET_CONNECTION_SHORT, 0);
+    JT_REQUIRE(ch);
+    for (int i = 0; i < 5; i++)
+        JT_CHECK_EQ(ut_echo_call(ch, 100, (uint64_t)i, "short"), 0);
+    jet_channel_destroy(ch);
+    jet_server_stats_t st;
+    jet_server_get_stats(srv, &st);
+    JT_CHECK_EQ(st.requests_failed, 0);
+    jet_server_destroy(srv);
+}
+
+/* ---- a brpc TCP-only server: closes on a URMA hello ---------------------------------- */
+
+typedef struct closer {
+    int real_port;
+    _Atomic int hellos, proxied;
+} closer_t;
+
+static void closer_fn(int fd, int index, void *arg)
+{
+    closer_t *c = arg;
+    char head[4];
+    if (ut_read_n(fd, head, 4, 5000) != 4) {
+        close(fd);
+        return;
+    }
+    if (memcmp(head, "URMA", 4) == 0 || memcmp(head, "URM3", 4) == 0) {
+        /* brpc: "unknown message", close. */
+        char rest[256];
+        ut_read_n(fd, rest, sizeof rest, 50);
+        atomic_fetch_add(&c->hellos, 1);
+        close(fd);
+        return;
+    }
+    int up = ut_connect(c->real_port);
+    if (up < 0 || !ut_send_all(up, head, 4)) {
+        close(fd);
+        if (up >= 0) close(up);
+        return;
+    }
+    atomic_fetch_add(&c->proxied, 1);
+    ut_pump(fd, up);
+}
+
+static void test_urma_client_brpc_tcp_server(void)
+{
+    int real = 0;
+    jet_server_t *srv = ut_server_start(JET_SOCKET_MODE_TCP, &real);
+    JT_REQUIRE(srv);
+    closer_t c = {.real_port = real};
+    ut_fake_t f;
+    ut_fake_start(&f, closer_fn, &c);
+    /* No retries allowed: the fallback reconnect must not need one. */
+    jet_channel_t *ch = channel_retry(f.port, JET_CONNECTION_SINGLE, 0);
+    JT_REQUIRE(ch);
+    JT_CHECK_EQ(ut_echo_call(ch, 2000, 1, "brpc-tcp"), 0);
+    JT_CHECK_EQ(ut_echo_call(ch, 2000, 2, "brpc-tcp"), 0);
+    JT_CHECK_EQ(atomic_load(&c.hellos), 1);
+    JT_CHECK_EQ(atomic_load(&c.proxied), 1);
+    jet_channel_destroy(ch);
+    /* A short-connection channel learns it once, then skips the hello. */
+    ch = channel_retry(f.port, JET_CONNECTION_SHORT, 0);
+    JT_REQUIRE(ch);
+    for (int i = 0; i < 4; i++)
+        JT_CHECK_EQ(ut_echo_call(ch, 300, (uint64_t)i, "brpc-tcp"), 0);
+    JT_CHECK_EQ(atomic_load(&c.hellos), 2);
+    JT_CHECK_EQ(atomic_load(&c.proxied), 5);
+    /* Concurrent calls queued on the refused connection all move over. */
+    jet_channel_destroy(ch);
+    ch = channel_retry(f.port, JET_CONNECTION_SINGLE, 0);
+    JT_REQUIRE(ch);
+    JT_CHECK_EQ(ut_async_batch(ch, 50, 1000, GUARD_US, NULL), 0);
+    JT_CHECK_EQ(atomic_load(&c.hellos), 3);
+    jet_channel_destroy(ch);
+    ut_fake_stop(&f);
+    jet_server_destroy(srv);
+}
+
+/* ---- a server that declines with a hello ------------------------------------------- */
+
+typedef struct decliner {
+    int real_port;
+    _Atomic int hellos, acks_zero, acks_other, v3;
+} decliner_t;
+
+static void decliner_fn(int fd, int index, void *arg)
+{
+    decliner_t *d = arg;
+    uint8_t buf[4200];
+    size_t have = ut_read_n(fd, buf, 8, 5000), used = 0;
+    jet_urma_hello_t h;
+    jet_urma_hello_result_t r = JET_URMA_HELLO_INCOMPLETE;
+    while (have >= 8 &&
+           (r = jet__urma_hello_parse(buf, have, &h, &used)) == JET_URMA_HELLO_INCOMPLETE)
+        if (ut_read_n(fd, buf + have, 1, 5000) == 1)
+            have++;
+        else
+            break;
+    if (r != JET_URMA_HELLO_OK) {
+        close(fd);
+        return;
+    }
+    atomic_fetch_add(&d->hellos, 1);
+    if (h.version == 3) atomic_fetch_add(&d->v3, 1);
+    uint8_t out[4200];
+    int n = jet__urma_hello_pack_decline(h.version, out, sizeof out);
+    uint8_t ack[4];
+    if (n <= 0 || !ut_send_all(fd, out, (size_t)n) || ut_read_n(fd, ack, 4, 5000) != 4) {
+        close(fd);
+        return;
+    }
+    if (jet__urma_ack_parse(ack) == 0)
+        atomic_fetch_add(&d->acks_zero, 1);
+    else
+        atomic_fetch_add(&d->acks_other, 1);
+    int up = ut_connect(d->real_port);
+    if (up < 0) {
+        close(fd);
+        return;
+    }
+    ut_pump(fd, up);
+}
+
+static void declining(int version)
+{
+    int real = 0;
+    jet_server_t *srv = ut_server_start(JET_SOCKET_MODE_TCP, &real);
+    JT_REQUIRE(srv);
+    decliner_t d = {.real_port = real};
+    ut_fake_t f;
+    ut_fake_start(&f, decliner_fn, &d);
+    jet_flag_set("urma_client_handshake_version", version == 3 ? "3" : "2");
+    jet_channel_t *ch = channel_retry(f.port, JET_CONNECTION_SINGLE, 0);
+    JT_REQUIRE(ch);
+    JT_CHECK_EQ(ut_echo_call(ch, 7000, 3, "declined"), 0);
+    JT_CHECK_EQ(ut_async_batch(ch, 30, 10000, GUARD_US, NULL), 0);
+    jet_channel_destroy(ch);
+    jet_flag_set("urma_client_handshake_version", "2");
+    JT_CHECK_EQ(atomic_load(&d.hellos), 1);
+    JT_CHECK_EQ(atomic_load(&d.v3), version == 3 ? 1 : 0);
+    JT_CHECK_EQ(atomic_load(&d.acks_zero), 1); /* brpc's client would send none */
+    JT_CHECK_EQ(atomic_load(&d.acks_other), 0);
+    ut_fake_stop(&f);
+    jet_server_destroy(srv);
+}
+
+static void test_urma_client_declining_server_v2(void)
+{
+    declining(2);
+}
+
+static void test_urma_client_declining_server_v3(void)
+{
+    declining(3);
+}
+
+static void test_tcp_client_urma_server(void)
+{
+    int port = 0;
+    jet_server_t *srv = ut_server_start(JET_SOCKET_MODE_URMA, &port);
+    JT_REQUIRE(srv);
+    jet_channel_t *ch = ut_channel(port, JET_SOCKET_MODE_TCP, 10000, JET_CONNECTION_SINGLE);
+    JT_REQUIRE(ch);
+    JT_CHECK_EQ(ut_echo_call(ch, 100000, 4, "tcp-client"), 0);
+    JT_CHECK_EQ(ut_async_batch(ch, 100, 2000, GUARD_US, NULL), 0);
+    jet_channel_destroy(ch);
+    /* The same server keeps serving URMA clients. */
+    ch = ut_channel(port, JET_SOCKET_MODE_URMA, 10000, JET_CONNECTION_SINGLE);
+    JT_REQUIRE(ch);
+    JT_CHECK_EQ(ut_echo_call(ch, 100000, 5, "urma-client"), 0);
+    jet_channel_destroy(ch);
+    jet_server_destroy(srv);
+}
+
+static const char *const missing_lib = "--urma_lib=/nonexistent/liburma.so.0";
+
+static void test_client_urma_unavailable(void)
+{
+    int port = 0;
+    jet_server_t *srv = ut_server_start(JET_SOCKET_MODE_URMA, &port);
+    JT_REQUIRE(srv);
+    char p[32];
+    snprintf(p, sizeof p, "port=%d", port);
+    const char *args[] = {p, "calls=4", "size=20000", missing_lib, NULL};
+    JT_CHECK_EQ(ut_client_run(args, NULL), 0);
+    /* A library without the URMA symbols is as good as none. */
+    const char *args2[] = {p, "calls=2", "--urma_lib=libz.so.1", NULL};
+    JT_CHECK_EQ(ut_client_run(args2, NULL), 0);
+    /* Another block-pool registrar in the client process. */
+    const char *args3[] = {p, "calls=2", "registrar=other", NULL};
+    JT_CHECK_EQ(ut_client_run(args3, NULL), 0);
+    jet_server_destroy(srv);
+}
+
+static void test_server_urma_unavailable(void)
+{
+    const char *sargs[] = {missing_lib, NULL};
+    ut_child_t c;
+    JT_REQUIRE(ut_child_start(&c, sargs) == 0);
+    for (int v = 2; v <= 3; v++) {
+        jet_flag_set("urma_client_handshake_version", v == 3 ? "3" : "2");
+        jet_channel_t *ch = channel_retry(c.port, JET_CONNECTION_SINGLE, 0);
+        JT_REQUIRE(ch);
+        JT_CHECK_EQ(ut_echo_call(ch, 30000, 6, "srv-unavailable"), 0);
+        JT_CHECK_EQ(ut_async_batch(ch, 20, 500, GUARD_US, NULL), 0);
+        jet_channel_destroy(ch);
+    }
+    jet_flag_set("urma_client_handshake_version", "2");
+    /* Both sides without URMA. */
+    char p[32];
+    snprintf(p, sizeof p, "port=%d", c.port);
+    const char *args[] = {p, "calls=3", missing_lib, NULL};
+    JT_CHECK_EQ(ut_client_run(args, NULL), 0);
+    JT_CHECK_EQ(ut_child_stop(&c), 0);
+}
+
+static void test_option_checks(void)
+{
+    jet_channel_options_t o;
+    jet_channel_options_init(&o);
+    o.socket_mode = JET_SOCKET_MODE_URMA;
+    o.use_ssl = true;
+    jet_channel_t *ch = NULL;
+    JT_CHECK_EQ(jet_channel_create("127.0.0.1:1", &o, &ch), -EPROTONOSUPPORT);
+    o.use_ssl = false;
+    static const char *const protocols[] = {
+        "http", "h2", "redis", "nshead", "hulu_pbrpc", "sofa_pbrpc", "memcache", "streaming_rpc"};
+    for (size_t i = 0; i < sizeof protocols / sizeof protocols[0]; i++) {
+        o.protocol = protocols[i];
+        JT_CHECK_AT(protocols[i], jet_channel_create("127.0.0.1:1", &o, &ch) == -EPROTONOSUPPORT);
+    }
+    o.protocol = "baidu_std";
+    JT_CHECK_EQ(jet_channel_create("127.0.0.1:1", &o, &ch), 0);
+    jet_channel_destroy(ch);
+
+    jet_server_options_t so;
+    jet_server_options_init(&so);
+    so.socket_mode = JET_SOCKET_MODE_URMA;
+    so.ssl_cert = "cert.pem";
+    jet_server_t *srv = NULL;
+    JT_REQUIRE(jet_server_create(&so, &srv) == 0);
+    JT_CHECK_EQ(jet_server_start(srv, "127.0.0.1:0"), -EPROTONOSUPPORT);
+    jet_server_destroy(srv);
+}
+
+/* ---- child roles ------------------------------------------------------------- */
+
+static int reg_dummy(void *ctx, void *base, size_t len, int memfd, void **reg_p)
+{
+    *reg_p = base;
+    return 0;
+}
+
+static void dereg_dummy(void *ctx, void *reg) {}
+
+static int client_role(int argc, char **argv)
+{
+    for (int i = 2; i < argc; i++) {
+        if (strcmp(argv[i], "registrar=other") == 0) {
+            jet_registrar_t r = {.name = "other", .reg = reg_dummy, .dereg = dereg_dummy};
+            if (jet__block_pool_set_registrar(&r) < 0) return 6;
+        }
+    }
+    return ut_client_role(argc, argv);
+}
+
+int main(int argc, char **argv)
+{
+    jt_urma_main_setup(&argc, &argv, "fallback");
+    if (argc > 1 && strcmp(argv[1], "role=server") == 0) return ut_server_role(argc, argv);
+    if (argc > 1 && strcmp(argv[1], "role=client") == 0) return client_role(argc, argv);
+    JT_RUN(test_urma_client_tcp_server);
+    JT_RUN(test_urma_client_brpc_tcp_server);
+    JT_RUN(test_urma_client_declining_server_v2);
+    JT_RUN(test_urma_client_declining_server_v3);
+    JT_RUN(test_tcp_client_urma_server);
+    JT_RUN(test_client_urma_unavailable);
+    JT_RUN(test_server_urma_unavailable);
+    JT_RUN(test_option_checks);
+    return jt_finish();
+}

@@ -1,0 +1,241 @@
+/* Faults on live URMA connections: a peer killed mid-transfer (either side),
+ * completion errors injected by softub (SOFTUB_ERR_EVERY), receivers that
+ * never have a receive posted (SOFTUB_FORCE_RNR), and a loop whose
+ * completion queue is full (new connections fall back to TCP). Every case
+ * ends with every call completed - no hang - and the surviving process
+ * still serving. */
+#include "urma_test.h"
+
+#define GUARD_US (60 * 1000000LL)
+
+static jet_channel_t *channel(int port, int32_t timeout_ms, int max_retry)
+{
+    jet_channel_options_t o;
+    jet_channel_options_init(&o);
+    o.socket_mode = JET_SOCKET_MODE_URMA;
+    o.timeout_ms = timeout_ms;
+    o.max_retry = max_retry;
+    char addr[64];
+    snprintf(addr, sizeof addr, "127.0.0.1:%d", port);
+    jet_channel_t *ch = NULL;
+    return jet_channel_create(addr, &o, &ch) == 0 ? ch : NULL;
+}
+
+/* Codes a connection failure may give a call (never its deadline). */
+static bool connection_error(int code)
+{
+    return code == JET_EEOF || code == EIO || code == JET_EFAILEDSOCKET || code == ECONNRESET ||
+           code == ECONNREFUSED || code == EPIPE;
+}
+
+static void test_server_killed_mid_transfer(void)
+{
+    ut_child_t c;
+    JT_REQUIRE(ut_child_start(&c, NULL) == 0);
+    jet_channel_t *ch = channel(c.port, 30000, 0);
+    JT_REQUIRE(ch);
+    JT_CHECK_EQ(ut_echo_call(ch, 1000, 1, "warm"), 0);
+    enum { N = 24 }; /* 48 MiB: under the socket's 64 MiB write limit */
+    ut_batch_t b = {.len = 2 << 20};
+    ut_slot_t sl[N];
+    uint8_t *p = malloc(b.len);
+    JT_REQUIRE(p);
+    for (int i = 0; i < N; i++) {
+        sl[i] = (ut_slot_t){.b = &b, .seed = (uint64_t)i, .call = jet_call_create()};
+        Example__EchoRequest r = EXAMPLE__ECHO_REQUEST__INIT;
+        sl[i].req = r;
+        sl[i].req.message = "big";
+        jt_stream_fill(p, sl[i].seed, b.len);
+        jet_iobuf_append(jet_call_request_attachment(sl[i].call), p, b.len);
+    }
+    free(p);
+    for (int i = 0; i < N; i++)
+        jet_channel_call(ch, &example__echo_service__descriptor, 0, sl[i].call, &sl[i].req.base,
+                         ut_batch_done, &sl[i]);
+    usleep(20000);
+    kill(c.pid, SIGKILL);
+    JT_REQUIRE(jt_wait_at_least(&b.done, N, GUARD_US));
+    int failed = 0;
+    for (int i = 0; i < N; i++) {
+        if (!jet_call_failed(sl[i].call)) continue;
+        failed++;
+        int code = jet_call_error_code(sl[i].call);
+        JT_CHECK_AT(jet_call_error_text(sl[i].call), connection_error(code));
+        jet_call_destroy(sl[i].call);
+        sl[i].call = NULL;
+    }
+    for (int i = 0; i < N; i++)
+        if (sl[i].call) jet_call_destroy(sl[i].call);
+    JT_CHECK(failed > 0);
+    waitpid(c.pid, NULL, 0);
+    close(c.in_fd);
+    jet_channel_destroy(ch);
+    /* The client process goes on with other servers. */
+    JT_REQUIRE(ut_child_start(&c, NULL) == 0);
+    ch = channel(c.port, 30000, 0);
+    JT_REQUIRE(ch);
+    JT_CHECK_EQ(ut_echo_call(ch, 300000, 2, "after"), 0);
+    jet_channel_destroy(ch);
+    JT_CHECK_EQ(ut_child_stop(&c), 0);
+}
+
+static void test_client_killed_mid_transfer(void)
+{
+    int port = 0;
+    jet_server_t *srv = ut_server_start(JET_SOCKET_MODE_URMA, &port);
+    JT_REQUIRE(srv);
+    char pa[32];
+    snprintf(pa, sizeof pa, "port=%d", port);
+    for (int round = 0; round < 3; round++) {
+        const char *argv[] = {ut_self, "role=client", pa, "calls=100000", "size=1048576", NULL};
+        pid_t pid = fork();
+        JT_REQUIRE(pid >= 0);
+        if (pid == 0) {
+            execv(ut_self, (char *const *)argv);
+            _exit(127);
+        }
+        jet_server_stats_t st;
+        JT_WAIT_UNTIL((jet_server_get_stats(srv, &st), st.requests > (uint64_t)round * 5 + 3),
+                      20000000);
+        kill(pid, SIGKILL);
+        waitpid(pid, NULL, 0);
+        JT_CHECK(
+            JT_WAIT_UNTIL((jet_server_get_stats(srv, &st), st.connections_open == 0), 20000000));
+    }
+    jet_channel_t *ch = channel(port, 30000, 0);
+    JT_REQUIRE(ch);
+    JT_CHECK_EQ(ut_echo_call(ch, 1 << 20, 3, "survivor"), 0);
+    jet_channel_destroy(ch);
+    jet_server_destroy(srv);
+}
+
+/* Every 37th WR of the server process completes with an error: the
+ * connection fails cleanly, its calls end, the next call reconnects. */
+static void test_completion_errors_server(void)
+{
+    const char *envs[] = {"SOFTUB_ERR_EVERY=37", NULL};
+    ut_child_t c;
+    JT_REQUIRE(ut_child_start_env(&c, NULL, envs) == 0);
+    jet_channel_t *ch = channel(c.port, 20000, 0);
+    JT_REQUIRE(ch);
+    /* One WR per response: about one call in 37 meets the error. */
+    int ok = 0, bad = 0;
+    for (int i = 0; i < 150; i++) {
+        int rc = ut_echo_call(ch, 1000, (uint64_t)i, "err");
+        if (rc == 0) {
+            ok++;
+        } else {
+            bad++;
+            JT_CHECK_AT("sync error", connection_error(rc));
+        }
+    }
+    JT_CHECK(bad > 0);
+    JT_CHECK(ok > bad);
+    /* Many calls in flight when the connection fails: all end. */
+    for (int round = 0; round < 4; round++) {
+        int err = 0;
+        int n = ut_async_batch(ch, 20, 20000, GUARD_US, &err);
+        JT_REQUIRE(n <= 20);
+        if (n) JT_CHECK_AT("round error", connection_error(err));
+    }
+    jet_channel_destroy(ch);
+    JT_CHECK_EQ(ut_child_stop(&c), 0); /* no crash, clean exit */
+}
+
+static void test_completion_errors_client(void)
+{
+    int port = 0;
+    jet_server_t *srv = ut_server_start(JET_SOCKET_MODE_URMA, &port);
+    JT_REQUIRE(srv);
+    char pa[32];
+    snprintf(pa, sizeof pa, "port=%d", port);
+    const char *args[] = {pa, "calls=200", "size=30000", NULL};
+    const char *envs[] = {"SOFTUB_ERR_EVERY=29", NULL};
+    int rc = ut_client_run(args, envs);
+    /* Its calls end, retried on new connections or failed with a connection
+     * error; never wrong bytes (1), never a crash (>= 128). */
+    JT_CHECK(rc == 0 || connection_error(rc));
+    jet_server_stats_t st;
+    JT_CHECK(JT_WAIT_UNTIL((jet_server_get_stats(srv, &st), st.connections_open == 0), 20000000));
+    jet_channel_t *ch = channel(port, 30000, 0);
+    JT_REQUIRE(ch);
+    JT_CHECK_EQ(ut_echo_call(ch, 10000, 4, "survivor"), 0);
+    jet_channel_destroy(ch);
+    jet_server_destroy(srv);
+}
+
+/* The server never has a receive posted: the client's sends retry (RNR)
+ * until the call's deadline; closing the connection flushes them. */
+static void test_forced_rnr(void)
+{
+    const char *envs[] = {"SOFTUB_FORCE_RNR=1", NULL};
+    ut_child_t c;
+    JT_REQUIRE(ut_child_start_env(&c, NULL, envs) == 0);
+    jet_channel_t *ch = channel(c.port, 300, 0);
+    JT_REQUIRE(ch);
+    JT_CHECK_EQ(ut_echo_call(ch, 100, 5, "rnr"), JET_ERPCTIMEDOUT);
+    JT_CHECK_EQ(ut_async_batch(ch, 10, 50000, GUARD_US, NULL), 10);
+    jet_channel_destroy(ch);
+    JT_CHECK_EQ(ut_child_stop(&c), 0);
+    /* This process's loops are fine afterwards. */
+    int port = 0;
+    jet_server_t *srv = ut_server_start(JET_SOCKET_MODE_URMA, &port);
+    JT_REQUIRE(srv);
+    ch = channel(port, 30000, 0);
+    JT_REQUIRE(ch);
+    JT_CHECK_EQ(ut_echo_call(ch, 100000, 6, "after-rnr"), 0);
+    jet_channel_destroy(ch);
+    jet_server_destroy(srv);
+}
+
+typedef struct conn_arg {
+    int port;
+    _Atomic int *bad;
+} conn_arg_t;
+
+static void *conn_main(void *arg)
+{
+    conn_arg_t *a = arg;
+    jet_channel_t *ch = channel(a->port, 30000, 0);
+    if (!ch || ut_echo_call(ch, 5000, 1, "full") != 0 || ut_echo_call(ch, 70000, 2, "full") != 0)
+        atomic_fetch_add(a->bad, 1);
+    /* Held open until every thread has called: the JFC stays full. */
+    usleep(300000);
+    if (ch) jet_channel_destroy(ch);
+    return NULL;
+}
+
+/* A server whose loops' completion queues hold two connections each: the
+ * others are declined and run over TCP. */
+static void test_jfc_full_falls_back(void)
+{
+    const char *args[] = {"--urma_jfc_depth=600", "--event_loop_num=2", NULL};
+    ut_child_t c;
+    JT_REQUIRE(ut_child_start(&c, args) == 0);
+    enum { N = 12 };
+    _Atomic int bad = 0;
+    pthread_t th[N];
+    conn_arg_t a[N];
+    for (int i = 0; i < N; i++) {
+        a[i] = (conn_arg_t){.port = c.port, .bad = &bad};
+        JT_REQUIRE(pthread_create(&th[i], NULL, conn_main, &a[i]) == 0);
+    }
+    for (int i = 0; i < N; i++)
+        pthread_join(th[i], NULL);
+    JT_CHECK_EQ(atomic_load(&bad), 0);
+    JT_CHECK_EQ(ut_child_stop(&c), 0);
+}
+
+int main(int argc, char **argv)
+{
+    jt_urma_main_setup(&argc, &argv, "faults");
+    if (argc > 1 && strcmp(argv[1], "role=server") == 0) return ut_server_role(argc, argv);
+    if (argc > 1 && strcmp(argv[1], "role=client") == 0) return ut_client_role(argc, argv);
+    JT_RUN(test_server_killed_mid_transfer);
+    JT_RUN(test_client_killed_mid_transfer);
+    JT_RUN(test_completion_errors_server);
+    JT_RUN(test_completion_errors_client);
+    JT_RUN(test_forced_rnr);
+    JT_RUN(test_jfc_full_falls_back);
+    return jt_finish();
+}
