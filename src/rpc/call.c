@@ -10,6 +10,7 @@
 
 #include "base/futex.h"
 #include "base/pool.h"
+#include "base/time.h"
 #include "jetrpc/errors.h"
 
 /* ---- correlation-id registry -------------------------------------------- */
@@ -143,9 +144,21 @@ void jet__cid_free(uint32_t idx)
     cid_push_free(idx);
 }
 
-void jet__cid_join(uint32_t idx, uint32_t free_seq)
+void jet__cid_join(uint32_t idx, uint32_t free_seq, int64_t spin_us)
 {
     cid_slot_t *slot = cid_slot(idx);
+    if (spin_us > 0) {
+        /* The answer of a polled transport often lands within microseconds:
+         * waiting here saves the futex sleep and the loop's wake-up call. */
+        int64_t until = jet_now_us() + spin_us;
+        do {
+            for (int i = 0; i < 64; i++) {
+                if (atomic_load_explicit(&slot->free_seq, memory_order_acquire) != free_seq)
+                    return;
+                jet__cpu_relax();
+            }
+        } while (jet_now_us() < until);
+    }
     for (;;) {
         atomic_store_explicit(&slot->waiting, 1, memory_order_seq_cst);
         uint32_t now = atomic_load_explicit(&slot->free_seq, memory_order_seq_cst);

@@ -82,7 +82,8 @@ jet_call_t *jet__cid_claim(uint64_t cid, uint64_t *next_cid_p);
 /* Frees the slot and wakes its joiners. The call is not touched: a done
  * callback may already have destroyed or reissued it. */
 void jet__cid_free(uint32_t slot);
-/* Waits until slot has been freed more than free_seq times. */
-void jet__cid_join(uint32_t slot, uint32_t free_seq);
+/* Waits until slot has been freed more than free_seq times, spinning up to
+ * spin_us microseconds before sleeping. */
+void jet__cid_join(uint32_t slot, uint32_t free_seq, int64_t spin_us);
 
 #endif
