@@ -38,6 +38,7 @@
 
 #include <jetrpc/jetrpc.h>
 
+#include "bench_stats.h"
 #include "echo.pb-c.h"
 
 /* Names of brpc's example/rdma_performance where it has the setting. */
@@ -49,7 +50,8 @@ JET_FLAG_DEFINE_BOOL(echo_attachment, true, "The forked server echoes the attach
 JET_FLAG_DEFINE_INT32(test_seconds, 10, "Measured seconds of each run");
 JET_FLAG_DEFINE_INT32(warmup_seconds, 2, "Unmeasured seconds before each run");
 JET_FLAG_DEFINE_STRING(socket_mode, "tcp",
-                       "Transport: tcp, ubring or urma; a comma list runs each in turn");
+                       "Transport: tcp, ubring, urma (event mode) or urma-poll (both sides "
+                       "--urma_use_polling); a comma list runs each in turn");
 JET_FLAG_DEFINE_INT32(message_size, 16, "Bytes of the request's message string (echoed back)");
 JET_FLAG_DEFINE_STRING(server, "",
                        "Call this external echo server (ip:port or unix:/path) instead of "
@@ -64,102 +66,17 @@ JET_FLAG_DEFINE_INT32(rpc_timeout_ms, 2000, "RPC call timeout");
 JET_FLAG_DEFINE_BOOL(usercode_in_pool, false, "Forked server: run handlers on worker threads");
 JET_FLAG_DEFINE_STRING(bench_role, "client", "Internal: 'server' in the forked server process");
 JET_FLAG_DEFINE_INT32(bench_ctl_fd, -1, "Internal: the forked server's control socket");
+JET_FLAG_DEFINE_BOOL(bench_child, false, "Internal: a client run for one URMA mode");
+JET_FLAG_DEFINE_STRING(softub_perf, "",
+                       "--matrix: the softub_perf binary for the raw floor (default: "
+                       "<build>/softub/tools/softub_perf next to this binary; none: skip)");
 
 #define BENCH_MAX_SLOTS   4096 /* a 10 KiB histogram each */
 #define BENCH_MIB         (1024.0 * 1024.0)
 #define BENCH_REF_LABEL   "brpc (reference, quiet machine)"
 #define BENCH_CTL_WAIT_MS 10000
 
-/* ---- latency histogram -------------------------------------------------------
- * HDR-style: values (ns) below 2*SUB are exact; above, each power of two is cut
- * into SUB buckets, so a bucket is at most 1/SUB (3%) of its value wide. */
-
-#define HIST_SUB_BITS  5
-#define HIST_SUB       (1u << HIST_SUB_BITS)
-#define HIST_MAX_SHIFT 36 /* top bucket starts near 2^41 ns (~37 min) */
-#define HIST_BUCKETS   ((HIST_MAX_SHIFT + 2) * HIST_SUB)
-
-typedef struct bench_hist {
-    uint64_t count;
-    uint64_t sum_ns;
-    uint64_t min_ns;
-    uint64_t max_ns;
-    uint64_t b[HIST_BUCKETS];
-} bench_hist_t;
-
-static unsigned hist_index(uint64_t v)
-{
-    if (v < 2 * HIST_SUB) return (unsigned)v;
-    unsigned shift = (unsigned)(63 - __builtin_clzll(v)) - HIST_SUB_BITS;
-    if (shift > HIST_MAX_SHIFT) return HIST_BUCKETS - 1;
-    return (shift + 1) * HIST_SUB + (unsigned)(v >> shift) - HIST_SUB;
-}
-
-/* The middle of bucket idx. */
-static uint64_t hist_value(unsigned idx)
-{
-    if (idx < 2 * HIST_SUB) return idx;
-    unsigned shift = idx / HIST_SUB - 1;
-    uint64_t low = (uint64_t)(HIST_SUB + idx % HIST_SUB) << shift;
-    return low + ((1ull << shift) >> 1);
-}
-
-static inline void hist_add(bench_hist_t *h, uint64_t v)
-{
-    h->b[hist_index(v)]++;
-    if (h->count == 0 || v < h->min_ns) h->min_ns = v;
-    if (v > h->max_ns) h->max_ns = v;
-    h->count++;
-    h->sum_ns += v;
-}
-
-static void hist_merge(bench_hist_t *dst, const bench_hist_t *src)
-{
-    if (!src->count) return;
-    for (unsigned i = 0; i < HIST_BUCKETS; i++)
-        dst->b[i] += src->b[i];
-    if (dst->count == 0 || src->min_ns < dst->min_ns) dst->min_ns = src->min_ns;
-    if (src->max_ns > dst->max_ns) dst->max_ns = src->max_ns;
-    dst->count += src->count;
-    dst->sum_ns += src->sum_ns;
-}
-
-/* The value at quantile q (0..1], in ns; 0 for an empty histogram. */
-static double hist_quantile(const bench_hist_t *h, double q)
-{
-    if (!h->count) return 0;
-    uint64_t rank = (uint64_t)(q * (double)h->count + 0.999999);
-    if (rank < 1) rank = 1;
-    if (rank > h->count) rank = h->count;
-    uint64_t seen = 0;
-    for (unsigned i = 0; i < HIST_BUCKETS; i++) {
-        seen += h->b[i];
-        if (seen >= rank) {
-            uint64_t v = hist_value(i);
-            if (v < h->min_ns) v = h->min_ns;
-            if (v > h->max_ns) v = h->max_ns;
-            return (double)v;
-        }
-    }
-    return (double)h->max_ns;
-}
-
 /* ---- small helpers ------------------------------------------------------------ */
-
-static int64_t bench_now_ns(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (int64_t)ts.tv_sec * 1000000000 + ts.tv_nsec;
-}
-
-static double bench_self_cpu_us(void)
-{
-    struct rusage ru;
-    getrusage(RUSAGE_SELF, &ru);
-    return (double)(ru.ru_utime.tv_sec + ru.ru_stime.tv_sec) * 1e6 +
-           (double)(ru.ru_utime.tv_usec + ru.ru_stime.tv_usec);
-}
 
 /* Reads one '\n'-terminated line (without it) within timeout_ms. 0, -ETIMEDOUT,
  * -EPIPE at EOF, -EMSGSIZE, or -errno. Control traffic only: byte reads are fine. */
@@ -188,6 +105,25 @@ static int bench_read_line(int fd, char *buf, size_t size, int timeout_ms)
         if (n + 1 >= size) return -EMSGSIZE;
         buf[n++] = c;
     }
+}
+
+/* "urma-poll" is URMA with --urma_use_polling on both sides; the other names
+ * are socket modes. Sets the polling flag of this process to match (the
+ * URMA context takes it at first use, so one process runs one of the two). */
+static int bench_mode_parse(const char *name, jet_socket_mode_t *mode)
+{
+    bool poll = strcmp(name, "urma-poll") == 0;
+    if (poll)
+        *mode = JET_SOCKET_MODE_URMA;
+    else if (jet_socket_mode_parse(name, mode) < 0)
+        return -EINVAL;
+    if (*mode == JET_SOCKET_MODE_URMA) jet_flag_set("urma_use_polling", poll ? "true" : "false");
+    return 0;
+}
+
+static bool bench_mode_is_urma(const char *name)
+{
+    return strncmp(name, "urma", 4) == 0;
 }
 
 /* ---- the forked server ---------------------------------------------------------
@@ -222,7 +158,7 @@ static int bench_server_main(void)
     jet_server_options_init(&opts);
     opts.usercode_in_pool = JET_FLAG(usercode_in_pool);
     opts.graceful_stop_ms = 1000;
-    int rc = jet_socket_mode_parse(JET_FLAG(socket_mode), &opts.socket_mode);
+    int rc = bench_mode_parse(JET_FLAG(socket_mode), &opts.socket_mode);
     if (rc < 0) {
         dprintf(ctl, "error unknown socket_mode '%s'\n", JET_FLAG(socket_mode));
         return 2;
@@ -777,6 +713,222 @@ static const bench_row_t bench_refs[] = {
     {BENCH_REF_LABEL, 1, 1, true, 16, 1 << 20, -1, -1, -1, -1, -1, 328, -1, -1, -1},
 };
 
+/* ---- URMA modes in a client process of their own ------------------------------
+ * The URMA context fixes event or polling mode at its first use, so each URMA
+ * mode of a run gets a fresh client: this program again with that one mode
+ * and --json, its rows read back from a pipe. */
+
+typedef struct bench_entry {
+    bench_row_t row;
+    const bench_result_t *res; /* NULL for a row read from a child */
+    char *json;                /* the child's line, printed as is with --json */
+} bench_entry_t;
+
+/* The number after "key": in a JSON line of ours; -1 when absent or null. */
+static double bench_json_get(const char *line, const char *key)
+{
+    char pat[64];
+    snprintf(pat, sizeof pat, "\"%s\":", key);
+    const char *p = strstr(line, pat);
+    if (!p) return -1;
+    p += strlen(pat);
+    while (*p == ' ')
+        p++;
+    if (strncmp(p, "true", 4) == 0) return 1;
+    if (strncmp(p, "false", 5) == 0) return 0;
+    char *end;
+    double v = strtod(p, &end);
+    return end == p ? -1 : v;
+}
+
+static void bench_row_from_json(const char *line, const char *label, bench_row_t *row)
+{
+    row->label = label;
+    row->threads = (int)bench_json_get(line, "threads");
+    row->depth = (int)bench_json_get(line, "queue_depth");
+    row->sync = bench_json_get(line, "sync") > 0;
+    row->msg = (int)bench_json_get(line, "message_size");
+    row->att = (int)bench_json_get(line, "attachment_size");
+    row->qps = bench_json_get(line, "qps");
+    row->avg = bench_json_get(line, "lat_avg_us");
+    row->p50 = bench_json_get(line, "lat_p50_us");
+    row->p99 = bench_json_get(line, "lat_p99_us");
+    row->p999 = bench_json_get(line, "lat_p999_us");
+    row->mbps = bench_json_get(line, "mb_per_s");
+    row->ccpu = bench_json_get(line, "client_cpu_us_per_call");
+    row->scpu = bench_json_get(line, "server_cpu_us_per_call");
+    row->errors = bench_json_get(line, "errors");
+}
+
+static int bench_mode_child(const char *mode_name, bench_entry_t *entries, int *n, int max)
+{
+    const char *label = strcmp(mode_name, "urma-poll") == 0 ? "urma-poll" : "urma";
+    int pfd[2];
+    if (pipe2(pfd, O_CLOEXEC) < 0) return -errno;
+    char modearg[96];
+    snprintf(modearg, sizeof modearg, "--socket_mode=%s", mode_name);
+    char jsonarg[] = "--json=true", childarg[] = "--bench_child=true";
+    char **argv = calloc((size_t)bench_argc + 4, sizeof *argv);
+    if (!argv) {
+        close(pfd[0]);
+        close(pfd[1]);
+        return -ENOMEM;
+    }
+    for (int i = 0; i < bench_argc; i++)
+        argv[i] = bench_argv[i];
+    argv[bench_argc] = modearg;
+    argv[bench_argc + 1] = jsonarg;
+    argv[bench_argc + 2] = childarg;
+    fflush(stdout);
+    pid_t pid = fork();
+    if (pid == 0) {
+        if (dup2(pfd[1], STDOUT_FILENO) < 0) _exit(127);
+        execv(bench_exe, argv);
+        _exit(127);
+    }
+    int err = pid < 0 ? -errno : 0;
+    free(argv);
+    close(pfd[1]);
+    if (err) {
+        close(pfd[0]);
+        return err;
+    }
+    FILE *f = fdopen(pfd[0], "r");
+    if (!f) {
+        close(pfd[0]);
+        waitpid(pid, NULL, 0);
+        return -ENOMEM;
+    }
+    char line[2048];
+    int got = 0;
+    while (fgets(line, sizeof line, f)) {
+        line[strcspn(line, "\n")] = '\0';
+        if (line[0] != '{' || *n >= max) continue;
+        bench_entry_t *e = &entries[*n];
+        memset(e, 0, sizeof *e);
+        bench_row_from_json(line, label, &e->row);
+        e->json = strdup(line);
+        (*n)++;
+        got++;
+    }
+    fclose(f);
+    int status = 0;
+    while (waitpid(pid, &status, 0) < 0 && errno == EINTR) {
+    }
+    /* Exit status 1 with rows means failed calls, which the rows count. */
+    if (got == 0) {
+        fprintf(stderr, "jetrpc_bench: the %s client produced no result (status %d)\n", mode_name,
+                status);
+        return -EIO;
+    }
+    return 0;
+}
+
+/* ---- softub_perf's raw floor (--matrix) -------------------------------------- */
+
+typedef struct bench_floor {
+    double rtt_p50_us, rtt_p99_us; /* polling SEND_IMM ping-pong, round trip */
+    double send_mbps;              /* 1 MiB SEND, one direction */
+} bench_floor_t;
+
+/* The number after the first "key": following anchor in text; -1 if none. */
+static double bench_text_num(const char *text, const char *anchor, const char *key)
+{
+    const char *p = strstr(text, anchor);
+    if (!p) return -1;
+    return bench_json_get(p, key);
+}
+
+/* Runs softub_perf --json (polling latency, 1 MiB SEND bandwidth) from the
+ * build tree. 0 with *fl filled, or a negative code (message printed). */
+static int bench_floor_run(bench_floor_t *fl)
+{
+    char dir[PATH_MAX], perf[PATH_MAX + 64], lib[PATH_MAX + 64];
+    snprintf(dir, sizeof dir, "%s", bench_exe);
+    char *slash = strrchr(dir, '/');
+    if (slash) *slash = '\0';
+    /* <build>/tools/jetrpc_bench → <build>/softub/... */
+    if (JET_FLAG(softub_perf)[0])
+        snprintf(perf, sizeof perf, "%s", JET_FLAG(softub_perf));
+    else
+        snprintf(perf, sizeof perf, "%s/../softub/tools/softub_perf", dir);
+    snprintf(lib, sizeof lib, "%s/../softub/libsoftub.so", dir);
+    if (strcmp(perf, "none") == 0) return -ENOENT;
+    if (access(perf, X_OK) != 0 || access(lib, R_OK) != 0) {
+        fprintf(stderr, "jetrpc_bench: no softub floor (%s or %s missing)\n", perf, lib);
+        return -ENOENT;
+    }
+    char cmd[3 * PATH_MAX];
+    snprintf(cmd, sizeof cmd,
+             "'%s' --json --lib='%s' --fabric=jetrpc-bench-floor-%d --lat=poll --sizes=1M "
+             "2>/dev/null",
+             perf, lib, (int)getpid());
+    fprintf(stderr, "jetrpc_bench: softub floor: %s\n", cmd);
+    fflush(stdout);
+    FILE *p = popen(cmd, "r");
+    if (!p) return -errno;
+    static char text[16384];
+    size_t len = fread(text, 1, sizeof text - 1, p);
+    text[len] = '\0';
+    int status = pclose(p);
+    fl->rtt_p50_us = 2 * bench_text_num(text, "\"urma_polling\"", "median_us");
+    fl->rtt_p99_us = 2 * bench_text_num(text, "\"urma_polling\"", "p99_us");
+    fl->send_mbps = bench_text_num(text, "\"size\": 1048576", "send");
+    if (status != 0 || fl->rtt_p50_us <= 0 || fl->send_mbps <= 0) {
+        fprintf(stderr, "jetrpc_bench: softub_perf failed (status %d)\n", status);
+        return -EIO;
+    }
+    return 0;
+}
+
+static void bench_floor_print(const bench_floor_t *fl, const bench_entry_t *e, int n)
+{
+    /* softub_perf reports one-way latency (half the round trip); an RPC's
+     * latency is a round trip, so the floor row shows the round trip. */
+    bench_row_t lat = {"softub raw SEND_IMM ping-pong", 1, 1, true, 64, 0, -1, -1,
+                       fl->rtt_p50_us, fl->rtt_p99_us, -1, -1, -1, -1, -1};
+    bench_row_t bw = {"softub raw SEND 1 MiB (one way)", 1, 2, false, 0, 1 << 20, -1, -1, -1, -1,
+                      -1, fl->send_mbps / 1.048576, -1, -1, -1};
+    double tcp_p50 = -1;
+    for (int i = 0; i < n; i++)
+        if (strcmp(e[i].row.label, "tcp") == 0 && e[i].row.threads == 1 && e[i].row.att == 0)
+            tcp_p50 = e[i].row.p50;
+    if (JET_FLAG(json)) {
+        printf("{\"label\":\"softub floor\",\"rtt_p50_us\":%.2f,\"rtt_p99_us\":%.2f,"
+               "\"send_1MiB_MBps\":%.1f}\n",
+               fl->rtt_p50_us, fl->rtt_p99_us, fl->send_mbps);
+    } else {
+        bench_print_row(&lat);
+        bench_print_row(&bw);
+        printf("\n");
+    }
+    for (int i = 0; i < n; i++) {
+        const bench_row_t *r = &e[i].row;
+        if (strncmp(r->label, "urma", 4) != 0 || r->threads != 1 || r->depth != 1) continue;
+        if (r->att == 0 && r->p50 > 0) {
+            if (JET_FLAG(json))
+                printf("{\"label\":\"%s\",\"p50_over_floor\":%.2f,\"p99_over_floor\":%.2f,"
+                       "\"tcp_p50_over_this\":%.2f}\n",
+                       r->label, r->p50 / fl->rtt_p50_us, r->p99 / fl->rtt_p99_us,
+                       tcp_p50 > 0 ? tcp_p50 / r->p50 : -1.0);
+            else
+                printf("%-10s 1x1 16 B: p50 %.1f us = %.2fx the raw round trip (%.2f us), p99 "
+                       "%.2fx; TCP p50 / this p50 = %.2f\n",
+                       r->label, r->p50, r->p50 / fl->rtt_p50_us, fl->rtt_p50_us,
+                       r->p99 / fl->rtt_p99_us, tcp_p50 > 0 ? tcp_p50 / r->p50 : -1.0);
+        } else if (r->att == 1 << 20 && r->mbps > 0) {
+            double mbps = r->mbps * 1.048576; /* MiB/s → MB/s as softub_perf counts */
+            if (JET_FLAG(json))
+                printf("{\"label\":\"%s\",\"mb_1MiB_over_floor\":%.3f}\n", r->label,
+                       mbps / fl->send_mbps);
+            else
+                printf("%-10s 1x1 1 MiB echo: %.0f MB/s (request + response) = %.0f%% of the raw "
+                       "1 MiB SEND bandwidth (%.0f MB/s)\n",
+                       r->label, mbps, 100 * mbps / fl->send_mbps, fl->send_mbps);
+        }
+    }
+}
+
 /* ---- main ---------------------------------------------------------------------- */
 
 static int bench_check_flags(void)
@@ -805,10 +957,12 @@ static int bench_check_flags(void)
 static int bench_mode(const char *mode_name, bench_result_t *results, int *n, int max)
 {
     jet_socket_mode_t mode;
-    if (jet_socket_mode_parse(mode_name, &mode) < 0) {
+    if (bench_mode_parse(mode_name, &mode) < 0) {
         fprintf(stderr, "jetrpc_bench: unknown socket_mode '%s'\n", mode_name);
         return -EINVAL;
     }
+    /* A label that outlives the comma list it came from. */
+    const char *label = strcmp(mode_name, "urma-poll") == 0 ? "urma-poll" : jet_socket_mode_name(mode);
     bench_cfg_t cfgs[3];
     int ncfg = 0;
     if (JET_FLAG(matrix)) {
@@ -833,7 +987,7 @@ static int bench_mode(const char *mode_name, bench_result_t *results, int *n, in
     }
     int rc = 0;
     for (int i = 0; i < ncfg && *n < max; i++) {
-        cfgs[i].mode_name = jet_socket_mode_name(mode);
+        cfgs[i].mode_name = label;
         fprintf(stderr, "jetrpc_bench: %s %dx%d %s msg=%d att=%d on %s: %ds warm-up + %ds\n",
                 cfgs[i].mode_name, cfgs[i].threads, cfgs[i].depth, cfgs[i].sync ? "sync" : "async",
                 cfgs[i].msg_size, cfgs[i].att_size, addr, JET_FLAG(warmup_seconds),
@@ -885,34 +1039,56 @@ int main(int argc, char **argv)
     msg[msg_size] = '\0';
     bench_request.message = msg;
 
+    if (!getenv("SOFTUB_FABRIC")) {
+        /* Our own softub fabric, inherited by every process of this run. */
+        char fab[64];
+        snprintf(fab, sizeof fab, "jetrpc-bench-%d", (int)getpid());
+        setenv("SOFTUB_FABRIC", fab, 1);
+    }
     enum { MAX_RESULTS = 64 };
     bench_result_t results[MAX_RESULTS];
-    int nres = 0, rc = 0;
+    bench_entry_t entries[MAX_RESULTS];
+    int nres = 0, nent = 0, rc = 0;
     bool had_errors = false;
     char *modes = strdup(JET_FLAG(socket_mode)), *save = NULL;
     if (!modes) return 1;
-    for (char *m = strtok_r(modes, ",", &save); m && rc == 0; m = strtok_r(NULL, ",", &save))
+    for (char *m = strtok_r(modes, ",", &save); m && rc == 0; m = strtok_r(NULL, ",", &save)) {
+        if (bench_mode_is_urma(m) && !JET_FLAG(bench_child)) {
+            rc = bench_mode_child(m, entries, &nent, MAX_RESULTS);
+            continue;
+        }
+        int first = nres;
         rc = bench_mode(m, results, &nres, MAX_RESULTS);
+        for (int i = first; i < nres && nent < MAX_RESULTS; i++, nent++) {
+            entries[nent] = (bench_entry_t){.res = &results[i]};
+            bench_row_from_result(&results[i], &entries[nent].row);
+        }
+    }
     free(modes);
 
-    if (!JET_FLAG(json) && (nres > 0 || JET_FLAG(matrix))) bench_print_header();
-    for (int i = 0; i < nres; i++) {
-        bench_row_t row;
-        bench_row_from_result(&results[i], &row);
-        if (results[i].errors) had_errors = true;
-        if (JET_FLAG(json))
-            bench_print_json(&row, &results[i]);
+    bool extras = JET_FLAG(matrix) && !JET_FLAG(bench_child);
+    if (!JET_FLAG(json) && (nent > 0 || extras)) bench_print_header();
+    for (int i = 0; i < nent; i++) {
+        if (entries[i].row.errors > 0) had_errors = true;
+        if (JET_FLAG(json) && entries[i].json)
+            printf("%s\n", entries[i].json);
+        else if (JET_FLAG(json))
+            bench_print_json(&entries[i].row, entries[i].res);
         else
-            bench_print_row(&row);
+            bench_print_row(&entries[i].row);
     }
-    if (JET_FLAG(matrix)) {
+    if (extras) {
         for (size_t i = 0; i < sizeof bench_refs / sizeof bench_refs[0]; i++) {
             if (JET_FLAG(json))
                 bench_print_json(&bench_refs[i], NULL);
             else
                 bench_print_row(&bench_refs[i]);
         }
+        bench_floor_t fl = {0, 0, 0};
+        if (bench_floor_run(&fl) == 0) bench_floor_print(&fl, entries, nent);
     }
+    for (int i = 0; i < nent; i++)
+        free(entries[i].json);
     fflush(stdout);
     free(msg);
     free(bench_argv);
