@@ -22,10 +22,11 @@
 
 #include "softub_internal.h"
 
-void softub__obj_register(struct sub_obj *o, uint32_t kind, uint32_t id)
+void softub__obj_register(struct sub_obj *o, uint32_t kind, uint32_t id, uint64_t user_ptr)
 {
     o->kind = kind;
     o->id = id;
+    o->user_ptr = user_ptr;
     o->uid = softub__uid();
     atomic_init(&o->async_reported, 0);
     atomic_init(&o->async_acked, 0);
@@ -125,7 +126,10 @@ SUB_API urma_status_t urma_get_async_event(urma_context_t *ctx, urma_async_event
             continue;
         }
         struct sub_aevt e;
-        if (async_take(c->aring, &e) != 0)
+        pthread_mutex_lock(&c->lock);
+        int got = async_take(c->aring, &e);
+        pthread_mutex_unlock(&c->lock);
+        if (got != 0)
             continue;
         struct sub_obj *o = softub__obj_find(e.obj_id, e.obj_uid);
         if (o == NULL)

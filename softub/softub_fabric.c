@@ -25,6 +25,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/file.h>
 #include <sys/mman.h>
 #include <sys/prctl.h>
 #include <sys/stat.h>
@@ -165,47 +166,97 @@ static void fab_sweep_locked(struct sub_dir *d)
 /* Join / leave                                                              */
 /* ------------------------------------------------------------------------ */
 
+static void fab_dir_name(char *name, size_t cap)
+{
+    snprintf(name, cap, "/softub.%u.%s", (unsigned)getuid(), softub__fault.fabric);
+}
+
+/* Every process that has the directory mapped holds a shared flock on it;
+ * the last one to leave takes it exclusively and unlinks the name (see
+ * fab_close_dir). A joiner that opened the old file just before that unlink
+ * finds it unlinked once it gets its shared lock, and opens again. */
 static int fab_open_dir(void)
 {
     struct sub_global *g = &softub__g;
     char name[128];
-    snprintf(name, sizeof(name), "/softub.%u.%s", (unsigned)getuid(), softub__fault.fabric);
-    int fd = shm_open(name, O_RDWR | O_CREAT | O_CLOEXEC, 0600);
-    if (fd < 0) {
-        int e = errno;
-        SUB_ERR("cannot open the fabric directory /dev/shm%s: %s\n", name, strerror(e));
-        return -e;
+    fab_dir_name(name, sizeof(name));
+    for (int attempt = 0;; attempt++) {
+        int fd = shm_open(name, O_RDWR | O_CREAT | O_CLOEXEC, 0600);
+        if (fd < 0) {
+            int e = errno;
+            SUB_ERR("cannot open the fabric directory /dev/shm%s: %s\n", name, strerror(e));
+            return -e;
+        }
+        int rc;
+        while ((rc = flock(fd, LOCK_SH)) != 0 && errno == EINTR)
+            ;
+        struct stat st;
+        if (rc != 0 || fstat(fd, &st) != 0) {
+            int e = errno;
+            close(fd);
+            return -e;
+        }
+        if (st.st_nlink == 0) {
+            close(fd);
+            if (attempt < 1000)
+                continue;
+            return -EAGAIN;
+        }
+        /* Everybody truncates to the same size, so racing creators agree; a
+         * larger file is a newer layout and fails the version check below. */
+        if ((uint64_t)st.st_size < sizeof(struct sub_dir) &&
+            ftruncate(fd, (off_t)sizeof(struct sub_dir)) != 0) {
+            int e = errno;
+            close(fd);
+            return -e;
+        }
+        void *m = mmap(NULL, sizeof(struct sub_dir), PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+        if (m == MAP_FAILED) {
+            int e = errno;
+            close(fd);
+            return -e;
+        }
+        rc = fab_dir_init(m);
+        if (rc != 0) {
+            SUB_ERR("fabric directory /dev/shm%s has an incompatible layout; remove it\n", name);
+            munmap(m, sizeof(struct sub_dir));
+            close(fd);
+            return rc;
+        }
+        g->dir_fd = fd;
+        g->dir = m;
+        return 0;
     }
-    struct stat st;
-    if (fstat(fd, &st) != 0) {
-        int e = errno;
-        close(fd);
-        return -e;
+}
+
+/* At a normal exit of a process that did not delete its contexts: remove
+ * the directory name when no other process holds it (same rule as
+ * fab_close_dir; nothing else is torn down, the kernel does that). */
+__attribute__((destructor)) static void fab_at_exit(void)
+{
+    struct sub_global *g = &softub__g;
+    if (g->dir != NULL && g->dir_fd >= 0 && flock(g->dir_fd, LOCK_EX | LOCK_NB) == 0) {
+        char name[128];
+        fab_dir_name(name, sizeof(name));
+        (void)shm_unlink(name);
     }
-    /* Everybody truncates to the same size, so racing creators agree; a
-     * larger file is a newer layout and fails the version check below. */
-    if ((uint64_t)st.st_size < sizeof(struct sub_dir) &&
-        ftruncate(fd, (off_t)sizeof(struct sub_dir)) != 0) {
-        int e = errno;
-        close(fd);
-        return -e;
+}
+
+/* Unmaps the directory; unlinks it when no other process holds it. */
+static void fab_close_dir(void)
+{
+    struct sub_global *g = &softub__g;
+    if (g->dir == NULL)
+        return;
+    munmap(g->dir, sizeof(struct sub_dir));
+    g->dir = NULL;
+    if (flock(g->dir_fd, LOCK_EX | LOCK_NB) == 0) {
+        char name[128];
+        fab_dir_name(name, sizeof(name));
+        (void)shm_unlink(name);
     }
-    void *m = mmap(NULL, sizeof(struct sub_dir), PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
-    if (m == MAP_FAILED) {
-        int e = errno;
-        close(fd);
-        return -e;
-    }
-    int rc = fab_dir_init(m);
-    if (rc != 0) {
-        SUB_ERR("fabric directory /dev/shm%s has an incompatible layout; remove it\n", name);
-        munmap(m, sizeof(struct sub_dir));
-        close(fd);
-        return rc;
-    }
-    g->dir_fd = fd;
-    g->dir = m;
-    return 0;
+    close(g->dir_fd);
+    g->dir_fd = -1;
 }
 
 static int fab_create_region(void)
@@ -262,6 +313,7 @@ int softub__join(void)
         return rc;
     if ((rc = fab_create_region()) != 0) {
         SUB_ERR("cannot create the process region: %s\n", strerror(-rc));
+        fab_close_dir();
         return rc;
     }
     g->objs = calloc(SUB_MAX_QIDS, sizeof(*g->objs));
@@ -336,6 +388,7 @@ err_free:
     g->region = NULL;
     free(g->seg_free);
     g->seg_free = NULL;
+    fab_close_dir();
     return rc;
 }
 
@@ -396,6 +449,7 @@ void softub__leave(void)
     free(g->self);
     g->self = NULL;
     g->joined = 0;
+    fab_close_dir();
 }
 
 /* In the child of a fork: the parent's objects, threads and region are not
@@ -403,6 +457,15 @@ void softub__leave(void)
 void softub__fork_child(void)
 {
     struct sub_global *g = &softub__g;
+    /* The inherited fd shares the parent's open file description, hence its
+     * flock: drop our copy without touching the lock (closing one fd of a
+     * description keeps the lock while the parent's fd is open). */
+    if (g->dir != NULL) {
+        munmap(g->dir, sizeof(struct sub_dir));
+        close(g->dir_fd);
+    }
+    g->dir = NULL;
+    g->dir_fd = -1;
     g->joined = 0;
     g->region = NULL;
     g->region_fd = -1;
@@ -414,6 +477,7 @@ void softub__fork_child(void)
     g->jfces = NULL;
     g->graves = NULL;
     g->prog.active = NULL;
+    atomic_store(&g->prog.nactive, 0);
     pthread_mutex_init(&g->prog.mu, NULL);
     for (int i = 0; i < SUB_MAX_PROCS; i++)
         atomic_store(&g->peers[i], NULL);
@@ -729,6 +793,17 @@ void *softub__peer_ptr(struct sub_peer *p, uint64_t off, uint64_t size)
     return p->region + off;
 }
 
+uint8_t *softub__peer_map_find(struct sub_peer *p, uint64_t dev, uint64_t ino, uint64_t need_end)
+{
+    int n = atomic_load_explicit(&p->nmaps, memory_order_acquire);
+    for (int i = n - 1; i >= 0; i--) {
+        const struct sub_pmap *m = &p->maps[i];
+        if (m->dev == dev && m->ino == ino && m->size >= need_end)
+            return m->base;
+    }
+    return NULL;
+}
+
 uint8_t *softub__peer_map(struct sub_peer *p, const struct sub_sseg *ss, uint64_t need_end)
 {
     int n = atomic_load_explicit(&p->nmaps, memory_order_acquire);
@@ -996,7 +1071,7 @@ SUB_API int softub_fabric_dump(FILE *out)
         return -EINVAL;
     softub__fault_load();
     char name[128];
-    snprintf(name, sizeof(name), "/softub.%u.%s", (unsigned)getuid(), softub__fault.fabric);
+    fab_dir_name(name, sizeof(name));
     int fd = shm_open(name, O_RDONLY | O_CLOEXEC, 0);
     if (fd < 0) {
         int e = errno;

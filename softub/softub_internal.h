@@ -217,27 +217,34 @@ struct sub_sseg {
 };
 _Static_assert(sizeof(struct sub_sseg) == 112, "sub_sseg");
 
-/* Ring payloads. */
+/* Ring payloads. A CR slot (sequence + sub_cqe) is exactly one cache line:
+ * producer and consumer each move one line per CR. user_data is not carried:
+ * poll derives it from local_id through the object table. */
 struct sub_cqe {
-    uint32_t status;
-    uint32_t opcode;
-    uint64_t user_ctx;
-    uint32_t len;
-    uint32_t local_id;
-    uint32_t remote_id;
+    uint8_t status;
+    uint8_t opcode;
     uint8_t flag;
     uint8_t solicited;
-    uint16_t reserved;
+    uint32_t len;
+    uint64_t user_ctx;
+    uint32_t local_id;
+    uint32_t remote_id;
+    /* Receive CRs: imm_data or the packed invalid_token. Initiator CRs:
+     * which send-queue slots to retire: uid32 | wr_seq32 << 32 (uid32 0 =
+     * nothing to retire). */
+    uint64_t imm;
     urma_eid_t remote_eid;
-    uint64_t imm; /* imm_data, or the packed invalid_token */
-    uint64_t user_data;
-    uint64_t sq_uid; /* initiator CRs: which send queue to retire */
-    uint64_t wr_seq;
     uint32_t tpn;
-    uint32_t reserved2;
+    uint32_t reserved;
 };
-#define SUB_CQE_SLOT (8 + sizeof(struct sub_cqe))
-_Static_assert(SUB_CQE_SLOT % 8 == 0, "cqe slot alignment");
+#define SUB_CQE_SLOT ((uint32_t)(8 + sizeof(struct sub_cqe)))
+_Static_assert(SUB_CQE_SLOT == 64, "a CR slot is one cache line");
+
+static inline uint32_t sub_uid32(uint64_t uid)
+{
+    uint32_t u = (uint32_t)uid;
+    return u != 0 ? u : 1;
+}
 
 struct sub_rqe_sge {
     uint64_t addr;
@@ -332,6 +339,7 @@ struct sub_obj {
     uint32_t kind; /* SUB_T_* */
     uint32_t id;
     uint64_t uid;
+    uint64_t user_ptr; /* the urma_* object: CR user_data */
     _Atomic uint32_t async_reported;
     _Atomic uint32_t async_acked;
     _Atomic int async_raised; /* one JETTY_ERR/JFS_ERR per object */
@@ -382,7 +390,8 @@ struct sub_jfce {
     struct sub_sjfce *sh;
     uint64_t sh_off;
     struct sub_ring *ring;
-    struct sub_jfce *next; /* process list, for doorbell signalling */
+    pthread_mutex_t take_lock; /* one consumer at a time (see sub_jfc.poll_lock) */
+    struct sub_jfce *next;     /* process list, for doorbell signalling */
 };
 
 struct sub_jfc {
@@ -394,6 +403,10 @@ struct sub_jfc {
     struct sub_sjfc *sh;
     uint64_t sh_off;
     struct sub_ring *ring;
+    /* Serialises consumers, as UDMA's CQ lock does (skipped with
+     * jfc_cfg.flag.bs.lock_free): a poller preempted between claiming and
+     * releasing a slot must not make producers see a full ring after a wrap. */
+    pthread_mutex_t poll_lock;
     pthread_mutex_t ev_lock;
     pthread_cond_t ev_cond;
     uint64_t reported;
@@ -485,6 +498,7 @@ struct sub_tseg {
 struct sub_prog {
     pthread_mutex_t mu;
     struct sub_sq *active;
+    _Atomic int nactive; /* send queues with pending WRs */
 };
 
 struct sub_region_free;
@@ -561,6 +575,8 @@ struct sub_sseg *softub__seg_entry(struct sub_peer *p, uint32_t idx);
 struct sub_peer *softub__peer_get(int slot, uint32_t slot_gen); /* control plane */
 void *softub__peer_ptr(struct sub_peer *p, uint64_t off, uint64_t size);
 uint8_t *softub__peer_map(struct sub_peer *p, const struct sub_sseg *ss, uint64_t need_end);
+/* Existing mappings only: never a system call. */
+uint8_t *softub__peer_map_find(struct sub_peer *p, uint64_t dev, uint64_t ino, uint64_t need_end);
 int softub__peer_enter(struct sub_peer *p); /* 0, or -1 when dead */
 void softub__peer_leave(struct sub_peer *p);
 void softub__peer_mark_dead(struct sub_peer *p);
@@ -583,7 +599,7 @@ int softub__cq_push(struct sub_peer *p, struct sub_sjfc *sjfc, const struct sub_
 int softub__async_raise(struct sub_peer *p, uint64_t sctx_off, uint32_t type, uint32_t obj_id,
                         uint64_t obj_uid, uint64_t user_ptr);
 int softub__async_busy(struct sub_obj *o);
-void softub__obj_register(struct sub_obj *o, uint32_t kind, uint32_t id);
+void softub__obj_register(struct sub_obj *o, uint32_t kind, uint32_t id, uint64_t user_ptr);
 void softub__obj_unregister(struct sub_obj *o);
 struct sub_obj *softub__obj_find(uint32_t id, uint64_t uid);
 
@@ -605,7 +621,10 @@ void softub__sq_fini(struct sub_sq *sq);
 urma_status_t softub__sq_post(struct sub_sq *sq, urma_jfs_wr_t *wr, urma_jfs_wr_t **bad_wr);
 urma_status_t softub__sq_modify(struct sub_sq *sq, urma_jetty_state_t state);
 int softub__sq_flush(struct sub_sq *sq, int cr_cnt, urma_cr_t *cr);
-void softub__sq_retire(uint32_t id, uint64_t sq_uid, uint64_t wr_seq, int all);
+void softub__sq_retire(uint32_t id, uint32_t uid32, uint32_t wr_seq32);
+/* Runs due pending WRs from an application thread (urma_poll_jfc found
+ * nothing): retries must not depend on the progress thread getting a CPU. */
+void softub__prog_assist(void);
 urma_status_t softub__rq_post(struct sub_jfr *jfr, urma_jfr_wr_t *wr, urma_jfr_wr_t **bad_wr);
 void softub__rq_flush(struct sub_jfr *jfr);
 int softub__prog_start(void);

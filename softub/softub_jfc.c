@@ -158,6 +158,7 @@ SUB_API urma_jfce_t *urma_create_jfce(urma_context_t *ctx)
     j->sh->ring_off = roff;
     atomic_store(&j->sh->h.state, SUB_OBJ_LIVE);
     j->ctx = c;
+    pthread_mutex_init(&j->take_lock, NULL);
     j->magic = SUB_MAGIC_JFCE;
     j->base.urma_ctx = ctx;
     j->base.fd = efd;
@@ -196,6 +197,7 @@ SUB_API urma_status_t urma_delete_jfce(urma_jfce_t *jfce)
     j->magic = SUB_MAGIC_DEAD;
     pthread_mutex_unlock(&g->lock);
     close(jfce->fd);
+    pthread_mutex_destroy(&j->take_lock);
     softub__grave(j);
     return URMA_SUCCESS;
 }
@@ -261,7 +263,7 @@ SUB_API urma_jfc_t *urma_create_jfc(urma_context_t *ctx, urma_jfc_cfg_t *jfc_cfg
     j->magic = SUB_MAGIC_JFC;
     j->ctx = c;
     j->jfce = ce;
-    softub__obj_register(&j->obj, SUB_T_JFC, id);
+    softub__obj_register(&j->obj, SUB_T_JFC, id, (uint64_t)(uintptr_t)&j->base);
     j->sh = softub__rptr(j->sh_off);
     j->sh->h.type = SUB_T_JFC;
     j->sh->h.gen = gen;
@@ -272,6 +274,7 @@ SUB_API urma_jfc_t *urma_create_jfc(urma_context_t *ctx, urma_jfc_cfg_t *jfc_cfg
     j->sh->sctx_off = c->sh_off;
     j->sh->ring_off = roff;
     atomic_store(&j->sh->h.state, SUB_OBJ_LIVE);
+    pthread_mutex_init(&j->poll_lock, NULL);
     pthread_mutex_init(&j->ev_lock, NULL);
     pthread_cond_init(&j->ev_cond, NULL);
     urma_jfc_t *b = &j->base;
@@ -347,12 +350,19 @@ SUB_API urma_status_t urma_delete_jfc(urma_jfc_t *jfc)
     j->magic = SUB_MAGIC_DEAD;
     jfc->handle = 0;
     pthread_mutex_unlock(&g->lock);
+    pthread_mutex_destroy(&j->poll_lock);
+    pthread_mutex_destroy(&j->ev_lock);
+    pthread_cond_destroy(&j->ev_cond);
     softub__grave(j);
     return URMA_SUCCESS;
 }
 
 static void jfc_fill_cr(urma_cr_t *cr, const struct sub_cqe *e)
 {
+    struct sub_obj *_Atomic *objs = softub__g.objs;
+    struct sub_obj *o = e->local_id < SUB_MAX_QIDS
+                            ? atomic_load_explicit(&objs[e->local_id], memory_order_acquire)
+                            : NULL;
     urma_cr_flag_t fl;
     fl.value = e->flag;
     cr->status = (urma_cr_status_t)e->status;
@@ -368,7 +378,7 @@ static void jfc_fill_cr(urma_cr_t *cr, const struct sub_cqe *e)
     cr->remote_id.eid = e->remote_eid;
     cr->remote_id.id = e->remote_id;
     cr->tpn = e->tpn;
-    cr->user_data = (uintptr_t)e->user_data;
+    cr->user_data = o != NULL ? (uintptr_t)o->user_ptr : 0;
 }
 
 SUB_API int urma_poll_jfc(urma_jfc_t *jfc, int cr_cnt, urma_cr_t *cr)
@@ -377,6 +387,9 @@ SUB_API int urma_poll_jfc(urma_jfc_t *jfc, int cr_cnt, urma_cr_t *cr)
     if (j == NULL || cr == NULL || cr_cnt < 0)
         return -1;
     int n = 0;
+    int locked = !jfc->jfc_cfg.flag.bs.lock_free;
+    if (locked)
+        pthread_mutex_lock(&j->poll_lock);
     while (n < cr_cnt) {
         uint64_t pos;
         struct sub_cqe *e = sub_ring_deq_begin(j->ring, &pos);
@@ -384,12 +397,16 @@ SUB_API int urma_poll_jfc(urma_jfc_t *jfc, int cr_cnt, urma_cr_t *cr)
             break;
         struct sub_cqe c = *e;
         sub_ring_deq_commit(j->ring, pos);
+        __builtin_prefetch((const void *)sub_ring_seq(j->ring, pos + 1), 0, 3);
         jfc_fill_cr(&cr[n], &c);
-        if (!(c.flag & 1) && c.sq_uid != 0)
-            softub__sq_retire(c.local_id, c.sq_uid, c.wr_seq,
-                              c.status == URMA_CR_WR_FLUSH_ERR_DONE);
+        if (!(c.flag & 1) && (uint32_t)c.imm != 0)
+            softub__sq_retire(c.local_id, (uint32_t)c.imm, (uint32_t)(c.imm >> 32));
         n++;
     }
+    if (locked)
+        pthread_mutex_unlock(&j->poll_lock);
+    if (n == 0 && atomic_load_explicit(&softub__g.prog.nactive, memory_order_relaxed) > 0)
+        softub__prog_assist();
     return n;
 }
 
@@ -440,7 +457,10 @@ SUB_API int urma_wait_jfc(urma_jfce_t *jfce, uint32_t jfc_cnt, int time_out, urm
         ssize_t r = read(jfce->fd, &v, sizeof(v));
         if (r == (ssize_t)sizeof(v)) {
             struct sub_evt ev;
-            if (jfc_evt_take(ce->ring, &ev) == NULL)
+            pthread_mutex_lock(&ce->take_lock);
+            struct sub_evt *got = jfc_evt_take(ce->ring, &ev);
+            pthread_mutex_unlock(&ce->take_lock);
+            if (got == NULL)
                 continue;
             struct sub_obj *o = softub__obj_find(ev.jfc_id, ev.jfc_uid);
             if (o == NULL || o->kind != SUB_T_JFC)

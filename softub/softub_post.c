@@ -22,6 +22,7 @@
  * UDMA advances its SQ consumer index from polled CQEs), so more
  * outstanding WRs than jfs depth get URMA_ENOMEM with bad_wr. */
 #include <errno.h>
+#include <sched.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/uio.h>
@@ -69,6 +70,8 @@ struct sub_mref {
     uint64_t raddr;
     uint64_t len;
 };
+
+static uint64_t prog_run_sq(struct sub_sq *sq, uint64_t now);
 
 /* Appendix B of the fact sheet: min_rnr_timer code -> microseconds. */
 static const uint32_t post_rnr_us[32] = {
@@ -291,6 +294,41 @@ static int post_take_rqe(struct sub_target *t, struct sub_rqe *out, struct sub_r
     return 0;
 }
 
+/* After a SEND consumed receive WR k of a target: read receive WR k+1 and,
+ * when it is already posted into memory we reach directly, take the first
+ * lines of its buffer for writing, so the next SEND to this target finds
+ * both local. Only hints: nothing is claimed, nothing can fault. */
+static void post_warm_next(struct sub_target *t)
+{
+    struct sub_ring *r = t->rq;
+    uint64_t pos = atomic_load_explicit(&r->tail, memory_order_relaxed);
+    _Atomic uint64_t *seq = sub_ring_seq(r, pos);
+    __builtin_prefetch((const void *)seq, 0, 3);
+    if (atomic_load_explicit(seq, memory_order_acquire) != pos + 1)
+        return;
+    const struct sub_rqe *q = (const struct sub_rqe *)((const uint8_t *)seq + 8);
+    if (q->nsge == 0 || r->esize < 8 + sizeof(struct sub_rqe) + sizeof(struct sub_rqe_sge))
+        return;
+    struct sub_rqe_sge s = q->sge[0];
+    struct sub_sseg *ss = softub__seg_entry(t->p, s.seg_idx);
+    if (ss == NULL || atomic_load_explicit(&ss->state, memory_order_relaxed) != SUB_SEG_REG ||
+        s.addr < ss->va || s.addr - ss->va > ss->len || s.len > ss->len - (s.addr - ss->va))
+        return;
+    const uint8_t *ptr = NULL;
+    if (t->p->self) {
+        ptr = (const uint8_t *)(uintptr_t)s.addr;
+    } else if (ss->kind == SUB_MEM_FD) {
+        uint8_t *base = softub__peer_map_find(t->p, ss->dev, ss->ino, ss->file_off + ss->len);
+        if (base != NULL)
+            ptr = base + ss->file_off + (s.addr - ss->va);
+    }
+    if (ptr == NULL)
+        return;
+    uint32_t n = s.len < 256 ? s.len : 256;
+    for (uint32_t off = 0; off < n; off += 64)
+        __builtin_prefetch(ptr + off, 1, 3);
+}
+
 static void post_recv_cr(struct sub_sq *sq, struct sub_wr *w, struct sub_target *t,
                          const struct sub_rqe *rqe, uint32_t status, uint32_t opcode, uint32_t len)
 {
@@ -309,7 +347,6 @@ static void post_recv_cr(struct sub_sq *sq, struct sub_wr *w, struct sub_target 
     e.solicited = w->flag.bs.solicited_enable || status != URMA_CR_SUCCESS;
     e.remote_eid = sq->eid;
     e.imm = w->imm;
-    e.user_data = t->user_ptr;
     e.tpn = w->tj->base.tp.tpn;
     (void)softub__cq_push(t->p, t->jfc, &e);
 }
@@ -429,6 +466,7 @@ static int post_exec_send_rm(struct sub_sq *sq, struct sub_wr *w, uint32_t *len)
     }
     post_recv_cr(sq, w, &t, &rqe, URMA_CR_SUCCESS, opc, (uint32_t)w->total);
     *len = (uint32_t)w->total;
+    post_warm_next(&t);
 out:
     softub__peer_leave(tj->peer);
     return st;
@@ -621,11 +659,9 @@ static void post_initiator_cr(struct sub_sq *sq, struct sub_wr *w, uint32_t stat
         e.remote_eid = w->tj->base.id.eid;
         e.tpn = w->tj->base.tp.tpn;
     }
-    e.user_data = sq->user_ptr;
-    e.sq_uid = sq->obj->uid;
-    e.wr_seq = w != NULL ? w->seq : (sq->post_seq > 0 ? sq->post_seq - 1 : 0);
-    if (w == NULL && sq->post_seq == 0)
-        e.sq_uid = 0;
+    uint64_t seq = w != NULL ? w->seq : (sq->post_seq > 0 ? sq->post_seq - 1 : 0);
+    if (w != NULL || sq->post_seq > 0)
+        e.imm = (uint64_t)sub_uid32(sq->obj->uid) | (uint64_t)(uint32_t)seq << 32;
     (void)softub__cq_push(softub__g.self, sq->jfc->sh, &e);
 }
 
@@ -907,6 +943,7 @@ static void post_prog_unlink(struct sub_sq *sq)
             }
         }
         sq->prog_active = 0;
+        atomic_fetch_sub(&pg->nactive, 1);
     }
     pthread_mutex_unlock(&pg->mu);
 }
@@ -926,17 +963,22 @@ void softub__sq_fini(struct sub_sq *sq)
     }
 }
 
-void softub__sq_retire(uint32_t id, uint64_t sq_uid, uint64_t wr_seq, int all)
+void softub__sq_retire(uint32_t id, uint32_t uid32, uint32_t wr_seq32)
 {
-    (void)all;
-    struct sub_obj *o = softub__obj_find(id, sq_uid);
-    if (o == NULL || (o->kind != SUB_T_JFS && o->kind != SUB_T_JETTY))
+    struct sub_obj *_Atomic *objs = softub__g.objs;
+    if (objs == NULL || id >= SUB_MAX_QIDS)
+        return;
+    struct sub_obj *o = atomic_load_explicit(&objs[id], memory_order_acquire);
+    if (o == NULL || sub_uid32(o->uid) != uid32 || (o->kind != SUB_T_JFS && o->kind != SUB_T_JETTY))
         return;
     struct sub_sq *sq = o->kind == SUB_T_JFS
                             ? &((struct sub_jfs *)((char *)o - offsetof(struct sub_jfs, obj)))->sq
                             : &((struct sub_jetty *)((char *)o - offsetof(struct sub_jetty, obj)))->sq;
-    uint64_t want = wr_seq + 1, cur = atomic_load(&sq->done_seq);
-    while (cur < want && !atomic_compare_exchange_weak(&sq->done_seq, &cur, want))
+    /* Outstanding WRs span less than a queue depth (<= 32768), so the low 32
+     * bits of the sequence place it next to done_seq. */
+    uint64_t cur = atomic_load(&sq->done_seq);
+    uint64_t want = cur + (uint64_t)(int64_t)(int32_t)(wr_seq32 - (uint32_t)cur) + 1;
+    while (want > cur && !atomic_compare_exchange_weak(&sq->done_seq, &cur, want))
         ;
 }
 
@@ -951,6 +993,7 @@ static void post_prog_activate(struct sub_sq *sq)
         sq->prog_next = pg->active;
         pg->active = sq;
         sq->prog_active = 1;
+        atomic_fetch_add(&pg->nactive, 1);
         wake = 1;
     }
     pthread_mutex_unlock(&pg->mu);
@@ -975,6 +1018,12 @@ urma_status_t softub__sq_post(struct sub_sq *sq, urma_jfs_wr_t *wr, urma_jfs_wr_
     int kick = 0;
     uint32_t delay_us = softub__fault.delay_us;
     pthread_mutex_lock(&sq->lock);
+    /* Due retries of this queue run here first, in the poster's thread. */
+    if (sq->pend_head != NULL) {
+        uint64_t now = softub__now_ns();
+        if (sq->pend_head->due_ns <= now)
+            (void)prog_run_sq(sq, now);
+    }
     for (urma_jfs_wr_t *it = wr; it != NULL; it = it->next) {
         if (atomic_load(&sq->state) == URMA_JETTY_STATE_RESET || post_build(sq, it, &w) != 0) {
             rc = URMA_EINVAL;
@@ -1136,9 +1185,19 @@ urma_status_t softub__rq_post(struct sub_jfr *jfr, urma_jfr_wr_t *wr, urma_jfr_w
         }
         uint64_t pos;
         struct sub_rqe *q = sub_ring_enq_begin(jfr->ring, &pos);
-        if (q == NULL) {
-            *bad_wr = it;
-            return URMA_ENOMEM;
+        /* The ring is not full (checked above) but looks full: a sender, in
+         * some process, claimed the slot a wrap ago and was preempted before
+         * releasing it. Wait for it a little (it may also have died). */
+        for (uint64_t t0 = 0; q == NULL;) {
+            uint64_t now = softub__now_ns();
+            if (t0 == 0)
+                t0 = now;
+            if (now - t0 > 200000000ull || sub_ring_count(jfr->ring) >= depth) {
+                *bad_wr = it;
+                return URMA_ENOMEM;
+            }
+            sched_yield();
+            q = sub_ring_enq_begin(jfr->ring, &pos);
         }
         q->user_ctx = it->user_ctx;
         q->nsge = sg->num_sge;
@@ -1169,7 +1228,6 @@ void softub__rq_flush(struct sub_jfr *jfr)
         e.local_id = jfr->base.jfr_id.id;
         e.flag = fl.value;
         e.solicited = 1;
-        e.user_data = (uint64_t)(uintptr_t)&jfr->base;
         sub_ring_deq_commit(jfr->ring, pos);
         (void)softub__cq_push(softub__g.self, jfr->jfc->sh, &e);
     }
@@ -1238,6 +1296,44 @@ static int prog_have_peers(void)
     return 0;
 }
 
+/* Under prog.mu: one pass over the active send queues. Returns the next
+ * time something is due (UINT64_MAX: nothing pending). */
+static uint64_t prog_pass_locked(uint64_t now)
+{
+    struct sub_prog *pg = &softub__g.prog;
+    uint64_t next = UINT64_MAX;
+    struct sub_sq **pp = &pg->active;
+    while (*pp != NULL) {
+        struct sub_sq *sq = *pp;
+        if (pthread_mutex_trylock(&sq->lock) != 0) {
+            uint64_t soon = now + 100000;
+            next = soon < next ? soon : next;
+            pp = &sq->prog_next;
+            continue;
+        }
+        uint64_t due = prog_run_sq(sq, now);
+        if (due == 0) {
+            *pp = sq->prog_next;
+            sq->prog_active = 0;
+            atomic_fetch_sub(&pg->nactive, 1);
+        } else {
+            next = due < next ? due : next;
+            pp = &sq->prog_next;
+        }
+        pthread_mutex_unlock(&sq->lock);
+    }
+    return next;
+}
+
+void softub__prog_assist(void)
+{
+    struct sub_prog *pg = &softub__g.prog;
+    if (pthread_mutex_trylock(&pg->mu) != 0)
+        return; /* the progress thread (or another assistant) is at it */
+    (void)prog_pass_locked(softub__now_ns());
+    pthread_mutex_unlock(&pg->mu);
+}
+
 static void *prog_main(void *arg)
 {
     struct prog_handle *h = arg;
@@ -1254,25 +1350,7 @@ static void *prog_main(void *arg)
             last_bell = seen;
         }
         pthread_mutex_lock(&g->prog.mu);
-        struct sub_sq **pp = &g->prog.active;
-        while (*pp != NULL) {
-            struct sub_sq *sq = *pp;
-            if (pthread_mutex_trylock(&sq->lock) != 0) {
-                uint64_t soon = now + 100000;
-                next = soon < next ? soon : next;
-                pp = &sq->prog_next;
-                continue;
-            }
-            uint64_t due = prog_run_sq(sq, now);
-            if (due == 0) {
-                *pp = sq->prog_next;
-                sq->prog_active = 0;
-            } else {
-                next = due < next ? due : next;
-                pp = &sq->prog_next;
-            }
-            pthread_mutex_unlock(&sq->lock);
-        }
+        next = prog_pass_locked(now);
         pthread_mutex_unlock(&g->prog.mu);
         if (prog_have_peers()) {
             if (now - last_check >= 100000000ull) {

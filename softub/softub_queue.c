@@ -147,7 +147,7 @@ SUB_API urma_jfs_t *urma_create_jfs(urma_context_t *ctx, urma_jfs_cfg_t *jfs_cfg
         return NULL;
     }
     j->magic = SUB_MAGIC_JFS;
-    softub__obj_register(&j->obj, SUB_T_JFS, id);
+    softub__obj_register(&j->obj, SUB_T_JFS, id, (uint64_t)(uintptr_t)&j->base);
     urma_jfs_t *b = &j->base;
     b->urma_ctx = ctx;
     b->jfs_id.eid = ctx->eid;
@@ -262,7 +262,9 @@ SUB_API urma_jfr_t *urma_create_jfr(urma_context_t *ctx, urma_jfr_cfg_t *jfr_cfg
         return NULL;
     }
     uint32_t nsge = jfr_cfg->max_sge > 0 ? jfr_cfg->max_sge : 1;
-    j->rqe_size = (uint32_t)(8 + sizeof(struct sub_rqe) + nsge * sizeof(struct sub_rqe_sge));
+    /* Whole cache lines per slot, as for CRs. */
+    j->rqe_size = (uint32_t)((8 + sizeof(struct sub_rqe) + nsge * sizeof(struct sub_rqe_sge) + 63) &
+                             ~(size_t)63);
     uint32_t cap_slots = sub_ring_pow2(jfr_cfg->depth);
     struct sub_global *g = &softub__g;
     pthread_mutex_lock(&g->lock);
@@ -286,7 +288,7 @@ SUB_API urma_jfr_t *urma_create_jfr(urma_context_t *ctx, urma_jfr_cfg_t *jfr_cfg
     j->ctx = c;
     j->jfc = jfc;
     pthread_mutex_init(&j->lock, NULL);
-    softub__obj_register(&j->obj, SUB_T_JFR, id);
+    softub__obj_register(&j->obj, SUB_T_JFR, id, (uint64_t)(uintptr_t)&j->base);
     j->sh = softub__rptr(j->sh_off);
     j->sh->h.type = SUB_T_JFR;
     j->sh->h.gen = gen;
@@ -488,7 +490,7 @@ SUB_API urma_jetty_t *urma_create_jetty(urma_context_t *ctx, urma_jetty_cfg_t *j
     j->magic = SUB_MAGIC_JETTY;
     j->jfr = jfr;
     j->rx_jfc = rx;
-    softub__obj_register(&j->obj, SUB_T_JETTY, id);
+    softub__obj_register(&j->obj, SUB_T_JETTY, id, (uint64_t)(uintptr_t)&j->base);
     urma_jetty_t *b = &j->base;
     j->sh = softub__rptr(j->sh_off);
     j->sh->h.type = SUB_T_JETTY;
