@@ -919,10 +919,13 @@ SUB_API urma_status_t urma_unadvise_jetty(urma_jetty_t *jetty, urma_target_jetty
 /* Single-SGE helpers (liburma builds them on post_jfs_wr / post_jfr_wr)     */
 /* ------------------------------------------------------------------------ */
 
-SUB_API urma_status_t urma_write(urma_jfs_t *jfs, urma_target_jetty_t *target_jfr,
-                                 urma_target_seg_t *dst_tseg, urma_target_seg_t *src_tseg,
-                                 uint64_t dst, uint64_t src, uint32_t len,
-                                 urma_jfs_wr_flag_t flag, uint64_t user_ctx)
+/* urma_write and urma_read: one local and one remote SGE of len bytes. For
+ * WRITE rw.src is local and rw.dst remote; for READ the other way round,
+ * which the caller's (dst, src) arguments already express. */
+static urma_status_t sub_post_rw(urma_jfs_t *jfs, urma_opcode_t opcode,
+                                 urma_target_jetty_t *target_jfr, urma_target_seg_t *dst_tseg,
+                                 urma_target_seg_t *src_tseg, uint64_t dst, uint64_t src,
+                                 uint32_t len, urma_jfs_wr_flag_t flag, uint64_t user_ctx)
 {
     struct sub_jfs *j = softub__jfs_check(jfs);
     if (j == NULL || jfs->jfs_cfg.jfc == NULL || target_jfr == NULL || dst_tseg == NULL)
@@ -932,7 +935,7 @@ SUB_API urma_status_t urma_write(urma_jfs_t *jfs, urma_target_jetty_t *target_jf
     urma_jfs_wr_t wr;
     memset(&wr, 0, sizeof(wr));
     urma_jfs_wr_t *bad = NULL;
-    wr.opcode = URMA_OPC_WRITE;
+    wr.opcode = opcode;
     wr.flag = flag;
     wr.user_ctx = user_ctx;
     wr.rw.src.num_sge = 1;
@@ -943,29 +946,24 @@ SUB_API urma_status_t urma_write(urma_jfs_t *jfs, urma_target_jetty_t *target_jf
     return softub__sq_post(&j->sq, &wr, &bad);
 }
 
+SUB_API urma_status_t urma_write(urma_jfs_t *jfs, urma_target_jetty_t *target_jfr,
+                                 urma_target_seg_t *dst_tseg, urma_target_seg_t *src_tseg,
+                                 uint64_t dst, uint64_t src, uint32_t len,
+                                 urma_jfs_wr_flag_t flag, uint64_t user_ctx)
+{
+    return sub_post_rw(jfs, URMA_OPC_WRITE, target_jfr, dst_tseg, src_tseg, dst, src, len, flag,
+                       user_ctx);
+}
+
 SUB_API urma_status_t urma_read(urma_jfs_t *jfs, urma_target_jetty_t *target_jfr,
                                 urma_target_seg_t *dst_tseg, urma_target_seg_t *src_tseg,
                                 uint64_t dst, uint64_t src, uint32_t len, urma_jfs_wr_flag_t flag,
                                 uint64_t user_ctx)
 {
-    struct sub_jfs *j = softub__jfs_check(jfs);
-    if (j == NULL || jfs->jfs_cfg.jfc == NULL || target_jfr == NULL || dst_tseg == NULL ||
-        src_tseg == NULL)
-        return URMA_EINVAL;
-    urma_sge_t src_sge = {.addr = src, .len = len, .tseg = src_tseg};
-    urma_sge_t dst_sge = {.addr = dst, .len = len, .tseg = dst_tseg};
-    urma_jfs_wr_t wr;
-    memset(&wr, 0, sizeof(wr));
-    urma_jfs_wr_t *bad = NULL;
-    wr.opcode = URMA_OPC_READ;
-    wr.flag = flag;
-    wr.user_ctx = user_ctx;
-    wr.rw.src.num_sge = 1;
-    wr.rw.src.sge = &src_sge;
-    wr.rw.dst.num_sge = 1;
-    wr.rw.dst.sge = &dst_sge;
-    wr.tjetty = target_jfr;
-    return softub__sq_post(&j->sq, &wr, &bad);
+    /* All pointers are required for READ. */
+    if (src_tseg == NULL) return URMA_EINVAL;
+    return sub_post_rw(jfs, URMA_OPC_READ, target_jfr, dst_tseg, src_tseg, dst, src, len, flag,
+                       user_ctx);
 }
 
 SUB_API urma_status_t urma_send(urma_jfs_t *jfs, urma_target_jetty_t *target_jfr,

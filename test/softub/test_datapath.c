@@ -1126,6 +1126,83 @@ static void jfs_to_jfr(void)
     dp_close(&a, &b);
 }
 
+/* The single-SGE helpers (urma_write, urma_read, urma_send, urma_recv) do
+ * what the equivalent posted WRs do, and refuse the NULL segments the API
+ * requires. */
+static void single_sge_helpers(void)
+{
+    cf_dev_t d;
+    cf_side_t a, b;
+    cf_ep_opts_t o;
+    cf_ep_opts_rm(&o);
+    JT_REQUIRE(dp_open(&d, &a, &b, &o) == 0);
+    CF_NEED(urma_create_jfs);
+    CF_NEED(urma_import_jfr);
+    CF_NEED(urma_unimport_jfr);
+    CF_NEED(urma_write);
+    CF_NEED(urma_read);
+    CF_NEED(urma_send);
+    CF_NEED(urma_recv);
+    urma_jfs_cfg_t sc;
+    cf_jfs_cfg(&sc, a.ep.jfc, URMA_TM_RM, 16);
+    urma_jfs_t *jfs = cf.urma_create_jfs(a.ctx, &sc);
+    JT_REQUIRE(jfs != NULL);
+    urma_rjfr_t rj;
+    memset(&rj, 0, sizeof rj);
+    rj.jfr_id = b.ep.jfr->jfr_id;
+    rj.trans_mode = URMA_TM_RM;
+    rj.flag.bs.token_policy = o.jfr_policy;
+    rj.tp_type = URMA_RTP;
+    urma_token_t tok = {o.jfr_token};
+    urma_target_jetty_t *tjfr = cf.urma_import_jfr(a.ctx, &rj, &tok);
+    JT_REQUIRE(tjfr != NULL);
+    urma_jfs_wr_flag_t flag = {.value = 0};
+    flag.bs.complete_enable = 1;
+    uint64_t bva = cf_seg_va(b.mem.tseg);
+
+    /* WRITE: 4 KiB from a to b at offset 8192. */
+    memset(b.mem.buf, 0x21, MEM);
+    cf_fill(a.mem.buf, 4096, 5);
+    JT_CHECK_EQ(cf.urma_write(jfs, tjfr, a.rseg, a.mem.tseg, bva + 8192, (uintptr_t)a.mem.buf,
+                              4096, flag, 0x71),
+                URMA_SUCCESS);
+    cf_expect_cr(a.ep.jfc, URMA_CR_SUCCESS, 0x71, "urma_write");
+    JT_CHECK_EQ(cf_check_fill(b.mem.buf + 8192, 4096, 5), -1);
+    JT_CHECK_EQ(cf_check_byte(b.mem.buf, 8192, 0x21), -1);
+
+    /* READ: those bytes back into a at offset 16384. */
+    memset(a.mem.buf + 16384, 0x33, 4096);
+    JT_CHECK_EQ(cf.urma_read(jfs, tjfr, a.mem.tseg, a.rseg, (uintptr_t)(a.mem.buf + 16384),
+                             bva + 8192, 4096, flag, 0x72),
+                URMA_SUCCESS);
+    cf_expect_cr(a.ep.jfc, URMA_CR_SUCCESS, 0x72, "urma_read");
+    JT_CHECK_EQ(cf_check_fill(a.mem.buf + 16384, 4096, 5), -1);
+
+    /* SEND into a receive posted with urma_recv. */
+    JT_CHECK_EQ(cf.urma_recv(b.ep.jfr, b.mem.tseg, (uintptr_t)(b.mem.buf + 32768), 256, 0x73),
+                URMA_SUCCESS);
+    cf_fill(a.mem.buf, 100, 9);
+    JT_CHECK_EQ(cf.urma_send(jfs, tjfr, a.mem.tseg, (uintptr_t)a.mem.buf, 100, flag, 0x74),
+                URMA_SUCCESS);
+    cf_expect_cr(a.ep.jfc, URMA_CR_SUCCESS, 0x74, "urma_send");
+    cf_expect_cr(b.ep.jfc, URMA_CR_SUCCESS, 0x73, "urma_recv");
+    JT_CHECK_EQ(cf_check_fill(b.mem.buf + 32768, 100, 9), -1);
+
+    /* Required pointers (URMA-API.md §2.4): nothing is posted. */
+    JT_CHECK_EQ(cf.urma_write(jfs, tjfr, NULL, a.mem.tseg, bva, (uintptr_t)a.mem.buf, 8, flag, 1),
+                URMA_EINVAL);
+    JT_CHECK_EQ(cf.urma_read(jfs, tjfr, a.mem.tseg, NULL, (uintptr_t)a.mem.buf, bva, 8, flag, 2),
+                URMA_EINVAL);
+    JT_CHECK_EQ(cf.urma_write(jfs, NULL, a.rseg, a.mem.tseg, bva, (uintptr_t)a.mem.buf, 8, flag, 3),
+                URMA_EINVAL);
+    JT_CHECK(cf.urma_send(jfs, tjfr, NULL, (uintptr_t)a.mem.buf, 8, flag, 4) != URMA_SUCCESS);
+    JT_CHECK(cf.urma_recv(b.ep.jfr, NULL, (uintptr_t)b.mem.buf, 8, 5) != URMA_SUCCESS);
+    JT_CHECK_EQ(cf_quiet(a.ep.jfc, CF_QUIET_MS), 0);
+    JT_CHECK_EQ(cf.urma_unimport_jfr(tjfr), URMA_SUCCESS);
+    JT_CHECK_EQ(cf.urma_delete_jfs(jfs), URMA_SUCCESS);
+    dp_close(&a, &b);
+}
+
 int main(int argc, char **argv)
 {
     cf_main(argc, argv);
@@ -1150,5 +1227,6 @@ int main(int argc, char **argv)
     CF_RUN(um_rules);
     CF_RUN(rc_ignores_tjetty);
     CF_RUN(jfs_to_jfr);
+    CF_RUN(single_sge_helpers);
     return jt_finish();
 }
