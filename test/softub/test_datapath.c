@@ -1052,6 +1052,26 @@ static void rc_ignores_tjetty(void)
 }
 
 /* JFS to JFR: the jetty flag is 0 and the ids are the JFS and JFR ids. */
+/* A JFS on a's JFC and b's JFR imported by a (RM, RTP, b's JFR token): the
+ * set-up of the JFS → JFR cases. rj receives the import description after
+ * the library's write-back. Returns the target or NULL (*jfs_p is set
+ * whenever the JFS was created). */
+static urma_target_jetty_t *jfs_import_b_jfr(cf_side_t *a, cf_side_t *b, const cf_ep_opts_t *o,
+                                              urma_jfs_t **jfs_p, urma_rjfr_t *rj)
+{
+    urma_jfs_cfg_t sc;
+    cf_jfs_cfg(&sc, a->ep.jfc, URMA_TM_RM, 16);
+    *jfs_p = cf.urma_create_jfs(a->ctx, &sc);
+    if (*jfs_p == NULL) return NULL;
+    memset(rj, 0, sizeof *rj);
+    rj->jfr_id = b->ep.jfr->jfr_id;
+    rj->trans_mode = URMA_TM_RM;
+    rj->flag.bs.token_policy = o->jfr_policy;
+    rj->tp_type = URMA_RTP;
+    urma_token_t tok = {o->jfr_token};
+    return cf.urma_import_jfr(a->ctx, rj, &tok);
+}
+
 static void jfs_to_jfr(void)
 {
     cf_dev_t d;
@@ -1063,18 +1083,10 @@ static void jfs_to_jfr(void)
     CF_NEED(urma_post_jfs_wr);
     CF_NEED(urma_import_jfr);
     CF_NEED(urma_unimport_jfr);
-    urma_jfs_cfg_t sc;
-    cf_jfs_cfg(&sc, a.ep.jfc, URMA_TM_RM, 16);
-    urma_jfs_t *jfs = cf.urma_create_jfs(a.ctx, &sc);
-    JT_REQUIRE(jfs != NULL);
+    urma_jfs_t *jfs = NULL;
     urma_rjfr_t rj;
-    memset(&rj, 0, sizeof rj);
-    rj.jfr_id = b.ep.jfr->jfr_id;
-    rj.trans_mode = URMA_TM_RM;
-    rj.flag.bs.token_policy = o.jfr_policy;
-    rj.tp_type = URMA_RTP;
-    urma_token_t tok = {o.jfr_token};
-    urma_target_jetty_t *tjfr = cf.urma_import_jfr(a.ctx, &rj, &tok);
+    urma_target_jetty_t *tjfr = jfs_import_b_jfr(&a, &b, &o, &jfs, &rj);
+    JT_REQUIRE(jfs != NULL);
     JT_REQUIRE(tjfr != NULL);
     JT_CHECK_EQ(tjfr->type, URMA_JFR);
     JT_CHECK_EQ(rj.flag.bs.order_type, URMA_OI); /* written back */
@@ -1143,18 +1155,10 @@ static void single_sge_helpers(void)
     CF_NEED(urma_read);
     CF_NEED(urma_send);
     CF_NEED(urma_recv);
-    urma_jfs_cfg_t sc;
-    cf_jfs_cfg(&sc, a.ep.jfc, URMA_TM_RM, 16);
-    urma_jfs_t *jfs = cf.urma_create_jfs(a.ctx, &sc);
-    JT_REQUIRE(jfs != NULL);
+    urma_jfs_t *jfs = NULL;
     urma_rjfr_t rj;
-    memset(&rj, 0, sizeof rj);
-    rj.jfr_id = b.ep.jfr->jfr_id;
-    rj.trans_mode = URMA_TM_RM;
-    rj.flag.bs.token_policy = o.jfr_policy;
-    rj.tp_type = URMA_RTP;
-    urma_token_t tok = {o.jfr_token};
-    urma_target_jetty_t *tjfr = cf.urma_import_jfr(a.ctx, &rj, &tok);
+    urma_target_jetty_t *tjfr = jfs_import_b_jfr(&a, &b, &o, &jfs, &rj);
+    JT_REQUIRE(jfs != NULL);
     JT_REQUIRE(tjfr != NULL);
     urma_jfs_wr_flag_t flag = {.value = 0};
     flag.bs.complete_enable = 1;
