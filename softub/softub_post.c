@@ -472,7 +472,10 @@ out:
     return st;
 }
 
-static int post_exec_write(struct sub_sq *sq, struct sub_wr *w, uint32_t *len)
+/* The common start of a one-sided WR: local SGEs and length checked, the
+ * segment's owner entered (left by the caller on success only) and the
+ * remote range resolved with the access it needs. */
+static int post_rw_begin(struct sub_wr *w, uint32_t access, struct sub_mref *m)
 {
     struct sub_peer *sp = w->rseg->peer;
     if (sp == NULL)
@@ -483,12 +486,19 @@ static int post_exec_write(struct sub_sq *sq, struct sub_wr *w, uint32_t *len)
         return URMA_CR_LOC_LEN_ERR;
     if (softub__peer_enter(sp) != 0)
         return URMA_CR_ACK_TIMEOUT_ERR;
-    struct sub_mref m;
-    int st = post_rseg(w->rseg, w->raddr, w->total, URMA_ACCESS_WRITE, &m, NULL);
-    if (st != URMA_CR_SUCCESS) {
+    int st = post_rseg(w->rseg, w->raddr, w->total, access, m, NULL);
+    if (st != URMA_CR_SUCCESS)
         softub__peer_leave(sp);
+    return st;
+}
+
+static int post_exec_write(struct sub_sq *sq, struct sub_wr *w, uint32_t *len)
+{
+    struct sub_peer *sp = w->rseg->peer;
+    struct sub_mref m;
+    int st = post_rw_begin(w, URMA_ACCESS_WRITE, &m);
+    if (st != URMA_CR_SUCCESS)
         return st;
-    }
     if (w->opcode == URMA_OPC_WRITE) {
         st = post_copy_out(w->l, w->nl, &m, 1, w->total);
         if (st == URMA_CR_ACK_TIMEOUT_ERR)
@@ -534,21 +544,13 @@ static int post_exec_write(struct sub_sq *sq, struct sub_wr *w, uint32_t *len)
 static int post_exec_read(struct sub_wr *w, uint32_t *len)
 {
     struct sub_peer *sp = w->rseg->peer;
-    if (sp == NULL)
-        return URMA_CR_REM_ACCESS_ABORT_ERR;
-    if (!post_local_ok(w))
-        return URMA_CR_LOC_ACCESS_ERR;
-    if (w->total > SUB_MAX_MSG)
-        return URMA_CR_LOC_LEN_ERR;
-    if (softub__peer_enter(sp) != 0)
-        return URMA_CR_ACK_TIMEOUT_ERR;
     struct sub_mref m;
-    int st = post_rseg(w->rseg, w->raddr, w->total, URMA_ACCESS_READ, &m, NULL);
-    if (st == URMA_CR_SUCCESS) {
-        st = post_copy_in(&m, w->l, w->nl);
-        if (st == URMA_CR_ACK_TIMEOUT_ERR)
-            softub__peer_mark_dead(sp);
-    }
+    int st = post_rw_begin(w, URMA_ACCESS_READ, &m);
+    if (st != URMA_CR_SUCCESS)
+        return st;
+    st = post_copy_in(&m, w->l, w->nl);
+    if (st == URMA_CR_ACK_TIMEOUT_ERR)
+        softub__peer_mark_dead(sp);
     softub__peer_leave(sp);
     if (st == URMA_CR_SUCCESS)
         *len = (uint32_t)w->total;

@@ -1,5 +1,6 @@
 /* tool_urma.c: dlopen liburma (or softub) and resolve the urma_* table. */
 #include "tool_urma.h"
+#include "urma/urma_names.h"
 
 #include <arpa/inet.h>
 #include <dlfcn.h>
@@ -173,27 +174,7 @@ const char *tu_status_name(int status, char *buf, size_t len)
 
 const char *tu_cr_status_name(int status)
 {
-    static const char *const names[] = {
-        "SUCCESS",
-        "UNSUPPORTED_OPCODE_ERR",
-        "LOC_LEN_ERR",
-        "LOC_OPERATION_ERR",
-        "LOC_ACCESS_ERR",
-        "REM_RESP_LEN_ERR",
-        "REM_UNSUPPORTED_REQ_ERR",
-        "REM_OPERATION_ERR",
-        "REM_ACCESS_ABORT_ERR",
-        "ACK_TIMEOUT_ERR",
-        "RNR_RETRY_CNT_EXC_ERR",
-        "WR_FLUSH_ERR",
-        "WR_SUSPEND_DONE",
-        "WR_FLUSH_ERR_DONE",
-        "WR_UNHANDLED",
-        "LOC_DATA_POISON",
-        "REM_DATA_POISON",
-    };
-    if (status >= 0 && (size_t)status < sizeof(names) / sizeof(names[0])) return names[status];
-    return "UNKNOWN";
+    return jet__urma_cr_status_name(status);
 }
 
 const char *tu_eid_str(const urma_eid_t *eid, char *buf, size_t len)

@@ -1,4 +1,5 @@
 #include "urma/urma_endpoint.h"
+#include "urma/urma_names.h"
 
 #include <errno.h>
 #include <stdatomic.h>
@@ -62,30 +63,6 @@ struct jet_urma_ep {
     jet_timer_t drain_timer;
 };
 
-static const char *ep_status_name(int st)
-{
-    static const char *const names[] = {
-        "SUCCESS",
-        "UNSUPPORTED_OPCODE_ERR",
-        "LOC_LEN_ERR",
-        "LOC_OPERATION_ERR",
-        "LOC_ACCESS_ERR",
-        "REM_RESP_LEN_ERR",
-        "REM_UNSUPPORTED_REQ_ERR",
-        "REM_OPERATION_ERR",
-        "REM_ACCESS_ABORT_ERR",
-        "ACK_TIMEOUT_ERR",
-        "RNR_RETRY_CNT_EXC_ERR",
-        "WR_FLUSH_ERR",
-        "WR_SUSPEND_DONE",
-        "WR_FLUSH_ERR_DONE",
-        "WR_UNHANDLED",
-        "LOC_DATA_POISON",
-        "REM_DATA_POISON",
-    };
-    return st >= 0 && (size_t)st < sizeof names / sizeof names[0] ? names[st] : "UNKNOWN";
-}
-
 static void ep_finish(jet_urma_ep_t *ep, bool reuse);
 
 /* Fails the socket once; the endpoint keeps releasing buffers until close. */
@@ -95,7 +72,7 @@ static void ep_fail(jet_urma_ep_t *ep, int err, const char *what, int status)
     ep->fail_logged = true;
     if (status >= 0)
         JET_WARN("URMA connection %s: %s completed with %s (status %d)", ep->s->peer, what,
-                 ep_status_name(status), status);
+                 jet__urma_cr_status_name(status), status);
     else
         JET_WARN("URMA connection %s: %s", ep->s->peer, what);
     jet__socket_set_failed(ep->s, err);
