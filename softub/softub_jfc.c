@@ -79,10 +79,15 @@ static void jfc_fire(struct sub_peer *p, struct sub_sjfc *sj)
 
 static void jfc_notify(struct sub_peer *p, struct sub_sjfc *sj, int solicited)
 {
-    /* Pairs with the fence in urma_rearm_jfc: either the consumer's re-poll
-     * sees the CR just published, or this load sees the arm. */
-    atomic_thread_fence(memory_order_seq_cst);
-    uint32_t a = atomic_load_explicit(&sj->armed, memory_order_relaxed);
+    /* A JFC without a JFCE never fires (its arm is a no-op). */
+    if (sj->jfce_off == 0)
+        return;
+    /* Dekker with urma_rearm_jfc, without a fence of our own: the producer's
+     * claim of the slot (a seq_cst RMW on head, sub_cring_enq_begin) comes
+     * before this seq_cst load, and the consumer stores the arm, fences and
+     * then reads head. Either the consumer counts our claimed CR and fires
+     * itself, or this load sees the arm. */
+    uint32_t a = atomic_load_explicit(&sj->armed, memory_order_seq_cst);
     if (a == SUB_ARM_NONE || (a == SUB_ARM_SOLICITED && !solicited))
         return;
     if (!atomic_compare_exchange_strong(&sj->armed, &a, SUB_ARM_NONE))
@@ -98,7 +103,7 @@ int softub__cq_push(struct sub_peer *p, struct sub_sjfc *sj, const struct sub_cq
     if (r == NULL || r->esize != SUB_CQE_SLOT)
         return -1;
     uint64_t pos;
-    struct sub_cqe *slot = sub_ring_enq_begin(r, &pos);
+    struct sub_cqe *slot = sub_cring_enq_begin(r, &pos);
     if (slot == NULL) {
         if (!atomic_exchange(&sj->overflow, 1)) {
             SUB_WARN("JFC %u overflowed: CR dropped, URMA_EVENT_JFC_ERR raised\n", sj->h.id);
@@ -108,7 +113,7 @@ int softub__cq_push(struct sub_peer *p, struct sub_sjfc *sj, const struct sub_cq
         return -1;
     }
     memcpy(slot, e, sizeof(*e));
-    sub_ring_enq_commit(r, pos);
+    sub_cring_enq_commit(r, pos);
     jfc_notify(p, sj, e->solicited);
     return 0;
 }
@@ -387,16 +392,21 @@ SUB_API int urma_poll_jfc(urma_jfc_t *jfc, int cr_cnt, urma_cr_t *cr)
     if (j == NULL || cr == NULL || cr_cnt < 0)
         return -1;
     int n = 0;
+    /* Busy pollers mostly find nothing: peek without the lock, so a spinning
+     * consumer runs plain loads on the slot line, as a shared-memory
+     * ping-pong does, and sees a CR as soon as its line arrives. */
+    if (cr_cnt == 0 || !sub_cring_ready(j->ring))
+        goto empty;
     int locked = !jfc->jfc_cfg.flag.bs.lock_free;
     if (locked)
         pthread_mutex_lock(&j->poll_lock);
+    uint64_t pos;
     while (n < cr_cnt) {
-        uint64_t pos;
-        struct sub_cqe *e = sub_ring_deq_begin(j->ring, &pos);
+        struct sub_cqe *e = sub_cring_deq_begin(j->ring, &pos);
         if (e == NULL)
             break;
         struct sub_cqe c = *e;
-        sub_ring_deq_commit(j->ring, pos);
+        sub_cring_deq_commit(j->ring, pos);
         __builtin_prefetch((const void *)sub_ring_seq(j->ring, pos + 1), 0, 3);
         jfc_fill_cr(&cr[n], &c);
         if (!(c.flag & 1) && (uint32_t)c.imm != 0)
@@ -405,6 +415,7 @@ SUB_API int urma_poll_jfc(urma_jfc_t *jfc, int cr_cnt, urma_cr_t *cr)
     }
     if (locked)
         pthread_mutex_unlock(&j->poll_lock);
+empty:
     if (n == 0 && atomic_load_explicit(&softub__g.prog.nactive, memory_order_relaxed) > 0)
         softub__prog_assist();
     return n;

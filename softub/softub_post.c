@@ -216,6 +216,8 @@ static int post_rseg(struct sub_tseg *ts, uint64_t addr, uint64_t len, uint32_t 
 /* Targets                                                                   */
 /* ------------------------------------------------------------------------ */
 
+#define SUB_RQE_HOLD_MAX 4096u
+
 struct sub_target {
     struct sub_peer *p;
     struct sub_sjfr *jfr;
@@ -224,6 +226,8 @@ struct sub_target {
     uint32_t local_id;
     int is_jetty;
     uint64_t user_ptr;
+    uint64_t rq_pos;  /* the receive WR taken and not yet released */
+    int rq_held;
 };
 
 static struct sub_ring *post_peer_ring(struct sub_peer *p, uint64_t off, uint32_t esize_min)
@@ -240,6 +244,7 @@ static int post_target(struct sub_tjetty *tj, struct sub_target *t)
 {
     struct sub_peer *p = tj->peer;
     t->p = p;
+    t->rq_held = 0;
     struct sub_sobj *h = softub__peer_ptr(p, tj->obj_off, sizeof(struct sub_sjetty));
     if (h == NULL || atomic_load(&h->state) != SUB_OBJ_LIVE || h->gen != tj->obj_gen)
         return URMA_CR_ACK_TIMEOUT_ERR; /* the target is gone: nobody answers */
@@ -276,7 +281,10 @@ static int post_target(struct sub_tjetty *tj, struct sub_target *t)
 }
 
 /* Pops one receive WR (copied out of the ring). */
-static int post_take_rqe(struct sub_target *t, struct sub_rqe *out, struct sub_rqe_sge *sges)
+static void post_release_rqe(struct sub_target *t);
+
+static int post_take_rqe(struct sub_target *t, struct sub_rqe *out, struct sub_rqe_sge *sges,
+                         uint64_t total)
 {
     if (softub__fault.force_rnr)
         return -1;
@@ -290,8 +298,24 @@ static int post_take_rqe(struct sub_target *t, struct sub_rqe *out, struct sub_r
     if (out->nsge > maxs || out->nsge > SUB_MAX_JFR_SGE)
         out->nsge = 0;
     memcpy(sges, q->sge, out->nsge * sizeof(*sges));
-    sub_ring_deq_commit(t->rq, pos);
+    t->rq_pos = pos;
+    t->rq_held = 1;
+    if (total > SUB_RQE_HOLD_MAX)
+        post_release_rqe(t);
     return 0;
+}
+
+/* Frees the taken receive WR's slot. Deferred past the payload and the CR
+ * for small messages: the store invalidates the receiver's copy of the
+ * slot, and the locked instructions of the CR push would otherwise wait for
+ * it. Large copies free it first, so that the owner's post_recv never waits
+ * long for a held slot. */
+static void post_release_rqe(struct sub_target *t)
+{
+    if (t->rq_held) {
+        t->rq_held = 0;
+        sub_ring_deq_commit(t->rq, t->rq_pos);
+    }
 }
 
 /* After a SEND consumed receive WR k of a target: read receive WR k+1 and,
@@ -349,6 +373,7 @@ static void post_recv_cr(struct sub_sq *sq, struct sub_wr *w, struct sub_target 
     e.imm = w->imm;
     e.tpn = w->tj->base.tp.tpn;
     (void)softub__cq_push(t->p, t->jfc, &e);
+    post_release_rqe(t);
 }
 
 /* ------------------------------------------------------------------------ */
@@ -420,7 +445,7 @@ static int post_exec_send_rm(struct sub_sq *sq, struct sub_wr *w, uint32_t *len)
     }
     struct sub_rqe rqe;
     struct sub_rqe_sge rs[SUB_MAX_JFR_SGE];
-    if (post_take_rqe(&t, &rqe, rs) != 0) {
+    if (post_take_rqe(&t, &rqe, rs, w->total) != 0) {
         if (sq->cfg.trans_mode == URMA_TM_UM) {
             *len = (uint32_t)w->total; /* UM: dropped silently */
             goto out;
@@ -519,7 +544,7 @@ static int post_exec_write(struct sub_sq *sq, struct sub_wr *w, uint32_t *len)
     struct sub_rqe rqe;
     struct sub_rqe_sge rs[SUB_MAX_JFR_SGE];
     st = post_target(tj, &t);
-    if (st == URMA_CR_SUCCESS && post_take_rqe(&t, &rqe, rs) != 0) {
+    if (st == URMA_CR_SUCCESS && post_take_rqe(&t, &rqe, rs, w->total) != 0) {
         w->rnr_ns = (uint64_t)post_rnr_us[t.jfr->min_rnr_timer & 31] * 1000ull;
         softub__peer_leave(tj->peer);
         softub__peer_leave(sp);
@@ -1181,7 +1206,7 @@ urma_status_t softub__rq_post(struct sub_jfr *jfr, urma_jfr_wr_t *wr, urma_jfr_w
             *bad_wr = it;
             return URMA_EINVAL;
         }
-        if (sub_ring_count(jfr->ring) >= depth) {
+        if (sub_ring_holds(jfr->ring, depth)) {
             *bad_wr = it;
             return URMA_ENOMEM;
         }
@@ -1194,7 +1219,7 @@ urma_status_t softub__rq_post(struct sub_jfr *jfr, urma_jfr_wr_t *wr, urma_jfr_w
             uint64_t now = softub__now_ns();
             if (t0 == 0)
                 t0 = now;
-            if (now - t0 > 200000000ull || sub_ring_count(jfr->ring) >= depth) {
+            if (now - t0 > 200000000ull || sub_ring_holds(jfr->ring, depth)) {
                 *bad_wr = it;
                 return URMA_ENOMEM;
             }

@@ -32,7 +32,11 @@ struct sub_ring {
     uint32_t magic;
     uint8_t pad0[48];
     _Atomic uint64_t head; /* next slot to produce */
-    uint8_t pad1[56];
+    /* Single-consumer rings only: the last tail a producer read, kept on the
+     * producers' own line so that they read the consumer's line only when
+     * the ring looks full. */
+    _Atomic uint64_t tail_seen;
+    uint8_t pad1[48];
     _Atomic uint64_t tail; /* next slot to consume */
     uint8_t pad2[56];
 };
@@ -67,6 +71,7 @@ static inline void sub_ring_init(struct sub_ring *r, uint32_t cap, uint32_t esiz
     r->esize = esize;
     r->magic = SUB_RING_MAGIC;
     atomic_init(&r->head, 0);
+    atomic_init(&r->tail_seen, 0);
     atomic_init(&r->tail, 0);
     for (uint64_t i = 0; i < cap; i++)
         atomic_init(sub_ring_seq(r, i), i);
@@ -126,12 +131,90 @@ static inline void sub_ring_deq_commit(struct sub_ring *r, uint64_t pos)
     atomic_store_explicit(sub_ring_seq(r, pos), pos + r->cap, memory_order_release);
 }
 
+/* Single-consumer variant (completion rings: one consumer at a time, under
+ * the owner's lock). Producers claim and publish exactly as above; the
+ * consumer never writes a slot, it publishes its progress in `tail` after it
+ * has copied the slot out. A slot line therefore moves once per message,
+ * producer to consumer, as in a plain shared-memory ping-pong; producers learn
+ * that slots are free from `tail_seen` and read `tail` about once a lap.
+ * Initialised by sub_ring_init (slot i holds i, published as pos + 1). */
+static inline void *sub_cring_enq_begin(struct sub_ring *r, uint64_t *pos_out)
+{
+    uint64_t pos = atomic_load_explicit(&r->head, memory_order_relaxed);
+    for (;;) {
+        /* Acquire pairs with the consumer's release of `tail` (directly, or
+         * through the producer that copied it into tail_seen): its reads of
+         * the slot happen before the overwrite below. */
+        uint64_t seen = atomic_load_explicit(&r->tail_seen, memory_order_acquire);
+        if ((int64_t)(pos - seen) >= (int64_t)r->cap) {
+            uint64_t t = atomic_load_explicit(&r->tail, memory_order_acquire);
+            atomic_store_explicit(&r->tail_seen, t, memory_order_release);
+            if ((int64_t)(pos - t) >= (int64_t)r->cap) {
+                uint64_t h = atomic_load_explicit(&r->head, memory_order_relaxed);
+                if (h == pos)
+                    return NULL; /* full */
+                pos = h;
+                continue;
+            }
+        }
+        /* seq_cst: the claim is the producer's half of the arm handshake of
+         * completion queues (softub_jfc.c, jfc_notify). */
+        if (atomic_compare_exchange_weak_explicit(&r->head, &pos, pos + 1, memory_order_seq_cst,
+                                                  memory_order_relaxed)) {
+            *pos_out = pos;
+            return (uint8_t *)sub_ring_seq(r, pos) + 8;
+        }
+    }
+}
+
+#define sub_cring_enq_commit sub_ring_enq_commit
+
+/* The consumer's next slot, or NULL when it is empty or claimed but not yet
+ * published. Callers are serialised. */
+static inline void *sub_cring_deq_begin(struct sub_ring *r, uint64_t *pos_out)
+{
+    uint64_t pos = atomic_load_explicit(&r->tail, memory_order_relaxed);
+    _Atomic uint64_t *seq = sub_ring_seq(r, pos);
+    if (atomic_load_explicit(seq, memory_order_acquire) != pos + 1)
+        return NULL;
+    *pos_out = pos;
+    return (uint8_t *)seq + 8;
+}
+
+/* True when the consumer's next slot is published: a lock-free peek for
+ * serialised consumers, so that an empty poll takes no lock. */
+static inline int sub_cring_ready(struct sub_ring *r)
+{
+    uint64_t pos = atomic_load_explicit(&r->tail, memory_order_relaxed);
+    return atomic_load_explicit(sub_ring_seq(r, pos), memory_order_relaxed) == pos + 1;
+}
+
+/* Frees every slot before `pos + 1`, after the caller copied them out. */
+static inline void sub_cring_deq_commit(struct sub_ring *r, uint64_t pos)
+{
+    atomic_store_explicit(&r->tail, pos + 1, memory_order_release);
+}
+
 /* Produced but not yet consumed (approximate under concurrency). */
 static inline uint64_t sub_ring_count(struct sub_ring *r)
 {
     uint64_t h = atomic_load_explicit(&r->head, memory_order_acquire);
     uint64_t t = atomic_load_explicit(&r->tail, memory_order_acquire);
     return h >= t ? h - t : 0;
+}
+
+/* Producer side of a depth check: true when at least `n` slots are produced
+ * and not yet consumed. Reads the consumers' line only when the producers'
+ * cached tail says the ring may be that full. */
+static inline int sub_ring_holds(struct sub_ring *r, uint64_t n)
+{
+    uint64_t h = atomic_load_explicit(&r->head, memory_order_relaxed);
+    uint64_t seen = atomic_load_explicit(&r->tail_seen, memory_order_relaxed);
+    if ((int64_t)(h - seen) < (int64_t)n)
+        return 0;
+    uint64_t t = atomic_load_explicit(&r->tail, memory_order_acquire);
+    atomic_store_explicit(&r->tail_seen, t, memory_order_relaxed);
+    return (int64_t)(h - t) >= (int64_t)n;
 }
 
 /* True when a slot was claimed at the tail but its producer has not
