@@ -28,8 +28,14 @@ struct jet_channel {
     jet_socket_t *single;
     jet_socket_t *idle[CH_POOL_MAX_IDLE];
     int nidle;
-    _Atomic bool tcp_only; /* the server closed on our transport's hello */
+    /* Until this time (monotonic µs) new connections use TCP: the server
+     * closed on our transport's hello. 0: use the channel's transport. */
+    _Atomic int64_t tcp_until_us;
 };
+
+JET_FLAG_DEFINE_INT32(transport_reprobe_s, 60,
+                      "Seconds a channel whose server refused the transport hello stays on TCP "
+                      "before its next new connection tries the transport again (0: forever)");
 
 /* Per-connection client state (the socket's owner). */
 typedef struct cli_conn {
@@ -120,7 +126,8 @@ static int ch_connect(jet_channel_t *ch, jet_socket_t **s_p)
     if (!conn) return -ENOMEM;
     pthread_mutex_init(&conn->lock, NULL);
     conn->max_body = ch->max_body;
-    int mode = atomic_load(&ch->tcp_only) ? JET_SOCKET_MODE_TCP : (int)ch->opts.socket_mode;
+    int64_t until = atomic_load_explicit(&ch->tcp_until_us, memory_order_relaxed);
+    int mode = until != 0 && jet_now_us() < until ? JET_SOCKET_MODE_TCP : (int)ch->opts.socket_mode;
     int rc = jet__socket_connect(&ch->addr, mode, &cli_handler, conn, ch->opts.connect_timeout_ms,
                                  s_p);
     if (rc < 0) {
@@ -246,9 +253,13 @@ static void ch_attempt_failed(jet_call_t *call, int err)
         /* A server without the transport (a brpc TCP-only server closes on a
          * URMA hello): the channel uses TCP from now on, and this attempt
          * does not count. */
-        if (!atomic_exchange(&call->channel->tcp_only, true))
-            JET_WARN("channel to %s: the server closed on the %s hello; using TCP",
-                     call->channel->name, jet_socket_mode_name(call->channel->opts.socket_mode));
+        int32_t again_s = JET_FLAG(transport_reprobe_s);
+        int64_t until = again_s > 0 ? jet_now_us() + (int64_t)again_s * 1000000 : INT64_MAX;
+        int64_t was = atomic_exchange(&call->channel->tcp_until_us, until);
+        if (was == 0 || jet_now_us() >= was)
+            JET_WARN("channel to %s: the server closed on the %s hello; using TCP%s", call->channel->name,
+                     jet_socket_mode_name(call->channel->opts.socket_mode),
+                     again_s > 0 ? " for a while" : "");
         call->attempts--;
         err = -JET_EEOF;
     }

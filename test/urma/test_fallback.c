@@ -1,11 +1,14 @@
 /* Fallback to TCP in every direction, and the option checks:
  * URMA client -> jetrpc TCP server (declining hello, same connection);
  * URMA client -> a server that closes on the hello like brpc's TCP-only
- * servers (the channel reconnects over TCP once, then stays on TCP);
+ * servers (the channel reconnects over TCP once, then stays on TCP for
+ * transport_reprobe_s and offers URMA again after that);
  * URMA client -> a server that answers a declining hello, v2 and v3 (the
  * client sends ACK 0); TCP client -> URMA server; URMA unavailable on the
  * client, on the server, on both (urma_lib names a missing file), or taken
  * by another block-pool registrar; SSL and non-baidu_std refused. */
+#include <unistd.h>
+
 #include "iobuf/block_pool.h"
 #include "urma/urma_handshake.h"
 #include "urma_test.h"
@@ -111,6 +114,20 @@ static void test_urma_client_brpc_tcp_server(void)
     JT_REQUIRE(ch);
     JT_CHECK_EQ(ut_async_batch(ch, 50, 1000, GUARD_US, NULL), 0);
     JT_CHECK_EQ(atomic_load(&c.hellos), 3);
+    jet_channel_destroy(ch);
+    /* The refusal is remembered for transport_reprobe_s only: once it has
+     * passed, a new connection offers URMA again (the server may have been
+     * restarted with it), and a second refusal still costs no call. */
+    JT_CHECK_EQ(jet_flag_set("transport_reprobe_s", "1"), 0);
+    ch = channel_retry(f.port, JET_CONNECTION_SHORT, 0);
+    JT_REQUIRE(ch);
+    JT_CHECK_EQ(ut_echo_call(ch, 300, 1, "brpc-tcp"), 0);
+    JT_CHECK_EQ(ut_echo_call(ch, 300, 2, "brpc-tcp"), 0);
+    JT_CHECK_EQ(atomic_load(&c.hellos), 4);
+    usleep(1200 * 1000);
+    JT_CHECK_EQ(ut_echo_call(ch, 300, 3, "brpc-tcp"), 0);
+    JT_CHECK_EQ(atomic_load(&c.hellos), 5);
+    JT_CHECK_EQ(jet_flag_set("transport_reprobe_s", "60"), 0);
     jet_channel_destroy(ch);
     ut_fake_stop(&f);
     jet_server_destroy(srv);
