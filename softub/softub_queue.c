@@ -265,7 +265,12 @@ SUB_API urma_jfr_t *urma_create_jfr(urma_context_t *ctx, urma_jfr_cfg_t *jfr_cfg
     /* Whole cache lines per slot, as for CRs. */
     j->rqe_size = (uint32_t)((8 + sizeof(struct sub_rqe) + nsge * sizeof(struct sub_rqe_sge) + 63) &
                              ~(size_t)63);
-    uint32_t cap_slots = sub_ring_pow2(jfr_cfg->depth);
+    /* A lap of slack beyond the depth (which sub_ring_holds enforces): a
+     * re-post then writes a slot that its sender freed a lap ago, not the
+     * one it freed a moment ago, and softub__rq_post can take that line for
+     * writing ahead of time instead of missing on it between a receive and
+     * the answer. */
+    uint32_t cap_slots = sub_ring_pow2(jfr_cfg->depth) * 2;
     struct sub_global *g = &softub__g;
     pthread_mutex_lock(&g->lock);
     uint64_t roff = softub__ralloc(sub_ring_bytes(cap_slots, j->rqe_size), 4096);

@@ -13,6 +13,7 @@
 #include <sys/eventfd.h>
 #include <unistd.h>
 
+#include "base/futex.h"
 #include "base/log.h"
 #include "base/time.h"
 #include "jetrpc/flags.h"
@@ -22,6 +23,21 @@ JET_FLAG_DEFINE_INT32(event_loop_num, 0,
 JET_FLAG_DEFINE_BOOL(event_poll_yield, false,
                      "In busy-poll mode, sched_yield() after an iteration that found no work");
 JET_FLAG_DEFINE_INT32(event_max_events, 256, "Most epoll events fetched by one epoll_wait");
+JET_FLAG_DEFINE_BOOL(event_guest_drive, true,
+                     "A thread waiting for a synchronous call runs its busy-poll loop's "
+                     "iterations itself while the loop thread sleeps (one spinning thread instead "
+                     "of two)");
+JET_FLAG_DEFINE_INT32(event_guest_park_us, 200,
+                      "Longest a busy-poll loop stays undriven after a waiting thread returned it, "
+                      "before the loop thread takes it back [10, 100000]");
+
+/* Who runs a loop's iterations (the futex word `baton`). */
+enum {
+    LOOP_RUN = 0,   /* the loop thread */
+    LOOP_WANT = 1,  /* the loop thread, asked to hand over after this iteration */
+    LOOP_GUEST = 2, /* a waiting thread (jet_loop_drive); the loop thread is parked */
+    LOOP_IDLE = 3,  /* nobody: the guest left; the loop thread or a guest takes it */
+};
 
 /* Tasks run per iteration before the loop goes back to epoll, so that a
  * flood of posts cannot starve I/O and timers. */
@@ -55,9 +71,13 @@ struct jet_loop {
     int max_events;
     struct epoll_event *events;
 
+    /* Busy-poll pollers registered: read by would-be guests on any thread. */
+    _Atomic int npollers;
+
     /* Written by posters, read by the loop: kept away from the loop-private
      * fields above and from the inbox head that posters swap. */
     _Alignas(64) _Atomic int sleeping;
+    _Atomic uint32_t baton; /* LOOP_*; the loop thread parks on it */
     _Alignas(64) jet_mpsc_t inbox;
 };
 
@@ -213,6 +233,9 @@ void jet_loop_post(jet_loop_t *loop, jet_task_t *task)
         ssize_t w = write(loop->wakefd, &one, sizeof one);
         /* EAGAIN means the counter is saturated: the loop is already woken. */
         (void)w;
+        /* Or it is parked behind a guest (loop_park). */
+        if (atomic_load_explicit(&loop->baton, memory_order_relaxed) >= LOOP_GUEST)
+            jet__futex_wake(&loop->baton, 1);
     }
 }
 
@@ -318,6 +341,7 @@ void jet_loop_poller_add(jet_loop_t *loop, jet_poller_t *p)
      * next pass. */
     p->next = loop->pollers;
     loop->pollers = p;
+    atomic_fetch_add_explicit(&loop->npollers, 1, memory_order_relaxed);
 }
 
 void jet_loop_poller_del(jet_loop_t *loop, jet_poller_t *p)
@@ -328,6 +352,7 @@ void jet_loop_poller_del(jet_loop_t *loop, jet_poller_t *p)
             *pp = p->next;
             if (loop->poll_next == p) loop->poll_next = p->next;
             p->next = NULL;
+            atomic_fetch_sub_explicit(&loop->npollers, 1, memory_order_relaxed);
             return;
         }
     }
@@ -349,14 +374,14 @@ static int loop_run_pollers(jet_loop_t *loop)
 
 /* ---- the loop ---------------------------------------------------------- */
 
-static void loop_iterate(jet_loop_t *loop)
+static void loop_iterate(jet_loop_t *loop, bool guest)
 {
     int work = loop_run_timers(loop, jet_now_us());
     int ran = loop_run_tasks(loop, LOOP_TASK_BATCH);
     work += ran;
 
     int timeout = -1;
-    if (ran == LOOP_TASK_BATCH || loop->pollers ||
+    if (guest || ran == LOOP_TASK_BATCH || loop->pollers ||
         atomic_load_explicit(&loop->stop, memory_order_acquire) || !jet__mpsc_empty(&loop->inbox)) {
         timeout = 0;
     } else if (loop->heap_len > 0) {
@@ -387,8 +412,100 @@ static void loop_iterate(jet_loop_t *loop)
     }
     if (loop->pollers) {
         work += loop_run_pollers(loop);
-        if (work == 0 && JET_FLAG(event_poll_yield)) sched_yield();
+        if (work == 0 && !guest && JET_FLAG(event_poll_yield)) sched_yield();
     }
+}
+
+/* The loop thread while a guest drives: asleep until the guest leaves, a
+ * post or stop wakes it, or event_guest_park_us passes (a guest that left
+ * the loop idle does not wake it: the next call of a synchronous caller
+ * usually takes it again at once). */
+static void loop_park(jet_loop_t *loop)
+{
+    int32_t us = JET_FLAG(event_guest_park_us);
+    us = us < 10 ? 10 : us > 100000 ? 100000 : us;
+    atomic_store_explicit(&loop->sleeping, 1, memory_order_relaxed);
+    atomic_thread_fence(memory_order_seq_cst);
+    if (jet__mpsc_empty(&loop->inbox) && !atomic_load_explicit(&loop->stop, memory_order_acquire))
+        (void)jet__futex_wait(&loop->baton, LOOP_GUEST, us);
+    atomic_store_explicit(&loop->sleeping, 0, memory_order_relaxed);
+}
+
+/* One step of the loop thread's baton protocol; true when it may iterate. */
+static bool loop_hold(jet_loop_t *loop)
+{
+    uint32_t b = atomic_load_explicit(&loop->baton, memory_order_acquire);
+    switch (b) {
+    case LOOP_RUN:
+        return true;
+    case LOOP_WANT:
+        /* Release: the guest sees everything this thread did to the loop. */
+        atomic_store_explicit(&loop->baton, LOOP_GUEST, memory_order_release);
+        return false;
+    case LOOP_GUEST:
+        loop_park(loop);
+        return false;
+    default: /* LOOP_IDLE */
+        (void)atomic_compare_exchange_strong_explicit(&loop->baton, &b, LOOP_RUN,
+                                                      memory_order_acquire, memory_order_relaxed);
+        return false;
+    }
+}
+
+bool jet_loop_drive(jet_loop_t *loop, bool (*done)(void *arg), void *arg)
+{
+    if (!loop || !loop->started || loop_tls_current != NULL || !JET_FLAG(event_guest_drive) ||
+        atomic_load_explicit(&loop->npollers, memory_order_relaxed) == 0)
+        return false;
+    uint32_t b = atomic_load_explicit(&loop->baton, memory_order_relaxed);
+    if (b == LOOP_IDLE) {
+        if (!atomic_compare_exchange_strong_explicit(&loop->baton, &b, LOOP_GUEST,
+                                                     memory_order_acquire, memory_order_relaxed))
+            return false;
+    } else if (b == LOOP_RUN) {
+        if (!atomic_compare_exchange_strong_explicit(&loop->baton, &b, LOOP_WANT,
+                                                     memory_order_relaxed, memory_order_relaxed))
+            return false;
+        /* A busy-poll iteration is short: the hand-over comes within one. */
+        while ((b = atomic_load_explicit(&loop->baton, memory_order_acquire)) == LOOP_WANT) {
+            if (done(arg)) {
+                b = LOOP_WANT;
+                if (atomic_compare_exchange_strong_explicit(&loop->baton, &b, LOOP_RUN,
+                                                            memory_order_relaxed,
+                                                            memory_order_relaxed))
+                    return true;
+                break; /* handed over meanwhile: ours to give back */
+            }
+            if (atomic_load_explicit(&loop->npollers, memory_order_relaxed) == 0) {
+                /* Its thread may now sleep in epoll: withdraw. */
+                b = LOOP_WANT;
+                if (atomic_compare_exchange_strong_explicit(&loop->baton, &b, LOOP_RUN,
+                                                            memory_order_relaxed,
+                                                            memory_order_relaxed))
+                    return done(arg);
+                break;
+            }
+            jet__cpu_relax();
+        }
+        if (b != LOOP_GUEST && atomic_load_explicit(&loop->baton, memory_order_acquire) != LOOP_GUEST)
+            return done(arg); /* taken back (stop) */
+    } else {
+        return false; /* another guest drives it */
+    }
+    loop_tls_current = loop;
+    while (!done(arg) && !atomic_load_explicit(&loop->stop, memory_order_acquire) &&
+           atomic_load_explicit(&loop->npollers, memory_order_relaxed) > 0)
+        loop_iterate(loop, true);
+    loop_tls_current = NULL;
+    bool wake = atomic_load_explicit(&loop->stop, memory_order_acquire) ||
+                atomic_load_explicit(&loop->npollers, memory_order_relaxed) == 0 ||
+                !jet__mpsc_empty(&loop->inbox);
+    atomic_store_explicit(&loop->baton, LOOP_IDLE, memory_order_release);
+    /* Without pollers the loop must sleep in epoll again, which only its own
+     * thread does; work queued after our last iteration must not wait for
+     * the park timeout either. */
+    if (wake) jet__futex_wake(&loop->baton, 1);
+    return done(arg);
 }
 
 static void *loop_main(void *arg)
@@ -404,7 +521,16 @@ static void *loop_main(void *arg)
     loop_tls_current = loop;
 
     while (!atomic_load_explicit(&loop->stop, memory_order_acquire))
-        loop_iterate(loop);
+        if (loop_hold(loop)) loop_iterate(loop, false);
+    /* A guest may still drive: it leaves as soon as it sees stop. */
+    for (uint32_t b; (b = atomic_load_explicit(&loop->baton, memory_order_acquire)) != LOOP_RUN;) {
+        if (b == LOOP_GUEST)
+            loop_park(loop);
+        else
+            (void)atomic_compare_exchange_strong_explicit(&loop->baton, &b, LOOP_RUN,
+                                                          memory_order_acquire,
+                                                          memory_order_relaxed);
+    }
 
     /* Run what was posted before stop; pop() may return NULL while a post is
      * half done, so go on until the inbox is really empty. */
@@ -425,6 +551,8 @@ int jet_loop_create(jet_loop_t **loop_p)
     loop->index = -1;
     atomic_init(&loop->stop, false);
     atomic_init(&loop->sleeping, 0);
+    atomic_init(&loop->baton, LOOP_RUN);
+    atomic_init(&loop->npollers, 0);
     jet__mpsc_init(&loop->inbox);
 
     int max = JET_FLAG(event_max_events);
@@ -496,6 +624,7 @@ void jet_loop_stop(jet_loop_t *loop)
     }
     atomic_store_explicit(&loop->stop, true, memory_order_release);
     loop_wake(loop);
+    jet__futex_wake(&loop->baton, 1);
     pthread_join(loop->thread, NULL);
     loop->started = false;
 }

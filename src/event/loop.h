@@ -105,4 +105,20 @@ static inline void jet_timer_init(jet_timer_t *t, void (*fn)(jet_timer_t *))
 void jet_loop_poller_add(jet_loop_t *loop, jet_poller_t *p);
 void jet_loop_poller_del(jet_loop_t *loop, jet_poller_t *p);
 
+/* Guest driving (leader/follower) of a busy-poll loop: a thread that has
+ * nothing to do but wait for something the loop will produce (a synchronous
+ * call's answer) runs the loop's iterations itself, and the loop thread
+ * sleeps meanwhile, so that one thread spins instead of two and the answer
+ * needs no wake-up. Any thread that is not a loop thread may call it; it
+ * returns false at once when the loop has no poller (it sleeps in epoll:
+ * the ordinary wake-up is cheap enough), another guest drives it, the flag
+ * event_guest_drive is off, or the loop is stopping. Otherwise it iterates
+ * (epoll with a zero timeout, timers, tasks, pollers; callbacks see
+ * jet_loop_in_thread(loop) true) until done(arg) holds, the loop stops or
+ * loses its last poller, and returns done(arg). done is called between
+ * iterations and must be cheap and thread-safe. The loop thread takes the
+ * loop back within event_guest_park_us after the guest left, at once when a
+ * task is posted. */
+bool jet_loop_drive(jet_loop_t *loop, bool (*done)(void *arg), void *arg);
+
 #endif

@@ -144,9 +144,24 @@ void jet__cid_free(uint32_t idx)
     cid_push_free(idx);
 }
 
-void jet__cid_join(uint32_t idx, uint32_t free_seq, int64_t spin_us)
+typedef struct cid_wait {
+    cid_slot_t *slot;
+    uint32_t free_seq;
+} cid_wait_t;
+
+static bool cid_done(void *arg)
+{
+    cid_wait_t *w = arg;
+    return atomic_load_explicit(&w->slot->free_seq, memory_order_acquire) != w->free_seq;
+}
+
+void jet__cid_join(uint32_t idx, uint32_t free_seq, int64_t spin_us, jet_loop_t *loop)
 {
     cid_slot_t *slot = cid_slot(idx);
+    /* A busy-polled connection: poll it ourselves rather than sleep while the
+     * loop thread spins, then wait for our wake-up. */
+    cid_wait_t w = {slot, free_seq};
+    if (loop && jet_loop_drive(loop, cid_done, &w)) return;
     if (spin_us > 0) {
         /* The answer of a polled transport often lands within microseconds:
          * waiting here saves the futex sleep and the loop's wake-up call. */

@@ -53,6 +53,9 @@ struct jet_call {
     void *done_arg;
     bool joinable;      /* has a correlation slot that jet_call_join can wait on */
     uint32_t slot_free_seq; /* the slot's free count when this call took it */
+    /* The loop of the latest attempt's connection: a synchronous caller may
+     * drive it while it waits (jet_loop_drive). Loops outlive calls. */
+    _Atomic(jet_loop_t *) wait_loop;
     jet_deadline_t deadline;
     jet_task_t retry_task;
     int retry_err;
@@ -84,6 +87,6 @@ jet_call_t *jet__cid_claim(uint64_t cid, uint64_t *next_cid_p);
 void jet__cid_free(uint32_t slot);
 /* Waits until slot has been freed more than free_seq times, spinning up to
  * spin_us microseconds before sleeping. */
-void jet__cid_join(uint32_t slot, uint32_t free_seq, int64_t spin_us);
+void jet__cid_join(uint32_t slot, uint32_t free_seq, int64_t spin_us, jet_loop_t *loop);
 
 #endif

@@ -359,6 +359,7 @@ static void ch_issue(jet_call_t *call)
         return;
     }
     call->sock = s;
+    atomic_store_explicit(&call->wait_loop, s->loop, memory_order_relaxed);
     memcpy(call->remote, s->peer, sizeof call->remote);
     cli_conn_t *conn = s->owner;
     jet_iobuf_t frame;
@@ -481,7 +482,8 @@ void jet_call_join(jet_call_t *call)
 {
     /* Read before the call can complete: a joinable call still holds its slot. */
     if (!call->joinable) return;
-    jet__cid_join(call->slot, call->slot_free_seq, JET_FLAG(sync_call_spin_us));
+    jet__cid_join(call->slot, call->slot_free_seq, JET_FLAG(sync_call_spin_us),
+                  atomic_load_explicit(&call->wait_loop, memory_order_relaxed));
 }
 
 /* ---- connection events ------------------------------------------------------ */

@@ -1,0 +1,266 @@
+/* Guest driving of busy-poll loops (jet_loop_drive): the waiting thread runs
+ * the iterations while the loop thread sleeps, hands the loop back, and
+ * every refusal case (no poller, another guest, a loop thread, stop). */
+#include <pthread.h>
+#include <stdatomic.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "event/loop.h"
+#include "jetrpc/flags.h"
+#include "testutil.h"
+#include "testutil_loop.h"
+
+JET_FLAG_DECLARE_BOOL(event_guest_drive);
+
+#define GUARD_US (5 * 1000 * 1000)
+
+static jet_loop_t *loop;
+
+/* Counts its runs, and which thread ran it. */
+typedef struct who_poller {
+    jet_poller_t p;
+    _Atomic int runs;
+    _Atomic int foreign; /* runs on another thread than `expect` after its first run */
+    _Atomic int guest_seen;
+    _Atomic(pthread_t *) expect;
+    _Atomic int stop_at; /* removes itself on this run (0: never) */
+} who_poller_t;
+
+static int who_poll(jet_poller_t *p)
+{
+    who_poller_t *w = (who_poller_t *)p;
+    if (!jet_loop_in_thread(loop)) abort();
+    int n = atomic_fetch_add(&w->runs, 1) + 1;
+    pthread_t *e = atomic_load(&w->expect);
+    if (e && pthread_equal(*e, pthread_self()))
+        atomic_store(&w->guest_seen, 1);
+    else if (e && atomic_load(&w->guest_seen))
+        atomic_fetch_add(&w->foreign, 1);
+    int stop = atomic_load(&w->stop_at);
+    if (stop && n >= stop) {
+        atomic_store(&w->stop_at, 0);
+        jet_loop_poller_del(loop, p);
+    }
+    return 0;
+}
+
+static void add_poller(void *arg)
+{
+    jet_loop_poller_add(loop, arg);
+}
+static void del_poller(void *arg)
+{
+    jet_loop_poller_del(loop, arg);
+}
+
+typedef struct until {
+    _Atomic int *v;
+    int target;
+    who_poller_t *w; /* stops its thread check once reached (the loop may go back) */
+} until_t;
+
+static bool reached(void *arg)
+{
+    until_t *u = arg;
+    bool r = atomic_load(u->v) >= u->target;
+    if (r && u->w) atomic_store(&u->w->expect, NULL);
+    return r;
+}
+
+/* "Never" for a test that works; a bounded failure for one that does not. */
+static bool never(void *arg)
+{
+    int64_t *end_ms = arg;
+    if (*end_ms == 0) *end_ms = jt_now_ms() + 10000;
+    return jt_now_ms() > *end_ms;
+}
+
+typedef struct flag_task {
+    jet_task_t task;
+    _Atomic int *counter;
+    _Atomic int *on_guest; /* counts runs on the thread in `guest` */
+    pthread_t guest;
+} flag_task_t;
+
+static void flag_task_fn(jet_task_t *t)
+{
+    flag_task_t *f = (flag_task_t *)t;
+    if (!jet_loop_in_thread(loop)) abort();
+    if (pthread_equal(f->guest, pthread_self())) atomic_fetch_add(f->on_guest, 1);
+    atomic_fetch_add(f->counter, 1);
+}
+
+static void test_guest_runs_the_loop(void)
+{
+    JT_REQUIRE(jt_loop_up(&loop) == 0);
+    who_poller_t w = {.p.poll = who_poll};
+    jt_loop_run_on(loop, add_poller, &w.p);
+    JT_CHECK(jt_wait_at_least(&w.runs, 100, GUARD_US));
+
+    /* Once we drive, every run is ours: the loop thread is parked. */
+    pthread_t me = pthread_self();
+    for (int round = 0; round < 3; round++) {
+        atomic_store(&w.foreign, 0);
+        atomic_store(&w.guest_seen, 0);
+        atomic_store(&w.expect, &me);
+        until_t u = {&w.runs, atomic_load(&w.runs) + 20000, &w};
+        JT_CHECK(!jet_loop_in_thread(loop));
+        JT_CHECK(jet_loop_drive(loop, reached, &u));
+        JT_CHECK(atomic_load(&w.runs) >= u.target);
+        JT_CHECK(atomic_load(&w.guest_seen));
+        JT_CHECK_EQ(atomic_load(&w.foreign), 0);
+        JT_CHECK(!jet_loop_in_thread(loop));
+    }
+    until_t u = {0};
+
+    /* Given back: the loop thread runs it again without being asked. */
+    int before = atomic_load(&w.runs);
+    JT_CHECK(jt_wait_at_least(&w.runs, before + 1000, GUARD_US));
+
+    /* Tasks posted to a driven loop run on the guest. */
+    enum { N = 1000 };
+    static flag_task_t tasks[N];
+    static _Atomic int ran, on_guest;
+    atomic_store(&ran, 0);
+    atomic_store(&on_guest, 0);
+    for (int i = 0; i < N; i++) {
+        tasks[i] = (flag_task_t){
+            .task.fn = flag_task_fn, .counter = &ran, .on_guest = &on_guest, .guest = me};
+        jet_loop_post(loop, &tasks[i].task);
+    }
+    u = (until_t){&ran, N, NULL};
+    JT_CHECK(jet_loop_drive(loop, reached, &u) || atomic_load(&ran) == N);
+    JT_CHECK_EQ(atomic_load(&ran), N);
+
+    /* A task posted after the guest left is run promptly by the loop thread
+     * (the post wakes it from its park). */
+    static flag_task_t late;
+    static _Atomic int late_ran;
+    late = (flag_task_t){.task.fn = flag_task_fn, .counter = &late_ran, .on_guest = &on_guest};
+    jet_loop_post(loop, &late.task);
+    JT_CHECK(jt_wait_at_least(&late_ran, 1, GUARD_US));
+
+    jt_loop_run_on(loop, del_poller, &w.p);
+    jt_loop_down(loop);
+}
+
+static void test_refusals(void)
+{
+    JT_REQUIRE(jt_loop_up(&loop) == 0);
+    _Atomic int zero = 0;
+    until_t u = {&zero, 1, NULL};
+    /* No poller: the loop sleeps in epoll, nothing to drive. */
+    JT_CHECK(!jet_loop_drive(loop, reached, &u));
+    JT_CHECK(!jet_loop_drive(NULL, reached, &u));
+
+    who_poller_t w = {.p.poll = who_poll};
+    jt_loop_run_on(loop, add_poller, &w.p);
+    JT_CHECK(jt_wait_at_least(&w.runs, 10, GUARD_US));
+    /* The flag turns it off. */
+    JET_FLAG(event_guest_drive) = false;
+    JT_CHECK(!jet_loop_drive(loop, reached, &u));
+    JET_FLAG(event_guest_drive) = true;
+
+    /* Already done: returns true without keeping the loop. */
+    _Atomic int one = 1;
+    until_t done = {&one, 1, NULL};
+    JT_CHECK(jet_loop_drive(loop, reached, &done));
+    int before = atomic_load(&w.runs);
+    JT_CHECK(jt_wait_at_least(&w.runs, before + 1000, GUARD_US));
+
+    /* The poller leaves while we drive: we give the loop back unfinished and
+     * its thread serves posts again (sleeping in epoll). */
+    atomic_store(&w.stop_at, atomic_load(&w.runs) + 500);
+    int64_t end_ms = 0;
+    JT_CHECK(!jet_loop_drive(loop, never, &end_ms));
+    JT_CHECK_EQ(atomic_load(&w.stop_at), 0);
+    for (int i = 0; i < 5; i++)
+        jt_loop_run_on(loop, NULL, NULL);
+    jt_loop_down(loop);
+}
+
+/* A loop thread may not drive another loop (nor its own). */
+typedef struct nested {
+    jet_loop_t *other;
+    bool refused;
+} nested_t;
+
+static void nested_fn(void *arg)
+{
+    nested_t *n = arg;
+    _Atomic int zero = 0;
+    until_t u = {&zero, 1, NULL};
+    n->refused = !jet_loop_drive(n->other, reached, &u) && !jet_loop_drive(loop, reached, &u);
+}
+
+static void test_loop_threads_do_not_drive(void)
+{
+    JT_REQUIRE(jt_loop_up(&loop) == 0);
+    jet_loop_t *other = NULL;
+    JT_REQUIRE(jet_loop_create(&other) == 0 && jet_loop_start(other) == 0);
+    who_poller_t w = {.p.poll = who_poll};
+    jt_loop_run_on(loop, add_poller, &w.p);
+    nested_t n = {.other = other};
+    jt_loop_run_on(loop, nested_fn, &n);
+    JT_CHECK(n.refused);
+    jt_loop_run_on(loop, del_poller, &w.p);
+    jet_loop_destroy(other);
+    jt_loop_down(loop);
+}
+
+/* Two guests: one drives, the other is refused; stop ends the drive. */
+typedef struct guest_arg {
+    _Atomic int started;
+    _Atomic int result; /* 0 running, 1 true, 2 false */
+} guest_arg_t;
+
+static void *guest_main(void *arg)
+{
+    guest_arg_t *g = arg;
+    atomic_store(&g->started, 1);
+    int64_t end_ms = 0;
+    bool r = jet_loop_drive(loop, never, &end_ms);
+    atomic_store(&g->result, r ? 1 : 2);
+    return NULL;
+}
+
+static void test_second_guest_and_stop(void)
+{
+    JT_REQUIRE(jt_loop_up(&loop) == 0);
+    who_poller_t w = {.p.poll = who_poll};
+    jt_loop_run_on(loop, add_poller, &w.p);
+    JT_CHECK(jt_wait_at_least(&w.runs, 10, GUARD_US));
+    guest_arg_t g = {0};
+    pthread_t th;
+    JT_REQUIRE(pthread_create(&th, NULL, guest_main, &g) == 0);
+    /* Wait until the guest drives: the poller then runs on its thread. */
+    atomic_store(&w.foreign, 0);
+    atomic_store(&w.guest_seen, 0);
+    atomic_store(&w.expect, &th);
+    JT_WAIT_UNTIL(atomic_load(&w.guest_seen), GUARD_US);
+    JT_REQUIRE(atomic_load(&w.guest_seen));
+    int before = atomic_load(&w.runs);
+    jt_sleep_us(20000);
+    JT_CHECK(atomic_load(&w.runs) > before);
+    JT_CHECK_EQ(atomic_load(&w.foreign), 0);
+    int64_t end_ms = jt_now_ms() + 1000;
+    JT_CHECK(!jet_loop_drive(loop, never, &end_ms)); /* taken */
+    /* Stop: the guest leaves unfinished, the thread is joined. */
+    atomic_store(&w.expect, NULL);
+    jet_loop_stop(loop);
+    JT_CHECK(pthread_join(th, NULL) == 0);
+    JT_CHECK_EQ(atomic_load(&g.result), 2);
+    jet_loop_destroy(loop);
+    loop = NULL;
+}
+
+int main(void)
+{
+    JT_RUN(test_guest_runs_the_loop);
+    JT_RUN(test_refusals);
+    JT_RUN(test_loop_threads_do_not_drive);
+    JT_RUN(test_second_guest_and_stop);
+    return jt_finish();
+}
