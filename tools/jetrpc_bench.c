@@ -58,6 +58,9 @@ JET_FLAG_DEFINE_STRING(server, "",
                        "forking one");
 JET_FLAG_DEFINE_BOOL(unix_socket, false, "The forked server listens on a unix socket, not TCP");
 JET_FLAG_DEFINE_BOOL(json, false, "Print one JSON object per run instead of the table");
+JET_FLAG_DEFINE_INT32(idle_seconds, 0,
+                      "After each run, keep its connections open and silent this many seconds "
+                      "and report the CPU the server and the client use meanwhile (%% of a core)");
 JET_FLAG_DEFINE_BOOL(matrix, false,
                      "Run the standard set (1x1 and 8x8 at 16 B, 1x1 with a 1 MiB attachment)");
 JET_FLAG_DEFINE_BOOL(async, false, "Asynchronous calls even when queue_depth is 1");
@@ -74,6 +77,7 @@ JET_FLAG_DEFINE_STRING(softub_perf, "",
 #define BENCH_MAX_SLOTS   4096 /* a 10 KiB histogram each */
 #define BENCH_MIB         (1024.0 * 1024.0)
 #define BENCH_REF_LABEL   "brpc (reference, quiet machine)"
+#define BENCH_REF_UBRING_LABEL "brpc ubring (reference)"
 #define BENCH_CTL_WAIT_MS 10000
 
 /* ---- small helpers ------------------------------------------------------------ */
@@ -322,6 +326,10 @@ typedef struct bench_result {
     double avg_us, p50_us, p99_us, p999_us, max_us;
     double client_cpu_us; /* over the window */
     double server_cpu_us; /* < 0: unknown */
+    /* --idle_seconds: CPU in % of one core while the connections sat idle
+     * (< 0: not measured or unknown). */
+    double idle_client_pct, idle_server_pct;
+    int connections;
 } bench_result_t;
 
 typedef struct bench_run bench_run_t;
@@ -581,6 +589,18 @@ static int bench_run_one(const bench_cfg_t *cfg, const char *addr, bench_server_
     res->max_us = (double)all->max_ns / 1e3;
     res->client_cpu_us = ccpu1 - ccpu0;
     res->server_cpu_us = scpu0 >= 0 && scpu1 >= 0 ? scpu1 - scpu0 : -1;
+    res->connections = nch;
+    res->idle_client_pct = res->idle_server_pct = -1;
+    if (JET_FLAG(idle_seconds) > 0) {
+        /* The calls are over, the connections stay: what does waiting cost? */
+        double c0 = bench_self_cpu_us(), s0 = bench_server_cpu_us(srv);
+        int64_t i0 = bench_now_ns();
+        usleep((useconds_t)JET_FLAG(idle_seconds) * 1000000u);
+        double c1 = bench_self_cpu_us(), s1 = bench_server_cpu_us(srv);
+        double wall_us = (double)(bench_now_ns() - i0) / 1e3;
+        res->idle_client_pct = (c1 - c0) / wall_us * 100;
+        res->idle_server_pct = s0 >= 0 && s1 >= 0 ? (s1 - s0) / wall_us * 100 : -1;
+    }
     free(all);
     if (run->first_error[0])
         fprintf(stderr, "jetrpc_bench: %" PRIu64 " failed calls, first: %s\n", res->errors,
@@ -628,6 +648,8 @@ typedef struct bench_row {
     /* < 0: unknown */
     double qps, avg, p50, p99, p999, mbps, ccpu, scpu;
     double errors;
+    double idle_cpct, idle_spct; /* --idle_seconds, % of a core; < 0: none */
+    int conns;
 } bench_row_t;
 
 static void bench_row_from_result(const bench_result_t *r, bench_row_t *row)
@@ -649,6 +671,19 @@ static void bench_row_from_result(const bench_result_t *r, bench_row_t *row)
     row->ccpu = calls > 0 ? r->client_cpu_us / calls : -1;
     row->scpu = calls > 0 && r->server_cpu_us >= 0 ? r->server_cpu_us / calls : -1;
     row->errors = (double)r->errors;
+    row->idle_cpct = r->idle_client_pct;
+    row->idle_spct = r->idle_server_pct;
+    row->conns = r->connections;
+}
+
+static void bench_print_idle(const bench_row_t *row)
+{
+    if (row->idle_cpct < 0) return;
+    char s[16];
+    bench_fmt(s, sizeof s, "%.1f%%", row->idle_spct);
+    printf("idle %-27s %d connection%s silent for %d s: server %s of a core, client %.1f%%\n",
+           row->label, row->conns, row->conns == 1 ? "" : "s", JET_FLAG(idle_seconds), s,
+           row->idle_cpct);
 }
 
 static void bench_print_row(const bench_row_t *row)
@@ -703,14 +738,20 @@ static void bench_print_json(const bench_row_t *row, const bench_result_t *r)
     bench_json_num("lat_p999_us", row->p999, "%.2f", false);
     bench_json_num("mb_per_s", row->mbps, "%.3f", false);
     bench_json_num("client_cpu_us_per_call", row->ccpu, "%.2f", false);
-    bench_json_num("server_cpu_us_per_call", row->scpu, "%.2f", true);
+    bench_json_num("server_cpu_us_per_call", row->scpu, "%.2f", false);
+    bench_json_num("connections", row->conns, "%.0f", false);
+    bench_json_num("idle_client_cpu_pct", row->idle_cpct, "%.2f", false);
+    bench_json_num("idle_server_cpu_pct", row->idle_spct, "%.2f", true);
 }
 
 /* brpc's figures on this kind of machine (quiet), for the standard set. */
 static const bench_row_t bench_refs[] = {
-    {BENCH_REF_LABEL, 1, 1, true, 16, 0, 19700, -1, 42, -1, -1, -1, -1, -1, -1},
-    {BENCH_REF_LABEL, 8, 8, false, 16, 0, 33700, -1, -1, -1, -1, -1, -1, -1, -1},
-    {BENCH_REF_LABEL, 1, 1, true, 16, 1 << 20, -1, -1, -1, -1, -1, 328, -1, -1, -1},
+    {BENCH_REF_LABEL, 1, 1, true, 16, 0, 19700, -1, 42, -1, -1, -1, -1, -1, -1, -1, -1, 1},
+    {BENCH_REF_LABEL, 8, 8, false, 16, 0, 33700, -1, -1, -1, -1, -1, -1, -1, -1, -1, -1, 8},
+    {BENCH_REF_LABEL, 1, 1, true, 16, 1 << 20, -1, -1, -1, -1, -1, 328, -1, -1, -1, -1, -1, 1},
+    /* brpc's UBRing on this machine (issue 5): 24k-34k QPS in two runs, p50
+     * 4 us; an idle server burns about 90% of a core. */
+    {BENCH_REF_UBRING_LABEL, 1, 1, true, 16, 0, 24000, -1, 4, -1, -1, -1, -1, -1, -1, -1, 90, 1},
 };
 
 /* ---- URMA modes in a client process of their own ------------------------------
@@ -758,6 +799,9 @@ static void bench_row_from_json(const char *line, const char *label, bench_row_t
     row->ccpu = bench_json_get(line, "client_cpu_us_per_call");
     row->scpu = bench_json_get(line, "server_cpu_us_per_call");
     row->errors = bench_json_get(line, "errors");
+    row->conns = (int)bench_json_get(line, "connections");
+    row->idle_cpct = bench_json_get(line, "idle_client_cpu_pct");
+    row->idle_spct = bench_json_get(line, "idle_server_cpu_pct");
 }
 
 static int bench_mode_child(const char *mode_name, bench_entry_t *entries, int *n, int max)
@@ -886,9 +930,9 @@ static void bench_floor_print(const bench_floor_t *fl, const bench_entry_t *e, i
     /* softub_perf reports one-way latency (half the round trip); an RPC's
      * latency is a round trip, so the floor row shows the round trip. */
     bench_row_t lat = {"softub raw SEND_IMM ping-pong", 1, 1, true, 64, 0, -1, -1,
-                       fl->rtt_p50_us, fl->rtt_p99_us, -1, -1, -1, -1, -1};
+                       fl->rtt_p50_us, fl->rtt_p99_us, -1, -1, -1, -1, -1, -1, -1, 1};
     bench_row_t bw = {"softub raw SEND 1 MiB (one way)", 1, 2, false, 0, 1 << 20, -1, -1, -1, -1,
-                      -1, fl->send_mbps / 1.048576, -1, -1, -1};
+                      -1, fl->send_mbps / 1.048576, -1, -1, -1, -1, -1, 1};
     double tcp_p50 = -1;
     for (int i = 0; i < n; i++)
         if (strcmp(e[i].row.label, "tcp") == 0 && e[i].row.threads == 1 && e[i].row.att == 0)
@@ -1077,6 +1121,9 @@ int main(int argc, char **argv)
         else
             bench_print_row(&entries[i].row);
     }
+    if (!JET_FLAG(json))
+        for (int i = 0; i < nent; i++)
+            bench_print_idle(&entries[i].row);
     if (extras) {
         for (size_t i = 0; i < sizeof bench_refs / sizeof bench_refs[0]; i++) {
             if (JET_FLAG(json))

@@ -19,6 +19,7 @@
 #include "rpc/protocol.h"
 #include "rpc/transports.h"
 #include "rpc/worker_pool.h"
+#include "ubring/ubring_hello.h"
 #include "urma/urma_handshake.h"
 
 /* Foreign handshakes a TCP-mode port answers so that clients fall back (RDMA
@@ -477,10 +478,10 @@ static void srv_process(jet_socket_t *s, jet_baidu_frame_t *f, int bad_att)
     }
 }
 
-/* A first packet that is not PRPC: answer RDMA and URMA hellos with a
- * declining hello (brpc's "un-negotiable" RDMA answer; for URMA the same
- * shape), so such clients fall back to TCP on this connection; close on
- * anything else. Returns true when parsing may go on. */
+/* A first packet that is not PRPC: answer RDMA, URMA and UBRing hellos with
+ * a declining hello (brpc's "un-negotiable" RDMA answer; for URMA the same
+ * shape; for UBRing versions 0/0 and zeros), so such clients fall back to
+ * TCP on this connection; close on anything else. Returns true when parsing may go on. */
 static bool srv_foreign_hello(jet_socket_t *s, srv_conn_t *c)
 {
     static const uint8_t rdma_v3_answer[] = {0x52, 0x44, 0x4d, 0x33, 0, 0, 0, 0x1c, 0x08, 0,
@@ -503,6 +504,20 @@ static bool srv_foreign_hello(jet_socket_t *s, srv_conn_t *c)
         if (r != JET_URMA_HELLO_OK && r != JET_URMA_HELLO_DECLINED) goto bad;
         answer_len = jet__urma_hello_pack_decline(memcmp(hdr, JET_URMA_MAGIC_V3, 4) == 0 ? 3 : 2,
                                                   answer, sizeof answer);
+    } else if (hdr[0] == 'U' && hdr[1] == 'B') {
+        /* A UBRing hello on a port that does not speak UBRing: brpc's
+         * un-negotiable answer (versions 0/0), but with bytes 8..63 zeroed.
+         * A longer msg_len is drained whole. */
+        uint8_t flat[JET_UBRING_HELLO_MAX];
+        size_t flat_len = have < sizeof flat ? have : sizeof flat;
+        jet_iobuf_copy_to(&s->read_buf, flat, flat_len, 0);
+        jet_ubring_hello_t hello;
+        ssize_t r = jet__ubring_hello_unpack(flat, flat_len, &hello);
+        if (r == -EAGAIN) return false;
+        if (r < 0) goto bad;
+        need = (size_t)r;
+        jet__ubring_hello_pack_refuse(answer);
+        answer_len = JET_UBRING_HELLO_LEN;
     } else if (memcmp(hdr, "RDMA", 4) == 0) {
         if (have < 8) return false;
         need = (size_t)hdr[4] << 8 | hdr[5];

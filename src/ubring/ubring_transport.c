@@ -1,0 +1,1050 @@
+#include "ubring/ubring_transport.h"
+
+#include <errno.h>
+#include <pthread.h>
+#include <sched.h>
+#include <stdatomic.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/epoll.h>
+#include <sys/socket.h>
+
+#include "base/futex.h"
+#include "base/log.h"
+#include "base/time.h"
+#include "jetrpc/errors.h"
+#include "jetrpc/flags.h"
+#include "net/socket.h"
+#include "ubring/ubring_hello.h"
+#include "ubring/ubring_ring.h"
+#include "ubring/ubring_shm.h"
+
+JET_FLAG_DEFINE_INT32(ub_data_queue_size, 4,
+                      "UBRing segment size in MiB (a multiple of 4); the largest message is about "
+                      "(size - 64 B) / 64 * 60 bytes (brpc: data_queue_size)");
+JET_FLAG_DEFINE_INT32(ub_poller_num, 1, "Event loops that poll UBRing connections");
+JET_FLAG_DEFINE_BOOL(ub_poller_yield, false, "UBRing pollers yield the CPU when they find nothing");
+/* Longer than the ~1-2 ms an idle loop takes to look at its rings: with a
+ * shorter spin, a call/answer pair can settle into that pace on both sides
+ * (each answer arriving just after the other side stopped spinning). */
+JET_FLAG_DEFINE_INT32(ub_poller_idle_us, 2500,
+                      "UBRing pollers spin this long after the last traffic (read or write), then "
+                      "look at the rings about every millisecond");
+JET_FLAG_DEFINE_INT32(ub_hb_timer_interval, 5,
+                      "Seconds between checks of the peer's UBRing heartbeat (ours is written "
+                      "every second)");
+JET_FLAG_DEFINE_INT32(ub_hb_retry_cnt, 10,
+                      "Missed UBRing heartbeat checks tolerated before the connection fails");
+JET_FLAG_DEFINE_INT32(ub_connect_timeout, 1,
+                      "Seconds a UBRing client may take to map the server segment (written into "
+                      "the segments)");
+JET_FLAG_DEFINE_INT32(ub_disconnect_timeout, 5,
+                      "Seconds to wait for the peer's acknowledgement of a UBRing close");
+JET_FLAG_DEFINE_INT32(ub_event_queue_timer_interval, 100,
+                      "Period of the UBRing close and idle checks, in microseconds (at least the "
+                      "loop's millisecond resolution while it sleeps)");
+JET_FLAG_DEFINE_INT32(ub_max_managed_num, 1024,
+                      "UBRing connections per process; later ones use TCP");
+JET_FLAG_DEFINE_INT32(ub_handshake_timeout_ms, 5000,
+                      "A UBRing handshake that has not finished after this long fails");
+
+#define UB_READ_ROOM   4096
+#define UB_READ_BUDGET (256 * 1024) /* bytes per connection per poll */
+#define UB_WRITE_MAX   (2 * 1024 * 1024)
+#define UB_MAX_LOOPS   256
+#define UB_HB_WRITE_US 1000000
+
+enum { UB_UNKNOWN = 0, UB_ON = 1, UB_OFF = 2 };
+enum { UB_HS_NONE = 0, UB_HS_C_HELLO_WAIT, UB_HS_S_HELLO_WAIT, UB_HS_S_ACK_WAIT };
+enum { UC_HANDSHAKE = 0, UC_ACTIVE, UC_CLOSING };
+
+static const char *const ub_mode_names[] = {"unknown", "on", "off"};
+static const char *const ub_hs_names[] = {"none", "c_hello_wait", "s_hello_wait", "s_ack_wait"};
+
+struct ub_loop;
+
+/* The rings of one connection. Owned by the socket's state until the socket
+ * closes; an established ring then stays on its loop's list until the close
+ * protocol ends, and is freed there. */
+typedef struct ub_conn {
+    struct ub_conn *prev, *next;
+    struct ub_loop *ul; /* set while on a loop's list */
+    jet_socket_t *s;    /* NULL once the socket closed */
+    jet_ubring_shm_t own, peer;
+    jet_ubring_tx_t tx;
+    jet_ubring_rx_t rx;
+    int state; /* UC_* */
+    bool want_out;
+    bool peer_closed;
+    uint32_t hb_misses;
+    int64_t hb_check_us;
+    int64_t close_deadline_us;
+    char peer_addr[64];
+} ub_conn_t;
+
+/* Per event loop: its established rings, the poller and the tick timer.
+ * Loop thread only. */
+typedef struct ub_loop {
+    jet_loop_t *loop;
+    ub_conn_t head; /* circular list sentinel */
+    uint32_t nconns;
+    jet_poller_t poller;
+    bool poller_on;
+    jet_timer_t tick;
+    int64_t last_work_us;
+    int64_t next_hb_us;
+    /* Written by writers on any thread: a write expects an answer, so the
+     * loop spins again (kick) or keeps spinning (last_tx_us). */
+    _Atomic bool spinning;
+    _Atomic bool kick_posted;
+    _Atomic int64_t last_tx_us;
+    jet_task_t kick;
+} ub_loop_t;
+
+typedef struct ub_ts {
+    _Atomic int mode; /* UB_*; read by writer threads */
+    int hs;
+    bool said_yes;
+    jet_socket_t *s;
+    jet_iobuf_t hs_buf;
+    jet_timer_t timer;
+    ub_conn_t *conn;
+    _Atomic bool writer_in;
+    _Atomic bool closed;
+} ub_ts_t;
+
+static pthread_mutex_t ub_loops_lock = PTHREAD_MUTEX_INITIALIZER;
+static ub_loop_t *ub_loops[UB_MAX_LOOPS];
+static jet_loop_t *ub_loop_keys[UB_MAX_LOOPS];
+static _Atomic int32_t ub_nconns; /* rings in the process, against ub_max_managed_num */
+
+static void ubl_tick_cb(jet_timer_t *t);
+static int ubl_poll_cb(jet_poller_t *p);
+static void ubl_kick_task(jet_task_t *t);
+
+/* ---- rings -------------------------------------------------------------------- */
+
+static ub_conn_t *uc_new(jet_socket_t *s)
+{
+    if (atomic_fetch_add(&ub_nconns, 1) >= JET_FLAG(ub_max_managed_num)) {
+        atomic_fetch_sub(&ub_nconns, 1);
+        JET_LOG_ONCE(JET_LOG_WARN,
+                     "UBRing: %d connections reached (--ub_max_managed_num); "
+                     "further connections use TCP",
+                     JET_FLAG(ub_max_managed_num));
+        return NULL;
+    }
+    ub_conn_t *c = calloc(1, sizeof *c);
+    if (!c) {
+        atomic_fetch_sub(&ub_nconns, 1);
+        return NULL;
+    }
+    c->s = s;
+    snprintf(c->peer_addr, sizeof c->peer_addr, "%s", s->peer);
+    return c;
+}
+
+static void ubl_detach(ub_conn_t *c);
+
+/* Unlinks what this side created and unmaps both segments. Loop thread when
+ * the ring was established; nobody may be inside the rings any more. */
+static void uc_destroy(ub_conn_t *c)
+{
+    if (!c) return;
+    if (c->ul) ubl_detach(c);
+    int rc = jet__ubring_shm_unlink(&c->own);
+    if (rc < 0) JET_WARN("UBRing: shm_unlink %s: %s", c->own.name, jet_strerror(rc));
+    jet__ubring_shm_unmap(&c->own);
+    jet__ubring_shm_unmap(&c->peer);
+    free(c);
+    atomic_fetch_sub(&ub_nconns, 1);
+}
+
+static size_t uc_queue_bytes(void)
+{
+    int32_t mib = JET_FLAG(ub_data_queue_size);
+    return mib > 0 ? (size_t)mib << 20 : 0;
+}
+
+/* ---- per-loop polling ------------------------------------------------------------ */
+
+static ub_loop_t *ubl_get(jet_loop_t *loop)
+{
+    ub_loop_t *ul = NULL;
+    pthread_mutex_lock(&ub_loops_lock);
+    int free_i = -1;
+    for (int i = 0; i < UB_MAX_LOOPS; i++) {
+        if (ub_loop_keys[i] == loop) {
+            ul = ub_loops[i];
+            break;
+        }
+        if (!ub_loop_keys[i] && free_i < 0) free_i = i;
+    }
+    if (!ul && free_i >= 0 && (ul = calloc(1, sizeof *ul)) != NULL) {
+        ul->loop = loop;
+        ul->head.next = ul->head.prev = &ul->head;
+        ul->poller.poll = ubl_poll_cb;
+        ul->poller.arg = ul;
+        jet_timer_init(&ul->tick, ubl_tick_cb);
+        ul->kick.fn = ubl_kick_task;
+        ub_loops[free_i] = ul;
+        ub_loop_keys[free_i] = loop;
+    }
+    pthread_mutex_unlock(&ub_loops_lock);
+    return ul;
+}
+
+static int64_t ubl_tick_period_us(void)
+{
+    int32_t v = JET_FLAG(ub_event_queue_timer_interval);
+    return v < 100 ? 100 : v;
+}
+
+static void ubl_spin(ub_loop_t *ul)
+{
+    ul->last_work_us = jet_now_us();
+    if (!ul->poller_on && ul->nconns > 0) {
+        jet_loop_poller_add(ul->loop, &ul->poller);
+        ul->poller_on = true;
+        atomic_store_explicit(&ul->spinning, true, memory_order_relaxed);
+    }
+}
+
+static void ubl_kick_task(jet_task_t *t)
+{
+    ub_loop_t *ul = (ub_loop_t *)((char *)t - offsetof(ub_loop_t, kick));
+    atomic_store_explicit(&ul->kick_posted, false, memory_order_relaxed);
+    ubl_spin(ul);
+}
+
+/* Writer thread, after a ring write: the answer will come through this
+ * loop's rings. A sleeping loop is woken once per burst, not per message. */
+static void ubl_wrote(ub_loop_t *ul)
+{
+    atomic_store_explicit(&ul->last_tx_us, jet_now_us(), memory_order_relaxed);
+    if (atomic_load_explicit(&ul->spinning, memory_order_relaxed) ||
+        atomic_exchange_explicit(&ul->kick_posted, true, memory_order_relaxed))
+        return;
+    jet_loop_post(ul->loop, &ul->kick);
+}
+
+static void ubl_stop_spin(ub_loop_t *ul)
+{
+    if (!ul->poller_on) return;
+    jet_loop_poller_del(ul->loop, &ul->poller);
+    ul->poller_on = false;
+    atomic_store_explicit(&ul->spinning, false, memory_order_relaxed);
+}
+
+static int ubl_attach(jet_socket_t *s, ub_conn_t *c)
+{
+    ub_loop_t *ul = ubl_get(s->loop);
+    if (!ul) return -ENOMEM;
+    c->ul = ul;
+    c->state = UC_ACTIVE;
+    int64_t now = jet_now_us();
+    int32_t hb = JET_FLAG(ub_hb_timer_interval);
+    c->hb_check_us = now + (int64_t)(hb > 0 ? hb : 1) * 1000000;
+    c->next = &ul->head;
+    c->prev = ul->head.prev;
+    ul->head.prev->next = c;
+    ul->head.prev = c;
+    if (ul->nconns++ == 0) {
+        ul->next_hb_us = now;
+        jet_loop_timer_start(ul->loop, &ul->tick, now + ubl_tick_period_us());
+    }
+    ubl_spin(ul);
+    return 0;
+}
+
+static void ubl_detach(ub_conn_t *c)
+{
+    ub_loop_t *ul = c->ul;
+    c->prev->next = c->next;
+    c->next->prev = c->prev;
+    c->next = c->prev = NULL;
+    c->ul = NULL;
+    if (--ul->nconns == 0) {
+        jet_loop_timer_stop(ul->loop, &ul->tick);
+        ubl_stop_spin(ul);
+    }
+}
+
+/* Reads what the ring holds into the socket and hands it to the protocol. */
+static int uc_read(ub_conn_t *c, size_t budget)
+{
+    jet_socket_t *s = c->s;
+    if (!jet__ubring_rx_ready(&c->rx)) return 0;
+    ssize_t r = jet__ubring_rx_read(&c->rx, &s->read_buf, budget);
+    if (r < 0) {
+        if (r == -EPROTO)
+            JET_WARN("close %s: corrupt UBRing chunk at slot %u (flag, len or cursor out of range)",
+                     s->peer, c->rx.rpos);
+        jet__socket_set_failed(s, (int)r);
+        return 1;
+    }
+    if (r == 0) return 0;
+    atomic_store_explicit(&s->last_active_us, jet_now_us(), memory_order_relaxed);
+    jet__socket_deliver(s);
+    return 1;
+}
+
+static int uc_poll(ub_conn_t *c)
+{
+    jet_socket_t *s = c->s;
+    if (c->state != UC_ACTIVE || !s || jet__socket_failed(s)) return 0;
+    int work = uc_read(c, UB_READ_BUDGET);
+    if (c->want_out && !jet__socket_failed(s)) {
+        int64_t f = jet__ubring_tx_free(&c->tx);
+        if (f < 0) {
+            JET_WARN("close %s: the peer wrote an out-of-range UBRing tail", s->peer);
+            jet__socket_set_failed(s, -EPROTO);
+        } else if (f > 0) {
+            c->want_out = false;
+            jet__socket_writable(s);
+            work++;
+        }
+    }
+    return work;
+}
+
+static int ubl_poll(ub_loop_t *ul)
+{
+    int work = 0;
+    for (ub_conn_t *c = ul->head.next, *next; c != &ul->head; c = next) {
+        next = c->next;
+        work += uc_poll(c);
+    }
+    return work;
+}
+
+static int ubl_poll_cb(jet_poller_t *p)
+{
+    ub_loop_t *ul = p->arg;
+    int work = ubl_poll(ul);
+    if (work) {
+        ul->last_work_us = jet_now_us();
+        return work;
+    }
+    /* Nothing for a while: stop spinning; the tick keeps looking. */
+    int64_t last = ul->last_work_us,
+            tx = atomic_load_explicit(&ul->last_tx_us, memory_order_relaxed);
+    if (tx > last) last = tx;
+    if (jet_now_us() - last > JET_FLAG(ub_poller_idle_us)) {
+        bool waiting = false;
+        for (ub_conn_t *c = ul->head.next; c != &ul->head; c = c->next)
+            waiting |= c->want_out;
+        if (!waiting) ubl_stop_spin(ul);
+    } else if (JET_FLAG(ub_poller_yield)) {
+        sched_yield();
+    }
+    return 0;
+}
+
+/* The peer closed its side (UBRING.md §8, passive): acknowledge, deliver what
+ * it wrote before, and end the socket as a TCP EOF would. */
+static void uc_passive_close(ub_conn_t *c)
+{
+    jet_ubring_ctrl_t *own = jet__ubring_ctrl(c->own.base);
+    jet_ubring_ctrl_t *peer = jet__ubring_ctrl(c->peer.base);
+    jet__ubring_store32(&own->tx_flag, JET_UBRING_EQ_CLOSED);
+    jet__ubring_store32(&peer->rx_flag, JET_UBRING_EQ_CLOSED);
+    c->peer_closed = true;
+    jet_socket_t *s = c->s;
+    while (!jet__socket_failed(s) && uc_read(c, SIZE_MAX)) {
+    }
+    JET_DEBUG("%s closed its UBRing", s->peer);
+    jet__socket_set_failed(s, -JET_EEOF);
+}
+
+static void uc_close_done(ub_conn_t *c, bool acked)
+{
+    jet_ubring_ctrl_t *own = jet__ubring_ctrl(c->own.base);
+    if (!acked) {
+        JET_WARN("UBRing close with %s: no acknowledgement after %d s, cleaning up", c->peer_addr,
+                 JET_FLAG(ub_disconnect_timeout));
+        jet__ubring_store32(&jet__ubring_ctrl(c->peer.base)->rx_flag, JET_UBRING_EQ_CLOSED);
+    }
+    uint32_t tx = jet__ubring_load32(&own->tx_flag);
+    if (tx == JET_UBRING_EQ_CONNECTED || tx == JET_UBRING_EQ_CLOSING)
+        jet__ubring_store32(&own->tx_flag, JET_UBRING_EQ_CLOSED);
+    uc_destroy(c);
+}
+
+static void uc_heartbeat(ub_conn_t *c, int64_t now)
+{
+    jet_ubring_ctrl_t *own = jet__ubring_ctrl(c->own.base);
+    __atomic_store_n(&jet__ubring_ctrl(c->peer.base)->heart_beat, 1, __ATOMIC_RELAXED);
+    if (now < c->hb_check_us) return;
+    int32_t hb = JET_FLAG(ub_hb_timer_interval);
+    c->hb_check_us = now + (int64_t)(hb > 0 ? hb : 1) * 1000000;
+    if (__atomic_exchange_n(&own->heart_beat, 0, __ATOMIC_RELAXED) == 1) {
+        c->hb_misses = 0;
+        return;
+    }
+    if (++c->hb_misses <= (uint32_t)JET_FLAG(ub_hb_retry_cnt)) return;
+    JET_WARN("close %s: no UBRing heartbeat from the peer for %u checks of %d s "
+             "(--ub_hb_timer_interval, --ub_hb_retry_cnt)",
+             c->s->peer, c->hb_misses, hb);
+    jet__socket_set_failed(c->s, -ECONNRESET);
+}
+
+static void ubl_tick_cb(jet_timer_t *t)
+{
+    ub_loop_t *ul = (ub_loop_t *)((char *)t - offsetof(ub_loop_t, tick));
+    if (!ul->poller_on && ubl_poll(ul) > 0) ubl_spin(ul);
+    int64_t now = jet_now_us();
+    bool hb = now >= ul->next_hb_us;
+    if (hb) ul->next_hb_us = now + UB_HB_WRITE_US;
+    for (ub_conn_t *c = ul->head.next, *next; c != &ul->head; c = next) {
+        next = c->next;
+        jet_ubring_ctrl_t *own = jet__ubring_ctrl(c->own.base);
+        if (c->state == UC_CLOSING) {
+            if (jet__ubring_load32(&own->rx_flag) == JET_UBRING_EQ_CLOSED)
+                uc_close_done(c, true);
+            else if (now >= c->close_deadline_us)
+                uc_close_done(c, false);
+            continue;
+        }
+        if (!c->s || jet__socket_failed(c->s)) continue;
+        if (jet__ubring_load32(&own->rx_flag) == JET_UBRING_EQ_CLOSED &&
+            jet__ubring_load32(&own->tx_flag) != JET_UBRING_EQ_CLOSED) {
+            uc_passive_close(c);
+            continue;
+        }
+        if (hb) uc_heartbeat(c, now);
+    }
+    /* uc_close_done may have emptied the list and stopped the tick. */
+    if (ul->nconns > 0) jet_loop_timer_start(ul->loop, &ul->tick, now + ubl_tick_period_us());
+}
+
+/* Socket closed, loop thread: start the active close (UBRING.md §8), or free
+ * the ring at once when there is nothing to tell the peer. */
+static void uc_close(ub_conn_t *c)
+{
+    c->s = NULL;
+    if (c->state != UC_ACTIVE || c->peer_closed) {
+        uc_destroy(c);
+        return;
+    }
+    jet_ubring_ctrl_t *own = jet__ubring_ctrl(c->own.base);
+    jet_ubring_ctrl_t *peer = jet__ubring_ctrl(c->peer.base);
+    jet__ubring_store32(&peer->tx_flag, JET_UBRING_EQ_CLOSING);
+    if (jet__ubring_load32(&own->tx_flag) == JET_UBRING_EQ_CONNECTED)
+        jet__ubring_store32(&own->tx_flag, JET_UBRING_EQ_CLOSED);
+    jet__ubring_store32(&peer->rx_flag, JET_UBRING_EQ_CLOSED);
+    c->state = UC_CLOSING;
+    int32_t to = JET_FLAG(ub_disconnect_timeout);
+    c->close_deadline_us = jet_now_us() + (int64_t)(to > 0 ? to : 0) * 1000000;
+}
+
+/* ---- transport slots ---------------------------------------------------------- */
+
+static int ub_global_init(const jet_transport_check_t *check)
+{
+    const char *who = check->is_server ? "server" : "channel";
+    if (check->use_ssl) {
+        JET_ERROR("%s with socket_mode=ubring: SSL is not supported over UBRing", who);
+        return -EPROTONOSUPPORT;
+    }
+    if (check->protocol && strcmp(check->protocol, "baidu_std") != 0) {
+        JET_ERROR("%s with socket_mode=ubring: protocol %s is not supported (baidu_std only)", who,
+                  check->protocol);
+        return -EPROTONOSUPPORT;
+    }
+    if (!jet__ubring_shm_len_ok(uc_queue_bytes()))
+        JET_WARN("--ub_data_queue_size=%d is not a non-zero multiple of 4 (MiB, at most 1024): "
+                 "UBRing connections will use TCP",
+                 JET_FLAG(ub_data_queue_size));
+    return 0;
+}
+
+static void ub_timer_cb(jet_timer_t *t)
+{
+    ub_ts_t *ts = (ub_ts_t *)((char *)t - offsetof(ub_ts_t, timer));
+    jet_socket_t *s = ts->s;
+    if (atomic_load(&ts->mode) != UB_UNKNOWN || jet__socket_failed(s)) return;
+    JET_WARN("UBRing handshake with %s timed out after %d ms (%s)", s->peer,
+             JET_FLAG(ub_handshake_timeout_ms), ub_hs_names[ts->hs]);
+    jet__socket_set_failed(s, -ETIMEDOUT);
+}
+
+static void ub_timer_start(jet_socket_t *s, ub_ts_t *ts)
+{
+    int ms = JET_FLAG(ub_handshake_timeout_ms);
+    if (ms > 0 && !jet_timer_armed(&ts->timer))
+        jet_loop_timer_start(s->loop, &ts->timer, jet_now_us() + (int64_t)ms * 1000);
+}
+
+static jet_loop_t *ub_pick_loop(void)
+{
+    static _Atomic unsigned rr;
+    if (jet_loops_count() <= 0 && jet_loops_start(0) < 0) return NULL;
+    int n = jet_loops_count();
+    if (n <= 0) return NULL;
+    int k = JET_FLAG(ub_poller_num);
+    if (k < 1) k = 1;
+    if (k > n) k = n;
+    return jet_loop_at(
+        (int)(atomic_fetch_add_explicit(&rr, 1, memory_order_relaxed) % (unsigned)k));
+}
+
+static int ub_init(jet_socket_t *s)
+{
+    ub_ts_t *ts = calloc(1, sizeof *ts);
+    if (!ts) return -ENOMEM;
+    ts->s = s;
+    jet_iobuf_init(&ts->hs_buf);
+    jet_timer_init(&ts->timer, ub_timer_cb);
+    if (!jet__ubring_shm_len_ok(uc_queue_bytes())) {
+        atomic_init(&ts->mode, UB_OFF); /* a hello reaching this server is declined by it */
+    } else {
+        atomic_init(&ts->mode, UB_UNKNOWN);
+        if (s->is_server_side) ts->hs = UB_HS_S_HELLO_WAIT;
+        jet_loop_t *l = ub_pick_loop();
+        if (l) s->loop = l;
+    }
+    s->tstate = ts;
+    return 0;
+}
+
+static void ub_release(jet_socket_t *s)
+{
+    ub_ts_t *ts = s->tstate;
+    if (!ts) return;
+    if (ts->conn) {
+        /* Only a ring that never got established can be here (an
+         * established one is detached by close): no loop knows it. */
+        if (ts->conn->ul)
+            JET_ERROR("UBRing: socket %s released with its ring attached (leaked)", s->peer);
+        else
+            uc_destroy(ts->conn);
+        ts->conn = NULL;
+    }
+    jet_iobuf_fini(&ts->hs_buf);
+    free(ts);
+    s->tstate = NULL;
+}
+
+static void ub_close(jet_socket_t *s)
+{
+    ub_ts_t *ts = s->tstate;
+    jet_loop_timer_stop(s->loop, &ts->timer);
+    atomic_store_explicit(&ts->closed, true, memory_order_relaxed);
+    /* Pairs with the writer's store-fence-load in ub_cut: either it sees
+     * closed, or we see it inside and wait (a ring write is a memcpy). */
+    atomic_thread_fence(memory_order_seq_cst);
+    while (atomic_load_explicit(&ts->writer_in, memory_order_acquire))
+        jet__cpu_relax();
+    ub_conn_t *c = ts->conn;
+    ts->conn = NULL;
+    if (c) uc_close(c);
+}
+
+static int ub_send(jet_socket_t *s, const void *buf, size_t len)
+{
+    ssize_t w;
+    do {
+        w = send(s->fd, buf, len, MSG_NOSIGNAL | MSG_DONTWAIT);
+    } while (w < 0 && errno == EINTR);
+    if (w == (ssize_t)len) return 0;
+    if (w < 0) return errno == EPIPE || errno == ECONNRESET ? -JET_EEOF : -errno;
+    return -EIO; /* a fresh connection's kernel buffer takes 64 bytes whole */
+}
+
+/* This connection does not use UBRing: drop the ring, hand what was read to
+ * the protocol parser. */
+static void ub_go_off(jet_socket_t *s, ub_ts_t *ts)
+{
+    jet_loop_timer_stop(s->loop, &ts->timer);
+    uc_destroy(ts->conn);
+    ts->conn = NULL;
+    ts->hs = UB_HS_NONE;
+    atomic_store_explicit(&ts->mode, UB_OFF, memory_order_release);
+    if (!jet_iobuf_empty(&ts->hs_buf)) {
+        if (jet_iobuf_move(&s->read_buf, &ts->hs_buf) < 0) {
+            jet__socket_set_failed(s, -ENOMEM);
+            return;
+        }
+        jet__socket_deliver(s);
+    }
+}
+
+static int ub_go_on(jet_socket_t *s, ub_ts_t *ts)
+{
+    ub_conn_t *c = ts->conn;
+    /* Both sides have mapped both segments: the names are no longer needed,
+     * and an unlinked name cannot be left behind by a crash. */
+    int rc = jet__ubring_shm_unlink(&c->own);
+    if (rc < 0) JET_WARN("UBRing: shm_unlink %s: %s", c->own.name, jet_strerror(rc));
+    rc = ubl_attach(s, c);
+    if (rc < 0) return rc;
+    jet_loop_timer_stop(s->loop, &ts->timer);
+    ts->hs = UB_HS_NONE;
+    atomic_store_explicit(&ts->mode, UB_ON, memory_order_release);
+    JET_DEBUG("UBRing established with %s (%s)", s->peer, c->own.name);
+    return 0;
+}
+
+static size_t ub_flatten(ub_ts_t *ts, uint8_t *flat)
+{
+    size_t n = jet_iobuf_len(&ts->hs_buf);
+    if (n > JET_UBRING_HELLO_MAX) n = JET_UBRING_HELLO_MAX;
+    return jet_iobuf_copy_to(&ts->hs_buf, flat, n, 0);
+}
+
+/* ---- client ------------------------------------------------------------------- */
+
+static int ub_connect(jet_socket_t *s)
+{
+    ub_ts_t *ts = s->tstate;
+    if (atomic_load(&ts->mode) == UB_OFF) return 0;
+    jet_addr_t local;
+    local.len = sizeof local.u;
+    if (getsockname(s->fd, &local.u.sa, &local.len) < 0) return -errno;
+    jet__addr_format(&local, s->local, sizeof s->local);
+    char name[JET_UBRING_NAME_BUF];
+    int rc = jet__ubring_shm_client_name(s->local, name);
+    if (rc < 0) {
+        JET_INFO("UBRing to %s: segment name for %s is longer than 47 characters: using TCP",
+                 s->peer, s->local);
+        atomic_store(&ts->mode, UB_OFF);
+        return 0;
+    }
+    ub_conn_t *c = uc_new(s);
+    if (!c) {
+        atomic_store(&ts->mode, UB_OFF);
+        return 0;
+    }
+    size_t len = uc_queue_bytes();
+    rc = jet__ubring_shm_create(name, len, &c->own);
+    if (rc < 0) {
+        JET_INFO("UBRing to %s: cannot create shm %s (%s): using TCP", s->peer, name,
+                 jet_strerror(rc));
+        uc_destroy(c);
+        atomic_store(&ts->mode, UB_OFF);
+        return 0; /* no hello: the server sees a plain TCP client */
+    }
+    ts->conn = c;
+    jet__ubring_ctrl(c->own.base)->timeout = (uint32_t)JET_FLAG(ub_connect_timeout);
+    jet_ubring_hello_t h = {.msg_len = JET_UBRING_HELLO_LEN,
+                            .hello_ver = JET_UBRING_HELLO_VER,
+                            .impl_ver = JET_UBRING_IMPL_VER,
+                            .len = len};
+    memcpy(h.shm_name, name, sizeof name);
+    uint8_t buf[JET_UBRING_HELLO_LEN];
+    jet__ubring_hello_pack(&h, buf);
+    rc = ub_send(s, buf, sizeof buf);
+    if (rc < 0) return rc; /* the segment goes with the socket (close) */
+    ts->hs = UB_HS_C_HELLO_WAIT;
+    ub_timer_start(s, ts);
+    return 1;
+}
+
+/* The server segment, mapped as brpc's client does: its length comes from the
+ * tail the server wrote into ours, not from the hello. */
+static int ub_client_map(jet_socket_t *s, ub_conn_t *c)
+{
+    jet_ubring_ctrl_t *own = jet__ubring_ctrl(c->own.base);
+    uint64_t plen = 64 * ((uint64_t)jet__ubring_load32(&own->tail) + 1) + 64;
+    if (!jet__ubring_shm_len_ok(plen)) {
+        JET_INFO("UBRing with %s: the server segment length %llu (from the tail it wrote) is not a "
+                 "multiple of 4 MiB",
+                 s->peer, (unsigned long long)plen);
+        return -EINVAL;
+    }
+    char sname[JET_UBRING_NAME_BUF];
+    int rc = jet__ubring_shm_server_name(c->own.name, sname);
+    if (rc == 0) rc = jet__ubring_shm_open(sname, plen, &c->peer);
+    if (rc < 0) {
+        JET_INFO("UBRing with %s: cannot map the server segment %s (%s)", s->peer, sname,
+                 jet_strerror(rc));
+        return rc;
+    }
+    jet__ubring_store32(&jet__ubring_ctrl(c->peer.base)->tx_flag, JET_UBRING_EQ_CONNECTED);
+    jet__ubring_store32(&own->rx_flag, JET_UBRING_EQ_CONNECTED);
+    jet__ubring_tx_init(&c->tx, c->own.base, c->peer.base, c->peer.len);
+    jet__ubring_rx_init(&c->rx, c->own.base, c->own.len, c->peer.base);
+    return 0;
+}
+
+static void ub_client_finish(jet_socket_t *s, ub_ts_t *ts, bool on)
+{
+    uint8_t ack[JET_UBRING_ACK_LEN];
+    jet__ubring_ack_pack(ack, on);
+    int rc = ub_send(s, ack, sizeof ack);
+    if (rc < 0) {
+        jet__socket_set_failed(s, rc);
+        return;
+    }
+    if (on) {
+        if (!jet_iobuf_empty(&ts->hs_buf)) {
+            JET_WARN("close %s: bytes on TCP after the UBRing hello", s->peer);
+            jet__socket_set_failed(s, -EPROTO);
+            return;
+        }
+        rc = ub_go_on(s, ts);
+        if (rc < 0) {
+            jet__socket_set_failed(s, rc);
+            return;
+        }
+    } else {
+        ub_go_off(s, ts);
+        if (jet__socket_failed(s)) return;
+    }
+    jet__socket_connected(s, 0);
+}
+
+static void ub_client_step(jet_socket_t *s, ub_ts_t *ts)
+{
+    uint8_t flat[JET_UBRING_HELLO_MAX];
+    size_t n = ub_flatten(ts, flat);
+    jet_ubring_hello_t h;
+    ssize_t used = jet__ubring_hello_unpack(flat, n, &h);
+    if (used == -EAGAIN) return;
+    if (used < 0) {
+        JET_WARN("close %s: the server answered the UBRing hello with bytes that are not a valid "
+                 "hello (%02x %02x %02x %02x)",
+                 s->peer, flat[0], n > 1 ? flat[1] : 0, n > 2 ? flat[2] : 0, n > 3 ? flat[3] : 0);
+        jet__socket_set_failed(s, -EPROTO);
+        return;
+    }
+    jet_iobuf_pop_front(&ts->hs_buf, (size_t)used);
+    if (!jet__ubring_hello_versions_ok(&h)) {
+        JET_INFO("%s declined UBRing (hello versions %u/%u): this connection uses TCP", s->peer,
+                 h.hello_ver, h.impl_ver);
+        ub_client_finish(s, ts, false);
+        return;
+    }
+    if (ub_client_map(s, ts->conn) < 0) {
+        ub_client_finish(s, ts, false);
+        return;
+    }
+    ub_client_finish(s, ts, true);
+}
+
+/* ---- server ------------------------------------------------------------------- */
+
+static void ub_server_answer(jet_socket_t *s, ub_ts_t *ts, const jet_ubring_hello_t *peer)
+{
+    uint8_t buf[JET_UBRING_HELLO_LEN];
+    if (ts->conn) {
+        jet_ubring_hello_t h = {.msg_len = JET_UBRING_HELLO_LEN,
+                                .hello_ver = JET_UBRING_HELLO_VER,
+                                .impl_ver = JET_UBRING_IMPL_VER,
+                                .len = ts->conn->own.len};
+        memcpy(h.shm_name, peer->shm_name, sizeof h.shm_name);
+        jet__ubring_hello_pack(&h, buf);
+    } else {
+        jet__ubring_hello_pack_refuse(buf);
+    }
+    int rc = ub_send(s, buf, sizeof buf);
+    if (rc < 0) {
+        jet__socket_set_failed(s, rc);
+        return;
+    }
+    ts->said_yes = ts->conn != NULL;
+    ts->hs = UB_HS_S_ACK_WAIT;
+}
+
+/* Maps the client segment, creates ours and writes the initial values of
+ * UBRING.md §3.3. On failure nothing is kept and the hello is refused. */
+static void ub_server_setup(jet_socket_t *s, ub_ts_t *ts, const jet_ubring_hello_t *h)
+{
+    const char *why = NULL;
+    char sname[JET_UBRING_NAME_BUF];
+    int rc = 0;
+    if (!jet__ubring_hello_versions_ok(h)) {
+        JET_INFO("%s sent a UBRing hello with versions %u/%u: declined, using TCP", s->peer,
+                 h->hello_ver, h->impl_ver);
+        return;
+    }
+    if (!jet__ubring_shm_name_ok(h->shm_name)) {
+        why = "bad shm name";
+        rc = -EINVAL;
+        goto refuse;
+    }
+    if (!jet__ubring_shm_len_ok(h->len) || jet__ubring_capacity(h->len) < 2) {
+        why = "bad segment length";
+        rc = -EINVAL;
+        goto refuse;
+    }
+    rc = jet__ubring_shm_server_name(h->shm_name, sname);
+    if (rc < 0) {
+        why = "no server name derives from it";
+        goto refuse;
+    }
+    ub_conn_t *c = uc_new(s);
+    if (!c) {
+        why = "no ring available";
+        rc = -ENOMEM;
+        goto refuse;
+    }
+    ts->conn = c;
+    rc = jet__ubring_shm_open(h->shm_name, h->len, &c->peer);
+    if (rc < 0) {
+        why = "cannot map the client segment";
+        goto err_destroy;
+    }
+    rc = jet__ubring_shm_create(sname, uc_queue_bytes(), &c->own);
+    if (rc < 0) {
+        why = "cannot create the server segment";
+        goto err_destroy;
+    }
+    jet_ubring_ctrl_t *own = jet__ubring_ctrl(c->own.base);
+    jet_ubring_ctrl_t *peer = jet__ubring_ctrl(c->peer.base);
+    uint32_t timeout = (uint32_t)JET_FLAG(ub_connect_timeout);
+    jet__ubring_store32(&own->tail, jet__ubring_capacity(c->peer.len) - 1);
+    jet__ubring_store32(&peer->tail, jet__ubring_capacity(c->own.len) - 1);
+    jet__ubring_store32(&own->timeout, timeout);
+    jet__ubring_store32(&peer->timeout, timeout);
+    jet__ubring_store32(&peer->rx_flag, JET_UBRING_EQ_CONNECTED);
+    jet__ubring_store32(&own->rx_flag, JET_UBRING_EQ_CONNECTED);
+    jet__ubring_tx_init(&c->tx, c->own.base, c->peer.base, c->peer.len);
+    jet__ubring_rx_init(&c->rx, c->own.base, c->own.len, c->peer.base);
+    return;
+err_destroy:
+    uc_destroy(ts->conn);
+    ts->conn = NULL;
+refuse:
+    JET_INFO("%s sent a UBRing hello (shm %.48s, len %llu): %s (%s): declined, using TCP", s->peer,
+             h->shm_name, (unsigned long long)h->len, why, jet_strerror(rc));
+}
+
+static void ub_server_step(jet_socket_t *s, ub_ts_t *ts)
+{
+    while (!jet__socket_failed(s)) {
+        uint8_t flat[JET_UBRING_HELLO_MAX];
+        size_t n = ub_flatten(ts, flat);
+        if (n == 0) return;
+        if (ts->hs == UB_HS_S_HELLO_WAIT) {
+            if (!jet__ubring_hello_prefix(flat, n)) {
+                ub_go_off(s, ts); /* a TCP client: its bytes go to the parser */
+                return;
+            }
+            ub_timer_start(s, ts);
+            jet_ubring_hello_t h;
+            ssize_t used = jet__ubring_hello_unpack(flat, n, &h);
+            if (used == -EAGAIN) return;
+            if (used < 0) {
+                JET_WARN("close %s: malformed UBRing hello (msg_len %u)", s->peer,
+                         n >= 4 ? (unsigned)flat[2] << 8 | flat[3] : 0);
+                jet__socket_set_failed(s, -EPROTO);
+                return;
+            }
+            jet_iobuf_pop_front(&ts->hs_buf, (size_t)used);
+            ub_server_setup(s, ts, &h);
+            ub_server_answer(s, ts, &h);
+            continue;
+        }
+        if (ts->hs != UB_HS_S_ACK_WAIT || n < JET_UBRING_ACK_LEN) return;
+        if (memcmp(flat, "PRPC", 4) == 0) {
+            JET_INFO("%s fell back to TCP without a UBRing ACK", s->peer);
+            ub_go_off(s, ts);
+            return;
+        }
+        jet_iobuf_pop_front(&ts->hs_buf, JET_UBRING_ACK_LEN);
+        if (!(jet__ubring_ack_unpack(flat) & JET_UBRING_ACK_ON)) {
+            JET_DEBUG("%s acknowledged TCP", s->peer);
+            ub_go_off(s, ts);
+            return;
+        }
+        if (!ts->said_yes) {
+            JET_WARN("close %s: the client claims UBRing after this server declined it", s->peer);
+            jet__socket_set_failed(s, -EPROTO);
+            return;
+        }
+        if (!jet_iobuf_empty(&ts->hs_buf)) {
+            JET_WARN("close %s: bytes on TCP after the UBRing ACK", s->peer);
+            jet__socket_set_failed(s, -EPROTO);
+            return;
+        }
+        int rc = ub_go_on(s, ts);
+        if (rc < 0) jet__socket_set_failed(s, rc);
+        return;
+    }
+}
+
+/* ---- input -------------------------------------------------------------------- */
+
+/* ON: the TCP connection only tells that the peer is gone. */
+static void ub_input_on(jet_socket_t *s, uint32_t events)
+{
+    if (!(events & (EPOLLIN | EPOLLRDHUP | EPOLLHUP | EPOLLERR))) return;
+    char b[64];
+    for (;;) {
+        ssize_t r = recv(s->fd, b, sizeof b, MSG_DONTWAIT);
+        if (r > 0) {
+            JET_WARN("close %s: unexpected TCP data after UBRing was established", s->peer);
+            jet__socket_set_failed(s, -EPROTO);
+            return;
+        }
+        if (r == 0) {
+            jet__socket_set_failed(s, -JET_EEOF);
+            return;
+        }
+        if (errno == EINTR) continue;
+        if (errno != EAGAIN) jet__socket_set_failed(s, errno == ECONNRESET ? -JET_EEOF : -errno);
+        return;
+    }
+}
+
+static void ub_input_eof(jet_socket_t *s, ub_ts_t *ts, int err)
+{
+    if (ts->hs == UB_HS_C_HELLO_WAIT && jet_iobuf_empty(&ts->hs_buf)) {
+        /* What a brpc TCP-only server does with a UBRing hello. The segment
+         * is unlinked by close. */
+        JET_INFO("%s closed the connection on the UBRing hello (a server without UBRing?): the "
+                 "channel retries over TCP",
+                 s->peer);
+        jet__socket_set_failed(s, -JET__EHELLO_REFUSED);
+        return;
+    }
+    jet__socket_set_failed(s, err);
+}
+
+static void ub_on_input(jet_socket_t *s, uint32_t events)
+{
+    ub_ts_t *ts = s->tstate;
+    int mode = atomic_load_explicit(&ts->mode, memory_order_relaxed);
+    if (mode == UB_ON) {
+        ub_input_on(s, events);
+        return;
+    }
+    if (mode == UB_OFF) {
+        jet__tcp_transport.on_input(s, events);
+        return;
+    }
+    if (events & (EPOLLRDHUP | EPOLLHUP | EPOLLERR)) s->peer_hup = true;
+    if (!(events & (EPOLLIN | EPOLLRDHUP | EPOLLHUP | EPOLLERR))) return;
+    for (;;) {
+        ssize_t r = jet_iobuf_read_fd(&ts->hs_buf, s->fd, UB_READ_ROOM);
+        if (r > 0) {
+            if (ts->hs == UB_HS_C_HELLO_WAIT)
+                ub_client_step(s, ts);
+            else
+                ub_server_step(s, ts);
+            if (jet__socket_failed(s)) return;
+            mode = atomic_load_explicit(&ts->mode, memory_order_relaxed);
+            if (mode == UB_OFF) {
+                /* Read the rest as TCP (edge-triggered: to EAGAIN or EOF). */
+                jet__tcp_transport.on_input(s, events | EPOLLIN);
+                return;
+            }
+            if (mode == UB_ON) {
+                ub_input_on(s, events | EPOLLIN);
+                return;
+            }
+            if (jet_iobuf_len(&ts->hs_buf) > JET_UBRING_HELLO_MAX) {
+                JET_WARN("close %s: more than %d bytes without a complete UBRing handshake",
+                         s->peer, JET_UBRING_HELLO_MAX);
+                jet__socket_set_failed(s, -EPROTO);
+                return;
+            }
+            continue;
+        }
+        if (r == 0) {
+            ub_input_eof(s, ts, -JET_EEOF);
+            return;
+        }
+        if (r == -EAGAIN) return;
+        if (r == -EINTR) continue;
+        ub_input_eof(s, ts, r == -ECONNRESET ? -JET_EEOF : (int)r);
+        return;
+    }
+}
+
+/* ---- data path ---------------------------------------------------------------- */
+
+static ssize_t ub_ring_cut(jet_socket_t *s, ub_conn_t *c, jet_iobuf_t *const *bufs, int n)
+{
+    size_t limit = jet__ubring_max_write(c->tx.cap), bytes = 0;
+    for (int i = 0; i < n && bytes < UB_WRITE_MAX; i++) {
+        size_t len = jet_iobuf_len(bufs[i]);
+        if (len > limit) {
+            if (i > 0) break; /* written alone, next time */
+            JET_ERROR("UBRing to %s: a message of %zu bytes does not fit in the peer's data queue "
+                      "(at most %zu bytes; raise --ub_data_queue_size, now %d MiB, on both sides; "
+                      "brpc: data_queue_size)",
+                      s->peer, len, limit, JET_FLAG(ub_data_queue_size));
+            return -EMSGSIZE;
+        }
+        bytes += len;
+    }
+    int64_t f = jet__ubring_tx_free(&c->tx);
+    if (f < 0) {
+        JET_WARN("close %s: the peer wrote an out-of-range UBRing tail", s->peer);
+        return -EPROTO;
+    }
+    size_t room = (size_t)f * JET_UBRING_CHUNK_PAYLOAD;
+    if (bytes > room) bytes = room;
+    if (bytes > UB_WRITE_MAX) bytes = UB_WRITE_MAX;
+    if (bytes == 0) return -EAGAIN;
+    ssize_t r = jet__ubring_tx_write(&c->tx, bufs, n, bytes);
+    if (r > 0 && c->ul) ubl_wrote(c->ul);
+    return r;
+}
+
+static ssize_t ub_cut(jet_socket_t *s, jet_iobuf_t *const *bufs, int n)
+{
+    ub_ts_t *ts = s->tstate;
+    if (atomic_load_explicit(&ts->mode, memory_order_acquire) != UB_ON)
+        return jet__tcp_transport.cut_from_iobuf_list(s, bufs, n);
+    atomic_store_explicit(&ts->writer_in, true, memory_order_relaxed);
+    atomic_thread_fence(memory_order_seq_cst);
+    ssize_t r;
+    if (atomic_load_explicit(&ts->closed, memory_order_relaxed) || !ts->conn)
+        r = -JET_EFAILEDSOCKET; /* the socket failed; its writer drops the rest */
+    else
+        r = ub_ring_cut(s, ts->conn, bufs, n);
+    atomic_store_explicit(&ts->writer_in, false, memory_order_release);
+    return r;
+}
+
+static int ub_wait_writable(jet_socket_t *s, int64_t deadline_us)
+{
+    ub_ts_t *ts = s->tstate;
+    if (atomic_load_explicit(&ts->mode, memory_order_acquire) != UB_ON)
+        return jet__tcp_transport.wait_writable(s, deadline_us);
+    ub_conn_t *c = ts->conn;
+    if (!c || !c->ul) return 0;
+    c->want_out = true;
+    ubl_spin(c->ul);
+    return 0;
+}
+
+static int ub_debug(jet_socket_t *s, char *buf, size_t len)
+{
+    ub_ts_t *ts = s->tstate;
+    int mode = atomic_load(&ts->mode);
+    int n = snprintf(buf, len, "ubring=%s hs=%s ", ub_mode_names[mode], ub_hs_names[ts->hs]);
+    if (n < 0 || (size_t)n >= len) return n;
+    ub_conn_t *c = ts->conn;
+    if (mode == UB_ON && c && jet_loop_in_thread(s->loop)) {
+        jet_ubring_ctrl_t *own = jet__ubring_ctrl(c->own.base);
+        return n + snprintf(buf + n, len - (size_t)n,
+                            "shm=%s cap=%u/%u w=%u r=%u tail=%u writes=%llu chunks_read=%llu "
+                            "want_out=%d hb_misses=%u",
+                            c->own.name, c->tx.cap, c->rx.cap, c->tx.wpos, c->rx.rpos,
+                            jet__ubring_load32(&own->tail), (unsigned long long)c->tx.io_id,
+                            (unsigned long long)c->rx.chunks, c->want_out, c->hb_misses);
+    }
+    if (mode == UB_ON) return n;
+    return n + jet__tcp_transport.debug(s, buf + n, len - (size_t)n);
+}
+
+const jet_transport_ops_t jet__ubring_transport = {
+    .name = "ubring",
+    .mode = JET_SOCKET_MODE_UBRING,
+    .global_init = ub_global_init,
+    .init = ub_init,
+    .release = ub_release,
+    .reset = jet__transport_unsupported_reset,
+    .connect = ub_connect,
+    .cut_from_iobuf_list = ub_cut,
+    .wait_writable = ub_wait_writable,
+    .on_input = ub_on_input,
+    .debug = ub_debug,
+    .close = ub_close,
+};

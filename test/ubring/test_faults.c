@@ -1,0 +1,496 @@
+/* Faults on UBRing connections: a server process killed mid-traffic (calls
+ * fail promptly, the channel reconnects to the restarted server); a client
+ * process killed mid-traffic; a peer that stops heart-beating (the
+ * reference peer stopped with SIGSTOP, a raw client that never beats); a
+ * request larger than the ring (EMSGSIZE naming the limit, the channel goes
+ * on); corrupt chunks and a corrupt tail from a raw client (the server
+ * drops that connection and serves the next); bad hellos (clean refusal).
+ * The raw client is written from UBRING.md, not from the implementation.
+ * Every case ends with nothing mapped and no UBRING_* name left behind. */
+#include "ubring_test.h"
+
+#define GUARD_US (90 * 1000000LL)
+/* How long a failure may take to reach the calls: far below brpc's 55 s. */
+#define PROMPT_MS 15000
+
+static const char *const small_hb[] = {"--ub_hb_timer_interval=1", "--ub_hb_retry_cnt=2"};
+
+/* ---- a killed server --------------------------------------------------------------- */
+
+static void test_server_killed(void)
+{
+    ubt_names_t before;
+    ubt_shm_list(&before);
+    ubt_child_t c;
+    const char *args[] = {"mode=ubring", NULL};
+    JT_REQUIRE(ubt_child_start(&c, args) == 0);
+    int port = c.port;
+    jet_channel_t *ch = ubt_channel(port, JET_SOCKET_MODE_UBRING, 60000, JET_CONNECTION_SINGLE, 0);
+    JT_REQUIRE(ch);
+    JT_CHECK_EQ(ubt_echo(ch, 1000, 1, "warm"), 0);
+    JT_CHECK(ubt_maps_count() > 0);
+    /* Calls the server holds (answered after 30 s), and big echoes moving. */
+    enum { N = 8 };
+    ubt_batch_t held = {0}, moving = {0};
+    ubt_slot_t *hs = ubt_slots_new(&held, N, "sleep:30000", 10, 1, 1);
+    ubt_slot_t *ms = ubt_slots_new(&moving, N, "big", 1 << 20, 4096, 100);
+    ubt_slots_issue(ch, hs, N);
+    ubt_slots_issue(ch, ms, N);
+    usleep(300000);
+    kill(c.pid, SIGKILL);
+    int64_t killed_ms = jt_now_ms();
+    waitpid(c.pid, NULL, 0);
+    close(c.in_fd);
+    JT_CHECK(jt_wait_at_least(&held.done, N, PROMPT_MS * 1000LL));
+    JT_CHECK(jt_wait_at_least(&moving.done, N, PROMPT_MS * 1000LL));
+    JT_CHECK_EQ(atomic_load(&held.failed), N);
+    int64_t last = 0;
+    for (int i = 0; i < N; i++) {
+        for (int k = 0; k < 2; k++) {
+            ubt_slot_t *s = k ? &ms[i] : &hs[i];
+            if (!jet_call_failed(s->call)) continue;
+            if (s->done_ms > last) last = s->done_ms;
+            JT_CHECK_AT(jet_call_error_text(s->call),
+                        ubt_connection_error(jet_call_error_code(s->call)));
+        }
+    }
+    fprintf(stderr, "  calls ended %lld ms after the kill\n", (long long)(last - killed_ms));
+    JT_CHECK(ubt_slots_free(&held, hs, N, GUARD_US));
+    JT_CHECK(ubt_slots_free(&moving, ms, N, GUARD_US));
+    /* The dead server's segment is unmapped here although the channel lives. */
+    JT_CHECK(ubt_maps_wait_none(30000000));
+    /* A server restarted on the same port: the same channel reconnects. */
+    char pa[32];
+    snprintf(pa, sizeof pa, "port=%d", port);
+    const char *args2[] = {"mode=ubring", pa, NULL};
+    JT_REQUIRE(ubt_child_start(&c, args2) == 0);
+    JT_CHECK_EQ(ubt_echo(ch, 300000, 2, "after"), 0);
+    JT_CHECK(ubt_maps_count() > 0);
+    jet_channel_destroy(ch);
+    JT_CHECK_EQ(ubt_child_stop(&c), 0);
+    JT_CHECK(ubt_maps_wait_none(30000000));
+    JT_CHECK(ubt_shm_wait_clean(&before, 10000000));
+}
+
+/* ---- a killed client ------------------------------------------------------------------- */
+
+/* "role=client port=<p> calls=<n> size=<bytes>": n echoes, exit 0 when all
+ * came back byte-exact. */
+static int client_role(int argc, char **argv)
+{
+    int port = 0, calls = 3;
+    size_t size = 1000;
+    for (int i = 2; i < argc; i++) {
+        if (strncmp(argv[i], "port=", 5) == 0) port = atoi(argv[i] + 5);
+        if (strncmp(argv[i], "calls=", 6) == 0) calls = atoi(argv[i] + 6);
+        if (strncmp(argv[i], "size=", 5) == 0) size = (size_t)atol(argv[i] + 5);
+    }
+    jet_channel_t *ch = ubt_channel(port, JET_SOCKET_MODE_UBRING, 20000, JET_CONNECTION_SINGLE, 0);
+    if (!ch) return 4;
+    int rc = 0;
+    for (int i = 0; i < calls && rc == 0; i++)
+        rc = ubt_echo(ch, size, (uint64_t)i * 77, "child");
+    jet_channel_destroy(ch);
+    return rc == 0 ? 0 : 1;
+}
+
+static void test_client_killed(void)
+{
+    ubt_names_t before;
+    ubt_shm_list(&before);
+    int port = 0;
+    jet_server_t *srv = ubt_server_start(JET_SOCKET_MODE_UBRING, 0, &port);
+    JT_REQUIRE(srv);
+    char pa[32];
+    snprintf(pa, sizeof pa, "port=%d", port);
+    for (int round = 0; round < 2; round++) {
+        const char *argv[] = {ubt_self, "role=client", pa, "calls=100000", "size=1048576", NULL};
+        fflush(stderr);
+        pid_t pid = fork();
+        JT_REQUIRE(pid >= 0);
+        if (pid == 0) {
+            execv(ubt_self, (char *const *)argv);
+            _exit(127);
+        }
+        jet_server_stats_t st;
+        JT_CHECK(JT_WAIT_UNTIL(
+            (jet_server_get_stats(srv, &st), st.requests > (uint64_t)round * 5 + 5), 20000000));
+        kill(pid, SIGKILL);
+        waitpid(pid, NULL, 0);
+        JT_CHECK(jt_server_wait_stats(srv, JT_ANY, 0, PROMPT_MS * 1000LL, NULL));
+        /* The server let go of the dead client's segment and its own. */
+        JT_CHECK(ubt_maps_wait_none(30000000));
+    }
+    jet_channel_t *ch = ubt_channel(port, JET_SOCKET_MODE_UBRING, 30000, JET_CONNECTION_SINGLE, 0);
+    JT_REQUIRE(ch);
+    JT_CHECK_EQ(ubt_echo(ch, 1 << 20, 3, "survivor"), 0);
+    jet_channel_destroy(ch);
+    jet_server_destroy(srv);
+    JT_CHECK(ubt_maps_wait_none(30000000));
+    JT_CHECK(ubt_shm_wait_clean(&before, 10000000));
+}
+
+/* ---- a silent peer ----------------------------------------------------------------------------
+ */
+
+/* "role=silent port=<p> pid=<peer pid>" (with the small heartbeat flags):
+ * one call over UBRing, then the peer is stopped; the next call must fail
+ * with a connection error well before its 60 s deadline. Exit codes: 0 ok,
+ * 10 the first call failed, 20 the call succeeded, 21 it timed out, 22 it
+ * failed too late, 23 another error. */
+/* True once /proc/<pid>/stat shows the process stopped (state T). */
+static bool ubt_proc_stopped(pid_t pid)
+{
+    char path[64], buf[512];
+    snprintf(path, sizeof path, "/proc/%d/stat", (int)pid);
+    FILE *f = fopen(path, "r");
+    if (!f) return false;
+    size_t n = fread(buf, 1, sizeof buf - 1, f);
+    fclose(f);
+    buf[n] = 0;
+    const char *rp = strrchr(buf, ')'); /* the command name may hold anything */
+    return rp && rp[1] == ' ' && (rp[2] == 'T' || rp[2] == 't');
+}
+
+static int silent_role(int argc, char **argv)
+{
+    int port = 0;
+    pid_t peer = 0;
+    for (int i = 2; i < argc; i++) {
+        if (strncmp(argv[i], "port=", 5) == 0) port = atoi(argv[i] + 5);
+        if (strncmp(argv[i], "pid=", 4) == 0) peer = (pid_t)atoi(argv[i] + 4);
+    }
+    jet_channel_t *ch = ubt_channel(port, JET_SOCKET_MODE_UBRING, 60000, JET_CONNECTION_SINGLE, 0);
+    if (!ch || peer <= 0) return 4;
+    if (ubt_echo(ch, 5000, 1, "before") != 0) return 10;
+    if (ubt_maps_count() <= 0) return 11;
+    kill(peer, SIGSTOP);
+    /* SIGSTOP is asynchronous: wait until the peer is really stopped, or it
+     * may still answer the next call. */
+    if (!JT_WAIT_UNTIL(ubt_proc_stopped(peer), 5000000)) return 12;
+    int64_t t0 = jt_now_ms();
+    jet_call_t *call = jet_call_create();
+    Example__EchoRequest req = EXAMPLE__ECHO_REQUEST__INIT;
+    req.message = "to-a-stopped-peer";
+    jet_channel_call(ch, &example__echo_service__descriptor, 0, call, &req.base, NULL, NULL);
+    int64_t took = jt_now_ms() - t0;
+    int rc = 0;
+    if (!jet_call_failed(call))
+        rc = 20;
+    else if (jet_call_error_code(call) == JET_ERPCTIMEDOUT)
+        rc = 21;
+    else if (took > 30000)
+        rc = 22;
+    else if (!ubt_connection_error(jet_call_error_code(call)))
+        rc = 23;
+    fprintf(stderr, "  silent peer: call ended after %lld ms: %d %s\n", (long long)took,
+            jet_call_error_code(call), jet_call_error_text(call));
+    jet_call_destroy(call);
+    kill(peer, SIGCONT);
+    jet_channel_destroy(ch);
+    return rc;
+}
+
+static void test_silent_peer_server(void)
+{
+    ubt_names_t before;
+    ubt_shm_list(&before);
+    ubt_peer_t peer;
+    const char *args[] = {"--hb-timeout", "0", NULL}; /* the peer itself never gives up */
+    JT_REQUIRE(ubt_peer_server_start(&peer, args) == 0);
+    char pa[32], pi[32];
+    snprintf(pa, sizeof pa, "port=%d", peer.port);
+    snprintf(pi, sizeof pi, "pid=%d", (int)peer.pid);
+    const char *cargs[] = {pa, pi, small_hb[0], small_hb[1], NULL};
+    int rc = ubt_run_role("role=silent", cargs, 90000);
+    kill(peer.pid, SIGCONT);
+    JT_CHECK_EQ(rc, 0);
+    JT_CHECK_EQ(ubt_peer_log_count(&peer, "UBRing ESTABLISHED"), 1);
+    if (jt_case_failed) ubt_peer_dump(&peer, "case failed");
+    JT_CHECK_EQ(ubt_peer_stop(&peer, false), 0);
+    JT_CHECK(ubt_shm_wait_clean(&before, 10000000));
+}
+
+/* A raw client that never writes a heartbeat: a server with the small
+ * heartbeat flags drops it (and only it). */
+static void test_silent_raw_client(void)
+{
+    ubt_names_t before;
+    ubt_shm_list(&before);
+    ubt_child_t c;
+    const char *args[] = {"mode=ubring", small_hb[0], small_hb[1], NULL};
+    JT_REQUIRE(ubt_child_start(&c, args) == 0);
+    ubt_raw_t r;
+    int rc = ubt_raw_connect(&r, c.port, NULL);
+    JT_CHECK_EQ(rc, 1);
+    if (rc == 1) {
+        int64_t t0 = jt_now_ms();
+        bool eof = ubt_wait_eof(r.fd, 30000);
+        JT_CHECK(eof);
+        fprintf(stderr, "  silent raw client dropped after %lld ms\n",
+                (long long)(jt_now_ms() - t0));
+    }
+    ubt_raw_close(&r);
+    /* A live (beating) client of the same server is kept. */
+    jet_channel_t *ch =
+        ubt_channel(c.port, JET_SOCKET_MODE_UBRING, 30000, JET_CONNECTION_SINGLE, 0);
+    JT_REQUIRE(ch);
+    JT_CHECK_EQ(ubt_echo(ch, 1000, 1, "alive"), 0);
+    usleep(5000000); /* several heartbeat periods */
+    JT_CHECK_EQ(ubt_echo(ch, 1000, 2, "alive"), 0);
+    jet_channel_destroy(ch);
+    JT_CHECK_EQ(ubt_child_stop(&c), 0);
+    JT_CHECK(ubt_maps_wait_none(30000000));
+    JT_CHECK(ubt_shm_wait_clean(&before, 10000000));
+}
+
+/* ---- a request larger than the ring ------------------------------------------------------------
+ */
+
+static void test_emsgsize(void)
+{
+    ubt_names_t before;
+    ubt_shm_list(&before);
+    int port = 0;
+    jet_server_t *srv = ubt_server_start(JET_SOCKET_MODE_UBRING, 0, &port);
+    JT_REQUIRE(srv);
+    jet_channel_t *ch = ubt_channel(port, JET_SOCKET_MODE_UBRING, 30000, JET_CONNECTION_SINGLE, 3);
+    JT_REQUIRE(ch);
+    JT_CHECK_EQ(ubt_echo(ch, 1000, 1, "before"), 0);
+    JT_CHECK(ubt_maps_count() > 0);
+    /* Most of a 4 MiB ring fits ((65535 - 1) x 60 = 3932040 bytes per write). */
+    JT_CHECK_EQ(ubt_echo(ch, 3800000, 2, "fits"), 0);
+    ubt_capture_t cap;
+    ubt_capture_start(&cap);
+    jet_call_t *call = jet_call_create();
+    Example__EchoRequest req = EXAMPLE__ECHO_REQUEST__INIT;
+    req.message = "too-big";
+    ubt_fill_request(call, 5 << 20, 3);
+    int64_t t0 = jt_now_ms();
+    jet_channel_call(ch, &example__echo_service__descriptor, 0, call, &req.base, NULL, NULL);
+    int64_t took = jt_now_ms() - t0;
+    char *log = ubt_capture_stop(&cap);
+    JT_CHECK(jet_call_failed(call));
+    int code = jet_call_error_code(call);
+    const char *text = jet_call_error_text(call);
+    fprintf(stderr, "  5 MiB request: %d '%s' after %lld ms\n", code, text ? text : "",
+            (long long)took);
+    JT_CHECK_EQ(code, EMSGSIZE);
+    /* The limit is named, in the call's text or in the log line. */
+    bool named = (text && strstr(text, "data_queue_size")) || strstr(log, "data_queue_size");
+    JT_CHECK_AT("error names ub_data_queue_size", named);
+    if (!named) fprintf(stderr, "  log while calling:\n%s", log);
+    free(log);
+    jet_call_destroy(call);
+    /* The channel goes on (on a new connection if it had to close that one). */
+    for (int i = 0; i < 3; i++)
+        JT_CHECK_EQ(ubt_echo(ch, 1000 + (size_t)i, 10 + (uint64_t)i, "after"), 0);
+    JT_CHECK(ubt_maps_count() > 0);
+    jet_channel_destroy(ch);
+    jet_server_destroy(srv);
+    JT_CHECK(ubt_maps_wait_none(30000000));
+    JT_CHECK(ubt_shm_wait_clean(&before, 10000000));
+}
+
+/* ---- corrupt chunks
+ * ------------------------------------------------------------------------------ */
+
+/* One good echo through the raw client's rings: proves the raw client
+ * speaks UBRing, so that a dropped connection below means the corruption. */
+static bool raw_echo(ubt_raw_t *r, int64_t cid)
+{
+    uint8_t att[500];
+    jt_fill_pattern(att, sizeof att, (uint32_t)cid);
+    size_t n, rn = 0;
+    uint8_t *req = ubt_request_frame(cid, "raw", att, sizeof att, &n);
+    ubt_raw_heartbeat(r);
+    bool ok = ubt_raw_write(r, req, n);
+    free(req);
+    uint8_t *resp = ok ? ubt_raw_read_frame(r, &rn, 10000) : NULL;
+    ok = resp && ubt_response_is(resp, rn, cid, "raw", att, sizeof att);
+    free(resp);
+    return ok;
+}
+
+typedef enum corruption {
+    C_LEN0,
+    C_LEN61,
+    C_FLAG7,
+    C_CURSOR,
+    C_NOT_BAIDU,
+    C_TAIL,
+    C_COUNT,
+} corruption_t;
+
+static const char *const corruption_names[C_COUNT] = {
+    "len 0", "len 61", "flag 7", "cursor > len", "bytes that are not baidu_std", "tail > capacity"};
+
+static void corrupt(ubt_raw_t *r, corruption_t k)
+{
+    uint8_t junk[60];
+    memset(junk, 'x', sizeof junk);
+    ubt_raw_heartbeat(r);
+    switch (k) {
+    case C_LEN0:
+        ubt_raw_doorbell(r);
+        ubt_raw_put_chunk(r, junk, 0, 2, 0);
+        break;
+    case C_LEN61:
+        ubt_raw_doorbell(r);
+        ubt_raw_put_chunk(r, junk, 61, 2, 0);
+        break;
+    case C_FLAG7:
+        ubt_raw_doorbell(r);
+        ubt_raw_put_chunk(r, junk, 10, 7, 0);
+        break;
+    case C_CURSOR:
+        ubt_raw_doorbell(r);
+        ubt_raw_put_chunk(r, junk, 10, 2, 11);
+        break;
+    case C_NOT_BAIDU:
+        ubt_raw_write(r, junk, sizeof junk);
+        break;
+    case C_TAIL: {
+        /* The server's writer reads its free room from this: an index past
+         * its capacity, then a request whose answer it must not write. */
+        __atomic_store_n(ubt_u32(r->peer, UBT_OFF_TAIL), 0xfffffff0u, __ATOMIC_RELEASE);
+        size_t n;
+        uint8_t *req = ubt_request_frame(77, "tail", junk, sizeof junk, &n);
+        ubt_raw_write(r, req, n);
+        free(req);
+        break;
+    }
+    default:
+        break;
+    }
+}
+
+/* The raw client against the reference peer: the tool itself is right. */
+static void test_raw_client_with_peer(void)
+{
+    ubt_names_t before;
+    ubt_shm_list(&before);
+    ubt_peer_t peer;
+    const char *args[] = {NULL};
+    JT_REQUIRE(ubt_peer_server_start(&peer, args) == 0);
+    ubt_raw_t r;
+    int rc = ubt_raw_connect(&r, peer.port, NULL);
+    JT_CHECK_EQ(rc, 1);
+    if (rc == 1)
+        for (int i = 0; i < 3; i++)
+            JT_CHECK(raw_echo(&r, 1 + i));
+    ubt_raw_close(&r);
+    JT_CHECK(JT_WAIT_UNTIL(ubt_peer_log_count(&peer, "UBRing ESTABLISHED") == 1, 5000000));
+    if (jt_case_failed) ubt_peer_dump(&peer, "case failed");
+    JT_CHECK_EQ(ubt_peer_stop(&peer, false), 0);
+    JT_CHECK(ubt_shm_wait_clean(&before, 10000000));
+}
+
+static void test_corrupt_chunks(void)
+{
+    ubt_names_t before;
+    ubt_shm_list(&before);
+    int port = 0;
+    jet_server_t *srv = ubt_server_start(JET_SOCKET_MODE_UBRING, 0, &port);
+    JT_REQUIRE(srv);
+    /* A good channel that lives through all of it. */
+    jet_channel_t *good =
+        ubt_channel(port, JET_SOCKET_MODE_UBRING, 30000, JET_CONNECTION_SINGLE, 0);
+    JT_REQUIRE(good);
+    JT_CHECK_EQ(ubt_echo(good, 1000, 1, "good"), 0);
+    int base = ubt_maps_count(); /* the good connection's, on both sides */
+    JT_CHECK(base > 0);
+    for (int k = 0; k < C_COUNT; k++) {
+        ubt_raw_t r;
+        int rc = ubt_raw_connect(&r, port, NULL);
+        JT_CHECK_AT(corruption_names[k], rc == 1);
+        if (rc != 1) {
+            ubt_raw_close(&r);
+            continue;
+        }
+        JT_CHECK_AT(corruption_names[k], raw_echo(&r, 10 + k));
+        JT_CHECK_AT(corruption_names[k], raw_echo(&r, 20 + k));
+        corrupt(&r, (corruption_t)k);
+        /* Dropped long before any heartbeat would miss (55 s by default). */
+        bool eof = ubt_wait_eof(r.fd, PROMPT_MS);
+        JT_CHECK_AT(corruption_names[k], eof);
+        ubt_raw_close(&r);
+        JT_CHECK_AT(corruption_names[k], ubt_echo(good, 20000, 100 + (uint64_t)k, "good") == 0);
+    }
+    /* The server mapped nothing of the dropped connections any more: only
+     * the good channel's segments remain. */
+    JT_CHECK(JT_WAIT_EVERY(ubt_maps_count() == base, 30000000, 20000));
+    jet_channel_destroy(good);
+    jet_server_stats_t st;
+    JT_CHECK(jt_server_wait_stats(srv, 0, 0, 20000000, &st));
+    jet_server_destroy(srv);
+    JT_CHECK(ubt_maps_wait_none(30000000));
+    JT_CHECK(ubt_shm_wait_clean(&before, 10000000));
+}
+
+/* ---- bad hellos
+ * ------------------------------------------------------------------------------------ */
+
+typedef struct bad_hello {
+    const char *what;
+    ubt_raw_opts_t o;
+} bad_hello_t;
+
+static void test_bad_hellos(void)
+{
+    ubt_names_t before;
+    ubt_shm_list(&before);
+    int port = 0;
+    jet_server_t *srv = ubt_server_start(JET_SOCKET_MODE_UBRING, 0, &port);
+    JT_REQUIRE(srv);
+    static const char long_name[] = "UBRING_aaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaa_C"; /* 50 */
+    const bad_hello_t cases[] = {
+        {"msg_len 32", {.msg_len = 32}},
+        {"msg_len 1", {.msg_len = 1}},
+        {"no such segment", {.no_segment = true}},
+        {"segment smaller than announced", {.announce_len = 8u << 20}},
+        {"announced length not a multiple of 4 MiB", {.announce_len = (4u << 20) - 64}},
+        {"announced length absurd", {.announce_len = UINT64_MAX}},
+        {"name without NUL", {.name = long_name, .no_segment = true}},
+    };
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        ubt_raw_t r;
+        int rc = ubt_raw_connect(&r, port, &cases[i].o);
+        /* Refused: closed (-1) or declined (0) - never UBRing, never a hang. */
+        JT_CHECK_AT(cases[i].what, rc == -1 || rc == 0);
+        if (rc == 0) {
+            JT_CHECK_AT(cases[i].what, ubt_hello_is_unnegotiable(r.reply));
+            JT_CHECK_AT(cases[i].what, ubt_expect_tcp_after_ack0(r.fd, cases[i].what));
+        }
+        ubt_raw_close(&r);
+        JT_CHECK_AT(cases[i].what, ubt_maps_wait_none(20000000));
+        JT_CHECK_AT(cases[i].what, ubt_shm_wait_clean(&before, 10000000));
+    }
+    /* The server goes on serving UBRing. */
+    jet_channel_t *ch = ubt_channel(port, JET_SOCKET_MODE_UBRING, 30000, JET_CONNECTION_SINGLE, 0);
+    JT_REQUIRE(ch);
+    JT_CHECK_EQ(ubt_echo(ch, 100000, 1, "after"), 0);
+    JT_CHECK(ubt_maps_count() > 0);
+    jet_channel_destroy(ch);
+    JT_CHECK(jt_server_wait_stats(srv, 0, 0, 20000000, NULL));
+    jet_server_destroy(srv);
+    JT_CHECK(ubt_maps_wait_none(30000000));
+    JT_CHECK(ubt_shm_wait_clean(&before, 10000000));
+}
+
+int main(int argc, char **argv)
+{
+    ubt_main_setup(&argc, &argv);
+    if (argc > 1 && strcmp(argv[1], "role=server") == 0) return ubt_server_role(argc, argv);
+    if (argc > 1 && strcmp(argv[1], "role=client") == 0) return client_role(argc, argv);
+    if (argc > 1 && strcmp(argv[1], "role=silent") == 0) return silent_role(argc, argv);
+    JT_RUN(test_raw_client_with_peer);
+    JT_RUN(test_server_killed);
+    JT_RUN(test_client_killed);
+    JT_RUN(test_silent_peer_server);
+    JT_RUN(test_silent_raw_client);
+    JT_RUN(test_emsgsize);
+    JT_RUN(test_corrupt_chunks);
+    JT_RUN(test_bad_hellos);
+    return jt_finish();
+}
