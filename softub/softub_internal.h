@@ -217,9 +217,12 @@ struct sub_sseg {
 };
 _Static_assert(sizeof(struct sub_sseg) == 112, "sub_sseg");
 
-/* Ring payloads. A CR slot (sequence + sub_cqe) is exactly one cache line:
- * producer and consumer each move one line per CR. user_data is not carried:
- * poll derives it from local_id through the object table. */
+/* Ring payloads. A CR slot is two cache lines: line 0 holds the sequence
+ * and the sub_cqe, line 1 the payload of a small SEND delivered in the CR
+ * ("scatter to CQE": the poller copies it into the receive WR's buffer), so
+ * the receiver's misses on the CR and on the payload overlap instead of
+ * following each other. user_data is not carried: poll derives it from
+ * local_id through the object table. */
 struct sub_cqe {
     uint8_t status;
     uint8_t opcode;
@@ -235,10 +238,17 @@ struct sub_cqe {
     uint64_t imm;
     urma_eid_t remote_eid;
     uint32_t tpn;
-    uint32_t reserved;
+    /* Receive CRs: the low 32 bits of the receive WR's ring position, which
+     * names its shadow entry (struct sub_rshadow). */
+    uint32_t rq_pos;
 };
-#define SUB_CQE_SLOT ((uint32_t)(8 + sizeof(struct sub_cqe)))
-_Static_assert(SUB_CQE_SLOT == 64, "a CR slot is one cache line");
+_Static_assert(8 + sizeof(struct sub_cqe) == 64, "sequence + sub_cqe fill line 0 of a CR slot");
+#define SUB_CQE_SLOT     128u /* sequence + sub_cqe, then the inline payload line */
+#define SUB_CQE_INL_OFF  (64u - 8u) /* payload offset from the sub_cqe */
+#define SUB_CQE_INL_MAX  64u
+/* Internal bit of sub_cqe.flag (urma_cr_flag_t's reserved bits, never shown
+ * in urma_cr_t): the payload is in line 1 of the slot, not in the buffer. */
+#define SUB_CQE_F_INLINE 0x80u
 
 static inline uint32_t sub_uid32(uint64_t uid)
 {
@@ -258,6 +268,21 @@ struct sub_rqe {
     uint64_t user_ctx;
     uint32_t nsge;
     uint32_t reserved;
+    struct sub_rqe_sge sge[];
+};
+
+/* Process-local copy of a posted receive WR, one per receive ring slot.
+ * Senders free the ring slot as soon as they have taken the WR; the shadow
+ * entry stays POSTED until the WR's CR is polled (hardware frees an RQ WQE
+ * when its CQE is polled), so that an inline CR still finds its buffer and
+ * a re-post cannot overwrite it first. */
+enum { SUB_RSH_FREE = 0, SUB_RSH_POSTED = 1 };
+struct sub_rshadow {
+    uint64_t pos; /* full ring position of the WR it holds */
+    uint64_t user_ctx;
+    _Atomic uint32_t state;
+    uint32_t nsge;
+    uint64_t reserved;
     struct sub_rqe_sge sge[];
 };
 
@@ -431,6 +456,14 @@ struct sub_jfr {
     uint64_t sh_off;
     struct sub_ring *ring;
     uint32_t rqe_size;
+    uint32_t sh_stride;     /* bytes per shadow entry */
+    uint8_t *shadow;        /* ring->cap entries, in this allocation */
+    /* Shadow entries freed by polls (the JFC's serialised consumer) and by
+     * RESET (under lock): with the ring's head they count the POSTED entries,
+     * which bound the WRs not yet taken, so a re-post checks the depth
+     * without reading the ring's tail (written by every sender's take). */
+    _Atomic uint64_t rq_freed;
+    _Atomic uint64_t rq_dropped;
     _Atomic uint32_t users; /* jetties sharing it */
     pthread_mutex_t lock;   /* state changes and flushes */
 };
@@ -592,8 +625,11 @@ void softub__doorbell_ring(struct sub_peer *p);
 /* softub_jfc.c */
 struct sub_jfc *softub__jfc_check(urma_jfc_t *jfc);
 /* Pushes one CR into a (possibly remote) JFC and raises its event when
- * armed. solicited: the CR may wake a solicited-only JFC. 0 or -1 overflow. */
-int softub__cq_push(struct sub_peer *p, struct sub_sjfc *sjfc, const struct sub_cqe *e);
+ * armed. solicited: the CR may wake a solicited-only JFC. inl: e->len
+ * (<= SUB_CQE_INL_MAX) payload bytes for line 1 when e->flag has
+ * SUB_CQE_F_INLINE, else NULL. 0 or -1 overflow. */
+int softub__cq_push(struct sub_peer *p, struct sub_sjfc *sjfc, const struct sub_cqe *e,
+                    const void *inl);
 
 /* softub_async.c */
 int softub__async_raise(struct sub_peer *p, uint64_t sctx_off, uint32_t type, uint32_t obj_id,
@@ -627,6 +663,17 @@ void softub__sq_retire(uint32_t id, uint32_t uid32, uint32_t wr_seq32);
 void softub__prog_assist(void);
 urma_status_t softub__rq_post(struct sub_jfr *jfr, urma_jfr_wr_t *wr, urma_jfr_wr_t **bad_wr);
 void softub__rq_flush(struct sub_jfr *jfr);
+/* RESET: drops the posted WRs without CRs. Under jfr->lock. */
+void softub__rq_discard(struct sub_jfr *jfr);
+/* Poll side of a receive CR, before its slot is released: frees the WR's
+ * shadow entry and, for an inline CR, scatters the payload (inl, line 1 of
+ * the slot) into the WR's buffer. A CR that names no posted WR, or whose
+ * payload does not fit, copies nothing and reports an error status. */
+void softub__rq_polled(struct sub_cqe *c, const uint8_t *inl);
+static inline struct sub_rshadow *softub__rq_shadow(struct sub_jfr *jfr, uint64_t pos)
+{
+    return (struct sub_rshadow *)(jfr->shadow + (pos & jfr->ring->mask) * (uint64_t)jfr->sh_stride);
+}
 int softub__prog_start(void);
 void softub__prog_stop(void);
 void softub__prog_forget(void); /* fork child */

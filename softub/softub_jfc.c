@@ -95,7 +95,8 @@ static void jfc_notify(struct sub_peer *p, struct sub_sjfc *sj, int solicited)
     jfc_fire(p, sj);
 }
 
-int softub__cq_push(struct sub_peer *p, struct sub_sjfc *sj, const struct sub_cqe *e)
+int softub__cq_push(struct sub_peer *p, struct sub_sjfc *sj, const struct sub_cqe *e,
+                    const void *inl)
 {
     if (sj == NULL || atomic_load(&sj->h.state) != SUB_OBJ_LIVE)
         return -1;
@@ -112,6 +113,10 @@ int softub__cq_push(struct sub_peer *p, struct sub_sjfc *sj, const struct sub_cq
         }
         return -1;
     }
+    /* Payload line first, CR line next, sequence last (release): the poller
+     * reads both lines only after it has seen the sequence. */
+    if (inl != NULL)
+        memcpy((uint8_t *)slot + SUB_CQE_INL_OFF, inl, e->len <= SUB_CQE_INL_MAX ? e->len : 0);
     memcpy(slot, e, sizeof(*e));
     sub_cring_enq_commit(r, pos);
     jfc_notify(p, sj, e->solicited);
@@ -369,7 +374,7 @@ static void jfc_fill_cr(urma_cr_t *cr, const struct sub_cqe *e)
                             ? atomic_load_explicit(&objs[e->local_id], memory_order_acquire)
                             : NULL;
     urma_cr_flag_t fl;
-    fl.value = e->flag;
+    fl.value = (uint8_t)(e->flag & ~SUB_CQE_F_INLINE);
     cr->status = (urma_cr_status_t)e->status;
     cr->user_ctx = e->user_ctx;
     /* opcode and imm_data are receive-CR fields; uasid is never written. */
@@ -406,8 +411,13 @@ SUB_API int urma_poll_jfc(urma_jfc_t *jfc, int cr_cnt, urma_cr_t *cr)
         if (e == NULL)
             break;
         struct sub_cqe c = *e;
+        /* Before the release: the payload line belongs to the slot. */
+        if (c.flag & 1)
+            softub__rq_polled(&c, (const uint8_t *)e + SUB_CQE_INL_OFF);
         sub_cring_deq_commit(j->ring, pos);
-        __builtin_prefetch((const void *)sub_ring_seq(j->ring, pos + 1), 0, 3);
+        const uint8_t *next = (const uint8_t *)sub_ring_seq(j->ring, pos + 1);
+        __builtin_prefetch(next, 0, 3);
+        __builtin_prefetch(next + 64, 0, 3);
         jfc_fill_cr(&cr[n], &c);
         if (!(c.flag & 1) && (uint32_t)c.imm != 0)
             softub__sq_retire(c.local_id, (uint32_t)c.imm, (uint32_t)(c.imm >> 32));

@@ -319,16 +319,18 @@ static void post_release_rqe(struct sub_target *t)
 }
 
 /* After a SEND consumed receive WR k of a target: read receive WR k+1 and,
- * when it is already posted into memory we reach directly, take the first
- * lines of its buffer for writing, so the next SEND to this target finds
- * both local. Only hints: nothing is claimed, nothing can fault. */
-static void post_warm_next(struct sub_target *t)
+ * when it is already posted into memory we reach directly and the next SEND
+ * is expected to write it (bufs: this one was too large to travel in the
+ * CR), take the first lines of its buffer for writing, so the next SEND to
+ * this target finds both local. Only hints: nothing is claimed, nothing can
+ * fault. */
+static void post_warm_next(struct sub_target *t, int bufs)
 {
     struct sub_ring *r = t->rq;
     uint64_t pos = atomic_load_explicit(&r->tail, memory_order_relaxed);
     _Atomic uint64_t *seq = sub_ring_seq(r, pos);
     __builtin_prefetch((const void *)seq, 0, 3);
-    if (atomic_load_explicit(seq, memory_order_acquire) != pos + 1)
+    if (!bufs || atomic_load_explicit(seq, memory_order_acquire) != pos + 1)
         return;
     const struct sub_rqe *q = (const struct sub_rqe *)((const uint8_t *)seq + 8);
     if (q->nsge == 0 || r->esize < 8 + sizeof(struct sub_rqe) + sizeof(struct sub_rqe_sge))
@@ -353,8 +355,10 @@ static void post_warm_next(struct sub_target *t)
         __builtin_prefetch(ptr + off, 1, 3);
 }
 
+/* inl: the payload (len bytes) travels in the CR instead of the buffer. */
 static void post_recv_cr(struct sub_sq *sq, struct sub_wr *w, struct sub_target *t,
-                         const struct sub_rqe *rqe, uint32_t status, uint32_t opcode, uint32_t len)
+                         const struct sub_rqe *rqe, uint32_t status, uint32_t opcode, uint32_t len,
+                         const void *inl)
 {
     struct sub_cqe e;
     memset(&e, 0, sizeof(e));
@@ -372,7 +376,10 @@ static void post_recv_cr(struct sub_sq *sq, struct sub_wr *w, struct sub_target 
     e.remote_eid = sq->eid;
     e.imm = w->imm;
     e.tpn = w->tj->base.tp.tpn;
-    (void)softub__cq_push(t->p, t->jfc, &e);
+    e.rq_pos = (uint32_t)t->rq_pos;
+    if (inl != NULL)
+        e.flag |= SUB_CQE_F_INLINE;
+    (void)softub__cq_push(t->p, t->jfc, &e, inl);
     post_release_rqe(t);
 }
 
@@ -461,6 +468,10 @@ static int post_exec_send_rm(struct sub_sq *sq, struct sub_wr *w, uint32_t *len)
     struct sub_mref dst[SUB_MAX_JFR_SGE];
     uint32_t nd = 0;
     int bad = 0;
+    /* Small SENDs travel in the CR slot and the target's poll scatters them:
+     * the buffer is then neither resolved nor touched here. */
+    int inl = w->total <= SUB_CQE_INL_MAX &&
+              (w->opcode == URMA_OPC_SEND || w->opcode == URMA_OPC_SEND_IMM);
     for (uint32_t i = 0; i < rqe.nsge; i++) {
         room += rs[i].len;
         struct sub_sseg *ss = softub__seg_entry(t.p, rs[i].seg_idx);
@@ -470,28 +481,41 @@ static int post_exec_send_rm(struct sub_sq *sq, struct sub_wr *w, uint32_t *len)
             bad = 1;
             continue;
         }
-        post_window(t.p, ss, NULL, rs[i].addr, rs[i].len, &dst[nd++]);
+        if (!inl)
+            post_window(t.p, ss, NULL, rs[i].addr, rs[i].len, &dst[nd++]);
     }
     if (w->total > room) {
-        post_recv_cr(sq, w, &t, &rqe, URMA_CR_LOC_LEN_ERR, opc, 0);
+        post_recv_cr(sq, w, &t, &rqe, URMA_CR_LOC_LEN_ERR, opc, 0, NULL);
         st = URMA_CR_REM_OPERATION_ERR;
         goto out;
     }
     if (bad) {
-        post_recv_cr(sq, w, &t, &rqe, URMA_CR_LOC_ACCESS_ERR, opc, 0);
+        post_recv_cr(sq, w, &t, &rqe, URMA_CR_LOC_ACCESS_ERR, opc, 0, NULL);
         st = URMA_CR_REM_OPERATION_ERR;
+        goto out;
+    }
+    if (inl) {
+        uint8_t buf[SUB_CQE_INL_MAX];
+        uint32_t off = 0;
+        for (uint32_t i = 0; i < w->nl; i++) {
+            memcpy(buf + off, (const void *)(uintptr_t)w->l[i].addr, w->l[i].len);
+            off += w->l[i].len;
+        }
+        post_recv_cr(sq, w, &t, &rqe, URMA_CR_SUCCESS, opc, off, buf);
+        *len = off;
+        post_warm_next(&t, 0);
         goto out;
     }
     st = post_copy_out(w->l, w->nl, dst, nd, w->total);
     if (st != URMA_CR_SUCCESS) {
-        post_recv_cr(sq, w, &t, &rqe, URMA_CR_LOC_ACCESS_ERR, opc, 0);
+        post_recv_cr(sq, w, &t, &rqe, URMA_CR_LOC_ACCESS_ERR, opc, 0, NULL);
         if (st == URMA_CR_ACK_TIMEOUT_ERR)
             softub__peer_mark_dead(t.p);
         goto out;
     }
-    post_recv_cr(sq, w, &t, &rqe, URMA_CR_SUCCESS, opc, (uint32_t)w->total);
+    post_recv_cr(sq, w, &t, &rqe, URMA_CR_SUCCESS, opc, (uint32_t)w->total, NULL);
     *len = (uint32_t)w->total;
-    post_warm_next(&t);
+    post_warm_next(&t, 1);
 out:
     softub__peer_leave(tj->peer);
     return st;
@@ -554,11 +578,11 @@ static int post_exec_write(struct sub_sq *sq, struct sub_wr *w, uint32_t *len)
         st = post_copy_out(w->l, w->nl, &m, 1, w->total);
         if (st == URMA_CR_SUCCESS) {
             post_recv_cr(sq, w, &t, &rqe, URMA_CR_SUCCESS, URMA_CR_OPC_WRITE_WITH_IMM,
-                         (uint32_t)w->total);
+                         (uint32_t)w->total, NULL);
             *len = (uint32_t)w->total;
         } else {
             post_recv_cr(sq, w, &t, &rqe, URMA_CR_REM_ACCESS_ABORT_ERR, URMA_CR_OPC_WRITE_WITH_IMM,
-                         0);
+                         0, NULL);
         }
     }
     softub__peer_leave(tj->peer);
@@ -689,7 +713,7 @@ static void post_initiator_cr(struct sub_sq *sq, struct sub_wr *w, uint32_t stat
     uint64_t seq = w != NULL ? w->seq : (sq->post_seq > 0 ? sq->post_seq - 1 : 0);
     if (w != NULL || sq->post_seq > 0)
         e.imm = (uint64_t)sub_uid32(sq->obj->uid) | (uint64_t)(uint32_t)seq << 32;
-    (void)softub__cq_push(softub__g.self, sq->jfc->sh, &e);
+    (void)softub__cq_push(softub__g.self, sq->jfc->sh, &e, NULL);
 }
 
 static void post_flush_locked(struct sub_sq *sq);
@@ -1188,6 +1212,40 @@ int softub__sq_flush(struct sub_sq *sq, int cr_cnt, urma_cr_t *cr)
 /* Receive queues                                                            */
 /* ------------------------------------------------------------------------ */
 
+/* sub_ring_enq_begin, except that a slot whose shadow entry still holds a
+ * WR of the previous lap (completed, CR not yet polled) is not claimed:
+ * *held is then set. The check needs no lock: only the claimant of a
+ * position writes its entry, and the previous lap's writer published it
+ * before the ring handed the slot on. */
+static struct sub_rqe *post_rq_claim(struct sub_jfr *jfr, uint64_t *pos_out, int *held)
+{
+    struct sub_ring *r = jfr->ring;
+    uint64_t pos = atomic_load_explicit(&r->head, memory_order_relaxed);
+    for (;;) {
+        _Atomic uint64_t *seq = sub_ring_seq(r, pos);
+        uint64_t s = atomic_load_explicit(seq, memory_order_acquire);
+        int64_t dif = (int64_t)(s - pos);
+        if (dif == 0) {
+            /* Acquire pairs with the poller's release of the entry. */
+            if (atomic_load_explicit(&softub__rq_shadow(jfr, pos)->state,
+                                     memory_order_acquire) != SUB_RSH_FREE) {
+                *held = 1;
+                return NULL;
+            }
+            if (atomic_compare_exchange_weak_explicit(&r->head, &pos, pos + 1,
+                                                      memory_order_relaxed,
+                                                      memory_order_relaxed)) {
+                *pos_out = pos;
+                return (struct sub_rqe *)((uint8_t *)seq + 8);
+            }
+        } else if (dif < 0) {
+            return NULL;
+        } else {
+            pos = atomic_load_explicit(&r->head, memory_order_relaxed);
+        }
+    }
+}
+
 urma_status_t softub__rq_post(struct sub_jfr *jfr, urma_jfr_wr_t *wr, urma_jfr_wr_t **bad_wr)
 {
     uint32_t maxs = jfr->base.jfr_cfg.max_sge;
@@ -1206,26 +1264,45 @@ urma_status_t softub__rq_post(struct sub_jfr *jfr, urma_jfr_wr_t *wr, urma_jfr_w
             *bad_wr = it;
             return URMA_EINVAL;
         }
-        if (sub_ring_holds(jfr->ring, depth)) {
+        uint64_t live = atomic_load_explicit(&jfr->ring->head, memory_order_relaxed) -
+                        atomic_load_explicit(&jfr->rq_freed, memory_order_relaxed) -
+                        atomic_load_explicit(&jfr->rq_dropped, memory_order_relaxed);
+        if (live >= depth && sub_ring_holds(jfr->ring, depth)) {
             *bad_wr = it;
             return URMA_ENOMEM;
         }
         uint64_t pos;
-        struct sub_rqe *q = sub_ring_enq_begin(jfr->ring, &pos);
+        int held = 0;
+        struct sub_rqe *q = post_rq_claim(jfr, &pos, &held);
         /* The ring is not full (checked above) but looks full: a sender, in
          * some process, claimed the slot a wrap ago and was preempted before
-         * releasing it. Wait for it a little (it may also have died). */
+         * releasing it. Wait for it a little (it may also have died). A slot
+         * held by an unpolled CR is final until the poll: refused at once. */
         for (uint64_t t0 = 0; q == NULL;) {
             uint64_t now = softub__now_ns();
             if (t0 == 0)
                 t0 = now;
-            if (now - t0 > 200000000ull || sub_ring_holds(jfr->ring, depth)) {
+            if (held || now - t0 > 200000000ull || sub_ring_holds(jfr->ring, depth)) {
                 *bad_wr = it;
                 return URMA_ENOMEM;
             }
             sched_yield();
-            q = sub_ring_enq_begin(jfr->ring, &pos);
+            q = post_rq_claim(jfr, &pos, &held);
         }
+        /* The shadow first: the ring's release below publishes it to the
+         * sender, whose CR publishes it to the poller. */
+        struct sub_rshadow *sh = softub__rq_shadow(jfr, pos);
+        sh->pos = pos;
+        sh->user_ctx = it->user_ctx;
+        sh->nsge = sg->num_sge;
+        for (uint32_t i = 0; i < sg->num_sge; i++) {
+            sh->sge[i].addr = sg->sge[i].addr;
+            sh->sge[i].len = sg->sge[i].len;
+            sh->sge[i].seg_idx = ts[i]->seg_idx;
+            sh->sge[i].seg_gen = ts[i]->seg_gen;
+            sh->sge[i].reserved = 0;
+        }
+        atomic_store_explicit(&sh->state, SUB_RSH_POSTED, memory_order_relaxed);
         q->user_ctx = it->user_ctx;
         q->nsge = sg->num_sge;
         for (uint32_t i = 0; i < sg->num_sge; i++) {
@@ -1258,9 +1335,94 @@ void softub__rq_flush(struct sub_jfr *jfr)
         e.local_id = jfr->base.jfr_id.id;
         e.flag = fl.value;
         e.solicited = 1;
+        e.rq_pos = (uint32_t)pos;
         sub_ring_deq_commit(jfr->ring, pos);
-        (void)softub__cq_push(softub__g.self, jfr->jfc->sh, &e);
+        (void)softub__cq_push(softub__g.self, jfr->jfc->sh, &e, NULL);
     }
+}
+
+void softub__rq_discard(struct sub_jfr *jfr)
+{
+    uint64_t pos;
+    while (sub_ring_deq_begin(jfr->ring, &pos) != NULL) {
+        /* No CR will free this entry. */
+        atomic_store_explicit(&softub__rq_shadow(jfr, pos)->state, SUB_RSH_FREE,
+                              memory_order_release);
+        atomic_store_explicit(&jfr->rq_dropped,
+                              atomic_load_explicit(&jfr->rq_dropped, memory_order_relaxed) + 1,
+                              memory_order_relaxed);
+        sub_ring_deq_commit(jfr->ring, pos);
+    }
+}
+
+static struct sub_jfr *post_cr_jfr(uint32_t local_id)
+{
+    struct sub_obj *o = local_id < SUB_MAX_QIDS
+                            ? atomic_load_explicit(&softub__g.objs[local_id], memory_order_acquire)
+                            : NULL;
+    if (o == NULL)
+        return NULL;
+    if (o->kind == SUB_T_JFR)
+        return (struct sub_jfr *)((char *)o - offsetof(struct sub_jfr, obj));
+    if (o->kind == SUB_T_JETTY)
+        return ((struct sub_jetty *)((char *)o - offsetof(struct sub_jetty, obj)))->jfr;
+    return NULL;
+}
+
+/* Scatters an inline payload into the WR's buffer: the SGEs must still be
+ * registered (the sender checked them when it took the WR) and hold it. */
+static int post_scatter_inline(const struct sub_rshadow *sh, const uint8_t *inl, uint32_t len)
+{
+    if (len > SUB_CQE_INL_MAX || sh->nsge > SUB_MAX_JFR_SGE)
+        return URMA_CR_LOC_LEN_ERR;
+    uint64_t room = 0;
+    for (uint32_t i = 0; i < sh->nsge; i++) {
+        const struct sub_rqe_sge *g = &sh->sge[i];
+        struct sub_sseg *ss = softub__seg_entry(softub__g.self, g->seg_idx);
+        if (g->len != 0 && (ss == NULL || atomic_load(&ss->state) != SUB_SEG_REG ||
+                            atomic_load(&ss->gen) != g->seg_gen))
+            return URMA_CR_LOC_ACCESS_ERR;
+        room += g->len;
+    }
+    if (len > room)
+        return URMA_CR_LOC_LEN_ERR;
+    uint32_t off = 0;
+    for (uint32_t i = 0; i < sh->nsge && off < len; i++) {
+        uint32_t n = sh->sge[i].len < len - off ? sh->sge[i].len : len - off;
+        memcpy((void *)(uintptr_t)sh->sge[i].addr, inl + off, n);
+        off += n;
+    }
+    return URMA_CR_SUCCESS;
+}
+
+void softub__rq_polled(struct sub_cqe *c, const uint8_t *inl)
+{
+    int is_inl = (c->flag & SUB_CQE_F_INLINE) != 0;
+    c->flag = (uint8_t)(c->flag & ~SUB_CQE_F_INLINE);
+    struct sub_jfr *jfr = post_cr_jfr(c->local_id);
+    struct sub_rshadow *sh = jfr != NULL ? softub__rq_shadow(jfr, c->rq_pos) : NULL;
+    /* A CR that does not name a WR posted here and not yet polled (stale,
+     * forged, or its JFR deleted) neither copies nor frees anything. */
+    if (sh == NULL || atomic_load_explicit(&sh->state, memory_order_acquire) != SUB_RSH_POSTED ||
+        (uint32_t)sh->pos != c->rq_pos) {
+        if (is_inl) {
+            c->status = URMA_CR_LOC_ACCESS_ERR;
+            c->len = 0;
+        }
+        return;
+    }
+    if (is_inl) {
+        int st = post_scatter_inline(sh, inl, c->len);
+        if (st != URMA_CR_SUCCESS) {
+            c->status = (uint8_t)st;
+            c->len = 0;
+        }
+    }
+    /* Release: our reads of the entry happen before a re-post rewrites it. */
+    atomic_store_explicit(&sh->state, SUB_RSH_FREE, memory_order_release);
+    atomic_store_explicit(&jfr->rq_freed,
+                          atomic_load_explicit(&jfr->rq_freed, memory_order_relaxed) + 1,
+                          memory_order_relaxed);
 }
 
 /* ------------------------------------------------------------------------ */

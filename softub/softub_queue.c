@@ -256,21 +256,29 @@ SUB_API urma_jfr_t *urma_create_jfr(urma_context_t *ctx, urma_jfr_cfg_t *jfr_cfg
         errno = EINVAL;
         return NULL;
     }
-    struct sub_jfr *j = calloc(1, sizeof(*j));
-    if (j == NULL) {
-        errno = ENOMEM;
-        return NULL;
-    }
     uint32_t nsge = jfr_cfg->max_sge > 0 ? jfr_cfg->max_sge : 1;
-    /* Whole cache lines per slot, as for CRs. */
-    j->rqe_size = (uint32_t)((8 + sizeof(struct sub_rqe) + nsge * sizeof(struct sub_rqe_sge) + 63) &
-                             ~(size_t)63);
     /* A lap of slack beyond the depth (which sub_ring_holds enforces): a
      * re-post then writes a slot that its sender freed a lap ago, not the
      * one it freed a moment ago, and softub__rq_post can take that line for
      * writing ahead of time instead of missing on it between a receive and
      * the answer. */
     uint32_t cap_slots = sub_ring_pow2(jfr_cfg->depth) * 2;
+    /* The shadow entries share the object's allocation, so that they live
+     * exactly as long (a poller holding the object through the object table
+     * also holds them). */
+    size_t sh_at = (sizeof(struct sub_jfr) + 63) & ~(size_t)63;
+    uint32_t sh_stride =
+        (uint32_t)(sizeof(struct sub_rshadow) + nsge * sizeof(struct sub_rqe_sge));
+    struct sub_jfr *j = calloc(1, sh_at + (size_t)cap_slots * sh_stride);
+    if (j == NULL) {
+        errno = ENOMEM;
+        return NULL;
+    }
+    j->shadow = (uint8_t *)j + sh_at;
+    j->sh_stride = sh_stride;
+    /* Whole cache lines per slot, as for CRs. */
+    j->rqe_size = (uint32_t)((8 + sizeof(struct sub_rqe) + nsge * sizeof(struct sub_rqe_sge) + 63) &
+                             ~(size_t)63);
     struct sub_global *g = &softub__g;
     pthread_mutex_lock(&g->lock);
     uint64_t roff = softub__ralloc(sub_ring_bytes(cap_slots, j->rqe_size), 4096);
@@ -373,10 +381,7 @@ SUB_API urma_status_t urma_modify_jfr(urma_jfr_t *jfr, urma_jfr_attr_t *attr)
     if (to == URMA_JFR_STATE_ERROR && cur != URMA_JFR_STATE_ERROR)
         softub__rq_flush(j);
     if (to == URMA_JFR_STATE_RESET) {
-        /* RESET discards what is left, without CRs. */
-        uint64_t pos;
-        while (sub_ring_deq_begin(j->ring, &pos) != NULL)
-            sub_ring_deq_commit(j->ring, pos);
+        softub__rq_discard(j);
     }
     pthread_mutex_unlock(&j->lock);
     return URMA_SUCCESS;

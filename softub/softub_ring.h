@@ -182,11 +182,18 @@ static inline void *sub_cring_deq_begin(struct sub_ring *r, uint64_t *pos_out)
 }
 
 /* True when the consumer's next slot is published: a lock-free peek for
- * serialised consumers, so that an empty poll takes no lock. */
+ * serialised consumers, so that an empty poll takes no lock. Slots of more
+ * than one line (completion rings: line 1 carries small payloads) have their
+ * second line touched on every peek: when a producer has written both lines,
+ * the spinning consumer then misses on both at once, not on the second only
+ * after the first has arrived. */
 static inline int sub_cring_ready(struct sub_ring *r)
 {
     uint64_t pos = atomic_load_explicit(&r->tail, memory_order_relaxed);
-    return atomic_load_explicit(sub_ring_seq(r, pos), memory_order_relaxed) == pos + 1;
+    _Atomic uint64_t *seq = sub_ring_seq(r, pos);
+    if (r->esize > 64)
+        __builtin_prefetch((const uint8_t *)seq + 64, 0, 3);
+    return atomic_load_explicit(seq, memory_order_relaxed) == pos + 1;
 }
 
 /* Frees every slot before `pos + 1`, after the caller copied them out. */

@@ -309,6 +309,14 @@ void jet__socket_deliver(jet_socket_t *s)
 
 /* ---- write side ---------------------------------------------------------- */
 
+void jet__socket_size_error(jet_socket_t *s, const char *what, size_t len, char *buf, size_t size)
+{
+    const char *hint = NULL;
+    size_t most = s->ops->max_message ? s->ops->max_message(s, &hint) : 0;
+    snprintf(buf, size, "%s of %zu bytes is larger than the %zu bytes a %s connection carries%s%s",
+             what, len, most, s->ops->name, hint ? ": " : "", hint ? hint : "");
+}
+
 int jet__socket_write(jet_socket_t *s, jet_iobuf_t *data)
 {
     if (jet__socket_failed(s)) {
@@ -317,6 +325,12 @@ int jet__socket_write(jet_socket_t *s, jet_iobuf_t *data)
         return err ? err : -JET_EFAILEDSOCKET;
     }
     size_t len = jet_iobuf_len(data);
+    size_t most = s->ops->max_message ? s->ops->max_message(s, NULL) : 0;
+    if (most != 0 && len > most) {
+        /* Never fits: refuse this message, keep the connection. */
+        jet_iobuf_clear(data);
+        return -EMSGSIZE;
+    }
     if (atomic_load_explicit(&s->unwritten, memory_order_relaxed) >
         JET_FLAG(socket_max_unwritten_bytes)) {
         jet_iobuf_clear(data);

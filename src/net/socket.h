@@ -140,8 +140,16 @@ static inline bool jet__socket_failed(const jet_socket_t *s)
 
 /* Queues data (moved out of *data, which is left empty) for writing. Any
  * thread; the caller holds a reference. 0, the socket's error if it has
- * failed, or -EOVERCROWDED-like JET_EOVERCROWDED when too many bytes wait. */
+ * failed, -JET_EOVERCROWDED when too many bytes wait, or -EMSGSIZE when the
+ * data is larger than the transport ever carries (its max_message slot);
+ * the last two leave the socket working. */
 int jet__socket_write(jet_socket_t *s, jet_iobuf_t *data);
+
+/* The text for a message of `len` bytes refused with -EMSGSIZE: what was
+ * too large, the transport's limit and how to raise it. `what` names the
+ * message ("request", "response"). */
+void jet__socket_size_error(jet_socket_t *s, const char *what, size_t len, char *buf,
+                            size_t size);
 
 /* Marks the socket failed with err (negative); first call wins. Any thread. */
 void jet__socket_set_failed(jet_socket_t *s, int err);

@@ -92,6 +92,13 @@ typedef struct jet_transport_ops {
      * Optional: NULL means nothing to stop (TCP). Runs before the handler's
      * on_failed. */
     void (*close)(struct jet_socket *s);
+
+    /* Any thread. The largest single message (one jet__socket_write) the
+     * socket can ever carry now, or 0 for no limit (also while it does not
+     * know yet). A larger write is refused with -EMSGSIZE without failing
+     * the socket, and `hint` (optional out, static text) tells the user how
+     * to raise the limit. Optional: NULL means no limit. */
+    size_t (*max_message)(struct jet_socket *s, const char **hint);
 } jet_transport_ops_t;
 
 /* Internal socket error: the peer closed the connection on the transport's

@@ -389,14 +389,25 @@ static void ch_issue(jet_call_t *call)
         return;
     }
     uint64_t cid = call->cid;
+    size_t frame_len = jet_iobuf_len(&frame);
     rc = jet__socket_write(s, &frame);
     jet_iobuf_fini(&frame);
     if (rc < 0 && !jet__socket_failed(s)) {
-        /* Refused without failing the connection (overcrowded): end this attempt. */
+        /* Refused without failing the connection (overcrowded, or larger
+         * than the transport ever carries): end this attempt. */
         uint64_t next;
         if (jet__cid_claim(cid, &next) == call) {
             conn_unlink(conn, call);
             call->cid = next;
+            if (rc == -EMSGSIZE) {
+                char why[256], text[352];
+                jet__socket_size_error(s, "request", frame_len, why, sizeof why);
+                snprintf(text, sizeof text, "[%s] %s", call->channel->name, why);
+                jet__socket_unref(call->sock);
+                call->sock = NULL;
+                ch_complete(call, EMSGSIZE, text);
+                return;
+            }
             ch_attempt_failed(call, rc);
         }
     }

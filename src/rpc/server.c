@@ -353,7 +353,20 @@ static void srv_send_response(jet_call_t *call, const ProtobufCMessage *output)
     meta.has_checksum_type = true;
     meta.has_checksum_value = true;
     int rc = jet__baidu_pack(&frame, &meta, &body, att);
+    size_t frame_len = jet_iobuf_len(&frame);
     if (rc == 0) rc = jet__socket_write(s, &frame);
+    if (rc == -EMSGSIZE && !call->error_code && !jet__socket_failed(s)) {
+        /* Larger than the connection ever carries: the client gets an error
+         * answer that says so, and the connection goes on. */
+        char why[256];
+        jet__socket_size_error(s, "response", frame_len, why, sizeof why);
+        JET_WARN("cannot answer %s: %s", s->peer, why);
+        jet_call_set_failed(call, JET_ERESPONSE, "%s", why);
+        srv_send_response(call, NULL);
+        jet_iobuf_fini(&body);
+        jet_iobuf_fini(&frame);
+        return;
+    }
     if (rc < 0 && !jet__socket_failed(s))
         JET_WARN("cannot answer %s: %s", s->peer, jet_strerror(rc));
     jet_iobuf_fini(&body);

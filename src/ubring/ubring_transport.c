@@ -112,6 +112,7 @@ typedef struct ub_ts {
     ub_conn_t *conn;
     _Atomic bool writer_in;
     _Atomic bool closed;
+    _Atomic size_t max_msg; /* largest write the peer's queue takes; 0 until ON */
 } ub_ts_t;
 
 static pthread_mutex_t ub_loops_lock = PTHREAD_MUTEX_INITIALIZER;
@@ -582,6 +583,7 @@ static int ub_go_on(jet_socket_t *s, ub_ts_t *ts)
     if (rc < 0) return rc;
     jet_loop_timer_stop(s->loop, &ts->timer);
     ts->hs = UB_HS_NONE;
+    atomic_store_explicit(&ts->max_msg, jet__ubring_max_write(c->tx.cap), memory_order_relaxed);
     atomic_store_explicit(&ts->mode, UB_ON, memory_order_release);
     JET_DEBUG("UBRing established with %s (%s)", s->peer, c->own.name);
     return 0;
@@ -1034,6 +1036,16 @@ static int ub_debug(jet_socket_t *s, char *buf, size_t len)
     return n + jet__tcp_transport.debug(s, buf + n, len - (size_t)n);
 }
 
+static size_t ub_max_message(jet_socket_t *s, const char **hint)
+{
+    ub_ts_t *ts = s->tstate;
+    if (hint)
+        *hint = "raise --ub_data_queue_size (MiB, a multiple of 4; brpc: data_queue_size) on both "
+                "sides";
+    if (atomic_load_explicit(&ts->mode, memory_order_acquire) != UB_ON) return 0;
+    return atomic_load_explicit(&ts->max_msg, memory_order_relaxed);
+}
+
 const jet_transport_ops_t jet__ubring_transport = {
     .name = "ubring",
     .mode = JET_SOCKET_MODE_UBRING,
@@ -1047,4 +1059,5 @@ const jet_transport_ops_t jet__ubring_transport = {
     .on_input = ub_on_input,
     .debug = ub_debug,
     .close = ub_close,
+    .max_message = ub_max_message,
 };
