@@ -439,8 +439,12 @@ static bool loop_hold(jet_loop_t *loop)
     case LOOP_RUN:
         return true;
     case LOOP_WANT:
-        /* Release: the guest sees everything this thread did to the loop. */
-        atomic_store_explicit(&loop->baton, LOOP_GUEST, memory_order_release);
+        /* A CAS, not a store: the guest may have withdrawn its request
+         * (WANT -> RUN, its wait ended first) since our load; a store would
+         * hand the loop to a guest that is gone and park this thread for
+         * good. Release: the guest sees everything this thread did. */
+        (void)atomic_compare_exchange_strong_explicit(&loop->baton, &b, LOOP_GUEST,
+                                                      memory_order_release, memory_order_relaxed);
         return false;
     case LOOP_GUEST:
         loop_park(loop);
@@ -497,13 +501,14 @@ bool jet_loop_drive(jet_loop_t *loop, bool (*done)(void *arg), void *arg)
            atomic_load_explicit(&loop->npollers, memory_order_relaxed) > 0)
         loop_iterate(loop, true);
     loop_tls_current = NULL;
-    bool wake = atomic_load_explicit(&loop->stop, memory_order_acquire) ||
-                atomic_load_explicit(&loop->npollers, memory_order_relaxed) == 0 ||
-                !jet__mpsc_empty(&loop->inbox);
-    atomic_store_explicit(&loop->baton, LOOP_IDLE, memory_order_release);
     /* Without pollers the loop must sleep in epoll again, which only its own
      * thread does; work queued after our last iteration must not wait for
-     * the park timeout either. */
+     * the park timeout either. Not when stopping: the loop thread then
+     * leaves on its own, and the loop may be freed right after our store. */
+    bool wake = !atomic_load_explicit(&loop->stop, memory_order_acquire) &&
+                (atomic_load_explicit(&loop->npollers, memory_order_relaxed) == 0 ||
+                 !jet__mpsc_empty(&loop->inbox));
+    atomic_store_explicit(&loop->baton, LOOP_IDLE, memory_order_release);
     if (wake) jet__futex_wake(&loop->baton, 1);
     return done(arg);
 }

@@ -577,8 +577,8 @@ static int ul_grow(jet_urma_loop_t *ul)
 }
 
 int jet__urma_loop_attach(jet_urma_loop_t *ul, struct jet_urma_ep *ep, uint32_t sq, uint32_t rq,
-                          uint32_t max_sge, uint32_t *index_p, uint8_t *gen_p,
-                          jet_urma_jset_t **js_p)
+                          uint32_t max_sge, bool fresh, uint32_t *index_p, uint8_t *gen_p,
+                          jet_urma_jset_t **js_p, bool *pooled_p)
 {
     uint32_t need = ul_reserve(sq, rq);
     if (ul->jfc_used + need > ul->jfc_depth) {
@@ -590,7 +590,7 @@ int jet__urma_loop_attach(jet_urma_loop_t *ul, struct jet_urma_ep *ep, uint32_t 
     }
     if (ul->nfree == 0 && ul_grow(ul) < 0) return -ENOMEM;
     jet_urma_jset_t *js = NULL, **pp = &ul->pool;
-    for (; *pp; pp = &(*pp)->next) {
+    for (; !fresh && *pp; pp = &(*pp)->next) {
         if ((*pp)->sq == sq && (*pp)->rq == rq && (*pp)->max_sge == max_sge) {
             js = *pp;
             *pp = js->next;
@@ -598,6 +598,7 @@ int jet__urma_loop_attach(jet_urma_loop_t *ul, struct jet_urma_ep *ep, uint32_t 
             break;
         }
     }
+    if (pooled_p) *pooled_p = js != NULL;
     if (!js) js = ul_jset_create(ul, sq, rq, max_sge);
     if (!js) return -EIO;
     js->next = NULL;

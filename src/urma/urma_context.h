@@ -114,11 +114,13 @@ jet_urma_loop_t *jet__urma_loop_peek(jet_loop_t *loop);
 
 /* Attaches ep: reserves its JFC share, gives it a table index and a
  * generation (*index_p, *gen_p, used in every user_ctx) and a jetty set of
- * the current flag sizes. -EBUSY when the loop JFC is full, -ENOMEM, or
- * -EIO when a set cannot be created. */
+ * the current flag sizes: a prepared one from the pool, unless `fresh`
+ * (then a new one is created). *pooled_p (optional) tells which it got.
+ * -EBUSY when the loop JFC is full, -ENOMEM, or -EIO when a set cannot be
+ * created. */
 int jet__urma_loop_attach(jet_urma_loop_t *ul, struct jet_urma_ep *ep, uint32_t sq, uint32_t rq,
-                          uint32_t max_sge, uint32_t *index_p, uint8_t *gen_p,
-                          jet_urma_jset_t **js_p);
+                          uint32_t max_sge, bool fresh, uint32_t *index_p, uint8_t *gen_p,
+                          jet_urma_jset_t **js_p, bool *pooled_p);
 /* Detaches ep (no completion reaches it any more) and gives back its JFC
  * share (sq, rq as attached). keep: a set reset to READY, pooled while the
  * pool has room (else destroyed); NULL when the caller destroyed it. */

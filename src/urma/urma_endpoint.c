@@ -42,6 +42,7 @@ struct jet_urma_ep {
     bool draining;
     bool sq_flushed;
     bool fail_logged;
+    bool no_reuse; /* the provider refused a receive: the set is not recycled */
 
     /* shared by the writer thread (takes) and the loop (gives back) */
     _Atomic int32_t sq_window;
@@ -104,12 +105,17 @@ static int ep_post_recv(jet_urma_ep_t *ep, uint32_t slot, jet_block_t *b)
     if (st != URMA_SUCCESS) {
         ep->rbufs[slot] = NULL;
         ep->posted--;
+        /* A receive queue that refuses a post within its depth keeps doing
+         * so after a reset (softub: a ring slot a sender claimed and never
+         * gave back, e.g. a peer killed between its completion and the
+         * release): the next connection must not inherit it. */
+        ep->no_reuse = true;
         return -EIO;
     }
     return 0;
 }
 
-int jet__urma_ep_create(jet_socket_t *s, jet_urma_ep_t **ep_p)
+static int ep_create(jet_socket_t *s, bool fresh, bool *pooled_p, jet_urma_ep_t **ep_p)
 {
     const jet_urma_ctx_t *ctx = jet__urma_ctx_get();
     if (!ctx) return -ENOTSUP;
@@ -134,8 +140,8 @@ int jet__urma_ep_create(jet_socket_t *s, jet_urma_ep_t **ep_p)
         free(ep);
         return -ENOMEM;
     }
-    int rc =
-        jet__urma_loop_attach(ul, ep, ep->sq, ep->rq, ep->max_sge, &ep->index, &ep->gen, &ep->js);
+    int rc = jet__urma_loop_attach(ul, ep, ep->sq, ep->rq, ep->max_sge, fresh, &ep->index, &ep->gen,
+                                   &ep->js, pooled_p);
     if (rc < 0) {
         free(ep->slot_n);
         free(ep->slot_blk);
@@ -157,6 +163,21 @@ int jet__urma_ep_create(jet_socket_t *s, jet_urma_ep_t **ep_p)
     ep->s = s;
     *ep_p = ep;
     return 0;
+}
+
+int jet__urma_ep_create(jet_socket_t *s, jet_urma_ep_t **ep_p)
+{
+    bool pooled = false;
+    int rc = ep_create(s, false, &pooled, ep_p);
+    if (rc == -EIO && pooled) {
+        /* The prepared set refused its receive queue and is dropped when it
+         * has drained (no_reuse): one bad set must not send this and every
+         * later connection of the loop over TCP. */
+        JET_LOG_ONCE(JET_LOG_WARN, "URMA: a prepared jetty set refused its receive queue: "
+                                   "dropped, the connection uses a new one");
+        rc = ep_create(s, true, NULL, ep_p);
+    }
+    return rc;
 }
 
 void jet__urma_ep_hello(const jet_urma_ep_t *ep, int version, jet_urma_hello_t *h)
@@ -725,7 +746,7 @@ static void ep_finish(jet_urma_ep_t *ep, bool reuse)
     ep->tseg = NULL;
     jet_urma_jset_t *js = ep->js;
     uint32_t sq = js->sq, rq = js->rq;
-    bool quiet = reuse && ep->posted == 0 && ep->sq_flushed;
+    bool quiet = reuse && !ep->no_reuse && ep->posted == 0 && ep->sq_flushed;
     if (quiet && ep_reset_set(ep)) {
         jet__urma_loop_detach(ul, ep, sq, rq, js);
     } else {

@@ -256,11 +256,40 @@ static void test_second_guest_and_stop(void)
     loop = NULL;
 }
 
+/* Guests whose wait ends during the hand-over withdraw their request; the
+ * loop must stay with its thread (a posted task still runs). */
+typedef struct count_done {
+    int checks, after;
+} count_done_t;
+
+static bool done_after(void *arg)
+{
+    count_done_t *c = arg;
+    return ++c->checks > c->after;
+}
+
+static void test_withdrawn_requests(void)
+{
+    JT_REQUIRE(jt_loop_up(&loop) == 0);
+    who_poller_t w = {.p.poll = who_poll};
+    jt_loop_run_on(loop, add_poller, &w.p);
+    for (int i = 0; i < 300000; i++) {
+        count_done_t c = {0, i % 5};
+        (void)jet_loop_drive(loop, done_after, &c);
+        if (i % 2000 == 0) jt_loop_run_on(loop, NULL, NULL); /* aborts if the loop is lost */
+    }
+    int before = atomic_load(&w.runs);
+    JT_CHECK(jt_wait_at_least(&w.runs, before + 100, GUARD_US));
+    jt_loop_run_on(loop, del_poller, &w.p);
+    jt_loop_down(loop);
+}
+
 int main(void)
 {
     JT_RUN(test_guest_runs_the_loop);
     JT_RUN(test_refusals);
     JT_RUN(test_loop_threads_do_not_drive);
     JT_RUN(test_second_guest_and_stop);
+    JT_RUN(test_withdrawn_requests);
     return jt_finish();
 }
