@@ -7,14 +7,13 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/epoll.h>
 #include <sys/socket.h>
 
-#include "base/futex.h"
 #include "base/log.h"
 #include "base/time.h"
 #include "jetrpc/errors.h"
 #include "jetrpc/flags.h"
+#include "net/hello_transport.h"
 #include "net/socket.h"
 #include "ubring/ubring_hello.h"
 #include "ubring/ubring_ring.h"
@@ -49,18 +48,14 @@ JET_FLAG_DEFINE_INT32(ub_max_managed_num, 1024,
 JET_FLAG_DEFINE_INT32(ub_handshake_timeout_ms, 5000,
                       "A UBRing handshake that has not finished after this long fails");
 
-#define UB_READ_ROOM   4096
 #define UB_READ_BUDGET (256 * 1024) /* bytes per connection per poll */
 #define UB_WRITE_MAX   (2 * 1024 * 1024)
 #define UB_MAX_LOOPS   256
 #define UB_HB_WRITE_US 1000000
 
-enum { UB_UNKNOWN = 0, UB_ON = 1, UB_OFF = 2 };
-enum { UB_HS_NONE = 0, UB_HS_C_HELLO_WAIT, UB_HS_S_HELLO_WAIT, UB_HS_S_ACK_WAIT };
-enum { UC_HANDSHAKE = 0, UC_ACTIVE, UC_CLOSING };
+_Static_assert(JET_UBRING_ACK_LEN == JET_HELLO_ACK_LEN, "UBRing ACK length");
 
-static const char *const ub_mode_names[] = {"unknown", "on", "off"};
-static const char *const ub_hs_names[] = {"none", "c_hello_wait", "s_hello_wait", "s_ack_wait"};
+enum { UC_HANDSHAKE = 0, UC_ACTIVE, UC_CLOSING };
 
 struct ub_loop;
 
@@ -103,17 +98,12 @@ typedef struct ub_loop {
 } ub_loop_t;
 
 typedef struct ub_ts {
-    _Atomic int mode; /* UB_*; read by writer threads */
-    int hs;
-    bool said_yes;
-    jet_socket_t *s;
-    jet_iobuf_t hs_buf;
-    jet_timer_t timer;
+    jet_hello_ts_t h; /* first: s->tstate is both */
     ub_conn_t *conn;
-    _Atomic bool writer_in;
-    _Atomic bool closed;
     _Atomic size_t max_msg; /* largest write the peer's queue takes; 0 until ON */
 } ub_ts_t;
+
+static const jet_hello_ops_t ub_hello_ops;
 
 static pthread_mutex_t ub_loops_lock = PTHREAD_MUTEX_INITIALIZER;
 static ub_loop_t *ub_loops[UB_MAX_LOOPS];
@@ -444,38 +434,13 @@ static void uc_close(ub_conn_t *c)
 
 static int ub_global_init(const jet_transport_check_t *check)
 {
-    const char *who = check->is_server ? "server" : "channel";
-    if (check->use_ssl) {
-        JET_ERROR("%s with socket_mode=ubring: SSL is not supported over UBRing", who);
-        return -EPROTONOSUPPORT;
-    }
-    if (check->protocol && strcmp(check->protocol, "baidu_std") != 0) {
-        JET_ERROR("%s with socket_mode=ubring: protocol %s is not supported (baidu_std only)", who,
-                  check->protocol);
-        return -EPROTONOSUPPORT;
-    }
+    int rc = jet__hello_check(&ub_hello_ops, check);
+    if (rc < 0) return rc;
     if (!jet__ubring_shm_len_ok(uc_queue_bytes()))
         JET_WARN("--ub_data_queue_size=%d is not a non-zero multiple of 4 (MiB, at most 1024): "
                  "UBRing connections will use TCP",
                  JET_FLAG(ub_data_queue_size));
     return 0;
-}
-
-static void ub_timer_cb(jet_timer_t *t)
-{
-    ub_ts_t *ts = (ub_ts_t *)((char *)t - offsetof(ub_ts_t, timer));
-    jet_socket_t *s = ts->s;
-    if (atomic_load(&ts->mode) != UB_UNKNOWN || jet__socket_failed(s)) return;
-    JET_WARN("UBRing handshake with %s timed out after %d ms (%s)", s->peer,
-             JET_FLAG(ub_handshake_timeout_ms), ub_hs_names[ts->hs]);
-    jet__socket_set_failed(s, -ETIMEDOUT);
-}
-
-static void ub_timer_start(jet_socket_t *s, ub_ts_t *ts)
-{
-    int ms = JET_FLAG(ub_handshake_timeout_ms);
-    if (ms > 0 && !jet_timer_armed(&ts->timer))
-        jet_loop_timer_start(s->loop, &ts->timer, jet_now_us() + (int64_t)ms * 1000);
 }
 
 static jet_loop_t *ub_pick_loop(void)
@@ -495,14 +460,11 @@ static int ub_init(jet_socket_t *s)
 {
     ub_ts_t *ts = calloc(1, sizeof *ts);
     if (!ts) return -ENOMEM;
-    ts->s = s;
-    jet_iobuf_init(&ts->hs_buf);
-    jet_timer_init(&ts->timer, ub_timer_cb);
-    if (!jet__ubring_shm_len_ok(uc_queue_bytes())) {
-        atomic_init(&ts->mode, UB_OFF); /* a hello reaching this server is declined by it */
-    } else {
-        atomic_init(&ts->mode, UB_UNKNOWN);
-        if (s->is_server_side) ts->hs = UB_HS_S_HELLO_WAIT;
+    /* Without a valid queue size: plain TCP, a hello reaching this server is
+     * declined by it. */
+    bool available = jet__ubring_shm_len_ok(uc_queue_bytes());
+    jet__hello_init(&ts->h, s, &ub_hello_ops, available);
+    if (available) {
         jet_loop_t *l = ub_pick_loop();
         if (l) s->loop = l;
     }
@@ -523,7 +485,7 @@ static void ub_release(jet_socket_t *s)
             uc_destroy(ts->conn);
         ts->conn = NULL;
     }
-    jet_iobuf_fini(&ts->hs_buf);
+    jet__hello_fini(&ts->h);
     free(ts);
     s->tstate = NULL;
 }
@@ -531,49 +493,24 @@ static void ub_release(jet_socket_t *s)
 static void ub_close(jet_socket_t *s)
 {
     ub_ts_t *ts = s->tstate;
-    jet_loop_timer_stop(s->loop, &ts->timer);
-    atomic_store_explicit(&ts->closed, true, memory_order_relaxed);
-    /* Pairs with the writer's store-fence-load in ub_cut: either it sees
-     * closed, or we see it inside and wait (a ring write is a memcpy). */
-    atomic_thread_fence(memory_order_seq_cst);
-    while (atomic_load_explicit(&ts->writer_in, memory_order_acquire))
-        jet__cpu_relax();
+    jet__hello_close(s, &ts->h);
     ub_conn_t *c = ts->conn;
     ts->conn = NULL;
     if (c) uc_close(c);
 }
 
-static int ub_send(jet_socket_t *s, const void *buf, size_t len)
+/* This connection does not use UBRing: drop the ring. */
+static void ub_drop(jet_socket_t *s, jet_hello_ts_t *h)
 {
-    ssize_t w;
-    do {
-        w = send(s->fd, buf, len, MSG_NOSIGNAL | MSG_DONTWAIT);
-    } while (w < 0 && errno == EINTR);
-    if (w == (ssize_t)len) return 0;
-    if (w < 0) return errno == EPIPE || errno == ECONNRESET ? -JET_EEOF : -errno;
-    return -EIO; /* a fresh connection's kernel buffer takes 64 bytes whole */
-}
-
-/* This connection does not use UBRing: drop the ring, hand what was read to
- * the protocol parser. */
-static void ub_go_off(jet_socket_t *s, ub_ts_t *ts)
-{
-    jet_loop_timer_stop(s->loop, &ts->timer);
+    (void)s;
+    ub_ts_t *ts = (ub_ts_t *)h;
     uc_destroy(ts->conn);
     ts->conn = NULL;
-    ts->hs = UB_HS_NONE;
-    atomic_store_explicit(&ts->mode, UB_OFF, memory_order_release);
-    if (!jet_iobuf_empty(&ts->hs_buf)) {
-        if (jet_iobuf_move(&s->read_buf, &ts->hs_buf) < 0) {
-            jet__socket_set_failed(s, -ENOMEM);
-            return;
-        }
-        jet__socket_deliver(s);
-    }
 }
 
-static int ub_go_on(jet_socket_t *s, ub_ts_t *ts)
+static int ub_go_on(jet_socket_t *s, jet_hello_ts_t *h)
 {
+    ub_ts_t *ts = (ub_ts_t *)h;
     ub_conn_t *c = ts->conn;
     /* Both sides have mapped both segments: the names are no longer needed,
      * and an unlinked name cannot be left behind by a crash. */
@@ -581,19 +518,10 @@ static int ub_go_on(jet_socket_t *s, ub_ts_t *ts)
     if (rc < 0) JET_WARN("UBRing: shm_unlink %s: %s", c->own.name, jet_strerror(rc));
     rc = ubl_attach(s, c);
     if (rc < 0) return rc;
-    jet_loop_timer_stop(s->loop, &ts->timer);
-    ts->hs = UB_HS_NONE;
     atomic_store_explicit(&ts->max_msg, jet__ubring_max_write(c->tx.cap), memory_order_relaxed);
-    atomic_store_explicit(&ts->mode, UB_ON, memory_order_release);
+    jet__hello_set_on(s, h);
     JET_DEBUG("UBRing established with %s (%s)", s->peer, c->own.name);
     return 0;
-}
-
-static size_t ub_flatten(ub_ts_t *ts, uint8_t *flat)
-{
-    size_t n = jet_iobuf_len(&ts->hs_buf);
-    if (n > JET_UBRING_HELLO_MAX) n = JET_UBRING_HELLO_MAX;
-    return jet_iobuf_copy_to(&ts->hs_buf, flat, n, 0);
 }
 
 /* ---- client ------------------------------------------------------------------- */
@@ -601,7 +529,7 @@ static size_t ub_flatten(ub_ts_t *ts, uint8_t *flat)
 static int ub_connect(jet_socket_t *s)
 {
     ub_ts_t *ts = s->tstate;
-    if (atomic_load(&ts->mode) == UB_OFF) return 0;
+    if (atomic_load(&ts->h.mode) == JET_HELLO_OFF) return 0;
     jet_addr_t local;
     local.len = sizeof local.u;
     if (getsockname(s->fd, &local.u.sa, &local.len) < 0) return -errno;
@@ -611,12 +539,12 @@ static int ub_connect(jet_socket_t *s)
     if (rc < 0) {
         JET_INFO("UBRing to %s: segment name for %s is longer than 47 characters: using TCP",
                  s->peer, s->local);
-        atomic_store(&ts->mode, UB_OFF);
+        atomic_store(&ts->h.mode, JET_HELLO_OFF);
         return 0;
     }
     ub_conn_t *c = uc_new(s);
     if (!c) {
-        atomic_store(&ts->mode, UB_OFF);
+        atomic_store(&ts->h.mode, JET_HELLO_OFF);
         return 0;
     }
     size_t len = uc_queue_bytes();
@@ -625,7 +553,7 @@ static int ub_connect(jet_socket_t *s)
         JET_INFO("UBRing to %s: cannot create shm %s (%s): using TCP", s->peer, name,
                  jet_strerror(rc));
         uc_destroy(c);
-        atomic_store(&ts->mode, UB_OFF);
+        atomic_store(&ts->h.mode, JET_HELLO_OFF);
         return 0; /* no hello: the server sees a plain TCP client */
     }
     ts->conn = c;
@@ -637,10 +565,10 @@ static int ub_connect(jet_socket_t *s)
     memcpy(h.shm_name, name, sizeof name);
     uint8_t buf[JET_UBRING_HELLO_LEN];
     jet__ubring_hello_pack(&h, buf);
-    rc = ub_send(s, buf, sizeof buf);
-    if (rc < 0) return rc; /* the segment goes with the socket (close) */
-    ts->hs = UB_HS_C_HELLO_WAIT;
-    ub_timer_start(s, ts);
+    rc = jet__hello_send(s, buf, sizeof buf); /* 64 bytes: taken whole */
+    if (rc < 0) return rc;                    /* the segment goes with the socket (close) */
+    ts->h.hs = JET_HELLO_HS_C_HELLO_WAIT;
+    jet__hello_timer_start(s, &ts->h);
     return 1;
 }
 
@@ -671,37 +599,11 @@ static int ub_client_map(jet_socket_t *s, ub_conn_t *c)
     return 0;
 }
 
-static void ub_client_finish(jet_socket_t *s, ub_ts_t *ts, bool on)
+static void ub_client_step(jet_socket_t *s, jet_hello_ts_t *hts)
 {
-    uint8_t ack[JET_UBRING_ACK_LEN];
-    jet__ubring_ack_pack(ack, on);
-    int rc = ub_send(s, ack, sizeof ack);
-    if (rc < 0) {
-        jet__socket_set_failed(s, rc);
-        return;
-    }
-    if (on) {
-        if (!jet_iobuf_empty(&ts->hs_buf)) {
-            JET_WARN("close %s: bytes on TCP after the UBRing hello", s->peer);
-            jet__socket_set_failed(s, -EPROTO);
-            return;
-        }
-        rc = ub_go_on(s, ts);
-        if (rc < 0) {
-            jet__socket_set_failed(s, rc);
-            return;
-        }
-    } else {
-        ub_go_off(s, ts);
-        if (jet__socket_failed(s)) return;
-    }
-    jet__socket_connected(s, 0);
-}
-
-static void ub_client_step(jet_socket_t *s, ub_ts_t *ts)
-{
+    ub_ts_t *ts = (ub_ts_t *)hts;
     uint8_t flat[JET_UBRING_HELLO_MAX];
-    size_t n = ub_flatten(ts, flat);
+    size_t n = jet__hello_flatten(hts, flat);
     jet_ubring_hello_t h;
     ssize_t used = jet__ubring_hello_unpack(flat, n, &h);
     if (used == -EAGAIN) return;
@@ -712,18 +614,18 @@ static void ub_client_step(jet_socket_t *s, ub_ts_t *ts)
         jet__socket_set_failed(s, -EPROTO);
         return;
     }
-    jet_iobuf_pop_front(&ts->hs_buf, (size_t)used);
+    jet_iobuf_pop_front(&hts->hs_buf, (size_t)used);
     if (!jet__ubring_hello_versions_ok(&h)) {
         JET_INFO("%s declined UBRing (hello versions %u/%u): this connection uses TCP", s->peer,
                  h.hello_ver, h.impl_ver);
-        ub_client_finish(s, ts, false);
+        jet__hello_client_finish(s, hts, false);
         return;
     }
     if (ub_client_map(s, ts->conn) < 0) {
-        ub_client_finish(s, ts, false);
+        jet__hello_client_finish(s, hts, false);
         return;
     }
-    ub_client_finish(s, ts, true);
+    jet__hello_client_finish(s, hts, true);
 }
 
 /* ---- server ------------------------------------------------------------------- */
@@ -741,13 +643,13 @@ static void ub_server_answer(jet_socket_t *s, ub_ts_t *ts, const jet_ubring_hell
     } else {
         jet__ubring_hello_pack_refuse(buf);
     }
-    int rc = ub_send(s, buf, sizeof buf);
+    int rc = jet__hello_send(s, buf, sizeof buf);
     if (rc < 0) {
         jet__socket_set_failed(s, rc);
         return;
     }
-    ts->said_yes = ts->conn != NULL;
-    ts->hs = UB_HS_S_ACK_WAIT;
+    ts->h.said_yes = ts->conn != NULL;
+    ts->h.hs = JET_HELLO_HS_S_ACK_WAIT;
 }
 
 /* Maps the client segment, creates ours and writes the initial values of
@@ -814,147 +716,36 @@ refuse:
              h->shm_name, (unsigned long long)h->len, why, jet_strerror(rc));
 }
 
-static void ub_server_step(jet_socket_t *s, ub_ts_t *ts)
+static int ub_server_hello(jet_socket_t *s, jet_hello_ts_t *hts)
 {
-    while (!jet__socket_failed(s)) {
-        uint8_t flat[JET_UBRING_HELLO_MAX];
-        size_t n = ub_flatten(ts, flat);
-        if (n == 0) return;
-        if (ts->hs == UB_HS_S_HELLO_WAIT) {
-            if (!jet__ubring_hello_prefix(flat, n)) {
-                ub_go_off(s, ts); /* a TCP client: its bytes go to the parser */
-                return;
-            }
-            ub_timer_start(s, ts);
-            jet_ubring_hello_t h;
-            ssize_t used = jet__ubring_hello_unpack(flat, n, &h);
-            if (used == -EAGAIN) return;
-            if (used < 0) {
-                JET_WARN("close %s: malformed UBRing hello (msg_len %u)", s->peer,
-                         n >= 4 ? (unsigned)flat[2] << 8 | flat[3] : 0);
-                jet__socket_set_failed(s, -EPROTO);
-                return;
-            }
-            jet_iobuf_pop_front(&ts->hs_buf, (size_t)used);
-            ub_server_setup(s, ts, &h);
-            ub_server_answer(s, ts, &h);
-            continue;
-        }
-        if (ts->hs != UB_HS_S_ACK_WAIT || n < JET_UBRING_ACK_LEN) return;
-        if (memcmp(flat, "PRPC", 4) == 0) {
-            JET_INFO("%s fell back to TCP without a UBRing ACK", s->peer);
-            ub_go_off(s, ts);
-            return;
-        }
-        jet_iobuf_pop_front(&ts->hs_buf, JET_UBRING_ACK_LEN);
-        if (!(jet__ubring_ack_unpack(flat) & JET_UBRING_ACK_ON)) {
-            JET_DEBUG("%s acknowledged TCP", s->peer);
-            ub_go_off(s, ts);
-            return;
-        }
-        if (!ts->said_yes) {
-            JET_WARN("close %s: the client claims UBRing after this server declined it", s->peer);
-            jet__socket_set_failed(s, -EPROTO);
-            return;
-        }
-        if (!jet_iobuf_empty(&ts->hs_buf)) {
-            JET_WARN("close %s: bytes on TCP after the UBRing ACK", s->peer);
-            jet__socket_set_failed(s, -EPROTO);
-            return;
-        }
-        int rc = ub_go_on(s, ts);
-        if (rc < 0) jet__socket_set_failed(s, rc);
-        return;
+    ub_ts_t *ts = (ub_ts_t *)hts;
+    uint8_t flat[JET_UBRING_HELLO_MAX];
+    size_t n = jet__hello_flatten(hts, flat);
+    if (!jet__ubring_hello_prefix(flat, n)) return JET_HELLO_STEP_NOT_HELLO;
+    jet__hello_timer_start(s, hts);
+    jet_ubring_hello_t h;
+    ssize_t used = jet__ubring_hello_unpack(flat, n, &h);
+    if (used == -EAGAIN) return JET_HELLO_STEP_MORE;
+    if (used < 0) {
+        JET_WARN("close %s: malformed UBRing hello (msg_len %u)", s->peer,
+                 n >= 4 ? (unsigned)flat[2] << 8 | flat[3] : 0);
+        jet__socket_set_failed(s, -EPROTO);
+        return -EPROTO;
     }
+    jet_iobuf_pop_front(&hts->hs_buf, (size_t)used);
+    ub_server_setup(s, ts, &h);
+    ub_server_answer(s, ts, &h);
+    return JET_HELLO_STEP_DONE;
 }
 
-/* ---- input -------------------------------------------------------------------- */
-
-/* ON: the TCP connection only tells that the peer is gone. */
-static void ub_input_on(jet_socket_t *s, uint32_t events)
+static void ub_ack_pack(uint8_t out[JET_HELLO_ACK_LEN], bool on)
 {
-    if (!(events & (EPOLLIN | EPOLLRDHUP | EPOLLHUP | EPOLLERR))) return;
-    char b[64];
-    for (;;) {
-        ssize_t r = recv(s->fd, b, sizeof b, MSG_DONTWAIT);
-        if (r > 0) {
-            JET_WARN("close %s: unexpected TCP data after UBRing was established", s->peer);
-            jet__socket_set_failed(s, -EPROTO);
-            return;
-        }
-        if (r == 0) {
-            jet__socket_set_failed(s, -JET_EEOF);
-            return;
-        }
-        if (errno == EINTR) continue;
-        if (errno != EAGAIN) jet__socket_set_failed(s, errno == ECONNRESET ? -JET_EEOF : -errno);
-        return;
-    }
+    jet__ubring_ack_pack(out, on);
 }
 
-static void ub_input_eof(jet_socket_t *s, ub_ts_t *ts, int err)
+static bool ub_ack_on(const uint8_t in[JET_HELLO_ACK_LEN])
 {
-    if (ts->hs == UB_HS_C_HELLO_WAIT && jet_iobuf_empty(&ts->hs_buf)) {
-        /* What a brpc TCP-only server does with a UBRing hello. The segment
-         * is unlinked by close. */
-        JET_INFO("%s closed the connection on the UBRing hello (a server without UBRing?): the "
-                 "channel retries over TCP",
-                 s->peer);
-        jet__socket_set_failed(s, -JET__EHELLO_REFUSED);
-        return;
-    }
-    jet__socket_set_failed(s, err);
-}
-
-static void ub_on_input(jet_socket_t *s, uint32_t events)
-{
-    ub_ts_t *ts = s->tstate;
-    int mode = atomic_load_explicit(&ts->mode, memory_order_relaxed);
-    if (mode == UB_ON) {
-        ub_input_on(s, events);
-        return;
-    }
-    if (mode == UB_OFF) {
-        jet__tcp_transport.on_input(s, events);
-        return;
-    }
-    if (events & (EPOLLRDHUP | EPOLLHUP | EPOLLERR)) s->peer_hup = true;
-    if (!(events & (EPOLLIN | EPOLLRDHUP | EPOLLHUP | EPOLLERR))) return;
-    for (;;) {
-        ssize_t r = jet_iobuf_read_fd(&ts->hs_buf, s->fd, UB_READ_ROOM);
-        if (r > 0) {
-            if (ts->hs == UB_HS_C_HELLO_WAIT)
-                ub_client_step(s, ts);
-            else
-                ub_server_step(s, ts);
-            if (jet__socket_failed(s)) return;
-            mode = atomic_load_explicit(&ts->mode, memory_order_relaxed);
-            if (mode == UB_OFF) {
-                /* Read the rest as TCP (edge-triggered: to EAGAIN or EOF). */
-                jet__tcp_transport.on_input(s, events | EPOLLIN);
-                return;
-            }
-            if (mode == UB_ON) {
-                ub_input_on(s, events | EPOLLIN);
-                return;
-            }
-            if (jet_iobuf_len(&ts->hs_buf) > JET_UBRING_HELLO_MAX) {
-                JET_WARN("close %s: more than %d bytes without a complete UBRing handshake",
-                         s->peer, JET_UBRING_HELLO_MAX);
-                jet__socket_set_failed(s, -EPROTO);
-                return;
-            }
-            continue;
-        }
-        if (r == 0) {
-            ub_input_eof(s, ts, -JET_EEOF);
-            return;
-        }
-        if (r == -EAGAIN) return;
-        if (r == -EINTR) continue;
-        ub_input_eof(s, ts, r == -ECONNRESET ? -JET_EEOF : (int)r);
-        return;
-    }
+    return (jet__ubring_ack_unpack(in) & JET_UBRING_ACK_ON) != 0;
 }
 
 /* ---- data path ---------------------------------------------------------------- */
@@ -988,28 +779,17 @@ static ssize_t ub_ring_cut(jet_socket_t *s, ub_conn_t *c, jet_iobuf_t *const *bu
     return r;
 }
 
-static ssize_t ub_cut(jet_socket_t *s, jet_iobuf_t *const *bufs, int n)
+static ssize_t ub_cut(jet_socket_t *s, jet_hello_ts_t *h, jet_iobuf_t *const *bufs, int n)
 {
-    ub_ts_t *ts = s->tstate;
-    if (atomic_load_explicit(&ts->mode, memory_order_acquire) != UB_ON)
-        return jet__tcp_transport.cut_from_iobuf_list(s, bufs, n);
-    atomic_store_explicit(&ts->writer_in, true, memory_order_relaxed);
-    atomic_thread_fence(memory_order_seq_cst);
-    ssize_t r;
-    if (atomic_load_explicit(&ts->closed, memory_order_relaxed) || !ts->conn)
-        r = -JET_EFAILEDSOCKET; /* the socket failed; its writer drops the rest */
-    else
-        r = ub_ring_cut(s, ts->conn, bufs, n);
-    atomic_store_explicit(&ts->writer_in, false, memory_order_release);
-    return r;
+    ub_conn_t *c = ((ub_ts_t *)h)->conn;
+    if (!c) return -JET_EFAILEDSOCKET; /* the socket failed; its writer drops the rest */
+    return ub_ring_cut(s, c, bufs, n);
 }
 
-static int ub_wait_writable(jet_socket_t *s, int64_t deadline_us)
+static int ub_wait_writable(jet_socket_t *s, jet_hello_ts_t *h)
 {
-    ub_ts_t *ts = s->tstate;
-    if (atomic_load_explicit(&ts->mode, memory_order_acquire) != UB_ON)
-        return jet__tcp_transport.wait_writable(s, deadline_us);
-    ub_conn_t *c = ts->conn;
+    (void)s;
+    ub_conn_t *c = ((ub_ts_t *)h)->conn;
     if (!c || !c->ul) return 0;
     c->want_out = true;
     ubl_spin(c->ul);
@@ -1019,11 +799,11 @@ static int ub_wait_writable(jet_socket_t *s, int64_t deadline_us)
 static int ub_debug(jet_socket_t *s, char *buf, size_t len)
 {
     ub_ts_t *ts = s->tstate;
-    int mode = atomic_load(&ts->mode);
-    int n = snprintf(buf, len, "ubring=%s hs=%s ", ub_mode_names[mode], ub_hs_names[ts->hs]);
+    int mode = atomic_load(&ts->h.mode);
+    int n = jet__hello_debug(&ts->h, buf, len);
     if (n < 0 || (size_t)n >= len) return n;
     ub_conn_t *c = ts->conn;
-    if (mode == UB_ON && c && jet_loop_in_thread(s->loop)) {
+    if (mode == JET_HELLO_ON && c && jet_loop_in_thread(s->loop)) {
         jet_ubring_ctrl_t *own = jet__ubring_ctrl(c->own.base);
         return n + snprintf(buf + n, len - (size_t)n,
                             "shm=%s cap=%u/%u w=%u r=%u tail=%u writes=%llu chunks_read=%llu "
@@ -1032,7 +812,7 @@ static int ub_debug(jet_socket_t *s, char *buf, size_t len)
                             jet__ubring_load32(&own->tail), (unsigned long long)c->tx.io_id,
                             (unsigned long long)c->rx.chunks, c->want_out, c->hb_misses);
     }
-    if (mode == UB_ON) return n;
+    if (mode == JET_HELLO_ON) return n;
     return n + jet__tcp_transport.debug(s, buf + n, len - (size_t)n);
 }
 
@@ -1042,9 +822,24 @@ static size_t ub_max_message(jet_socket_t *s, const char **hint)
     if (hint)
         *hint = "raise --ub_data_queue_size (MiB, a multiple of 4; brpc: data_queue_size) on both "
                 "sides";
-    if (atomic_load_explicit(&ts->mode, memory_order_acquire) != UB_ON) return 0;
+    if (atomic_load_explicit(&ts->h.mode, memory_order_acquire) != JET_HELLO_ON) return 0;
     return atomic_load_explicit(&ts->max_msg, memory_order_relaxed);
 }
+
+static const jet_hello_ops_t ub_hello_ops = {
+    .name = "UBRing",
+    .key = "ubring",
+    .hello_max = JET_UBRING_HELLO_MAX,
+    .timeout_ms = &JET_FLAG(ub_handshake_timeout_ms),
+    .client_step = ub_client_step,
+    .server_hello = ub_server_hello,
+    .ack_pack = ub_ack_pack,
+    .ack_on = ub_ack_on,
+    .go_on = ub_go_on,
+    .drop = ub_drop,
+    .cut = ub_cut,
+    .wait_writable = ub_wait_writable,
+};
 
 const jet_transport_ops_t jet__ubring_transport = {
     .name = "ubring",
@@ -1054,9 +849,9 @@ const jet_transport_ops_t jet__ubring_transport = {
     .release = ub_release,
     .reset = jet__transport_unsupported_reset,
     .connect = ub_connect,
-    .cut_from_iobuf_list = ub_cut,
-    .wait_writable = ub_wait_writable,
-    .on_input = ub_on_input,
+    .cut_from_iobuf_list = jet__hello_cut,
+    .wait_writable = jet__hello_wait_writable,
+    .on_input = jet__hello_on_input,
     .debug = ub_debug,
     .close = ub_close,
     .max_message = ub_max_message,

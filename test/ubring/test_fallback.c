@@ -25,9 +25,10 @@ static void test_ubring_channel_tcp_server(void)
     jet_channel_t *ch = ubt_channel(port, JET_SOCKET_MODE_UBRING, 20000, JET_CONNECTION_SINGLE, 0);
     JT_REQUIRE(ch);
     for (int i = 0; i < 3; i++)
-        JT_CHECK_EQ(ubt_echo(ch, 5000 + (size_t)i, (uint64_t)i, "tcp"), 0);
-    JT_CHECK_EQ(ubt_echo(ch, 5 << 20, 9, "tcp-big"), 0); /* over TCP a ring's size is no limit */
-    JT_CHECK_EQ(ubt_async_batch(ch, 100, 3000, 1, GUARD_US, NULL), 0);
+        JT_CHECK_EQ(jt_echo_bytes(ch, 5000 + (size_t)i, (uint64_t)i, "tcp"), 0);
+    JT_CHECK_EQ(jt_echo_bytes(ch, 5 << 20, 9, "tcp-big"),
+                0); /* over TCP a ring's size is no limit */
+    JT_CHECK_EQ(jt_async_batch(ch, 100, 3000, 1, GUARD_US, NULL), 0);
     /* The connection is on TCP: its segment is gone while it stays open. */
     JT_CHECK(ubt_maps_wait_none(20000000));
     JT_CHECK(ubt_shm_wait_clean(&before, 10000000));
@@ -36,7 +37,7 @@ static void test_ubring_channel_tcp_server(void)
     ch = ubt_channel(port, JET_SOCKET_MODE_UBRING, 20000, JET_CONNECTION_SHORT, 0);
     JT_REQUIRE(ch);
     for (int i = 0; i < 5; i++)
-        JT_CHECK_EQ(ubt_echo(ch, 100, (uint64_t)i, "short"), 0);
+        JT_CHECK_EQ(jt_echo_bytes(ch, 100, (uint64_t)i, "short"), 0);
     jet_channel_destroy(ch);
     jet_server_stats_t st;
     JT_CHECK(jt_server_wait_stats(srv, 0, 0, 20000000, &st));
@@ -48,37 +49,6 @@ static void test_ubring_channel_tcp_server(void)
 
 /* ---- a brpc TCP-only server: closes on the UB hello -------------------------------------- */
 
-typedef struct closer {
-    int real_port;
-    _Atomic int hellos, proxied;
-} closer_t;
-
-static void closer_fn(int fd, int index, void *arg)
-{
-    closer_t *c = arg;
-    char head[2];
-    if (ubt_read_n(fd, head, 2, 5000) != 2) {
-        close(fd);
-        return;
-    }
-    if (memcmp(head, "UB", 2) == 0) {
-        /* brpc: "unknown message", close. */
-        char rest[256];
-        ubt_read_n(fd, rest, 62, 200);
-        atomic_fetch_add(&c->hellos, 1);
-        close(fd);
-        return;
-    }
-    int up = ubt_connect(c->real_port);
-    if (up < 0 || !ubt_send_all(up, head, 2)) {
-        close(fd);
-        if (up >= 0) close(up);
-        return;
-    }
-    atomic_fetch_add(&c->proxied, 1);
-    ubt_pump(fd, up, 0);
-}
-
 static void test_ubring_channel_closing_server(void)
 {
     ubt_names_t before;
@@ -86,14 +56,15 @@ static void test_ubring_channel_closing_server(void)
     int real = 0;
     jet_server_t *srv = ubt_server_start(JET_SOCKET_MODE_TCP, 0, &real);
     JT_REQUIRE(srv);
-    closer_t c = {.real_port = real};
-    ubt_fake_t f;
-    ubt_fake_start(&f, closer_fn, &c);
+    jt_closer_t c = {
+        .real_port = real, .head_len = 2, .magics = {"UB", NULL}, .rest_len = 62, .rest_ms = 200};
+    jt_fake_t f;
+    jt_fake_start(&f, jt_closer_fn, &c);
     jet_channel_t *ch =
         ubt_channel(f.port, JET_SOCKET_MODE_UBRING, 20000, JET_CONNECTION_SINGLE, 0);
     JT_REQUIRE(ch);
-    JT_CHECK_EQ(ubt_echo(ch, 2000, 1, "brpc-tcp"), 0);
-    JT_CHECK_EQ(ubt_echo(ch, 2000, 2, "brpc-tcp"), 0);
+    JT_CHECK_EQ(jt_echo_bytes(ch, 2000, 1, "brpc-tcp"), 0);
+    JT_CHECK_EQ(jt_echo_bytes(ch, 2000, 2, "brpc-tcp"), 0);
     JT_CHECK_EQ(atomic_load(&c.hellos), 1);
     JT_CHECK_EQ(atomic_load(&c.proxied), 1);
     /* The refused client segment was unlinked and unmapped (brpc leaks it). */
@@ -103,10 +74,10 @@ static void test_ubring_channel_closing_server(void)
     /* Calls queued on the refused connection all move over. */
     ch = ubt_channel(f.port, JET_SOCKET_MODE_UBRING, 20000, JET_CONNECTION_SINGLE, 0);
     JT_REQUIRE(ch);
-    JT_CHECK_EQ(ubt_async_batch(ch, 50, 1000, 3, GUARD_US, NULL), 0);
+    JT_CHECK_EQ(jt_async_batch(ch, 50, 1000, 3, GUARD_US, NULL), 0);
     JT_CHECK_EQ(atomic_load(&c.hellos), 2);
     jet_channel_destroy(ch);
-    ubt_fake_stop(&f);
+    jt_fake_stop(&f);
     jet_server_destroy(srv);
     JT_CHECK(ubt_maps_wait_none(20000000));
     JT_CHECK(ubt_shm_wait_clean(&before, 10000000));
@@ -125,20 +96,20 @@ static void test_tcp_channel_ubring_server(void)
     JT_REQUIRE(ch);
     static const size_t sizes[] = {0, 1, 2, 100, 4096, 100000, 1 << 20, 6 << 20};
     for (size_t i = 0; i < sizeof sizes / sizeof sizes[0]; i++)
-        JT_CHECK_EQ(ubt_echo(ch, sizes[i], i, "tcp-client"), 0);
-    JT_CHECK_EQ(ubt_async_batch(ch, 100, 2000, 1, GUARD_US, NULL), 0);
+        JT_CHECK_EQ(jt_echo_bytes(ch, sizes[i], i, "tcp-client"), 0);
+    JT_CHECK_EQ(jt_async_batch(ch, 100, 2000, 1, GUARD_US, NULL), 0);
     JT_CHECK_EQ(ubt_maps_count(), 0); /* nothing of UBRing was set up */
     jet_channel_destroy(ch);
     /* Short TCP connections, each with the magic check on its first bytes. */
     ch = ubt_channel(port, JET_SOCKET_MODE_TCP, 20000, JET_CONNECTION_SHORT, 0);
     JT_REQUIRE(ch);
     for (int i = 0; i < 5; i++)
-        JT_CHECK_EQ(ubt_echo(ch, 10, (uint64_t)i, "tcp-short"), 0);
+        JT_CHECK_EQ(jt_echo_bytes(ch, 10, (uint64_t)i, "tcp-short"), 0);
     jet_channel_destroy(ch);
     /* The same server keeps serving UBRing clients. */
     ch = ubt_channel(port, JET_SOCKET_MODE_UBRING, 20000, JET_CONNECTION_SINGLE, 0);
     JT_REQUIRE(ch);
-    JT_CHECK_EQ(ubt_echo(ch, 100000, 5, "ubring-client"), 0);
+    JT_CHECK_EQ(jt_echo_bytes(ch, 100000, 5, "ubring-client"), 0);
     JT_CHECK(ubt_maps_count() > 0);
     jet_channel_destroy(ch);
     jet_server_destroy(srv);
@@ -155,17 +126,17 @@ static void raw_hello_v3(jet_socket_mode_t mode)
     int port = 0;
     jet_server_t *srv = ubt_server_start(mode, 0, &port);
     JT_REQUIRE(srv);
-    int fd = ubt_connect(port);
+    int fd = jt_tcp_connect(port, 0);
     JT_REQUIRE(fd >= 0);
     uint8_t h[64], r[64];
     ubt_hello_pack(h, 64, 3, 1, 4 << 20, "UBRING_127.0.0.1:1_C");
-    JT_REQUIRE(ubt_send_all(fd, h, sizeof h));
-    size_t got = ubt_read_n(fd, r, sizeof r, 10000);
+    JT_REQUIRE(jt_send_all(fd, h, sizeof h));
+    size_t got = jt_read_n(fd, r, sizeof r, 10000);
     JT_CHECK_EQ(got, 64);
     if (got == 64) {
         JT_CHECK(ubt_hello_is_unnegotiable(r));
         uint8_t ack[4] = {0, 0, 0, 0};
-        JT_REQUIRE(ubt_send_all(fd, ack, 4));
+        JT_REQUIRE(jt_send_all(fd, ack, 4));
         JT_CHECK(ubt_expect_tcp_after_ack0(fd, "hello_ver 3"));
     }
     close(fd);
@@ -221,8 +192,8 @@ static void test_ubring_channel_refusing_peer(void)
     JT_REQUIRE(ch);
     static const size_t sizes[] = {0, 1, 61, 4096, 100000, 1 << 20};
     for (size_t i = 0; i < sizeof sizes / sizeof sizes[0]; i++)
-        JT_CHECK_EQ(ubt_echo(ch, sizes[i], i, "refused"), 0);
-    JT_CHECK_EQ(ubt_async_batch(ch, 50, 500, 1, GUARD_US, NULL), 0);
+        JT_CHECK_EQ(jt_echo_bytes(ch, sizes[i], i, "refused"), 0);
+    JT_CHECK_EQ(jt_async_batch(ch, 50, 500, 1, GUARD_US, NULL), 0);
     JT_CHECK(ubt_maps_wait_none(20000000));
     jet_channel_destroy(ch);
     JT_CHECK_EQ(ubt_peer_log_count(&peer, "UBRing ESTABLISHED"), 0);
@@ -240,17 +211,17 @@ static void test_tcp_first_byte_alone_ubring_server(void)
     int port = 0;
     jet_server_t *srv = ubt_server_start(JET_SOCKET_MODE_UBRING, 0, &port);
     JT_REQUIRE(srv);
-    int fd = ubt_connect(port);
+    int fd = jt_tcp_connect(port, 0);
     JT_REQUIRE(fd >= 0);
     uint8_t att[100];
     jt_fill_pattern(att, sizeof att, 7);
     size_t n, rn = 0;
     uint8_t *req = ubt_request_frame(5, "one-byte", att, sizeof att, &n);
-    JT_REQUIRE(ubt_send_all(fd, req, 1));
+    JT_REQUIRE(jt_send_all(fd, req, 1));
     usleep(100000);
-    JT_REQUIRE(ubt_send_all(fd, req + 1, 1));
+    JT_REQUIRE(jt_send_all(fd, req + 1, 1));
     usleep(50000);
-    JT_REQUIRE(ubt_send_all(fd, req + 2, n - 2));
+    JT_REQUIRE(jt_send_all(fd, req + 2, n - 2));
     free(req);
     uint8_t *resp = ubt_read_frame_fd(fd, &rn, 10000);
     JT_CHECK(resp && ubt_response_is(resp, rn, 5, "one-byte", att, sizeof att));
@@ -267,12 +238,12 @@ typedef struct slow_proxy {
 static void slow_fn(int fd, int index, void *arg)
 {
     slow_proxy_t *p = arg;
-    int up = ubt_connect(p->real_port);
+    int up = jt_tcp_connect(p->real_port, 0);
     if (up < 0) {
         close(fd);
         return;
     }
-    ubt_pump(fd, up, 80);
+    jt_pump(fd, up, 80);
 }
 
 static void slow_hello(jet_socket_mode_t server_mode)
@@ -283,13 +254,13 @@ static void slow_hello(jet_socket_mode_t server_mode)
     jet_server_t *srv = ubt_server_start(server_mode, 0, &real);
     JT_REQUIRE(srv);
     slow_proxy_t p = {.real_port = real};
-    ubt_fake_t f;
-    ubt_fake_start(&f, slow_fn, &p);
+    jt_fake_t f;
+    jt_fake_start(&f, slow_fn, &p);
     jet_channel_t *ch =
         ubt_channel(f.port, JET_SOCKET_MODE_UBRING, 30000, JET_CONNECTION_SINGLE, 0);
     JT_REQUIRE(ch);
-    JT_CHECK_EQ(ubt_echo(ch, 3000, 1, "slow"), 0);
-    JT_CHECK_EQ(ubt_echo(ch, 300000, 2, "slow"), 0);
+    JT_CHECK_EQ(jt_echo_bytes(ch, 3000, 1, "slow"), 0);
+    JT_CHECK_EQ(jt_echo_bytes(ch, 300000, 2, "slow"), 0);
     /* The hello arrived in pieces and still decided the same way. */
     if (server_mode == JET_SOCKET_MODE_UBRING)
         JT_CHECK(ubt_maps_count() > 0);
@@ -298,7 +269,7 @@ static void slow_hello(jet_socket_mode_t server_mode)
     JT_CHECK_EQ(atomic_load(&f.accepted), 1);
     jet_channel_destroy(ch);
     jet_server_destroy(srv);
-    ubt_fake_stop(&f);
+    jt_fake_stop(&f);
     JT_CHECK(ubt_maps_wait_none(20000000));
     JT_CHECK(ubt_shm_wait_clean(&before, 10000000));
 }
@@ -331,13 +302,13 @@ static void *worker_main(void *arg)
         for (int k = 0; k < CONNS / THREADS; k++) {
             int err = 0;
             size_t len = (size_t)(w->index * 977 + round * 131 + k * 61) % 20000;
-            int n = ubt_async_batch(w->ch[k], 40, len, 13, GUARD_US, &err);
+            int n = jt_async_batch(w->ch[k], 40, len, 13, GUARD_US, &err);
             if (n) {
                 fprintf(stderr, "  worker %d conn %d round %d: %d bad (first error %d)\n", w->index,
                         k, round, n, err);
                 atomic_fetch_add(w->bad, n);
             }
-            if (ubt_echo(w->ch[k], 200000 + (size_t)round, (uint64_t)w->index, "sync") != 0)
+            if (jt_echo_bytes(w->ch[k], 200000 + (size_t)round, (uint64_t)w->index, "sync") != 0)
                 atomic_fetch_add(w->bad, 1);
         }
     }
@@ -348,9 +319,9 @@ static void test_many_connections(void)
 {
     ubt_names_t before;
     ubt_shm_list(&before);
-    ubt_child_t c;
+    jt_child_t c;
     const char *args[] = {"mode=ubring", NULL};
-    JT_REQUIRE(ubt_child_start(&c, args) == 0);
+    JT_REQUIRE(jt_child_start(&c, args, NULL) == 0);
     _Atomic int bad = 0;
     worker_t w[THREADS];
     pthread_t th[THREADS];
@@ -375,7 +346,7 @@ static void test_many_connections(void)
         for (int k = 0; k < CONNS / THREADS; k++)
             jet_channel_destroy(w[i].ch[k]);
     JT_CHECK(ubt_maps_wait_none(30000000));
-    JT_CHECK_EQ(ubt_child_stop(&c), 0);
+    JT_CHECK_EQ(jt_child_stop(&c), 0);
     JT_CHECK(ubt_shm_wait_clean(&before, 10000000));
 }
 

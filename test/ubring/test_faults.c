@@ -21,21 +21,21 @@ static void test_server_killed(void)
 {
     ubt_names_t before;
     ubt_shm_list(&before);
-    ubt_child_t c;
+    jt_child_t c;
     const char *args[] = {"mode=ubring", NULL};
-    JT_REQUIRE(ubt_child_start(&c, args) == 0);
+    JT_REQUIRE(jt_child_start(&c, args, NULL) == 0);
     int port = c.port;
     jet_channel_t *ch = ubt_channel(port, JET_SOCKET_MODE_UBRING, 60000, JET_CONNECTION_SINGLE, 0);
     JT_REQUIRE(ch);
-    JT_CHECK_EQ(ubt_echo(ch, 1000, 1, "warm"), 0);
+    JT_CHECK_EQ(jt_echo_bytes(ch, 1000, 1, "warm"), 0);
     JT_CHECK(ubt_maps_count() > 0);
     /* Calls the server holds (answered after 30 s), and big echoes moving. */
     enum { N = 8 };
-    ubt_batch_t held = {0}, moving = {0};
-    ubt_slot_t *hs = ubt_slots_new(&held, N, "sleep:30000", 10, 1, 1);
-    ubt_slot_t *ms = ubt_slots_new(&moving, N, "big", 1 << 20, 4096, 100);
-    ubt_slots_issue(ch, hs, N);
-    ubt_slots_issue(ch, ms, N);
+    jt_batch_t held = {0}, moving = {0};
+    jt_slot_t *hs = jt_slots_new(&held, N, "sleep:30000", 10, 1, 1);
+    jt_slot_t *ms = jt_slots_new(&moving, N, "big", 1 << 20, 4096, 100);
+    jt_slots_issue(ch, hs, N);
+    jt_slots_issue(ch, ms, N);
     usleep(300000);
     kill(c.pid, SIGKILL);
     int64_t killed_ms = jt_now_ms();
@@ -47,7 +47,7 @@ static void test_server_killed(void)
     int64_t last = 0;
     for (int i = 0; i < N; i++) {
         for (int k = 0; k < 2; k++) {
-            ubt_slot_t *s = k ? &ms[i] : &hs[i];
+            jt_slot_t *s = k ? &ms[i] : &hs[i];
             if (!jet_call_failed(s->call)) continue;
             if (s->done_ms > last) last = s->done_ms;
             JT_CHECK_AT(jet_call_error_text(s->call),
@@ -55,19 +55,19 @@ static void test_server_killed(void)
         }
     }
     fprintf(stderr, "  calls ended %lld ms after the kill\n", (long long)(last - killed_ms));
-    JT_CHECK(ubt_slots_free(&held, hs, N, GUARD_US));
-    JT_CHECK(ubt_slots_free(&moving, ms, N, GUARD_US));
+    JT_CHECK(jt_slots_free(&held, hs, N, GUARD_US));
+    JT_CHECK(jt_slots_free(&moving, ms, N, GUARD_US));
     /* The dead server's segment is unmapped here although the channel lives. */
     JT_CHECK(ubt_maps_wait_none(30000000));
     /* A server restarted on the same port: the same channel reconnects. */
     char pa[32];
     snprintf(pa, sizeof pa, "port=%d", port);
     const char *args2[] = {"mode=ubring", pa, NULL};
-    JT_REQUIRE(ubt_child_start(&c, args2) == 0);
-    JT_CHECK_EQ(ubt_echo(ch, 300000, 2, "after"), 0);
+    JT_REQUIRE(jt_child_start(&c, args2, NULL) == 0);
+    JT_CHECK_EQ(jt_echo_bytes(ch, 300000, 2, "after"), 0);
     JT_CHECK(ubt_maps_count() > 0);
     jet_channel_destroy(ch);
-    JT_CHECK_EQ(ubt_child_stop(&c), 0);
+    JT_CHECK_EQ(jt_child_stop(&c), 0);
     JT_CHECK(ubt_maps_wait_none(30000000));
     JT_CHECK(ubt_shm_wait_clean(&before, 10000000));
 }
@@ -89,7 +89,7 @@ static int client_role(int argc, char **argv)
     if (!ch) return 4;
     int rc = 0;
     for (int i = 0; i < calls && rc == 0; i++)
-        rc = ubt_echo(ch, size, (uint64_t)i * 77, "child");
+        rc = jt_echo_bytes(ch, size, (uint64_t)i * 77, "child");
     jet_channel_destroy(ch);
     return rc == 0 ? 0 : 1;
 }
@@ -104,14 +104,9 @@ static void test_client_killed(void)
     char pa[32];
     snprintf(pa, sizeof pa, "port=%d", port);
     for (int round = 0; round < 2; round++) {
-        const char *argv[] = {ubt_self, "role=client", pa, "calls=100000", "size=1048576", NULL};
-        fflush(stderr);
-        pid_t pid = fork();
+        const char *args[] = {pa, "calls=100000", "size=1048576", NULL};
+        pid_t pid = jt_spawn_role("role=client", args, NULL);
         JT_REQUIRE(pid >= 0);
-        if (pid == 0) {
-            execv(ubt_self, (char *const *)argv);
-            _exit(127);
-        }
         jet_server_stats_t st;
         JT_CHECK(JT_WAIT_UNTIL(
             (jet_server_get_stats(srv, &st), st.requests > (uint64_t)round * 5 + 5), 20000000));
@@ -123,7 +118,7 @@ static void test_client_killed(void)
     }
     jet_channel_t *ch = ubt_channel(port, JET_SOCKET_MODE_UBRING, 30000, JET_CONNECTION_SINGLE, 0);
     JT_REQUIRE(ch);
-    JT_CHECK_EQ(ubt_echo(ch, 1 << 20, 3, "survivor"), 0);
+    JT_CHECK_EQ(jt_echo_bytes(ch, 1 << 20, 3, "survivor"), 0);
     jet_channel_destroy(ch);
     jet_server_destroy(srv);
     JT_CHECK(ubt_maps_wait_none(30000000));
@@ -162,7 +157,7 @@ static int silent_role(int argc, char **argv)
     }
     jet_channel_t *ch = ubt_channel(port, JET_SOCKET_MODE_UBRING, 60000, JET_CONNECTION_SINGLE, 0);
     if (!ch || peer <= 0) return 4;
-    if (ubt_echo(ch, 5000, 1, "before") != 0) return 10;
+    if (jt_echo_bytes(ch, 5000, 1, "before") != 0) return 10;
     if (ubt_maps_count() <= 0) return 11;
     kill(peer, SIGSTOP);
     /* SIGSTOP is asynchronous: wait until the peer is really stopped, or it
@@ -202,7 +197,7 @@ static void test_silent_peer_server(void)
     snprintf(pa, sizeof pa, "port=%d", peer.port);
     snprintf(pi, sizeof pi, "pid=%d", (int)peer.pid);
     const char *cargs[] = {pa, pi, small_hb[0], small_hb[1], NULL};
-    int rc = ubt_run_role("role=silent", cargs, 90000);
+    int rc = jt_run_role("role=silent", cargs, NULL, 90000);
     kill(peer.pid, SIGCONT);
     JT_CHECK_EQ(rc, 0);
     JT_CHECK_EQ(ubt_peer_log_count(&peer, "UBRing ESTABLISHED"), 1);
@@ -217,15 +212,15 @@ static void test_silent_raw_client(void)
 {
     ubt_names_t before;
     ubt_shm_list(&before);
-    ubt_child_t c;
+    jt_child_t c;
     const char *args[] = {"mode=ubring", small_hb[0], small_hb[1], NULL};
-    JT_REQUIRE(ubt_child_start(&c, args) == 0);
+    JT_REQUIRE(jt_child_start(&c, args, NULL) == 0);
     ubt_raw_t r;
     int rc = ubt_raw_connect(&r, c.port, NULL);
     JT_CHECK_EQ(rc, 1);
     if (rc == 1) {
         int64_t t0 = jt_now_ms();
-        bool eof = ubt_wait_eof(r.fd, 30000);
+        bool eof = jt_wait_eof(r.fd, 30000);
         JT_CHECK(eof);
         fprintf(stderr, "  silent raw client dropped after %lld ms\n",
                 (long long)(jt_now_ms() - t0));
@@ -235,11 +230,11 @@ static void test_silent_raw_client(void)
     jet_channel_t *ch =
         ubt_channel(c.port, JET_SOCKET_MODE_UBRING, 30000, JET_CONNECTION_SINGLE, 0);
     JT_REQUIRE(ch);
-    JT_CHECK_EQ(ubt_echo(ch, 1000, 1, "alive"), 0);
+    JT_CHECK_EQ(jt_echo_bytes(ch, 1000, 1, "alive"), 0);
     usleep(5000000); /* several heartbeat periods */
-    JT_CHECK_EQ(ubt_echo(ch, 1000, 2, "alive"), 0);
+    JT_CHECK_EQ(jt_echo_bytes(ch, 1000, 2, "alive"), 0);
     jet_channel_destroy(ch);
-    JT_CHECK_EQ(ubt_child_stop(&c), 0);
+    JT_CHECK_EQ(jt_child_stop(&c), 0);
     JT_CHECK(ubt_maps_wait_none(30000000));
     JT_CHECK(ubt_shm_wait_clean(&before, 10000000));
 }
@@ -256,16 +251,16 @@ static void test_emsgsize(void)
     JT_REQUIRE(srv);
     jet_channel_t *ch = ubt_channel(port, JET_SOCKET_MODE_UBRING, 30000, JET_CONNECTION_SINGLE, 3);
     JT_REQUIRE(ch);
-    JT_CHECK_EQ(ubt_echo(ch, 1000, 1, "before"), 0);
+    JT_CHECK_EQ(jt_echo_bytes(ch, 1000, 1, "before"), 0);
     JT_CHECK(ubt_maps_count() > 0);
     /* Most of a 4 MiB ring fits ((65535 - 1) x 60 = 3932040 bytes per write). */
-    JT_CHECK_EQ(ubt_echo(ch, 3800000, 2, "fits"), 0);
+    JT_CHECK_EQ(jt_echo_bytes(ch, 3800000, 2, "fits"), 0);
     ubt_capture_t cap;
     ubt_capture_start(&cap);
     jet_call_t *call = jet_call_create();
     Example__EchoRequest req = EXAMPLE__ECHO_REQUEST__INIT;
     req.message = "too-big";
-    ubt_fill_request(call, 5 << 20, 3);
+    jt_echo_fill(call, 5 << 20, 3);
     int64_t t0 = jt_now_ms();
     jet_channel_call(ch, &example__echo_service__descriptor, 0, call, &req.base, NULL, NULL);
     int64_t took = jt_now_ms() - t0;
@@ -285,7 +280,7 @@ static void test_emsgsize(void)
     /* The channel goes on, on the same connection: refusing the message did
      * not fail it. */
     for (int i = 0; i < 3; i++)
-        JT_CHECK_EQ(ubt_echo(ch, 1000 + (size_t)i, 10 + (uint64_t)i, "after"), 0);
+        JT_CHECK_EQ(jt_echo_bytes(ch, 1000 + (size_t)i, 10 + (uint64_t)i, "after"), 0);
     JT_CHECK(ubt_maps_count() > 0);
     jet_channel_destroy(ch);
     jet_server_destroy(srv);
@@ -398,7 +393,7 @@ static void test_corrupt_chunks(void)
     jet_channel_t *good =
         ubt_channel(port, JET_SOCKET_MODE_UBRING, 30000, JET_CONNECTION_SINGLE, 0);
     JT_REQUIRE(good);
-    JT_CHECK_EQ(ubt_echo(good, 1000, 1, "good"), 0);
+    JT_CHECK_EQ(jt_echo_bytes(good, 1000, 1, "good"), 0);
     int base = ubt_maps_count(); /* the good connection's, on both sides */
     JT_CHECK(base > 0);
     for (int k = 0; k < C_COUNT; k++) {
@@ -413,10 +408,11 @@ static void test_corrupt_chunks(void)
         JT_CHECK_AT(corruption_names[k], raw_echo(&r, 20 + k));
         corrupt(&r, (corruption_t)k);
         /* Dropped long before any heartbeat would miss (55 s by default). */
-        bool eof = ubt_wait_eof(r.fd, PROMPT_MS);
+        bool eof = jt_wait_eof(r.fd, PROMPT_MS);
         JT_CHECK_AT(corruption_names[k], eof);
         ubt_raw_close(&r);
-        JT_CHECK_AT(corruption_names[k], ubt_echo(good, 20000, 100 + (uint64_t)k, "good") == 0);
+        JT_CHECK_AT(corruption_names[k],
+                    jt_echo_bytes(good, 20000, 100 + (uint64_t)k, "good") == 0);
     }
     /* The server mapped nothing of the dropped connections any more: only
      * the good channel's segments remain. */
@@ -470,7 +466,7 @@ static void test_bad_hellos(void)
     /* The server goes on serving UBRing. */
     jet_channel_t *ch = ubt_channel(port, JET_SOCKET_MODE_UBRING, 30000, JET_CONNECTION_SINGLE, 0);
     JT_REQUIRE(ch);
-    JT_CHECK_EQ(ubt_echo(ch, 100000, 1, "after"), 0);
+    JT_CHECK_EQ(jt_echo_bytes(ch, 100000, 1, "after"), 0);
     JT_CHECK(ubt_maps_count() > 0);
     jet_channel_destroy(ch);
     JT_CHECK(jt_server_wait_stats(srv, 0, 0, 20000000, NULL));

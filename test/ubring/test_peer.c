@@ -16,7 +16,7 @@ static void echo_sizes(jet_channel_t *ch, const size_t *sizes, size_t n, uint64_
                        size_t *total_p)
 {
     for (size_t i = 0; i < n; i++) {
-        int rc = ubt_echo(ch, sizes[i], seed + i * 7919, "size");
+        int rc = jt_echo_bytes(ch, sizes[i], seed + i * 7919, "size");
         if (rc) fprintf(stderr, "  size %zu: %d\n", sizes[i], rc);
         JT_CHECK_EQ(rc, 0);
         *total_p += sizes[i];
@@ -44,14 +44,14 @@ static void channel_to_peer_server(const char *const *peer_args, bool big)
     /* Keep going until both rings have wrapped a few times. */
     for (uint64_t i = 0; total < 3 * (size_t)RING_BYTES + 1; i++) {
         size_t len = 1000000 + (size_t)i * 4099;
-        JT_CHECK_EQ(ubt_echo(ch, len, 5000 + i, "wrap"), 0);
+        JT_CHECK_EQ(jt_echo_bytes(ch, len, 5000 + i, "wrap"), 0);
         total += len;
         if (jt_case_failed) break;
     }
     /* Many requests in flight: several RPCs per ring write and read. */
     int err = 0;
-    JT_CHECK_EQ(ubt_async_batch(ch, 200, 1, 37, GUARD_US, &err), 0);
-    JT_CHECK_EQ(ubt_async_batch(ch, 40, 60000, 61, GUARD_US, &err), 0);
+    JT_CHECK_EQ(jt_async_batch(ch, 200, 1, 37, GUARD_US, &err), 0);
+    JT_CHECK_EQ(jt_async_batch(ch, 40, 60000, 61, GUARD_US, &err), 0);
     if (err) fprintf(stderr, "  first batch error: %d\n", err);
     /* Still the one UBRing connection: nothing fell back or reconnected. */
     JT_CHECK_EQ(ubt_peer_log_count(&peer, "UBRing ESTABLISHED"), 1);
@@ -90,7 +90,7 @@ static void test_short_connections_to_peer(void)
     JT_REQUIRE(ch);
     enum { N = 6 };
     for (int i = 0; i < N; i++)
-        JT_CHECK_EQ(ubt_echo(ch, 3000 + (size_t)i, (uint64_t)i, "short"), 0);
+        JT_CHECK_EQ(jt_echo_bytes(ch, 3000 + (size_t)i, (uint64_t)i, "short"), 0);
     jet_channel_destroy(ch);
     JT_CHECK_EQ(ubt_peer_log_count(&peer, "UBRing ESTABLISHED"), N);
     JT_CHECK(ubt_maps_wait_none(30000000));

@@ -1,10 +1,9 @@
 /* Helpers shared by the UBRing multi-process tests (header only: each test
  * file is its own executable).
  *
- * - Server children: the test binary re-executed with "role=server" (and
- *   "mode=<m>", "port=<p>", flag arguments); it prints its port and serves
- *   the echo service of testutil_rpc until its stdin closes, so it never
- *   outlives the test.
+ * - Server children (testutil_transport's jt_child_*): the test binary
+ *   re-executed with "role=server" (and "mode=<m>", "port=<p>", flag
+ *   arguments) serves the echo service of testutil_rpc.
  * - The reference peer (UBRING_PEER, a Python script) as a child process,
  *   its log in a temporary file.
  * - Evidence that bytes really went over UBRing: the peer's "UBRing
@@ -43,19 +42,16 @@
 #include "echo.pb-c.h"
 #include "testutil.h"
 #include "testutil_rpc.h"
+#include "testutil_transport.h"
 
 #define UBT_UNUSED __attribute__((unused))
 
 /* ---- process set-up --------------------------------------------------------- */
 
-static UBT_UNUSED char ubt_self[1024];
-
 /* Call first in main (before any channel or server): parses flag arguments. */
 static UBT_UNUSED void ubt_main_setup(int *argc, char ***argv)
 {
-    ssize_t n = readlink("/proc/self/exe", ubt_self, sizeof ubt_self - 1);
-    ubt_self[n > 0 ? n : 0] = 0;
-    signal(SIGPIPE, SIG_IGN);
+    jt_self_init();
     if (jet_flags_parse(argc, argv) < 0) exit(2);
 }
 
@@ -75,12 +71,6 @@ static UBT_UNUSED jet_server_t *ubt_server_start(jet_socket_mode_t mode, int por
     return jt_echo_server_start_port(&ubt_svc, port, &so, port_p);
 }
 
-typedef struct ubt_child {
-    pid_t pid;
-    int port;
-    int in_fd; /* the child's stdin: closing it stops the child */
-} ubt_child_t;
-
 /* The "role=server [mode=<m>] [port=<p>]" entry. */
 static UBT_UNUSED int ubt_server_role(int argc, char **argv)
 {
@@ -93,120 +83,7 @@ static UBT_UNUSED int ubt_server_role(int argc, char **argv)
     }
     jet_server_t *srv = ubt_server_start(mode, port, &port);
     if (!srv) return 4;
-    printf("%d\n", port);
-    fflush(stdout);
-    char c;
-    while (read(0, &c, 1) > 0) {
-    }
-    jet_server_destroy(srv);
-    return 0;
-}
-
-/* Starts the test binary with "role=server" and args (NULL-terminated).
- * 0 and *c filled, or -1. */
-static UBT_UNUSED int ubt_child_start(ubt_child_t *c, const char *const *args)
-{
-    int in[2], out[2];
-    if (pipe2(in, O_CLOEXEC) < 0) return -1;
-    if (pipe2(out, O_CLOEXEC) < 0) {
-        close(in[0]);
-        close(in[1]);
-        return -1;
-    }
-    const char *argv[32];
-    int n = 0;
-    argv[n++] = ubt_self;
-    argv[n++] = "role=server";
-    for (int i = 0; args && args[i] && n < 31; i++)
-        argv[n++] = args[i];
-    argv[n] = NULL;
-    fflush(stdout);
-    fflush(stderr);
-    pid_t pid = fork();
-    if (pid < 0) return -1;
-    if (pid == 0) {
-        dup2(in[0], 0);
-        dup2(out[1], 1);
-        execv(ubt_self, (char *const *)argv);
-        _exit(127);
-    }
-    close(in[0]);
-    close(out[1]);
-    c->pid = pid;
-    c->in_fd = in[1];
-    c->port = 0;
-    char buf[32];
-    size_t got = 0;
-    int64_t end = jt_now_ms() + 20000;
-    while (got < sizeof buf - 1 && jt_now_ms() < end) {
-        struct pollfd p = {.fd = out[0], .events = POLLIN};
-        if (poll(&p, 1, 200) <= 0) continue;
-        ssize_t r = read(out[0], buf + got, sizeof buf - 1 - got);
-        if (r <= 0) break;
-        got += (size_t)r;
-        if (memchr(buf, '\n', got)) break;
-    }
-    buf[got] = 0;
-    close(out[0]);
-    c->port = atoi(buf);
-    if (c->port <= 0) {
-        kill(pid, SIGKILL);
-        waitpid(pid, NULL, 0);
-        close(c->in_fd);
-        return -1;
-    }
-    return 0;
-}
-
-/* Stops the child (closes its stdin): its exit status, or -1 when it had to
- * be killed. */
-static UBT_UNUSED int ubt_child_stop(ubt_child_t *c)
-{
-    close(c->in_fd);
-    int64_t end = jt_now_ms() + 20000;
-    int st;
-    while (waitpid(c->pid, &st, WNOHANG) == 0) {
-        if (jt_now_ms() > end) {
-            kill(c->pid, SIGKILL);
-            waitpid(c->pid, &st, 0);
-            return -1;
-        }
-        usleep(2000);
-    }
-    return WIFEXITED(st) ? WEXITSTATUS(st) : 128 + WTERMSIG(st);
-}
-
-/* Runs the test binary with argv "role=<role>" args... to its end (bounded
- * by guard_ms, then killed): its exit status. */
-static UBT_UNUSED int ubt_run_role(const char *role, const char *const *args, int guard_ms)
-{
-    const char *argv[32];
-    int n = 0;
-    argv[n++] = ubt_self;
-    argv[n++] = role;
-    for (int i = 0; args && args[i] && n < 31; i++)
-        argv[n++] = args[i];
-    argv[n] = NULL;
-    fflush(stdout);
-    fflush(stderr);
-    pid_t pid = fork();
-    if (pid < 0) return -1;
-    if (pid == 0) {
-        execv(ubt_self, (char *const *)argv);
-        _exit(127);
-    }
-    int64_t end = jt_now_ms() + guard_ms;
-    int st;
-    while (waitpid(pid, &st, WNOHANG) == 0) {
-        if (jt_now_ms() > end) {
-            fprintf(stderr, "  %s child still running after %d ms: killed\n", role, guard_ms);
-            kill(pid, SIGKILL);
-            waitpid(pid, &st, 0);
-            return -1;
-        }
-        usleep(5000);
-    }
-    return WIFEXITED(st) ? WEXITSTATUS(st) : 128 + WTERMSIG(st);
+    return jt_serve_until_stdin_closes(srv, port);
 }
 
 /* ---- channels and echo calls ----------------------------------------------------- */
@@ -226,142 +103,6 @@ static UBT_UNUSED jet_channel_t *ubt_channel(int port, jet_socket_mode_t mode, i
     jet_channel_t *ch = NULL;
     if (jet_channel_create(addr, &o, &ch) < 0) return NULL;
     return ch;
-}
-
-/* A request of message msg and len stream bytes from offset seed, on call. */
-static UBT_UNUSED void ubt_fill_request(jet_call_t *call, size_t len, uint64_t seed)
-{
-    if (!len) return;
-    uint8_t *p = malloc(len);
-    if (!p) abort();
-    jt_stream_fill(p, seed, len);
-    jet_iobuf_append(jet_call_request_attachment(call), p, len);
-    free(p);
-}
-
-/* 0 when call's answer is message msg and attachment len stream bytes from
- * seed, byte for byte; the error code when it failed; -1 for wrong bytes. */
-static UBT_UNUSED int ubt_check_answer(jet_call_t *call, const char *msg, size_t len, uint64_t seed)
-{
-    if (jet_call_failed(call)) return jet_call_error_code(call);
-    const Example__EchoResponse *resp = (const Example__EchoResponse *)jet_call_response(call);
-    jet_iobuf_t *att = jet_call_response_attachment(call);
-    if (!resp || !resp->message || strcmp(resp->message, msg) != 0 || jet_iobuf_len(att) != len) {
-        fprintf(stderr, "  answer: message '%s', %zu bytes (wanted '%s', %zu)\n",
-                resp && resp->message ? resp->message : "(none)", jet_iobuf_len(att), msg, len);
-        return -1;
-    }
-    if (!len) return 0;
-    uint8_t *q = malloc(len);
-    if (!q) abort();
-    jet_iobuf_copy_to(att, q, len, 0);
-    int64_t bad = jt_stream_check(q, seed, len);
-    free(q);
-    if (bad >= 0) {
-        fprintf(stderr, "  answer of %zu bytes differs at byte %lld\n", len, (long long)bad);
-        return -1;
-    }
-    return 0;
-}
-
-/* One synchronous echo; see ubt_check_answer. */
-static UBT_UNUSED int ubt_echo(jet_channel_t *ch, size_t len, uint64_t seed, const char *msg)
-{
-    jet_call_t *call = jet_call_create();
-    if (!call) return -ENOMEM;
-    Example__EchoRequest req = EXAMPLE__ECHO_REQUEST__INIT;
-    req.message = (char *)(msg ? msg : "hi");
-    ubt_fill_request(call, len, seed);
-    jet_channel_call(ch, &example__echo_service__descriptor, 0, call, &req.base, NULL, NULL);
-    int rc = ubt_check_answer(call, req.message, len, seed);
-    if (rc > 0)
-        fprintf(stderr, "  echo of %zu bytes failed: %d %s\n", len, rc, jet_call_error_text(call));
-    jet_call_destroy(call);
-    return rc;
-}
-
-/* ---- asynchronous batches ---------------------------------------------------------- */
-
-typedef struct ubt_batch {
-    _Atomic int done, bad, failed;
-    _Atomic int first_err;
-} ubt_batch_t;
-
-typedef struct ubt_slot {
-    ubt_batch_t *b;
-    uint64_t seed;
-    size_t len;
-    int64_t done_ms;
-    jet_call_t *call;
-    Example__EchoRequest req;
-} ubt_slot_t;
-
-static UBT_UNUSED void ubt_slot_done(jet_call_t *call, void *arg)
-{
-    ubt_slot_t *sl = arg;
-    ubt_batch_t *b = sl->b;
-    sl->done_ms = jt_now_ms();
-    int rc = ubt_check_answer(call, sl->req.message, sl->len, sl->seed);
-    if (rc > 0) {
-        int zero = 0;
-        atomic_compare_exchange_strong(&b->first_err, &zero, rc);
-        atomic_fetch_add(&b->failed, 1);
-    }
-    if (rc != 0) atomic_fetch_add(&b->bad, 1);
-    atomic_fetch_add(&b->done, 1);
-}
-
-/* Prepares n calls with message msg, of len bytes each (len_step added per
- * call), seeds from seed0. */
-static UBT_UNUSED ubt_slot_t *ubt_slots_new(ubt_batch_t *b, int n, const char *msg, size_t len,
-                                            size_t len_step, uint64_t seed0)
-{
-    ubt_slot_t *sl = calloc((size_t)n, sizeof *sl);
-    if (!sl) abort();
-    for (int i = 0; i < n; i++) {
-        sl[i].b = b;
-        sl[i].seed = seed0 + (uint64_t)i * 1000003u;
-        sl[i].len = len + (size_t)i * len_step;
-        sl[i].call = jet_call_create();
-        if (!sl[i].call) abort();
-        Example__EchoRequest r = EXAMPLE__ECHO_REQUEST__INIT;
-        sl[i].req = r;
-        sl[i].req.message = (char *)msg;
-        ubt_fill_request(sl[i].call, sl[i].len, sl[i].seed);
-    }
-    return sl;
-}
-
-static UBT_UNUSED void ubt_slots_issue(jet_channel_t *ch, ubt_slot_t *sl, int n)
-{
-    for (int i = 0; i < n; i++)
-        jet_channel_call(ch, &example__echo_service__descriptor, 0, sl[i].call, &sl[i].req.base,
-                         ubt_slot_done, &sl[i]);
-}
-
-/* Frees the slots once all are done; true then. Leaks them on purpose when
- * they did not all end (a late done would touch them). */
-static UBT_UNUSED bool ubt_slots_free(ubt_batch_t *b, ubt_slot_t *sl, int n, int64_t guard_us)
-{
-    if (!jt_wait_at_least((_Atomic int *)&b->done, n, guard_us)) return false;
-    for (int i = 0; i < n; i++)
-        jet_call_destroy(sl[i].call);
-    free(sl);
-    return true;
-}
-
-/* n asynchronous echoes of len bytes at once on ch: how many failed or came
- * back wrong (n when they did not all end within guard_us). */
-static UBT_UNUSED int ubt_async_batch(jet_channel_t *ch, int n, size_t len, size_t step,
-                                      int64_t guard_us, int *first_err_p)
-{
-    ubt_batch_t b = {0};
-    ubt_slot_t *sl = ubt_slots_new(&b, n, "batch", len, step, 17);
-    ubt_slots_issue(ch, sl, n);
-    bool all = ubt_slots_free(&b, sl, n, guard_us);
-    if (first_err_p) *first_err_p = atomic_load(&b.first_err);
-    if (!all) fprintf(stderr, "  batch: %d of %d calls ended in time\n", atomic_load(&b.done), n);
-    return all ? atomic_load(&b.bad) : n;
 }
 
 /* Codes a connection failure may give a call (never its deadline). */
@@ -608,164 +349,6 @@ static UBT_UNUSED int ubt_peer_wait(ubt_peer_t *p, int guard_ms)
     return WIFEXITED(st) ? WEXITSTATUS(st) : 128 + WTERMSIG(st);
 }
 
-/* ---- raw sockets ------------------------------------------------------------------------ */
-
-static UBT_UNUSED int ubt_connect(int port)
-{
-    int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
-    struct sockaddr_in a = {.sin_family = AF_INET,
-                            .sin_port = htons((uint16_t)port),
-                            .sin_addr.s_addr = htonl(INADDR_LOOPBACK)};
-    if (fd < 0) return -1;
-    if (connect(fd, (struct sockaddr *)&a, sizeof a) < 0) {
-        close(fd);
-        return -1;
-    }
-    int one = 1;
-    setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof one);
-    return fd;
-}
-
-/* Reads exactly n bytes within timeout_ms: n, or what came before EOF or
- * the timeout. */
-static UBT_UNUSED size_t ubt_read_n(int fd, void *buf, size_t n, int timeout_ms)
-{
-    size_t got = 0;
-    int64_t end = jt_now_ms() + timeout_ms;
-    while (got < n) {
-        int left = (int)(end - jt_now_ms());
-        if (left <= 0) break;
-        struct pollfd p = {.fd = fd, .events = POLLIN};
-        if (poll(&p, 1, left) <= 0) continue;
-        ssize_t r = recv(fd, (char *)buf + got, n - got, 0);
-        if (r <= 0) break;
-        got += (size_t)r;
-    }
-    return got;
-}
-
-/* true when the peer closed fd within timeout_ms (bytes read are dropped). */
-static UBT_UNUSED bool ubt_wait_eof(int fd, int timeout_ms)
-{
-    char b[4096];
-    int64_t end = jt_now_ms() + timeout_ms;
-    for (;;) {
-        int left = (int)(end - jt_now_ms());
-        if (left <= 0) return false;
-        struct pollfd p = {.fd = fd, .events = POLLIN};
-        if (poll(&p, 1, left) <= 0) continue;
-        ssize_t r = recv(fd, b, sizeof b, 0);
-        if (r == 0 || (r < 0 && errno == ECONNRESET)) return true;
-        if (r < 0) return false;
-    }
-}
-
-static UBT_UNUSED bool ubt_send_all(int fd, const void *p, size_t n)
-{
-    while (n > 0) {
-        ssize_t w = send(fd, p, n, MSG_NOSIGNAL);
-        if (w <= 0) return false;
-        p = (const char *)p + w;
-        n -= (size_t)w;
-    }
-    return true;
-}
-
-/* A fake server: a thread accepts connections on a fresh port and runs
- * fn(fd, index, arg) for each in its own thread (fn owns fd). */
-typedef void (*ubt_fake_fn)(int fd, int index, void *arg);
-typedef struct ubt_fake {
-    int lfd, port;
-    ubt_fake_fn fn;
-    void *arg;
-    _Atomic int accepted, running;
-    _Atomic bool stop;
-    pthread_t th;
-} ubt_fake_t;
-
-typedef struct ubt_fake_conn {
-    ubt_fake_t *f;
-    int fd, index;
-} ubt_fake_conn_t;
-
-static UBT_UNUSED void *ubt_fake_conn_main(void *arg)
-{
-    ubt_fake_conn_t *c = arg;
-    ubt_fake_t *f = c->f;
-    f->fn(c->fd, c->index, f->arg);
-    free(c);
-    atomic_fetch_sub(&f->running, 1);
-    return NULL;
-}
-
-static UBT_UNUSED void *ubt_fake_main(void *arg)
-{
-    ubt_fake_t *f = arg;
-    while (!atomic_load(&f->stop)) {
-        struct pollfd p = {.fd = f->lfd, .events = POLLIN};
-        if (poll(&p, 1, 50) <= 0) continue;
-        int fd = accept4(f->lfd, NULL, NULL, SOCK_CLOEXEC);
-        if (fd < 0) continue;
-        int one = 1;
-        setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof one);
-        ubt_fake_conn_t *c = malloc(sizeof *c);
-        if (!c) abort();
-        *c = (ubt_fake_conn_t){.f = f, .fd = fd, .index = atomic_fetch_add(&f->accepted, 1)};
-        atomic_fetch_add(&f->running, 1);
-        pthread_t th;
-        if (pthread_create(&th, NULL, ubt_fake_conn_main, c) != 0) abort();
-        pthread_detach(th);
-    }
-    return NULL;
-}
-
-static UBT_UNUSED void ubt_fake_start(ubt_fake_t *f, ubt_fake_fn fn, void *arg)
-{
-    memset(f, 0, sizeof *f);
-    f->fn = fn;
-    f->arg = arg;
-    f->lfd = jt_tcp_listen(64, &f->port);
-    if (f->lfd < 0) abort();
-    if (pthread_create(&f->th, NULL, ubt_fake_main, f) != 0) abort();
-}
-
-/* Stops accepting and waits (bounded) for the connection threads. */
-static UBT_UNUSED void ubt_fake_stop(ubt_fake_t *f)
-{
-    atomic_store(&f->stop, true);
-    pthread_join(f->th, NULL);
-    close(f->lfd);
-    JT_WAIT_UNTIL(atomic_load(&f->running) == 0, 40000000);
-}
-
-/* Pumps bytes both ways between a and b until either closes (or 30 s of
- * silence); closes both. The first first_bytes bytes of each direction go
- * one byte per send, with a pause between them. */
-static UBT_UNUSED void ubt_pump(int a, int b, size_t first_bytes)
-{
-    char buf[65536];
-    size_t slow[2] = {first_bytes, first_bytes};
-    for (;;) {
-        struct pollfd p[2] = {{.fd = a, .events = POLLIN}, {.fd = b, .events = POLLIN}};
-        if (poll(p, 2, 30000) <= 0) break;
-        int dir = (p[0].revents & (POLLIN | POLLHUP | POLLERR)) ? 0 : 1;
-        int from = dir == 0 ? a : b, to = dir == 0 ? b : a;
-        ssize_t r = recv(from, buf, sizeof buf, 0);
-        if (r <= 0) break;
-        size_t off = 0;
-        while (slow[dir] > 0 && off < (size_t)r) {
-            if (!ubt_send_all(to, buf + off, 1)) goto done;
-            off++;
-            slow[dir]--;
-            usleep(2000);
-        }
-        if (off < (size_t)r && !ubt_send_all(to, buf + off, (size_t)r - off)) break;
-    }
-done:
-    close(a);
-    close(b);
-}
-
 /* ---- baidu_std over a raw byte stream -------------------------------------------------------- */
 
 /* A whole Echo request frame (message msg, attachment att) with
@@ -827,13 +410,13 @@ static UBT_UNUSED bool ubt_response_is(const uint8_t *p, size_t n, int64_t cid, 
 static UBT_UNUSED uint8_t *ubt_read_frame_fd(int fd, size_t *len_p, int timeout_ms)
 {
     uint8_t h[12];
-    if (ubt_read_n(fd, h, 12, timeout_ms) != 12 || memcmp(h, "PRPC", 4) != 0) return NULL;
+    if (jt_read_n(fd, h, 12, timeout_ms) != 12 || memcmp(h, "PRPC", 4) != 0) return NULL;
     uint32_t body = jt_get_be32(h + 4);
     if (body > (64u << 20)) return NULL;
     uint8_t *p = malloc(12 + (size_t)body);
     if (!p) abort();
     memcpy(p, h, 12);
-    if (ubt_read_n(fd, p + 12, body, timeout_ms) != body) {
+    if (jt_read_n(fd, p + 12, body, timeout_ms) != body) {
         free(p);
         return NULL;
     }
@@ -850,7 +433,7 @@ static UBT_UNUSED bool ubt_expect_tcp_after_ack0(int fd, const char *label)
         jt_fill_pattern(att, sizeof att, (uint32_t)k + 1);
         size_t n, rn = 0;
         uint8_t *req = ubt_request_frame(100 + k, "after-ack0", att, sizeof att, &n);
-        bool sent = ubt_send_all(fd, req, n);
+        bool sent = jt_send_all(fd, req, n);
         free(req);
         uint8_t *resp = sent ? ubt_read_frame_fd(fd, &rn, 10000) : NULL;
         bool ok = resp && ubt_response_is(resp, rn, 100 + k, "after-ack0", att, sizeof att);
@@ -982,7 +565,7 @@ static UBT_UNUSED int ubt_raw_connect(ubt_raw_t *c, int port, const ubt_raw_opts
     ubt_raw_opts_t none = {0};
     if (!o) o = &none;
     memset(c, 0, sizeof *c);
-    c->fd = ubt_connect(port);
+    c->fd = jt_tcp_connect(port, 0);
     if (c->fd < 0) return -2;
     struct sockaddr_in a;
     socklen_t alen = sizeof a;
@@ -1018,14 +601,14 @@ static UBT_UNUSED int ubt_raw_connect(ubt_raw_t *c, int port, const ubt_raw_opts
     uint8_t h[UBT_HELLO_LEN];
     ubt_hello_pack(h, o->msg_len ? o->msg_len : 64, o->hello_ver ? o->hello_ver : 2, 1,
                    o->announce_len ? o->announce_len : seg_len, announce);
-    if (!ubt_send_all(c->fd, h, sizeof h)) return -2;
-    size_t got = ubt_read_n(c->fd, c->reply, sizeof c->reply, 10000);
-    if (got == 0) return ubt_wait_eof(c->fd, 100) ? -1 : -2;
+    if (!jt_send_all(c->fd, h, sizeof h)) return -2;
+    size_t got = jt_read_n(c->fd, c->reply, sizeof c->reply, 10000);
+    if (got == 0) return jt_wait_eof(c->fd, 100) ? -1 : -2;
     if (got != sizeof c->reply) return -2;
     if (c->reply[0] != 'U' || c->reply[1] != 'B') return -2;
     uint8_t ack[4] = {0, 0, 0, 0};
     if (ubt_be16(c->reply + 4) != 2 || ubt_be16(c->reply + 6) != 1 || !c->own) {
-        if (!ubt_send_all(c->fd, ack, 4)) return -2;
+        if (!jt_send_all(c->fd, ack, 4)) return -2;
         return 0;
     }
     uint32_t tail = __atomic_load_n(ubt_u32(c->own, UBT_OFF_TAIL), __ATOMIC_ACQUIRE);
@@ -1047,7 +630,7 @@ static UBT_UNUSED int ubt_raw_connect(ubt_raw_t *c, int port, const ubt_raw_opts
     __atomic_store_n(ubt_u32(c->peer, UBT_OFF_TX_FLAG), 1, __ATOMIC_RELEASE);
     __atomic_store_n(ubt_u32(c->own, UBT_OFF_RX_FLAG), 1, __ATOMIC_RELEASE);
     ack[3] = 1;
-    if (!ubt_send_all(c->fd, ack, 4)) return -2;
+    if (!jt_send_all(c->fd, ack, 4)) return -2;
     shm_unlink(c->name);
     c->name[0] = 0;
     return 1;

@@ -60,35 +60,35 @@ static void test_zero_copy_threshold(void)
 {
     jet_channel_t *ch = ut_channel(g_port, JET_SOCKET_MODE_URMA, 10000, JET_CONNECTION_SINGLE);
     JT_REQUIRE(ch);
-    JT_CHECK_EQ(ut_echo_call(ch, 10, 1, "warm"), 0);
+    JT_CHECK_EQ(jt_echo_bytes(ch, 10, 1, "warm"), 0);
     /* Small frames (< 512 bytes each way): copied. */
     jet_urma_loop_stats_t a = totals();
     for (int i = 0; i < 10; i++)
-        JT_CHECK_EQ(ut_echo_call(ch, 100, (uint64_t)i, "s"), 0);
+        JT_CHECK_EQ(jt_echo_bytes(ch, 100, (uint64_t)i, "s"), 0);
     jet_urma_loop_stats_t b = totals();
     JT_CHECK_EQ(b.c.recv_copied - a.c.recv_copied, 20);
     JT_CHECK_EQ(b.c.recv_zerocopy - a.c.recv_zerocopy, 0);
     /* 4000-byte frames: the receive buffers themselves go to the parser. */
     for (int i = 0; i < 10; i++)
-        JT_CHECK_EQ(ut_echo_call(ch, 4000, (uint64_t)i, "z"), 0);
+        JT_CHECK_EQ(jt_echo_bytes(ch, 4000, (uint64_t)i, "z"), 0);
     jet_urma_loop_stats_t c = totals();
     JT_CHECK_EQ(c.c.recv_zerocopy - b.c.recv_zerocopy, 20);
     JT_CHECK_EQ(c.c.recv_copied - b.c.recv_copied, 0);
     /* A higher threshold copies them. */
     jet_flag_set("urma_zerocopy_min_size", "5000");
     for (int i = 0; i < 10; i++)
-        JT_CHECK_EQ(ut_echo_call(ch, 4000, (uint64_t)i, "t"), 0);
+        JT_CHECK_EQ(jt_echo_bytes(ch, 4000, (uint64_t)i, "t"), 0);
     jet_urma_loop_stats_t d = totals();
     JT_CHECK_EQ(d.c.recv_copied - c.c.recv_copied, 20);
     JT_CHECK_EQ(d.c.recv_zerocopy - c.c.recv_zerocopy, 0);
     jet_flag_set("urma_zerocopy_min_size", "512");
     jet_flag_set("urma_recv_zerocopy", "false");
-    JT_CHECK_EQ(ut_echo_call(ch, 300000, 7, "off"), 0);
+    JT_CHECK_EQ(jt_echo_bytes(ch, 300000, 7, "off"), 0);
     jet_urma_loop_stats_t e = totals();
     JT_CHECK_EQ(e.c.recv_zerocopy - d.c.recv_zerocopy, 0);
     jet_flag_set("urma_recv_zerocopy", "true");
     /* A large message: every full receive buffer is zero-copy. */
-    JT_CHECK_EQ(ut_echo_call(ch, 1 << 20, 8, "big"), 0);
+    JT_CHECK_EQ(jt_echo_bytes(ch, 1 << 20, 8, "big"), 0);
     jet_urma_loop_stats_t f = totals();
     JT_CHECK(f.c.recv_zerocopy - e.c.recv_zerocopy >= 2 * ((1 << 20) / 8192));
     jet_channel_destroy(ch);
@@ -144,11 +144,11 @@ static void test_signalling_and_piggyback(void)
     jet_channel_t *ch = ut_channel(g_port, JET_SOCKET_MODE_URMA, 10000, JET_CONNECTION_SINGLE);
     JT_REQUIRE(ch);
     for (int i = 0; i < 300; i++)
-        JT_CHECK_EQ(ut_echo_call(ch, 200, (uint64_t)i, "pg"), 0);
+        JT_CHECK_EQ(jt_echo_bytes(ch, 200, (uint64_t)i, "pg"), 0);
     /* Requests and responses carry each other's credits. */
     jet_urma_loop_stats_t m = totals();
     JT_CHECK_EQ(m.c.credit_msgs - a.c.credit_msgs, 0);
-    JT_CHECK_EQ(ut_async_batch(ch, 500, 300, GUARD_US, NULL), 0);
+    JT_CHECK_EQ(jt_async_batch(ch, 500, 300, 0, GUARD_US, NULL), 0);
     jet_channel_destroy(ch);
     jet_urma_loop_stats_t b;
     JT_CHECK(JT_WAIT_UNTIL((b = totals(), b.endpoints == 0), 10000000));
@@ -165,9 +165,9 @@ static void test_brpc_envelope_credits(void)
     jet_channel_t *ch = ut_channel(g_port, JET_SOCKET_MODE_URMA, 30000, JET_CONNECTION_SINGLE);
     JT_REQUIRE(ch);
     for (int i = 0; i < 200; i++)
-        JT_CHECK_EQ(ut_echo_call(ch, 200, (uint64_t)i, "brpc"), 0);
-    JT_CHECK_EQ(ut_echo_call(ch, 8 << 20, 3, "brpc-big"), 0);
-    JT_CHECK_EQ(ut_async_batch(ch, 300, 3000, GUARD_US, NULL), 0);
+        JT_CHECK_EQ(jt_echo_bytes(ch, 200, (uint64_t)i, "brpc"), 0);
+    JT_CHECK_EQ(jt_echo_bytes(ch, 8 << 20, 3, "brpc-big"), 0);
+    JT_CHECK_EQ(jt_async_batch(ch, 300, 3000, 0, GUARD_US, NULL), 0);
     jet_channel_destroy(ch);
     jet_flag_set("urma_jetrpc_extensions", "true");
     jet_urma_loop_stats_t b;
@@ -184,7 +184,7 @@ static void test_jetty_reuse(void)
     jet_channel_t *ch = ut_channel(g_port, JET_SOCKET_MODE_URMA, 10000, JET_CONNECTION_SHORT);
     JT_REQUIRE(ch);
     for (int i = 0; i < 30; i++)
-        JT_CHECK_EQ(ut_echo_call(ch, 5000, (uint64_t)i, "reuse"), 0);
+        JT_CHECK_EQ(jt_echo_bytes(ch, 5000, (uint64_t)i, "reuse"), 0);
     jet_channel_destroy(ch);
     jet_urma_loop_stats_t b;
     JT_CHECK(JT_WAIT_UNTIL((b = totals(), b.endpoints == 0), 10000000));

@@ -18,11 +18,11 @@ static void test_inprocess_echo(void)
     JT_REQUIRE(ch);
     static const size_t sizes[] = {0, 1, 100, 511, 512, 8191, 8192, 8193, 65536, 1 << 20};
     for (size_t i = 0; i < sizeof sizes / sizeof sizes[0]; i++) {
-        int rc = ut_echo_call(ch, sizes[i], i * 7919, "inproc");
+        int rc = jt_echo_bytes(ch, sizes[i], i * 7919, "inproc");
         if (rc) fprintf(stderr, "  size %zu: %d\n", sizes[i], rc);
         JT_CHECK_EQ(rc, 0);
     }
-    JT_CHECK_EQ(ut_async_batch(ch, 300, 3000, GUARD_US, NULL), 0);
+    JT_CHECK_EQ(jt_async_batch(ch, 300, 3000, 0, GUARD_US, NULL), 0);
     jet_channel_destroy(ch);
     jet_server_destroy(srv);
 }
@@ -32,7 +32,7 @@ static void run_sizes(jet_channel_t *ch)
     static const size_t sizes[] = {1,     2,     100,   4095,    4096,    8191,     8192,    8193,
                                    65535, 65536, 65537, 1 << 20, 3 << 20, 16 << 20, 64 << 20};
     for (size_t i = 0; i < sizeof sizes / sizeof sizes[0]; i++) {
-        int rc = ut_echo_call(ch, sizes[i], i * 104729 + 1, "size");
+        int rc = jt_echo_bytes(ch, sizes[i], i * 104729 + 1, "size");
         if (rc) fprintf(stderr, "  size %zu: %d\n", sizes[i], rc);
         JT_CHECK_EQ(rc, 0);
     }
@@ -41,27 +41,27 @@ static void run_sizes(jet_channel_t *ch)
 static void test_two_process_sizes(void)
 {
     const char *args[] = {max_body_arg, NULL};
-    ut_child_t c;
-    JT_REQUIRE(ut_child_start(&c, args) == 0);
+    jt_child_t c;
+    JT_REQUIRE(jt_child_start(&c, args, NULL) == 0);
     jet_channel_t *ch = ut_channel(c.port, JET_SOCKET_MODE_URMA, 60000, JET_CONNECTION_SINGLE);
     JT_REQUIRE(ch);
     run_sizes(ch);
     jet_channel_destroy(ch);
-    JT_CHECK_EQ(ut_child_stop(&c), 0);
+    JT_CHECK_EQ(jt_child_stop(&c), 0);
 }
 
 /* The server polls (its loops spin), the client waits for events. */
 static void test_two_process_polling_server(void)
 {
     const char *args[] = {max_body_arg, "--urma_use_polling=true", "--urma_poller_num=1", NULL};
-    ut_child_t c;
-    JT_REQUIRE(ut_child_start(&c, args) == 0);
+    jt_child_t c;
+    JT_REQUIRE(jt_child_start(&c, args, NULL) == 0);
     jet_channel_t *ch = ut_channel(c.port, JET_SOCKET_MODE_URMA, 60000, JET_CONNECTION_SINGLE);
     JT_REQUIRE(ch);
     run_sizes(ch);
-    JT_CHECK_EQ(ut_async_batch(ch, 500, 1000, GUARD_US, NULL), 0);
+    JT_CHECK_EQ(jt_async_batch(ch, 500, 1000, 0, GUARD_US, NULL), 0);
     jet_channel_destroy(ch);
-    JT_CHECK_EQ(ut_child_stop(&c), 0);
+    JT_CHECK_EQ(jt_child_stop(&c), 0);
 }
 
 /* Many calls in flight through 16-deep queues: the windows run dry again and
@@ -69,8 +69,8 @@ static void test_two_process_polling_server(void)
 static void windows(const char *server_sq, const char *server_rq, int client_sq, int client_rq)
 {
     const char *args[] = {max_body_arg, server_sq, server_rq, NULL};
-    ut_child_t c;
-    JT_REQUIRE(ut_child_start(&c, args) == 0);
+    jt_child_t c;
+    JT_REQUIRE(jt_child_start(&c, args, NULL) == 0);
     char v[16];
     snprintf(v, sizeof v, "%d", client_sq);
     jet_flag_set("urma_sq_size", v);
@@ -79,14 +79,14 @@ static void windows(const char *server_sq, const char *server_rq, int client_sq,
     jet_channel_t *ch = ut_channel(c.port, JET_SOCKET_MODE_URMA, 60000, JET_CONNECTION_SINGLE);
     JT_REQUIRE(ch);
     int err = 0;
-    JT_CHECK_EQ(ut_async_batch(ch, 400, 100, GUARD_US, &err), 0);
-    JT_CHECK_EQ(ut_async_batch(ch, 64, 100000, GUARD_US, &err), 0);
-    JT_CHECK_EQ(ut_echo_call(ch, 8 << 20, 5, "big"), 0);
+    JT_CHECK_EQ(jt_async_batch(ch, 400, 100, 0, GUARD_US, &err), 0);
+    JT_CHECK_EQ(jt_async_batch(ch, 64, 100000, 0, GUARD_US, &err), 0);
+    JT_CHECK_EQ(jt_echo_bytes(ch, 8 << 20, 5, "big"), 0);
     if (err) fprintf(stderr, "  first error %d\n", err);
     jet_channel_destroy(ch);
     jet_flag_set("urma_sq_size", "128");
     jet_flag_set("urma_rq_size", "128");
-    JT_CHECK_EQ(ut_child_stop(&c), 0);
+    JT_CHECK_EQ(jt_child_stop(&c), 0);
 }
 
 static void test_window_exhaustion_small_both(void)
@@ -108,14 +108,14 @@ static void test_brpc_envelope(void)
 {
     const char *args[] = {max_body_arg, "--urma_jetrpc_extensions=false", "--urma_sq_size=32",
                           "--urma_rq_size=32", NULL};
-    ut_child_t c;
-    JT_REQUIRE(ut_child_start(&c, args) == 0);
+    jt_child_t c;
+    JT_REQUIRE(jt_child_start(&c, args, NULL) == 0);
     jet_channel_t *ch = ut_channel(c.port, JET_SOCKET_MODE_URMA, 60000, JET_CONNECTION_SINGLE);
     JT_REQUIRE(ch);
-    JT_CHECK_EQ(ut_async_batch(ch, 300, 2000, GUARD_US, NULL), 0);
-    JT_CHECK_EQ(ut_echo_call(ch, 4 << 20, 9, "big"), 0);
+    JT_CHECK_EQ(jt_async_batch(ch, 300, 2000, 0, GUARD_US, NULL), 0);
+    JT_CHECK_EQ(jt_echo_bytes(ch, 4 << 20, 9, "big"), 0);
     jet_channel_destroy(ch);
-    JT_CHECK_EQ(ut_child_stop(&c), 0);
+    JT_CHECK_EQ(jt_child_stop(&c), 0);
 }
 
 /* 64 KiB receive buffers on the server, 8 KiB on the client: each side
@@ -123,16 +123,16 @@ static void test_brpc_envelope(void)
 static void test_large_receive_buffers(void)
 {
     const char *args[] = {max_body_arg, "--urma_recv_block_size=65536", NULL};
-    ut_child_t c;
-    JT_REQUIRE(ut_child_start(&c, args) == 0);
+    jt_child_t c;
+    JT_REQUIRE(jt_child_start(&c, args, NULL) == 0);
     jet_channel_t *ch = ut_channel(c.port, JET_SOCKET_MODE_URMA, 60000, JET_CONNECTION_SINGLE);
     JT_REQUIRE(ch);
     static const size_t sizes[] = {1, 8192, 65535, 65536, 65537, 1 << 20, 16 << 20};
     for (size_t i = 0; i < sizeof sizes / sizeof sizes[0]; i++)
-        JT_CHECK_EQ(ut_echo_call(ch, sizes[i], i + 17, "big-buffers"), 0);
-    JT_CHECK_EQ(ut_async_batch(ch, 100, 100000, GUARD_US, NULL), 0);
+        JT_CHECK_EQ(jt_echo_bytes(ch, sizes[i], i + 17, "big-buffers"), 0);
+    JT_CHECK_EQ(jt_async_batch(ch, 100, 100000, 0, GUARD_US, NULL), 0);
     jet_channel_destroy(ch);
-    JT_CHECK_EQ(ut_child_stop(&c), 0);
+    JT_CHECK_EQ(jt_child_stop(&c), 0);
 }
 
 typedef struct conn_arg {
@@ -150,8 +150,8 @@ static void *conn_main(void *arg)
         return NULL;
     }
     for (int i = 0; i < 5; i++)
-        if (ut_echo_call(ch, 1000 + (size_t)a->id * 10 + (size_t)i,
-                         (uint64_t)a->id * 31 + (uint64_t)i, "many") != 0)
+        if (jt_echo_bytes(ch, 1000 + (size_t)a->id * 10 + (size_t)i,
+                          (uint64_t)a->id * 31 + (uint64_t)i, "many") != 0)
             atomic_fetch_add(a->bad, 1);
     jet_channel_destroy(ch);
     return NULL;
@@ -160,8 +160,8 @@ static void *conn_main(void *arg)
 static void test_many_connections(void)
 {
     enum { N = 48 };
-    ut_child_t c;
-    JT_REQUIRE(ut_child_start(&c, NULL) == 0);
+    jt_child_t c;
+    JT_REQUIRE(jt_child_start(&c, NULL, NULL) == 0);
     _Atomic int bad = 0;
     pthread_t th[N];
     conn_arg_t a[N];
@@ -177,10 +177,10 @@ static void test_many_connections(void)
     jet_channel_t *ch = ut_channel(c.port, JET_SOCKET_MODE_URMA, 30000, JET_CONNECTION_SHORT);
     JT_REQUIRE(ch);
     for (int i = 0; i < 60; i++)
-        JT_CHECK_EQ(ut_echo_call(ch, (size_t)i * 97, (uint64_t)i, "short"), 0);
-    JT_CHECK_EQ(ut_async_batch(ch, 40, 5000, GUARD_US, NULL), 0);
+        JT_CHECK_EQ(jt_echo_bytes(ch, (size_t)i * 97, (uint64_t)i, "short"), 0);
+    JT_CHECK_EQ(jt_async_batch(ch, 40, 5000, 0, GUARD_US, NULL), 0);
     jet_channel_destroy(ch);
-    JT_CHECK_EQ(ut_child_stop(&c), 0);
+    JT_CHECK_EQ(jt_child_stop(&c), 0);
 }
 
 int main(int argc, char **argv)

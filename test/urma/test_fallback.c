@@ -37,14 +37,14 @@ static void test_urma_client_tcp_server(void)
     jet_channel_t *ch = channel_retry(port, JET_CONNECTION_SINGLE, 0);
     JT_REQUIRE(ch);
     for (int i = 0; i < 3; i++)
-        JT_CHECK_EQ(ut_echo_call(ch, 5000 + (size_t)i, (uint64_t)i, "tcp"), 0);
-    JT_CHECK_EQ(ut_async_batch(ch, 100, 3000, GUARD_US, NULL), 0);
+        JT_CHECK_EQ(jt_echo_bytes(ch, 5000 + (size_t)i, (uint64_t)i, "tcp"), 0);
+    JT_CHECK_EQ(jt_async_batch(ch, 100, 3000, 0, GUARD_US, NULL), 0);
     jet_channel_destroy(ch);
     /* Every connection type, each connection declined on its own. */
     ch = channel_retry(port, JET_CONNECTION_SHORT, 0);
     JT_REQUIRE(ch);
     for (int i = 0; i < 5; i++)
-        JT_CHECK_EQ(ut_echo_call(ch, 100, (uint64_t)i, "short"), 0);
+        JT_CHECK_EQ(jt_echo_bytes(ch, 100, (uint64_t)i, "short"), 0);
     jet_channel_destroy(ch);
     jet_server_stats_t st;
     jet_server_get_stats(srv, &st);
@@ -54,50 +54,23 @@ static void test_urma_client_tcp_server(void)
 
 /* ---- a brpc TCP-only server: closes on a URMA hello ---------------------------------- */
 
-typedef struct closer {
-    int real_port;
-    _Atomic int hellos, proxied;
-} closer_t;
-
-static void closer_fn(int fd, int index, void *arg)
-{
-    closer_t *c = arg;
-    char head[4];
-    if (ut_read_n(fd, head, 4, 5000) != 4) {
-        close(fd);
-        return;
-    }
-    if (memcmp(head, "URMA", 4) == 0 || memcmp(head, "URM3", 4) == 0) {
-        /* brpc: "unknown message", close. */
-        char rest[256];
-        ut_read_n(fd, rest, sizeof rest, 50);
-        atomic_fetch_add(&c->hellos, 1);
-        close(fd);
-        return;
-    }
-    int up = ut_connect(c->real_port);
-    if (up < 0 || !ut_send_all(up, head, 4)) {
-        close(fd);
-        if (up >= 0) close(up);
-        return;
-    }
-    atomic_fetch_add(&c->proxied, 1);
-    ut_pump(fd, up);
-}
-
 static void test_urma_client_brpc_tcp_server(void)
 {
     int real = 0;
     jet_server_t *srv = ut_server_start(JET_SOCKET_MODE_TCP, &real);
     JT_REQUIRE(srv);
-    closer_t c = {.real_port = real};
-    ut_fake_t f;
-    ut_fake_start(&f, closer_fn, &c);
+    jt_closer_t c = {.real_port = real,
+                     .head_len = 4,
+                     .magics = {"URMA", "URM3", NULL},
+                     .rest_len = 256,
+                     .rest_ms = 50};
+    jt_fake_t f;
+    jt_fake_start(&f, jt_closer_fn, &c);
     /* No retries allowed: the fallback reconnect must not need one. */
     jet_channel_t *ch = channel_retry(f.port, JET_CONNECTION_SINGLE, 0);
     JT_REQUIRE(ch);
-    JT_CHECK_EQ(ut_echo_call(ch, 2000, 1, "brpc-tcp"), 0);
-    JT_CHECK_EQ(ut_echo_call(ch, 2000, 2, "brpc-tcp"), 0);
+    JT_CHECK_EQ(jt_echo_bytes(ch, 2000, 1, "brpc-tcp"), 0);
+    JT_CHECK_EQ(jt_echo_bytes(ch, 2000, 2, "brpc-tcp"), 0);
     JT_CHECK_EQ(atomic_load(&c.hellos), 1);
     JT_CHECK_EQ(atomic_load(&c.proxied), 1);
     jet_channel_destroy(ch);
@@ -105,14 +78,14 @@ static void test_urma_client_brpc_tcp_server(void)
     ch = channel_retry(f.port, JET_CONNECTION_SHORT, 0);
     JT_REQUIRE(ch);
     for (int i = 0; i < 4; i++)
-        JT_CHECK_EQ(ut_echo_call(ch, 300, (uint64_t)i, "brpc-tcp"), 0);
+        JT_CHECK_EQ(jt_echo_bytes(ch, 300, (uint64_t)i, "brpc-tcp"), 0);
     JT_CHECK_EQ(atomic_load(&c.hellos), 2);
     JT_CHECK_EQ(atomic_load(&c.proxied), 5);
     /* Concurrent calls queued on the refused connection all move over. */
     jet_channel_destroy(ch);
     ch = channel_retry(f.port, JET_CONNECTION_SINGLE, 0);
     JT_REQUIRE(ch);
-    JT_CHECK_EQ(ut_async_batch(ch, 50, 1000, GUARD_US, NULL), 0);
+    JT_CHECK_EQ(jt_async_batch(ch, 50, 1000, 0, GUARD_US, NULL), 0);
     JT_CHECK_EQ(atomic_load(&c.hellos), 3);
     jet_channel_destroy(ch);
     /* The refusal is remembered for transport_reprobe_s only: once it has
@@ -121,15 +94,15 @@ static void test_urma_client_brpc_tcp_server(void)
     JT_CHECK_EQ(jet_flag_set("transport_reprobe_s", "1"), 0);
     ch = channel_retry(f.port, JET_CONNECTION_SHORT, 0);
     JT_REQUIRE(ch);
-    JT_CHECK_EQ(ut_echo_call(ch, 300, 1, "brpc-tcp"), 0);
-    JT_CHECK_EQ(ut_echo_call(ch, 300, 2, "brpc-tcp"), 0);
+    JT_CHECK_EQ(jt_echo_bytes(ch, 300, 1, "brpc-tcp"), 0);
+    JT_CHECK_EQ(jt_echo_bytes(ch, 300, 2, "brpc-tcp"), 0);
     JT_CHECK_EQ(atomic_load(&c.hellos), 4);
     usleep(1200 * 1000);
-    JT_CHECK_EQ(ut_echo_call(ch, 300, 3, "brpc-tcp"), 0);
+    JT_CHECK_EQ(jt_echo_bytes(ch, 300, 3, "brpc-tcp"), 0);
     JT_CHECK_EQ(atomic_load(&c.hellos), 5);
     JT_CHECK_EQ(jet_flag_set("transport_reprobe_s", "60"), 0);
     jet_channel_destroy(ch);
-    ut_fake_stop(&f);
+    jt_fake_stop(&f);
     jet_server_destroy(srv);
 }
 
@@ -144,12 +117,12 @@ static void decliner_fn(int fd, int index, void *arg)
 {
     decliner_t *d = arg;
     uint8_t buf[4200];
-    size_t have = ut_read_n(fd, buf, 8, 5000), used = 0;
+    size_t have = jt_read_n(fd, buf, 8, 5000), used = 0;
     jet_urma_hello_t h;
     jet_urma_hello_result_t r = JET_URMA_HELLO_INCOMPLETE;
     while (have >= 8 &&
            (r = jet__urma_hello_parse(buf, have, &h, &used)) == JET_URMA_HELLO_INCOMPLETE)
-        if (ut_read_n(fd, buf + have, 1, 5000) == 1)
+        if (jt_read_n(fd, buf + have, 1, 5000) == 1)
             have++;
         else
             break;
@@ -162,7 +135,7 @@ static void decliner_fn(int fd, int index, void *arg)
     uint8_t out[4200];
     int n = jet__urma_hello_pack_decline(h.version, out, sizeof out);
     uint8_t ack[4];
-    if (n <= 0 || !ut_send_all(fd, out, (size_t)n) || ut_read_n(fd, ack, 4, 5000) != 4) {
+    if (n <= 0 || !jt_send_all(fd, out, (size_t)n) || jt_read_n(fd, ack, 4, 5000) != 4) {
         close(fd);
         return;
     }
@@ -170,12 +143,12 @@ static void decliner_fn(int fd, int index, void *arg)
         atomic_fetch_add(&d->acks_zero, 1);
     else
         atomic_fetch_add(&d->acks_other, 1);
-    int up = ut_connect(d->real_port);
+    int up = jt_tcp_connect(d->real_port, 0);
     if (up < 0) {
         close(fd);
         return;
     }
-    ut_pump(fd, up);
+    jt_pump(fd, up, 0);
 }
 
 static void declining(int version)
@@ -184,20 +157,20 @@ static void declining(int version)
     jet_server_t *srv = ut_server_start(JET_SOCKET_MODE_TCP, &real);
     JT_REQUIRE(srv);
     decliner_t d = {.real_port = real};
-    ut_fake_t f;
-    ut_fake_start(&f, decliner_fn, &d);
+    jt_fake_t f;
+    jt_fake_start(&f, decliner_fn, &d);
     jet_flag_set("urma_client_handshake_version", version == 3 ? "3" : "2");
     jet_channel_t *ch = channel_retry(f.port, JET_CONNECTION_SINGLE, 0);
     JT_REQUIRE(ch);
-    JT_CHECK_EQ(ut_echo_call(ch, 7000, 3, "declined"), 0);
-    JT_CHECK_EQ(ut_async_batch(ch, 30, 10000, GUARD_US, NULL), 0);
+    JT_CHECK_EQ(jt_echo_bytes(ch, 7000, 3, "declined"), 0);
+    JT_CHECK_EQ(jt_async_batch(ch, 30, 10000, 0, GUARD_US, NULL), 0);
     jet_channel_destroy(ch);
     jet_flag_set("urma_client_handshake_version", "2");
     JT_CHECK_EQ(atomic_load(&d.hellos), 1);
     JT_CHECK_EQ(atomic_load(&d.v3), version == 3 ? 1 : 0);
     JT_CHECK_EQ(atomic_load(&d.acks_zero), 1); /* brpc's client would send none */
     JT_CHECK_EQ(atomic_load(&d.acks_other), 0);
-    ut_fake_stop(&f);
+    jt_fake_stop(&f);
     jet_server_destroy(srv);
 }
 
@@ -218,13 +191,13 @@ static void test_tcp_client_urma_server(void)
     JT_REQUIRE(srv);
     jet_channel_t *ch = ut_channel(port, JET_SOCKET_MODE_TCP, 10000, JET_CONNECTION_SINGLE);
     JT_REQUIRE(ch);
-    JT_CHECK_EQ(ut_echo_call(ch, 100000, 4, "tcp-client"), 0);
-    JT_CHECK_EQ(ut_async_batch(ch, 100, 2000, GUARD_US, NULL), 0);
+    JT_CHECK_EQ(jt_echo_bytes(ch, 100000, 4, "tcp-client"), 0);
+    JT_CHECK_EQ(jt_async_batch(ch, 100, 2000, 0, GUARD_US, NULL), 0);
     jet_channel_destroy(ch);
     /* The same server keeps serving URMA clients. */
     ch = ut_channel(port, JET_SOCKET_MODE_URMA, 10000, JET_CONNECTION_SINGLE);
     JT_REQUIRE(ch);
-    JT_CHECK_EQ(ut_echo_call(ch, 100000, 5, "urma-client"), 0);
+    JT_CHECK_EQ(jt_echo_bytes(ch, 100000, 5, "urma-client"), 0);
     jet_channel_destroy(ch);
     jet_server_destroy(srv);
 }
@@ -252,14 +225,14 @@ static void test_client_urma_unavailable(void)
 static void test_server_urma_unavailable(void)
 {
     const char *sargs[] = {missing_lib, NULL};
-    ut_child_t c;
-    JT_REQUIRE(ut_child_start(&c, sargs) == 0);
+    jt_child_t c;
+    JT_REQUIRE(jt_child_start(&c, sargs, NULL) == 0);
     for (int v = 2; v <= 3; v++) {
         jet_flag_set("urma_client_handshake_version", v == 3 ? "3" : "2");
         jet_channel_t *ch = channel_retry(c.port, JET_CONNECTION_SINGLE, 0);
         JT_REQUIRE(ch);
-        JT_CHECK_EQ(ut_echo_call(ch, 30000, 6, "srv-unavailable"), 0);
-        JT_CHECK_EQ(ut_async_batch(ch, 20, 500, GUARD_US, NULL), 0);
+        JT_CHECK_EQ(jt_echo_bytes(ch, 30000, 6, "srv-unavailable"), 0);
+        JT_CHECK_EQ(jt_async_batch(ch, 20, 500, 0, GUARD_US, NULL), 0);
         jet_channel_destroy(ch);
     }
     jet_flag_set("urma_client_handshake_version", "2");
@@ -268,7 +241,7 @@ static void test_server_urma_unavailable(void)
     snprintf(p, sizeof p, "port=%d", c.port);
     const char *args[] = {p, "calls=3", missing_lib, NULL};
     JT_CHECK_EQ(ut_client_run(args, NULL), 0);
-    JT_CHECK_EQ(ut_child_stop(&c), 0);
+    JT_CHECK_EQ(jt_child_stop(&c), 0);
 }
 
 static void test_option_checks(void)

@@ -34,28 +34,15 @@ static bool connection_error(int code)
 
 static void test_server_killed_mid_transfer(void)
 {
-    ut_child_t c;
-    JT_REQUIRE(ut_child_start(&c, NULL) == 0);
+    jt_child_t c;
+    JT_REQUIRE(jt_child_start(&c, NULL, NULL) == 0);
     jet_channel_t *ch = channel(c.port, 30000, 0);
     JT_REQUIRE(ch);
-    JT_CHECK_EQ(ut_echo_call(ch, 1000, 1, "warm"), 0);
+    JT_CHECK_EQ(jt_echo_bytes(ch, 1000, 1, "warm"), 0);
     enum { N = 24 }; /* 48 MiB: under the socket's 64 MiB write limit */
-    ut_batch_t b = {.len = 2 << 20};
-    ut_slot_t sl[N];
-    uint8_t *p = malloc(b.len);
-    JT_REQUIRE(p);
-    for (int i = 0; i < N; i++) {
-        sl[i] = (ut_slot_t){.b = &b, .seed = (uint64_t)i, .call = jet_call_create()};
-        Example__EchoRequest r = EXAMPLE__ECHO_REQUEST__INIT;
-        sl[i].req = r;
-        sl[i].req.message = "big";
-        jt_stream_fill(p, sl[i].seed, b.len);
-        jet_iobuf_append(jet_call_request_attachment(sl[i].call), p, b.len);
-    }
-    free(p);
-    for (int i = 0; i < N; i++)
-        jet_channel_call(ch, &example__echo_service__descriptor, 0, sl[i].call, &sl[i].req.base,
-                         ut_batch_done, &sl[i]);
+    jt_batch_t b = {0};
+    jt_slot_t *sl = jt_slots_new(&b, N, "big", 2 << 20, 0, 0);
+    jt_slots_issue(ch, sl, N);
     usleep(20000);
     kill(c.pid, SIGKILL);
     JT_REQUIRE(jt_wait_at_least(&b.done, N, GUARD_US));
@@ -65,22 +52,19 @@ static void test_server_killed_mid_transfer(void)
         failed++;
         int code = jet_call_error_code(sl[i].call);
         JT_CHECK_AT(jet_call_error_text(sl[i].call), connection_error(code));
-        jet_call_destroy(sl[i].call);
-        sl[i].call = NULL;
     }
-    for (int i = 0; i < N; i++)
-        if (sl[i].call) jet_call_destroy(sl[i].call);
+    (void)jt_slots_free(&b, sl, N, GUARD_US); /* all are done */
     JT_CHECK(failed > 0);
     waitpid(c.pid, NULL, 0);
     close(c.in_fd);
     jet_channel_destroy(ch);
     /* The client process goes on with other servers. */
-    JT_REQUIRE(ut_child_start(&c, NULL) == 0);
+    JT_REQUIRE(jt_child_start(&c, NULL, NULL) == 0);
     ch = channel(c.port, 30000, 0);
     JT_REQUIRE(ch);
-    JT_CHECK_EQ(ut_echo_call(ch, 300000, 2, "after"), 0);
+    JT_CHECK_EQ(jt_echo_bytes(ch, 300000, 2, "after"), 0);
     jet_channel_destroy(ch);
-    JT_CHECK_EQ(ut_child_stop(&c), 0);
+    JT_CHECK_EQ(jt_child_stop(&c), 0);
 }
 
 static void test_client_killed_mid_transfer(void)
@@ -91,13 +75,9 @@ static void test_client_killed_mid_transfer(void)
     char pa[32];
     snprintf(pa, sizeof pa, "port=%d", port);
     for (int round = 0; round < 3; round++) {
-        const char *argv[] = {ut_self, "role=client", pa, "calls=100000", "size=1048576", NULL};
-        pid_t pid = fork();
+        const char *args[] = {pa, "calls=100000", "size=1048576", NULL};
+        pid_t pid = jt_spawn_role("role=client", args, NULL);
         JT_REQUIRE(pid >= 0);
-        if (pid == 0) {
-            execv(ut_self, (char *const *)argv);
-            _exit(127);
-        }
         jet_server_stats_t st;
         JT_WAIT_UNTIL((jet_server_get_stats(srv, &st), st.requests > (uint64_t)round * 5 + 3),
                       20000000);
@@ -108,7 +88,7 @@ static void test_client_killed_mid_transfer(void)
     }
     jet_channel_t *ch = channel(port, 30000, 0);
     JT_REQUIRE(ch);
-    JT_CHECK_EQ(ut_echo_call(ch, 1 << 20, 3, "survivor"), 0);
+    JT_CHECK_EQ(jt_echo_bytes(ch, 1 << 20, 3, "survivor"), 0);
     jet_channel_destroy(ch);
     jet_server_destroy(srv);
 }
@@ -118,14 +98,14 @@ static void test_client_killed_mid_transfer(void)
 static void test_completion_errors_server(void)
 {
     const char *envs[] = {"SOFTUB_ERR_EVERY=37", NULL};
-    ut_child_t c;
-    JT_REQUIRE(ut_child_start_env(&c, NULL, envs) == 0);
+    jt_child_t c;
+    JT_REQUIRE(jt_child_start(&c, NULL, envs) == 0);
     jet_channel_t *ch = channel(c.port, 20000, 0);
     JT_REQUIRE(ch);
     /* One WR per response: about one call in 37 meets the error. */
     int ok = 0, bad = 0;
     for (int i = 0; i < 150; i++) {
-        int rc = ut_echo_call(ch, 1000, (uint64_t)i, "err");
+        int rc = jt_echo_bytes(ch, 1000, (uint64_t)i, "err");
         if (rc == 0) {
             ok++;
         } else {
@@ -138,12 +118,12 @@ static void test_completion_errors_server(void)
     /* Many calls in flight when the connection fails: all end. */
     for (int round = 0; round < 4; round++) {
         int err = 0;
-        int n = ut_async_batch(ch, 20, 20000, GUARD_US, &err);
+        int n = jt_async_batch(ch, 20, 20000, 0, GUARD_US, &err);
         JT_REQUIRE(n <= 20);
         if (n) JT_CHECK_AT("round error", connection_error(err));
     }
     jet_channel_destroy(ch);
-    JT_CHECK_EQ(ut_child_stop(&c), 0); /* no crash, clean exit */
+    JT_CHECK_EQ(jt_child_stop(&c), 0); /* no crash, clean exit */
 }
 
 static void test_completion_errors_client(void)
@@ -163,7 +143,7 @@ static void test_completion_errors_client(void)
     JT_CHECK(JT_WAIT_UNTIL((jet_server_get_stats(srv, &st), st.connections_open == 0), 20000000));
     jet_channel_t *ch = channel(port, 30000, 0);
     JT_REQUIRE(ch);
-    JT_CHECK_EQ(ut_echo_call(ch, 10000, 4, "survivor"), 0);
+    JT_CHECK_EQ(jt_echo_bytes(ch, 10000, 4, "survivor"), 0);
     jet_channel_destroy(ch);
     jet_server_destroy(srv);
 }
@@ -173,21 +153,21 @@ static void test_completion_errors_client(void)
 static void test_forced_rnr(void)
 {
     const char *envs[] = {"SOFTUB_FORCE_RNR=1", NULL};
-    ut_child_t c;
-    JT_REQUIRE(ut_child_start_env(&c, NULL, envs) == 0);
+    jt_child_t c;
+    JT_REQUIRE(jt_child_start(&c, NULL, envs) == 0);
     jet_channel_t *ch = channel(c.port, 300, 0);
     JT_REQUIRE(ch);
-    JT_CHECK_EQ(ut_echo_call(ch, 100, 5, "rnr"), JET_ERPCTIMEDOUT);
-    JT_CHECK_EQ(ut_async_batch(ch, 10, 50000, GUARD_US, NULL), 10);
+    JT_CHECK_EQ(jt_echo_bytes(ch, 100, 5, "rnr"), JET_ERPCTIMEDOUT);
+    JT_CHECK_EQ(jt_async_batch(ch, 10, 50000, 0, GUARD_US, NULL), 10);
     jet_channel_destroy(ch);
-    JT_CHECK_EQ(ut_child_stop(&c), 0);
+    JT_CHECK_EQ(jt_child_stop(&c), 0);
     /* This process's loops are fine afterwards. */
     int port = 0;
     jet_server_t *srv = ut_server_start(JET_SOCKET_MODE_URMA, &port);
     JT_REQUIRE(srv);
     ch = channel(port, 30000, 0);
     JT_REQUIRE(ch);
-    JT_CHECK_EQ(ut_echo_call(ch, 100000, 6, "after-rnr"), 0);
+    JT_CHECK_EQ(jt_echo_bytes(ch, 100000, 6, "after-rnr"), 0);
     jet_channel_destroy(ch);
     jet_server_destroy(srv);
 }
@@ -201,7 +181,7 @@ static void *conn_main(void *arg)
 {
     conn_arg_t *a = arg;
     jet_channel_t *ch = channel(a->port, 30000, 0);
-    if (!ch || ut_echo_call(ch, 5000, 1, "full") != 0 || ut_echo_call(ch, 70000, 2, "full") != 0)
+    if (!ch || jt_echo_bytes(ch, 5000, 1, "full") != 0 || jt_echo_bytes(ch, 70000, 2, "full") != 0)
         atomic_fetch_add(a->bad, 1);
     /* Held open until every thread has called: the JFC stays full. */
     usleep(300000);
@@ -214,8 +194,8 @@ static void *conn_main(void *arg)
 static void test_jfc_full_falls_back(void)
 {
     const char *args[] = {"--urma_jfc_depth=600", "--event_loop_num=2", NULL};
-    ut_child_t c;
-    JT_REQUIRE(ut_child_start(&c, args) == 0);
+    jt_child_t c;
+    JT_REQUIRE(jt_child_start(&c, args, NULL) == 0);
     enum { N = 12 };
     _Atomic int bad = 0;
     pthread_t th[N];
@@ -227,7 +207,7 @@ static void test_jfc_full_falls_back(void)
     for (int i = 0; i < N; i++)
         pthread_join(th[i], NULL);
     JT_CHECK_EQ(atomic_load(&bad), 0);
-    JT_CHECK_EQ(ut_child_stop(&c), 0);
+    JT_CHECK_EQ(jt_child_stop(&c), 0);
 }
 
 int main(int argc, char **argv)

@@ -96,11 +96,11 @@ static size_t pack(const jet_urma_hello_t *h, uint8_t *buf)
 /* Reads one framed hello from fd: the parse result, *h and its bytes in raw. */
 static jet_urma_hello_result_t read_hello(int fd, jet_urma_hello_t *h, uint8_t *raw, size_t *len_p)
 {
-    size_t have = ut_read_n(fd, raw, 8, 5000), used = 0;
+    size_t have = jt_read_n(fd, raw, 8, 5000), used = 0;
     jet_urma_hello_result_t r = JET_URMA_HELLO_INCOMPLETE;
     while (have >= 4 &&
            (r = jet__urma_hello_parse(raw, have, h, &used)) == JET_URMA_HELLO_INCOMPLETE)
-        if (ut_read_n(fd, raw + have, 1, 5000) == 1)
+        if (jt_read_n(fd, raw + have, 1, 5000) == 1)
             have++;
         else
             break;
@@ -123,14 +123,14 @@ static uint64_t srv_open(void)
 /* Sends bytes as a client; true when the server then closes the connection. */
 static bool server_closes_on(const void *bytes, size_t n, bool then_close_ourselves)
 {
-    int fd = ut_connect(g_port);
+    int fd = jt_tcp_connect(g_port, 0);
     if (fd < 0) return false;
-    ut_send_all(fd, bytes, n);
+    jt_send_all(fd, bytes, n);
     if (then_close_ourselves) {
         close(fd);
         return JT_WAIT_UNTIL(srv_open() == 0, 10000000);
     }
-    bool eof = ut_wait_eof(fd, 10000);
+    bool eof = jt_wait_eof(fd, 10000);
     close(fd);
     return eof && JT_WAIT_UNTIL(srv_open() == 0, 10000000);
 }
@@ -157,7 +157,7 @@ typedef struct proxy_arg {
 static void proxy_fn(int fd, int index, void *arg)
 {
     proxy_arg_t *pa = arg;
-    int up = ut_connect(g_port);
+    int up = jt_tcp_connect(g_port, 0);
     uint8_t buf[4200];
     jet_urma_hello_t h;
     fake_hello(pa->version, &h);
@@ -170,7 +170,7 @@ static void proxy_fn(int fd, int index, void *arg)
         buf[4] = 0;
         buf[5] = 94;
     }
-    if (up < 0 || !ut_send_all(up, buf, n)) goto out;
+    if (up < 0 || !jt_send_all(up, buf, n)) goto out;
     jet_urma_hello_t ans;
     jet_urma_hello_result_t r = read_hello(up, &ans, pa->answer, &pa->answer_len);
     if (r == JET_URMA_HELLO_OK && ans.version == pa->version) atomic_store(&pa->answered_valid, 1);
@@ -178,10 +178,10 @@ static void proxy_fn(int fd, int index, void *arg)
         atomic_store(&pa->answered_decline, 1);
     if (pa->sc != SC_DECLINED_NO_ACK && pa->sc != SC_VALID_NO_ACK) {
         uint8_t ack[4] = {0, 0, 0, 0};
-        if (!ut_send_all(up, ack, 4)) goto out;
+        if (!jt_send_all(up, ack, 4)) goto out;
     }
     atomic_store(&pa->ok, 1);
-    ut_pump(fd, up);
+    jt_pump(fd, up, 0);
     return;
 out:
     close(fd);
@@ -193,14 +193,14 @@ static void run_proxy(script_t sc, int version, proxy_arg_t *pa)
     memset(pa, 0, sizeof *pa);
     pa->sc = sc;
     pa->version = version;
-    ut_fake_t f;
-    ut_fake_start(&f, proxy_fn, pa);
+    jt_fake_t f;
+    jt_fake_start(&f, proxy_fn, pa);
     jet_channel_t *ch = ut_channel(f.port, JET_SOCKET_MODE_TCP, 10000, JET_CONNECTION_SINGLE);
     JT_REQUIRE(ch);
-    JT_CHECK_EQ(ut_echo_call(ch, 20000, 11, "through"), 0);
-    JT_CHECK_EQ(ut_echo_call(ch, 1, 12, "through"), 0);
+    JT_CHECK_EQ(jt_echo_bytes(ch, 20000, 11, "through"), 0);
+    JT_CHECK_EQ(jt_echo_bytes(ch, 1, 12, "through"), 0);
     jet_channel_destroy(ch);
-    ut_fake_stop(&f);
+    jt_fake_stop(&f);
     JT_CHECK(atomic_load(&pa->ok));
 }
 
@@ -320,47 +320,47 @@ static void test_server_ack_rules(void)
     fake_hello(2, &h);
     h.recv_buffer_cnt = 70000;
     size_t n = pack(&h, b);
-    int fd = ut_connect(g_port);
+    int fd = jt_tcp_connect(g_port, 0);
     JT_REQUIRE(fd >= 0);
-    ut_send_all(fd, b, n);
+    jt_send_all(fd, b, n);
     uint8_t ans[4200];
     size_t alen;
     jet_urma_hello_t a;
     JT_CHECK_EQ(read_hello(fd, &a, ans, &alen), JET_URMA_HELLO_DECLINED);
-    ut_send_all(fd, "\x00\x00\x00\x01", 4);
-    JT_CHECK(ut_wait_eof(fd, 10000));
+    jt_send_all(fd, "\x00\x00\x00\x01", 4);
+    JT_CHECK(jt_wait_eof(fd, 10000));
     close(fd);
 
     /* Accepted, ACK 1, then a byte on TCP: closed. */
     fake_hello(2, &h);
     n = pack(&h, b);
-    fd = ut_connect(g_port);
+    fd = jt_tcp_connect(g_port, 0);
     JT_REQUIRE(fd >= 0);
-    ut_send_all(fd, b, n);
+    jt_send_all(fd, b, n);
     JT_CHECK_EQ(read_hello(fd, &a, ans, &alen), JET_URMA_HELLO_OK);
-    ut_send_all(fd, "\x00\x00\x00\x01", 4);
+    jt_send_all(fd, "\x00\x00\x00\x01", 4);
     usleep(50000);
     JT_CHECK_EQ(srv_open(), 1);
-    ut_send_all(fd, "x", 1);
-    JT_CHECK(ut_wait_eof(fd, 10000));
+    jt_send_all(fd, "x", 1);
+    JT_CHECK(jt_wait_eof(fd, 10000));
     close(fd);
     JT_CHECK(JT_WAIT_UNTIL(srv_open() == 0, 10000000));
 
     /* ACK 1 with more bytes in the same write: closed. */
-    fd = ut_connect(g_port);
+    fd = jt_tcp_connect(g_port, 0);
     JT_REQUIRE(fd >= 0);
-    ut_send_all(fd, b, n);
+    jt_send_all(fd, b, n);
     JT_CHECK_EQ(read_hello(fd, &a, ans, &alen), JET_URMA_HELLO_OK);
-    ut_send_all(fd, "\x00\x00\x00\x01PRPC", 8);
-    JT_CHECK(ut_wait_eof(fd, 10000));
+    jt_send_all(fd, "\x00\x00\x00\x01PRPC", 8);
+    JT_CHECK(jt_wait_eof(fd, 10000));
     close(fd);
 
     /* Accepted, ACK 1, then the client goes away: the server notices. */
-    fd = ut_connect(g_port);
+    fd = jt_tcp_connect(g_port, 0);
     JT_REQUIRE(fd >= 0);
-    ut_send_all(fd, b, n);
+    jt_send_all(fd, b, n);
     JT_CHECK_EQ(read_hello(fd, &a, ans, &alen), JET_URMA_HELLO_OK);
-    ut_send_all(fd, "\x00\x00\x00\x01", 4);
+    jt_send_all(fd, "\x00\x00\x00\x01", 4);
     usleep(20000);
     close(fd);
     JT_CHECK(JT_WAIT_UNTIL(srv_open() == 0, 10000000));
@@ -418,16 +418,16 @@ static void server_fn(int fd, int index, void *arg)
         atomic_store(&sa->done, 1);
         return;
     case SS_GARBAGE:
-        ut_send_all(fd, "ABCDEFGH", 8);
+        jt_send_all(fd, "ABCDEFGH", 8);
         break;
     case SS_HALF_MAGIC_SILENT:
     case SS_HALF_MAGIC_CLOSE:
-        ut_send_all(fd, "UR", 2);
+        jt_send_all(fd, "UR", 2);
         break;
     case SS_HALF_HELLO_SILENT:
     case SS_HALF_HELLO_CLOSE:
         n = pack(&mine, b);
-        ut_send_all(fd, b, 6);
+        jt_send_all(fd, b, 6);
         break;
     case SS_BAD_LEN_35:
     case SS_BAD_LEN_4097:
@@ -435,30 +435,30 @@ static void server_fn(int fd, int index, void *arg)
         n = pack(&mine, b);
         b[4] = sa->sc == SS_BAD_LEN_35 ? 0 : 0x10;
         b[5] = sa->sc == SS_BAD_LEN_35 ? 35 : 0x01;
-        ut_send_all(fd, b, n);
+        jt_send_all(fd, b, n);
         break;
     case SS_V3_PB_0:
-        ut_send_all(fd, "URM3\0\0\0\0", 8);
+        jt_send_all(fd, "URM3\0\0\0\0", 8);
         break;
     case SS_V3_GARBAGE:
-        ut_send_all(fd, "URM3\0\0\0\x04\xff\xff\xff\xff", 12);
+        jt_send_all(fd, "URM3\0\0\0\x04\xff\xff\xff\xff", 12);
         break;
     case SS_DECLINE: {
         int k = jet__urma_hello_pack_decline(h.version, b, sizeof b);
-        ut_send_all(fd, b, (size_t)k);
+        jt_send_all(fd, b, (size_t)k);
         break;
     }
     case SS_VALID:
     case SS_VALID_THEN_CLOSE:
     case SS_VALID_THEN_TCP_BYTE:
         n = pack(&mine, b);
-        ut_send_all(fd, b, n);
+        jt_send_all(fd, b, n);
         break;
     }
     if (sa->sc == SS_DECLINE || sa->sc == SS_VALID || sa->sc == SS_VALID_THEN_CLOSE ||
         sa->sc == SS_VALID_THEN_TCP_BYTE) {
         uint8_t ack[4];
-        if (ut_read_n(fd, ack, 4, 5000) == 4)
+        if (jt_read_n(fd, ack, 4, 5000) == 4)
             atomic_store(&sa->ack, (int)jet__urma_ack_parse(ack) + 1);
         usleep(100000);
         if (sa->sc == SS_VALID_THEN_CLOSE) {
@@ -466,7 +466,7 @@ static void server_fn(int fd, int index, void *arg)
             atomic_store(&sa->done, 1);
             return;
         }
-        if (sa->sc == SS_VALID_THEN_TCP_BYTE) ut_send_all(fd, "z", 1);
+        if (sa->sc == SS_VALID_THEN_TCP_BYTE) jt_send_all(fd, "z", 1);
     }
     if (sa->sc == SS_HALF_MAGIC_CLOSE || sa->sc == SS_HALF_HELLO_CLOSE) {
         usleep(50000);
@@ -475,7 +475,7 @@ static void server_fn(int fd, int index, void *arg)
         return;
     }
     /* Silent until the client goes. */
-    ut_wait_eof(fd, 20000);
+    jt_wait_eof(fd, 20000);
     close(fd);
     atomic_store(&sa->done, 1);
 }
@@ -485,8 +485,8 @@ static int client_against(sscript_t sc, sarg_t *sa, int32_t timeout_ms)
 {
     memset(sa, 0, sizeof *sa);
     sa->sc = sc;
-    ut_fake_t f;
-    ut_fake_start(&f, server_fn, sa);
+    jt_fake_t f;
+    jt_fake_start(&f, server_fn, sa);
     jet_channel_options_t o;
     jet_channel_options_init(&o);
     o.socket_mode = JET_SOCKET_MODE_URMA;
@@ -498,11 +498,11 @@ static int client_against(sscript_t sc, sarg_t *sa, int32_t timeout_ms)
     jet_channel_t *ch = NULL;
     int rc = jet_channel_create(addr, &o, &ch);
     if (rc == 0) {
-        rc = ut_echo_call(ch, 100, 1, "fake");
+        rc = jt_echo_bytes(ch, 100, 1, "fake");
         jet_channel_destroy(ch);
     }
     jt_wait_at_least(&sa->done, 1, 30000000);
-    ut_fake_stop(&f);
+    jt_fake_stop(&f);
     return rc;
 }
 

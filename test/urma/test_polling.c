@@ -14,38 +14,38 @@ static void echo_suite(int port)
     JT_REQUIRE(ch);
     static const size_t sizes[] = {1, 511, 512, 8192, 8193, 100000, 1 << 20, 16 << 20};
     for (size_t i = 0; i < sizeof sizes / sizeof sizes[0]; i++) {
-        int rc = ut_echo_call(ch, sizes[i], i * 31 + 7, "poll");
+        int rc = jt_echo_bytes(ch, sizes[i], i * 31 + 7, "poll");
         if (rc) fprintf(stderr, "  size %zu: %d\n", sizes[i], rc);
         JT_CHECK_EQ(rc, 0);
     }
-    JT_CHECK_EQ(ut_async_batch(ch, 400, 4000, GUARD_US, NULL), 0);
+    JT_CHECK_EQ(jt_async_batch(ch, 400, 4000, 0, GUARD_US, NULL), 0);
     jet_channel_destroy(ch);
 }
 
 static void test_polling_client_polling_server(void)
 {
     const char *args[] = {"--urma_use_polling=true", NULL};
-    ut_child_t c;
-    JT_REQUIRE(ut_child_start(&c, args) == 0);
+    jt_child_t c;
+    JT_REQUIRE(jt_child_start(&c, args, NULL) == 0);
     echo_suite(c.port);
-    JT_CHECK_EQ(ut_child_stop(&c), 0);
+    JT_CHECK_EQ(jt_child_stop(&c), 0);
 }
 
 static void test_polling_client_event_server(void)
 {
-    ut_child_t c;
-    JT_REQUIRE(ut_child_start(&c, NULL) == 0);
+    jt_child_t c;
+    JT_REQUIRE(jt_child_start(&c, NULL, NULL) == 0);
     echo_suite(c.port);
-    JT_CHECK_EQ(ut_child_stop(&c), 0);
+    JT_CHECK_EQ(jt_child_stop(&c), 0);
 }
 
 static void test_polling_yield_server(void)
 {
     const char *args[] = {"--urma_use_polling=true", "--urma_poller_yield=true", NULL};
-    ut_child_t c;
-    JT_REQUIRE(ut_child_start(&c, args) == 0);
+    jt_child_t c;
+    JT_REQUIRE(jt_child_start(&c, args, NULL) == 0);
     echo_suite(c.port);
-    JT_CHECK_EQ(ut_child_stop(&c), 0);
+    JT_CHECK_EQ(jt_child_stop(&c), 0);
 }
 
 typedef struct probe {
@@ -86,7 +86,7 @@ static void *conn_main(void *arg)
     th_arg_t *a = arg;
     jet_channel_t *ch = ut_channel(a->port, JET_SOCKET_MODE_URMA, 30000, JET_CONNECTION_SINGLE);
     for (int i = 0; ch && i < 20; i++)
-        if (ut_echo_call(ch, (size_t)i * 333, (uint64_t)i, "conn") != 0)
+        if (jt_echo_bytes(ch, (size_t)i * 333, (uint64_t)i, "conn") != 0)
             atomic_fetch_add(a->bad, 1);
     if (!ch) atomic_fetch_add(a->bad, 1);
     jet_channel_destroy(ch);
@@ -97,8 +97,8 @@ static void *conn_main(void *arg)
 static void test_many_connections_one_poller(void)
 {
     const char *args[] = {"--urma_use_polling=true", NULL};
-    ut_child_t c;
-    JT_REQUIRE(ut_child_start(&c, args) == 0);
+    jt_child_t c;
+    JT_REQUIRE(jt_child_start(&c, args, NULL) == 0);
     enum { N = 16 };
     _Atomic int bad = 0;
     pthread_t th[N];
@@ -110,7 +110,7 @@ static void test_many_connections_one_poller(void)
     for (int i = 0; i < N; i++)
         pthread_join(th[i], NULL);
     JT_CHECK_EQ(atomic_load(&bad), 0);
-    JT_CHECK_EQ(ut_child_stop(&c), 0);
+    JT_CHECK_EQ(jt_child_stop(&c), 0);
     /* Only loop 0 carries URMA; once every connection is gone nothing is
      * attached there any more (and its poller was removed). */
     jet_urma_loop_stats_t st0 = {0}, st1 = {0};
