@@ -23,6 +23,9 @@ JET_FLAG_DEFINE_INT32(event_loop_num, 0,
 JET_FLAG_DEFINE_BOOL(event_poll_yield, false,
                      "In busy-poll mode, sched_yield() after an iteration that found no work");
 JET_FLAG_DEFINE_INT32(event_max_events, 256, "Most epoll events fetched by one epoll_wait");
+JET_FLAG_DEFINE_INT32(event_busy_epoll_us, 20,
+                      "A busy-poll loop (one with pollers) looks at its file descriptors at most "
+                      "this often, in microseconds; its pollers, tasks and timers run every pass");
 JET_FLAG_DEFINE_BOOL(event_guest_drive, true,
                      "A thread waiting for a synchronous call runs its busy-poll loop's "
                      "iterations itself while the loop thread sleeps (one spinning thread instead "
@@ -73,6 +76,7 @@ struct jet_loop {
 
     /* Busy-poll pollers registered: read by would-be guests on any thread. */
     _Atomic int npollers;
+    int64_t last_epoll_us; /* busy-poll: when the fds were last looked at */
 
     /* Written by posters, read by the loop: kept away from the loop-private
      * fields above and from the inbox head that posters swap. */
@@ -376,9 +380,23 @@ static int loop_run_pollers(jet_loop_t *loop)
 
 static void loop_iterate(jet_loop_t *loop, bool guest)
 {
-    int work = loop_run_timers(loop, jet_now_us());
+    int64_t now = jet_now_us();
+    int work = loop_run_timers(loop, now);
     int ran = loop_run_tasks(loop, LOOP_TASK_BATCH);
     work += ran;
+
+    /* A busy-poll loop looks at its fds every event_busy_epoll_us only: an
+     * epoll_wait is a system call (about a microsecond on a VM), ten times a
+     * poller's pass, and would set the pace at which the pollers see their
+     * rings. Tasks and timers are still served every pass. */
+    if ((guest || loop->pollers) && now - loop->last_epoll_us < JET_FLAG(event_busy_epoll_us)) {
+        if (loop->pollers) {
+            work += loop_run_pollers(loop);
+            if (work == 0 && !guest && JET_FLAG(event_poll_yield)) sched_yield();
+        }
+        return;
+    }
+    loop->last_epoll_us = now;
 
     int timeout = -1;
     if (guest || ran == LOOP_TASK_BATCH || loop->pollers ||

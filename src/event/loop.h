@@ -15,9 +15,11 @@
  *  - Callbacks run on the loop thread and must not block.
  *
  * Busy-poll: while any poller is registered, the loop never sleeps in
- * epoll_wait; each iteration runs every poller once and checks epoll with a
- * zero timeout. With the flag event_poll_yield it calls sched_yield() when an
- * iteration found nothing to do. */
+ * epoll_wait; each iteration runs timers, tasks and every poller once, and
+ * checks epoll with a zero timeout at most every event_busy_epoll_us (a
+ * system call per pass would set the pollers' pace). With the flag
+ * event_poll_yield it calls sched_yield() when an iteration found nothing to
+ * do. */
 #ifndef JET_EVENT_LOOP_H
 #define JET_EVENT_LOOP_H
 
