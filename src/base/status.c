@@ -2,6 +2,7 @@
 #include <limits.h>
 #include <string.h>
 
+#include "base/status.h"
 #include "jetrpc/errors.h"
 
 const char *jet_strerror(int code)
@@ -17,6 +18,8 @@ const char *jet_strerror(int code)
 #undef JET_ERR_TEXT_
     case 0:
         return "OK";
+    case JET__EHELLO_REFUSED:
+        return "The peer closed the connection on the transport's hello";
     default:
         return strerror(code);
     }

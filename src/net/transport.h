@@ -18,6 +18,7 @@
 #include <sys/types.h>
 
 #include "jetrpc/iobuf.h"
+#include "base/status.h"
 #include "jetrpc/options.h"
 
 struct jet_socket;
@@ -101,12 +102,12 @@ typedef struct jet_transport_ops {
     size_t (*max_message)(struct jet_socket *s, const char **hint);
 } jet_transport_ops_t;
 
-/* Internal socket error: the peer closed the connection on the transport's
- * application hello without answering (a brpc TCP-only server closes on a
- * URMA hello). A channel retries such a call on a plain TCP connection and
- * uses TCP for that server from then on; if it cannot retry, the call sees
- * EEOF. Never sent on the wire nor shown to users. */
-#define JET__EHELLO_REFUSED 4097
+/* Internal socket error JET__EHELLO_REFUSED (base/status.h): the peer closed
+ * the connection on the transport's application hello without answering (a
+ * brpc TCP-only server closes on a URMA hello). A channel retries such a call
+ * on a plain TCP connection and uses TCP for that server for
+ * transport_reprobe_s; if it cannot retry, the call sees EEOF. Never sent on
+ * the wire nor shown to users. */
 
 /* Registers the built-in transports (once; later calls return at once). */
 void jet__transports_init(void);

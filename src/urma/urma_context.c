@@ -43,7 +43,8 @@ JET_FLAG_DEFINE_BOOL(urma_poller_yield, false,
 JET_FLAG_DEFINE_INT32(urma_client_handshake_version, 2,
                       "URMA hello a client sends: 2 (binary, every brpc URMA server) or 3 "
                       "(protobuf; only toward servers that support it)");
-JET_FLAG_DEFINE_INT32(urma_max_sge, 0, "Scatter entries per URMA send (0: device maximum, <= 255)");
+JET_FLAG_DEFINE_INT32(urma_max_sge, 0,
+                      "Scatter entries per URMA send (0: the device maximum; at most 32)");
 JET_FLAG_DEFINE_INT32(urma_handshake_timeout_ms, 10000,
                       "A URMA handshake not finished after this long fails its connection");
 JET_FLAG_DEFINE_BOOL(urma_jetrpc_extensions, true,

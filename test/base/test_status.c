@@ -3,6 +3,7 @@
 #include <limits.h>
 #include <string.h>
 
+#include "base/status.h"
 #include "jetrpc/errors.h"
 #include "testutil.h"
 
@@ -63,10 +64,18 @@ static void test_zero_and_unknown(void)
     }
 }
 
+/* Internal codes never reach a caller but do reach log lines: named. */
+static void test_internal_codes(void)
+{
+    JT_CHECK(strstr(jet_strerror(-JET__EHELLO_REFUSED), "hello") != NULL);
+    JT_CHECK(strstr(jet_strerror(JET__EHELLO_REFUSED), "hello") != NULL);
+}
+
 int main(void)
 {
     JT_RUN(test_rpc_codes);
     JT_RUN(test_system_codes);
     JT_RUN(test_zero_and_unknown);
+    JT_RUN(test_internal_codes);
     return jt_finish();
 }
