@@ -1420,9 +1420,9 @@ void softub__rq_polled(struct sub_cqe *c, const uint8_t *inl)
     }
     /* Release: our reads of the entry happen before a re-post rewrites it. */
     atomic_store_explicit(&sh->state, SUB_RSH_FREE, memory_order_release);
-    atomic_store_explicit(&jfr->rq_freed,
-                          atomic_load_explicit(&jfr->rq_freed, memory_order_relaxed) + 1,
-                          memory_order_relaxed);
+    /* Pollers of different JFCs (jetties sharing this JFR) may free
+     * entries at once. */
+    atomic_fetch_add_explicit(&jfr->rq_freed, 1, memory_order_relaxed);
 }
 
 /* ------------------------------------------------------------------------ */

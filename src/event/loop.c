@@ -434,19 +434,19 @@ static void loop_iterate(jet_loop_t *loop, bool guest)
     }
 }
 
-/* The loop thread while a guest drives: asleep until the guest leaves, a
- * post or stop wakes it, or event_guest_park_us passes (a guest that left
- * the loop idle does not wake it: the next call of a synchronous caller
- * usually takes it again at once). */
+/* The loop thread while a guest drives: asleep until a post or stop wakes
+ * it, or event_guest_park_us passes. It does not look at the inbox (the
+ * guest consumes it meanwhile) nor raise `sleeping`: posts to a driven loop
+ * are run by the guest and cost no system call. A guest that leaves the loop
+ * undriven raises `sleeping` itself (jet_loop_drive), so a later post wakes
+ * this thread; otherwise the next synchronous call usually takes the loop
+ * again at once and the thread sleeps on. */
 static void loop_park(jet_loop_t *loop)
 {
     int32_t us = JET_FLAG(event_guest_park_us);
     us = us < 10 ? 10 : us > 100000 ? 100000 : us;
-    atomic_store_explicit(&loop->sleeping, 1, memory_order_relaxed);
-    atomic_thread_fence(memory_order_seq_cst);
-    if (jet__mpsc_empty(&loop->inbox) && !atomic_load_explicit(&loop->stop, memory_order_acquire))
+    if (!atomic_load_explicit(&loop->stop, memory_order_acquire))
         (void)jet__futex_wait(&loop->baton, LOOP_GUEST, us);
-    atomic_store_explicit(&loop->sleeping, 0, memory_order_relaxed);
 }
 
 /* One step of the loop thread's baton protocol; true when it may iterate. */
@@ -468,8 +468,11 @@ static bool loop_hold(jet_loop_t *loop)
         loop_park(loop);
         return false;
     default: /* LOOP_IDLE */
-        (void)atomic_compare_exchange_strong_explicit(&loop->baton, &b, LOOP_RUN,
-                                                      memory_order_acquire, memory_order_relaxed);
+        if (atomic_compare_exchange_strong_explicit(&loop->baton, &b, LOOP_RUN,
+                                                    memory_order_acquire, memory_order_relaxed))
+            atomic_store_explicit(&loop->sleeping, 0, memory_order_relaxed); /* awake again */
+        else if (b == LOOP_GUEST)
+            loop_park(loop); /* a guest took it first */
         return false;
     }
 }
@@ -484,6 +487,8 @@ bool jet_loop_drive(jet_loop_t *loop, bool (*done)(void *arg), void *arg)
         if (!atomic_compare_exchange_strong_explicit(&loop->baton, &b, LOOP_GUEST,
                                                      memory_order_acquire, memory_order_relaxed))
             return false;
+        /* Driven again: posts need not wake the parked thread. */
+        atomic_store_explicit(&loop->sleeping, 0, memory_order_relaxed);
     } else if (b == LOOP_RUN) {
         if (!atomic_compare_exchange_strong_explicit(&loop->baton, &b, LOOP_WANT,
                                                      memory_order_relaxed, memory_order_relaxed))
@@ -492,9 +497,11 @@ bool jet_loop_drive(jet_loop_t *loop, bool (*done)(void *arg), void *arg)
         while ((b = atomic_load_explicit(&loop->baton, memory_order_acquire)) == LOOP_WANT) {
             if (done(arg)) {
                 b = LOOP_WANT;
+                /* Acquire on failure: the hand-over (a release) made the
+                 * loop ours, and we then touch its private state. */
                 if (atomic_compare_exchange_strong_explicit(&loop->baton, &b, LOOP_RUN,
-                                                            memory_order_relaxed,
-                                                            memory_order_relaxed))
+                                                            memory_order_acquire,
+                                                            memory_order_acquire))
                     return true;
                 break; /* handed over meanwhile: ours to give back */
             }
@@ -502,8 +509,8 @@ bool jet_loop_drive(jet_loop_t *loop, bool (*done)(void *arg), void *arg)
                 /* Its thread may now sleep in epoll: withdraw. */
                 b = LOOP_WANT;
                 if (atomic_compare_exchange_strong_explicit(&loop->baton, &b, LOOP_RUN,
-                                                            memory_order_relaxed,
-                                                            memory_order_relaxed))
+                                                            memory_order_acquire,
+                                                            memory_order_acquire))
                     return done(arg);
                 break;
             }
@@ -519,10 +526,15 @@ bool jet_loop_drive(jet_loop_t *loop, bool (*done)(void *arg), void *arg)
            atomic_load_explicit(&loop->npollers, memory_order_relaxed) > 0)
         loop_iterate(loop, true);
     loop_tls_current = NULL;
-    /* Without pollers the loop must sleep in epoll again, which only its own
-     * thread does; work queued after our last iteration must not wait for
-     * the park timeout either. Not when stopping: the loop thread then
-     * leaves on its own, and the loop may be freed right after our store. */
+    /* Leaving the loop undriven: from now on a post must wake its parked
+     * thread (Dekker with jet_loop_post: it pushes, fences, reads
+     * `sleeping`; we raise it, fence, then look at the inbox, which is still
+     * ours to read). Without pollers the loop must also go back to sleeping
+     * in epoll, which only its own thread does. Not when stopping: the loop
+     * thread leaves on its own (a wake racing a stop is harmless: a futex
+     * wake reads no memory). */
+    atomic_store_explicit(&loop->sleeping, 1, memory_order_relaxed);
+    atomic_thread_fence(memory_order_seq_cst);
     bool wake = !atomic_load_explicit(&loop->stop, memory_order_acquire) &&
                 (atomic_load_explicit(&loop->npollers, memory_order_relaxed) == 0 ||
                  !jet__mpsc_empty(&loop->inbox));
