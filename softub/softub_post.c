@@ -1411,6 +1411,9 @@ void softub__rq_polled(struct sub_cqe *c, const uint8_t *inl)
         }
         return;
     }
+    /* The receiver's own record of the WR, not the copy that went through
+     * the sender's process. */
+    c->user_ctx = sh->user_ctx;
     if (is_inl) {
         int st = post_scatter_inline(sh, inl, c->len);
         if (st != URMA_CR_SUCCESS) {

@@ -378,6 +378,15 @@ static int loop_run_pollers(jet_loop_t *loop)
 
 /* ---- the loop ---------------------------------------------------------- */
 
+/* The pollers' share of an iteration that found `work` so far. A guest
+ * never yields: it is waiting for exactly this work. */
+static void loop_poll_pass(jet_loop_t *loop, bool guest, int work)
+{
+    if (!loop->pollers) return;
+    work += loop_run_pollers(loop);
+    if (work == 0 && !guest && JET_FLAG(event_poll_yield)) sched_yield();
+}
+
 static void loop_iterate(jet_loop_t *loop, bool guest)
 {
     int64_t now = jet_now_us();
@@ -390,10 +399,7 @@ static void loop_iterate(jet_loop_t *loop, bool guest)
      * poller's pass, and would set the pace at which the pollers see their
      * rings. Tasks and timers are still served every pass. */
     if ((guest || loop->pollers) && now - loop->last_epoll_us < JET_FLAG(event_busy_epoll_us)) {
-        if (loop->pollers) {
-            work += loop_run_pollers(loop);
-            if (work == 0 && !guest && JET_FLAG(event_poll_yield)) sched_yield();
-        }
+        loop_poll_pass(loop, guest, work);
         return;
     }
     loop->last_epoll_us = now;
@@ -428,10 +434,7 @@ static void loop_iterate(jet_loop_t *loop, bool guest)
         loop_dispatch(loop, n);
         work += n;
     }
-    if (loop->pollers) {
-        work += loop_run_pollers(loop);
-        if (work == 0 && !guest && JET_FLAG(event_poll_yield)) sched_yield();
-    }
+    loop_poll_pass(loop, guest, work);
 }
 
 /* The loop thread while a guest drives: asleep until a post or stop wakes

@@ -243,7 +243,8 @@ static bool ch_retriable(int err)
 }
 
 /* The caller owns the call; its attempt failed with err (negative). */
-static void ch_attempt_failed(jet_call_t *call, int err)
+/* why: what the call's error text says (NULL: the error's own text). */
+static void ch_attempt_failed(jet_call_t *call, int err, const char *why)
 {
     if (call->sock) {
         jet__socket_unref(call->sock);
@@ -277,8 +278,8 @@ static void ch_attempt_failed(jet_call_t *call, int err)
         return;
     }
     int code = -err;
-    char text[256];
-    snprintf(text, sizeof text, "[%s] %s", call->channel->name, jet_strerror(err));
+    char text[320];
+    snprintf(text, sizeof text, "[%s] %s", call->channel->name, why ? why : jet_strerror(err));
     ch_complete(call, code, text);
 }
 
@@ -355,7 +356,7 @@ static void ch_issue(jet_call_t *call)
     jet_socket_t *s;
     int rc = ch_get_socket(ch, &s);
     if (rc < 0) {
-        ch_attempt_failed(call, rc);
+        ch_attempt_failed(call, rc, NULL);
         return;
     }
     call->sock = s;
@@ -368,7 +369,7 @@ static void ch_issue(jet_call_t *call)
     if (rc < 0) {
         jet_iobuf_fini(&frame);
         call->attempts = call->max_attempts; /* not a connection problem: no retry */
-        ch_attempt_failed(call, rc);
+        ch_attempt_failed(call, rc, NULL);
         return;
     }
     pthread_mutex_lock(&conn->lock);
@@ -385,7 +386,7 @@ static void ch_issue(jet_call_t *call)
     if (dead) {
         jet_iobuf_fini(&frame);
         int err = atomic_load(&s->error);
-        ch_attempt_failed(call, err ? err : -JET_EFAILEDSOCKET);
+        ch_attempt_failed(call, err ? err : -JET_EFAILEDSOCKET, NULL);
         return;
     }
     uint64_t cid = call->cid;
@@ -399,16 +400,9 @@ static void ch_issue(jet_call_t *call)
         if (jet__cid_claim(cid, &next) == call) {
             conn_unlink(conn, call);
             call->cid = next;
-            if (rc == -EMSGSIZE) {
-                char why[256], text[352];
-                jet__socket_size_error(s, "request", frame_len, why, sizeof why);
-                snprintf(text, sizeof text, "[%s] %s", call->channel->name, why);
-                jet__socket_unref(call->sock);
-                call->sock = NULL;
-                ch_complete(call, EMSGSIZE, text);
-                return;
-            }
-            ch_attempt_failed(call, rc);
+            char why[224];
+            if (rc == -EMSGSIZE) jet__socket_size_error(s, "request", frame_len, why, sizeof why);
+            ch_attempt_failed(call, rc, rc == -EMSGSIZE ? why : NULL);
         }
     }
     /* Otherwise the connection's failure handler owns the outcome. */
@@ -601,7 +595,7 @@ static void cli_on_failed(jet_socket_t *s, int err)
         if (!call) continue; /* answered or timed out meanwhile */
         conn_unlink(conn, call);
         call->cid = next;
-        ch_attempt_failed(call, err);
+        ch_attempt_failed(call, err, NULL);
     }
     if (cids != small) free(cids);
 }
