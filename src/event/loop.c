@@ -31,8 +31,14 @@ JET_FLAG_DEFINE_BOOL(event_guest_drive, true,
                      "iterations itself while the loop thread sleeps (one spinning thread instead "
                      "of two)");
 JET_FLAG_DEFINE_INT32(event_guest_park_us, 200,
-                      "Longest a busy-poll loop stays undriven after a waiting thread returned it, "
-                      "before the loop thread takes it back [10, 100000]");
+                      "Longest a busy-poll loop that serves other connections or timers stays "
+                      "undriven after a waiting thread returned it, before the loop thread takes "
+                      "it back [10, 100000]");
+JET_FLAG_DEFINE_INT32(event_guest_park_solitary_us, 20000,
+                      "Longest a busy-poll loop whose only fd is the waiting threads' connection "
+                      "stays undriven after a waiting thread returned it (posts, asynchronous "
+                      "calls and due timers wake its thread at once) [event_guest_park_us, "
+                      "1000000]");
 
 /* Who runs a loop's iterations (the futex word `baton`). */
 enum {
@@ -76,16 +82,29 @@ struct jet_loop {
 
     /* Busy-poll pollers registered: read by would-be guests on any thread. */
     _Atomic int npollers;
+    _Atomic int nio;       /* registered fds (io_add - io_del) */
     int64_t last_epoll_us; /* busy-poll: when the fds were last looked at */
+    int64_t now_us;        /* the current iteration's clock */
 
     /* Written by posters, read by the loop: kept away from the loop-private
      * fields above and from the inbox head that posters swap. */
     _Alignas(64) _Atomic int sleeping;
     _Atomic uint32_t baton; /* LOOP_*; the loop thread parks on it */
+    /* Published by a leaving guest (the loop's clock then, and its earliest
+     * timer) and by the parked thread (when it will look again). */
+    _Atomic int64_t left_us;
+    _Atomic int64_t timer_due_us;
+    _Atomic int64_t park_until_us;
+    _Atomic uint32_t park_seq; /* the parked thread's futex word: bumped by wakers */
+    _Atomic bool kicked;       /* jet_loop_kick: take the undriven loop now */
+    _Atomic uint64_t looks;    /* parks the loop thread woke from (jet__loop_looks) */
     _Alignas(64) jet_mpsc_t inbox;
 };
 
 static __thread jet_loop_t *loop_tls_current;
+/* jet_loop_defer_*: the scope depth and the loop whose wake-up is owed. */
+static __thread int loop_tls_defer_depth;
+static __thread jet_loop_t *loop_tls_deferred;
 
 /* Owner check for loop-thread-only calls: the loop thread, or any single
  * thread while the loop's thread is not running (set-up and tear-down). */
@@ -227,19 +246,72 @@ static int loop_run_timers(jet_loop_t *loop, int64_t now)
  * poster's fence. Posters exchange sleeping to 0 so that one write of the
  * eventfd serves all the posts made while the loop sleeps; a poster that
  * reads sleeping == 0 costs no system call. */
-void jet_loop_post(jet_loop_t *loop, jet_task_t *task)
+/* Wakes the loop thread parked behind (or after) a guest. */
+static void loop_unpark(jet_loop_t *loop)
+{
+    atomic_fetch_add_explicit(&loop->park_seq, 1, memory_order_seq_cst);
+    jet__futex_wake(&loop->park_seq, 1);
+}
+
+/* Wakes a loop that raised `sleeping` (which the caller consumed). */
+static void loop_rouse(jet_loop_t *loop)
+{
+    uint64_t one = 1;
+    ssize_t w = write(loop->wakefd, &one, sizeof one);
+    /* EAGAIN means the counter is saturated: the loop is already woken. */
+    (void)w;
+    /* Or it is parked behind a guest (loop_park). */
+    if (atomic_load_explicit(&loop->baton, memory_order_relaxed) >= LOOP_GUEST) loop_unpark(loop);
+}
+
+/* Pushes a task; true when the loop must be roused for it. */
+static bool loop_push(jet_loop_t *loop, jet_task_t *task)
 {
     jet__mpsc_push(&loop->inbox, &task->node);
     atomic_thread_fence(memory_order_seq_cst);
-    if (atomic_load_explicit(&loop->sleeping, memory_order_relaxed) &&
-        atomic_exchange_explicit(&loop->sleeping, 0, memory_order_relaxed)) {
-        uint64_t one = 1;
-        ssize_t w = write(loop->wakefd, &one, sizeof one);
-        /* EAGAIN means the counter is saturated: the loop is already woken. */
-        (void)w;
-        /* Or it is parked behind a guest (loop_park). */
-        if (atomic_load_explicit(&loop->baton, memory_order_relaxed) >= LOOP_GUEST)
-            jet__futex_wake(&loop->baton, 1);
+    return atomic_load_explicit(&loop->sleeping, memory_order_relaxed) &&
+           atomic_exchange_explicit(&loop->sleeping, 0, memory_order_relaxed);
+}
+
+void jet_loop_post(jet_loop_t *loop, jet_task_t *task)
+{
+    if (loop_push(loop, task)) loop_rouse(loop);
+}
+
+void jet_loop_defer_begin(void) { loop_tls_defer_depth++; }
+
+void jet_loop_defer_flush(void)
+{
+    jet_loop_t *loop = loop_tls_deferred;
+    loop_tls_deferred = NULL;
+    if (loop) loop_rouse(loop);
+}
+
+void jet_loop_defer_end(void)
+{
+    if (loop_tls_defer_depth > 0 && --loop_tls_defer_depth == 0) jet_loop_defer_flush();
+}
+
+void jet_loop_post_deferred(jet_loop_t *loop, jet_task_t *task)
+{
+    if (!loop_push(loop, task)) return;
+    if (loop_tls_defer_depth > 0 && (!loop_tls_deferred || loop_tls_deferred == loop)) {
+        loop_tls_deferred = loop;
+        return;
+    }
+    loop_rouse(loop);
+}
+
+uint64_t jet__loop_looks(jet_loop_t *loop)
+{
+    return atomic_load_explicit(&loop->looks, memory_order_relaxed);
+}
+
+void jet_loop_kick(jet_loop_t *loop)
+{
+    if (loop && atomic_load_explicit(&loop->baton, memory_order_relaxed) == LOOP_IDLE) {
+        atomic_store_explicit(&loop->kicked, true, memory_order_seq_cst);
+        loop_unpark(loop);
     }
 }
 
@@ -278,6 +350,9 @@ int jet_loop_io_add(jet_loop_t *loop, jet_io_t *io)
         io->loop = NULL;
         return err;
     }
+    /* No longer solitary: a thread parked behind guests for the long
+     * solitary time must look again at the shorter pace from now on. */
+    if (atomic_fetch_add_explicit(&loop->nio, 1, memory_order_relaxed) == 1) loop_unpark(loop);
     return 0;
 }
 
@@ -302,6 +377,7 @@ int jet_loop_io_del(jet_io_t *io)
     for (int i = loop->batch_i + 1; i < loop->batch_n; i++)
         if (loop->events[i].data.ptr == io) loop->events[i].data.ptr = NULL;
     io->loop = NULL;
+    atomic_fetch_sub_explicit(&loop->nio, 1, memory_order_relaxed);
     return rc;
 }
 
@@ -390,6 +466,7 @@ static void loop_poll_pass(jet_loop_t *loop, bool guest, int work)
 static void loop_iterate(jet_loop_t *loop, bool guest)
 {
     int64_t now = jet_now_us();
+    loop->now_us = now;
     int work = loop_run_timers(loop, now);
     int ran = loop_run_tasks(loop, LOOP_TASK_BATCH);
     work += ran;
@@ -438,18 +515,84 @@ static void loop_iterate(jet_loop_t *loop, bool guest)
 }
 
 /* The loop thread while a guest drives: asleep until a post or stop wakes
- * it, or event_guest_park_us passes. It does not look at the inbox (the
- * guest consumes it meanwhile) nor raise `sleeping`: posts to a driven loop
- * are run by the guest and cost no system call. A guest that leaves the loop
+ * it, or its park time passes. It does not look at the inbox (the guest
+ * consumes it meanwhile) nor raise `sleeping`: posts to a driven loop are
+ * run by the guest and cost no system call. A guest that leaves the loop
  * undriven raises `sleeping` itself (jet_loop_drive), so a later post wakes
- * this thread; otherwise the next synchronous call usually takes the loop
- * again at once and the thread sleeps on. */
-static void loop_park(jet_loop_t *loop)
+ * this thread, and wakes it at once when a timer falls due before the
+ * thread's next look; otherwise the next synchronous call usually takes the
+ * loop again at once and the thread sleeps on.
+ *
+ * Each look costs the machine a wake-up, which on a small machine takes a
+ * core from a spinning thread for tens of microseconds. The park time is
+ * event_guest_park_us, or event_guest_park_solitary_us on a solitary loop:
+ * one whose only fd is the waiting threads' connection, where an undriven
+ * stretch delays nothing but that connection's unsolicited events (posts,
+ * due timers and asynchronous calls, jet_loop_kick, wake the thread). */
+static int64_t loop_park_base_us(void)
 {
     int32_t us = JET_FLAG(event_guest_park_us);
-    us = us < 10 ? 10 : us > 100000 ? 100000 : us;
-    if (!atomic_load_explicit(&loop->stop, memory_order_acquire))
-        (void)jet__futex_wait(&loop->baton, LOOP_GUEST, us);
+    return us < 10 ? 10 : us > 100000 ? 100000 : us;
+}
+
+/* A loop whose only fd is the waiting threads' connection (and which has
+ * no queued task or near timer, checked by the leaving guest) needs nobody
+ * while it is undriven: its thread may sleep long. */
+static bool loop_solitary(jet_loop_t *loop)
+{
+    return atomic_load_explicit(&loop->nio, memory_order_relaxed) <= 1;
+}
+
+/* How long the loop thread sleeps behind guests before it looks again. */
+static int64_t loop_park_time_us(jet_loop_t *loop)
+{
+    int64_t base = loop_park_base_us();
+    if (!loop_solitary(loop)) return base;
+    int64_t us = JET_FLAG(event_guest_park_solitary_us);
+    return us < base ? base : us > 1000000 ? 1000000 : us;
+}
+
+static void loop_park(jet_loop_t *loop)
+{
+    uint32_t seq = atomic_load_explicit(&loop->park_seq, memory_order_seq_cst);
+    if (atomic_load_explicit(&loop->stop, memory_order_seq_cst)) return;
+    int64_t us = loop_park_time_us(loop);
+    atomic_store_explicit(&loop->park_until_us, jet_now_us() + us, memory_order_relaxed);
+    atomic_thread_fence(memory_order_seq_cst);
+    /* A guest that left since our last look with a timer due before our
+     * wake-up could not know we would sleep that long. */
+    if (atomic_load_explicit(&loop->timer_due_us, memory_order_relaxed) < jet_now_us() + us &&
+        atomic_load_explicit(&loop->baton, memory_order_relaxed) == LOOP_IDLE)
+        return;
+    if (atomic_load_explicit(&loop->baton, memory_order_seq_cst) != LOOP_GUEST) return;
+    (void)jet__futex_wait(&loop->park_seq, seq, us);
+    atomic_fetch_add_explicit(&loop->looks, 1, memory_order_relaxed);
+}
+
+/* The loop thread found the loop undriven. A solitary loop that its guest
+ * left a moment ago (the caller is between two calls, and takes it again at
+ * once) is left alone a while longer, unless something is queued, kicked or
+ * due before the next look. True when the thread parked. */
+static bool loop_idle_park(jet_loop_t *loop)
+{
+    int64_t now = jet_now_us();
+    if (!loop_solitary(loop) || !jet__mpsc_empty(&loop->inbox) ||
+        atomic_load_explicit(&loop->kicked, memory_order_relaxed) ||
+        now - atomic_load_explicit(&loop->left_us, memory_order_relaxed) >= loop_park_base_us())
+        return false;
+    int64_t us = loop_park_time_us(loop);
+    if (atomic_load_explicit(&loop->timer_due_us, memory_order_relaxed) < now + us) return false;
+    uint32_t seq = atomic_load_explicit(&loop->park_seq, memory_order_seq_cst);
+    atomic_store_explicit(&loop->park_until_us, now + us, memory_order_relaxed);
+    atomic_thread_fence(memory_order_seq_cst);
+    /* A post or a kick bumps park_seq after its push (or flag): either we
+     * see it here or the futex sees the new sequence. */
+    if (!jet__mpsc_empty(&loop->inbox) || atomic_load_explicit(&loop->kicked, memory_order_seq_cst) ||
+        atomic_load_explicit(&loop->baton, memory_order_seq_cst) != LOOP_IDLE)
+        return true;
+    (void)jet__futex_wait(&loop->park_seq, seq, us);
+    atomic_fetch_add_explicit(&loop->looks, 1, memory_order_relaxed);
+    return true;
 }
 
 /* One step of the loop thread's baton protocol; true when it may iterate. */
@@ -471,16 +614,31 @@ static bool loop_hold(jet_loop_t *loop)
         loop_park(loop);
         return false;
     default: /* LOOP_IDLE */
+        if (loop_idle_park(loop)) return false;
         if (atomic_compare_exchange_strong_explicit(&loop->baton, &b, LOOP_RUN,
-                                                    memory_order_acquire, memory_order_relaxed))
+                                                    memory_order_acquire, memory_order_relaxed)) {
             atomic_store_explicit(&loop->sleeping, 0, memory_order_relaxed); /* awake again */
+            atomic_store_explicit(&loop->kicked, false, memory_order_relaxed);
+        }
         else if (b == LOOP_GUEST)
             loop_park(loop); /* a guest took it first */
         return false;
     }
 }
 
+static bool loop_drive(jet_loop_t *loop, bool (*done)(void *arg), void *arg, bool *drove);
+
 bool jet_loop_drive(jet_loop_t *loop, bool (*done)(void *arg), void *arg)
+{
+    bool drove = false;
+    bool owed = loop && loop_tls_deferred == loop;
+    if (owed) loop_tls_deferred = NULL; /* ours to run if we drive */
+    bool r = loop_drive(loop, done, arg, &drove);
+    if (owed && !drove) loop_rouse(loop);
+    return r;
+}
+
+static bool loop_drive(jet_loop_t *loop, bool (*done)(void *arg), void *arg, bool *drove)
 {
     if (!loop || !loop->started || loop_tls_current != NULL || !JET_FLAG(event_guest_drive) ||
         atomic_load_explicit(&loop->npollers, memory_order_relaxed) == 0)
@@ -525,6 +683,7 @@ bool jet_loop_drive(jet_loop_t *loop, bool (*done)(void *arg), void *arg)
         return false; /* another guest drives it */
     }
     loop_tls_current = loop;
+    *drove = true;
     while (!done(arg) && !atomic_load_explicit(&loop->stop, memory_order_acquire) &&
            atomic_load_explicit(&loop->npollers, memory_order_relaxed) > 0)
         loop_iterate(loop, true);
@@ -536,13 +695,19 @@ bool jet_loop_drive(jet_loop_t *loop, bool (*done)(void *arg), void *arg)
      * in epoll, which only its own thread does. Not when stopping: the loop
      * thread leaves on its own (a wake racing a stop is harmless: a futex
      * wake reads no memory). */
+    int64_t due = loop->heap_len > 0 ? loop->heap[0]->deadline_us : INT64_MAX;
+    atomic_store_explicit(&loop->left_us, loop->now_us, memory_order_relaxed);
+    atomic_store_explicit(&loop->timer_due_us, due, memory_order_relaxed);
     atomic_store_explicit(&loop->sleeping, 1, memory_order_relaxed);
     atomic_thread_fence(memory_order_seq_cst);
+    /* The parked thread looks again at park_until_us (it published that
+     * before it slept, then read timer_due_us: one of us sees the other). */
     bool wake = !atomic_load_explicit(&loop->stop, memory_order_acquire) &&
                 (atomic_load_explicit(&loop->npollers, memory_order_relaxed) == 0 ||
-                 !jet__mpsc_empty(&loop->inbox));
+                 !jet__mpsc_empty(&loop->inbox) ||
+                 due < atomic_load_explicit(&loop->park_until_us, memory_order_relaxed));
     atomic_store_explicit(&loop->baton, LOOP_IDLE, memory_order_release);
-    if (wake) jet__futex_wake(&loop->baton, 1);
+    if (wake) loop_unpark(loop);
     return done(arg);
 }
 
@@ -591,6 +756,12 @@ int jet_loop_create(jet_loop_t **loop_p)
     atomic_init(&loop->sleeping, 0);
     atomic_init(&loop->baton, LOOP_RUN);
     atomic_init(&loop->npollers, 0);
+    atomic_init(&loop->nio, 0);
+    atomic_init(&loop->left_us, 0);
+    atomic_init(&loop->timer_due_us, INT64_MAX);
+    atomic_init(&loop->park_until_us, 0);
+    atomic_init(&loop->park_seq, 0);
+    atomic_init(&loop->kicked, false);
     jet__mpsc_init(&loop->inbox);
 
     int max = JET_FLAG(event_max_events);
@@ -662,7 +833,7 @@ void jet_loop_stop(jet_loop_t *loop)
     }
     atomic_store_explicit(&loop->stop, true, memory_order_release);
     loop_wake(loop);
-    jet__futex_wake(&loop->baton, 1);
+    loop_unpark(loop);
     pthread_join(loop->thread, NULL);
     loop->started = false;
 }

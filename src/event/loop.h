@@ -91,6 +91,32 @@ int jet_loop_io_del(jet_io_t *io);
 
 void jet_loop_post(jet_loop_t *loop, jet_task_t *task);
 
+/* Deferred wake-ups, for a thread that is about to drive the loop itself (a
+ * synchronous call that writes, then waits). Between jet_loop_defer_begin()
+ * and jet_loop_defer_end() on one thread, jet_loop_post_deferred() queues
+ * its task like jet_loop_post() but keeps the wake-up of a loop that nobody
+ * drives for later: this thread's next jet_loop_drive() of that loop runs
+ * the task itself and no wake-up happens; jet_loop_defer_flush(), a drive
+ * that does not happen, and the end of the scope do the wake-up. Waking an
+ * undriven busy-poll loop's thread only to hand the loop to the caller a
+ * moment later costs a preempted core on a small machine. One loop at a
+ * time: a deferred post to another loop wakes it at once. Scopes nest;
+ * outside one, jet_loop_post_deferred() is jet_loop_post(). */
+void jet_loop_defer_begin(void);
+void jet_loop_defer_end(void);
+void jet_loop_defer_flush(void);
+void jet_loop_post_deferred(jet_loop_t *loop, jet_task_t *task);
+
+/* For a thread that started something a busy-poll loop must watch without
+ * driving it (an asynchronous call): wakes the loop's parked thread when no
+ * guest drives the loop, so that it polls now rather than after its park
+ * time. One atomic load when the loop is driven. */
+void jet_loop_kick(jet_loop_t *loop);
+
+/* How many times the loop thread woke from a park behind guests (each costs
+ * the machine a wake-up): for tests and diagnostics. */
+uint64_t jet__loop_looks(jet_loop_t *loop);
+
 /* Arms (or re-arms) t to fire at t->deadline_us. Loop thread only. */
 void jet_loop_timer_start(jet_loop_t *loop, jet_timer_t *t, int64_t deadline_us);
 /* Disarms t; no effect when it is not armed. Loop thread only. */

@@ -447,7 +447,9 @@ static void sock_writer_run(jet_socket_t *s, bool on_loop)
             }
             if (w == -EAGAIN || w == 0) {
                 if (!on_loop) {
-                    jet_loop_post(s->loop, &s->write_task);
+                    /* A synchronous caller about to drive the loop runs the
+                     * task itself (jet_loop_defer_begin). */
+                    jet_loop_post_deferred(s->loop, &s->write_task);
                     return;
                 }
                 s->wait_out = true;

@@ -162,6 +162,8 @@ void jet__cid_join(uint32_t idx, uint32_t free_seq, int64_t spin_us, jet_loop_t 
      * loop thread spins, then wait for our wake-up. */
     cid_wait_t w = {slot, free_seq};
     if (loop && jet_loop_drive(loop, cid_done, &w)) return;
+    /* Not driving: a write this thread left to the loop needs its thread. */
+    jet_loop_defer_flush();
     if (spin_us > 0) {
         /* The answer of a polled transport often lands within microseconds:
          * waiting here saves the futex sleep and the loop's wake-up call. */

@@ -353,7 +353,7 @@ static void ch_issue(jet_call_t *call)
 {
     jet_channel_t *ch = call->channel;
     call->attempts++;
-    jet_socket_t *s;
+    jet_socket_t *s = NULL;
     int rc = ch_get_socket(ch, &s);
     if (rc < 0) {
         ch_attempt_failed(call, rc, NULL);
@@ -391,8 +391,14 @@ static void ch_issue(jet_call_t *call)
     }
     uint64_t cid = call->cid;
     size_t frame_len = jet_iobuf_len(&frame);
+    /* Read before the write: the answer may end (and free) the call. */
+    bool async = call->done != NULL;
+    jet_loop_t *loop = s->loop;
     rc = jet__socket_write(s, &frame);
     jet_iobuf_fini(&frame);
+    /* Nobody waits on the loop for this answer: an undriven busy-poll loop
+     * must poll for it now, not after its parked thread's next look. */
+    if (async) jet_loop_kick(loop);
     if (rc < 0 && !jet__socket_failed(s)) {
         /* Refused without failing the connection (overcrowded, or larger
          * than the transport ever carries): end this attempt. */
@@ -473,8 +479,16 @@ int jet_channel_call(jet_channel_t *ch, const ProtobufCServiceDescriptor *servic
             return 0;
         }
     }
-    ch_issue(call);
-    if (!done) jet_call_join(call);
+    if (!done) {
+        /* A write that has to wait for the connection's window goes on on
+         * the loop, which this thread is about to drive while it waits. */
+        jet_loop_defer_begin();
+        ch_issue(call);
+        jet_call_join(call);
+        jet_loop_defer_end();
+    } else {
+        ch_issue(call);
+    }
     return 0;
 }
 

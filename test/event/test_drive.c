@@ -2,7 +2,9 @@
  * the iterations while the loop thread sleeps, hands the loop back, and
  * every refusal case (no poller, another guest, a loop thread, stop). */
 #include <pthread.h>
+#include <sys/epoll.h>
 #include <stdatomic.h>
+#include <stddef.h>
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
@@ -13,6 +15,8 @@
 #include "testutil_loop.h"
 
 JET_FLAG_DECLARE_BOOL(event_guest_drive);
+JET_FLAG_DECLARE_INT32(event_guest_park_us);
+JET_FLAG_DECLARE_INT32(event_guest_park_solitary_us);
 
 #define GUARD_US (5 * 1000 * 1000)
 
@@ -284,6 +288,224 @@ static void test_withdrawn_requests(void)
     jt_loop_down(loop);
 }
 
+
+/* ---- the parked thread's looks, deferred posts, kicks -------------------- */
+
+/* Drives the loop in short turns for `ms`, as a thread making one
+ * synchronous call after another does. */
+static void drive_turns(who_poller_t *w, int64_t ms)
+{
+    int64_t end = jt_now_ms() + ms;
+    while (jt_now_ms() < end) {
+        until_t u = {&w->runs, atomic_load(&w->runs) + 20, NULL};
+        (void)jet_loop_drive(loop, reached, &u);
+    }
+}
+
+static void io_cb(jet_io_t *io, uint32_t events)
+{
+    (void)io;
+    (void)events;
+}
+
+static void io_del_fn(void *arg)
+{
+    (void)jet_loop_io_del(arg);
+}
+
+/* Long park flags for a case, restored after it. */
+typedef struct park_flags {
+    int32_t base, solitary;
+} park_flags_t;
+
+static park_flags_t park_flags_set(int32_t base, int32_t solitary)
+{
+    park_flags_t old = {JET_FLAG(event_guest_park_us), JET_FLAG(event_guest_park_solitary_us)};
+    JET_FLAG(event_guest_park_us) = base;
+    JET_FLAG(event_guest_park_solitary_us) = solitary;
+    return old;
+}
+
+static void park_flags_restore(park_flags_t old)
+{
+    JET_FLAG(event_guest_park_us) = old.base;
+    JET_FLAG(event_guest_park_solitary_us) = old.solitary;
+}
+
+/* Each look of the parked thread is a wake-up that takes a core from the
+ * spinning guest: a loop with nothing but the guest's connection is looked
+ * at every event_guest_park_solitary_us, one with other fds every
+ * event_guest_park_us. */
+static void test_parked_thread_looks(void)
+{
+    park_flags_t old = park_flags_set(200, 1000000);
+    JT_REQUIRE(jt_loop_up(&loop) == 0);
+    who_poller_t w = {.p.poll = who_poll};
+    jt_loop_run_on(loop, add_poller, &w.p);
+    JT_CHECK(jt_wait_at_least(&w.runs, 10, GUARD_US));
+
+    uint64_t a = jet__loop_looks(loop);
+    drive_turns(&w, 300);
+    uint64_t solitary = jet__loop_looks(loop) - a;
+    /* At most the first park plus one every second. */
+    JT_CHECK(solitary <= 3);
+
+    /* One fd is still solitary (the loop cannot tell it from the guest's
+     * connection); two are not. */
+    int fds[2][2];
+    jet_io_t io[2];
+    for (int i = 0; i < 2; i++) {
+        JT_REQUIRE(pipe(fds[i]) == 0);
+        io[i] = (jet_io_t){.fd = fds[i][0], .events = EPOLLIN, .cb = io_cb};
+        JT_REQUIRE(jet_loop_io_add(loop, &io[i]) == 0);
+        a = jet__loop_looks(loop);
+        drive_turns(&w, 300);
+        uint64_t n = jet__loop_looks(loop) - a;
+        if (i == 0)
+            JT_CHECK(n <= 3);
+        else
+            JT_CHECK(n >= 30); /* every 200 us: 1500 in 300 ms on an idle machine */
+    }
+    for (int i = 0; i < 2; i++) {
+        jt_loop_run_on(loop, io_del_fn, &io[i]);
+        close(fds[i][0]);
+        close(fds[i][1]);
+    }
+
+    jt_loop_run_on(loop, del_poller, &w.p);
+    jt_loop_down(loop);
+    park_flags_restore(old);
+}
+
+/* A write that a synchronous caller leaves to the loop it is about to drive
+ * runs on the caller's own turn, without waking the loop thread. */
+static void test_deferred_post(void)
+{
+    park_flags_t old = park_flags_set(100000, 1000000);
+    JT_REQUIRE(jt_loop_up(&loop) == 0);
+    who_poller_t w = {.p.poll = who_poll};
+    jt_loop_run_on(loop, add_poller, &w.p);
+    JT_CHECK(jt_wait_at_least(&w.runs, 10, GUARD_US));
+    pthread_t me = pthread_self();
+    static _Atomic int ran, on_guest;
+
+    /* A turn, so that the loop is left undriven with its thread parked. */
+    until_t u = {&w.runs, atomic_load(&w.runs) + 10, NULL};
+    JT_CHECK(jet_loop_drive(loop, reached, &u));
+    uint64_t looks = jet__loop_looks(loop);
+    for (int round = 0; round < 50; round++) {
+        atomic_store(&ran, 0);
+        atomic_store(&on_guest, 0);
+        flag_task_t t = {.task.fn = flag_task_fn, .counter = &ran, .on_guest = &on_guest, .guest = me};
+        jet_loop_defer_begin();
+        jet_loop_post_deferred(loop, &t.task);
+        u = (until_t){&ran, 1, NULL};
+        JT_CHECK(jet_loop_drive(loop, reached, &u));
+        jet_loop_defer_end();
+        JT_CHECK_EQ(atomic_load(&on_guest), 1);
+    }
+    /* Nobody woke the loop thread (an ordinary post would have, each time);
+     * it may have looked once on its own (every second). */
+    JT_CHECK(jet__loop_looks(loop) - looks <= 1);
+
+    /* Not driven after all: the end of the scope wakes the loop thread,
+     * which runs the task long before its park time (1 s) is over. */
+    u = (until_t){&w.runs, atomic_load(&w.runs) + 10, NULL};
+    JT_CHECK(jet_loop_drive(loop, reached, &u));
+    atomic_store(&ran, 0);
+    atomic_store(&on_guest, 0);
+    flag_task_t t = {.task.fn = flag_task_fn, .counter = &ran, .on_guest = &on_guest, .guest = me};
+    jet_loop_defer_begin();
+    jet_loop_post_deferred(loop, &t.task);
+    jet_loop_defer_begin(); /* nested: only the outer end wakes */
+    jet_loop_defer_end();
+    jet_loop_defer_end();
+    JT_CHECK(jt_wait_at_least(&ran, 1, 500 * 1000));
+    JT_CHECK_EQ(atomic_load(&on_guest), 0);
+
+    /* Outside a scope a deferred post is an ordinary one. */
+    u = (until_t){&w.runs, atomic_load(&w.runs) + 10, NULL};
+    JT_CHECK(jet_loop_drive(loop, reached, &u));
+    atomic_store(&ran, 0);
+    jet_loop_post_deferred(loop, &t.task);
+    JT_CHECK(jt_wait_at_least(&ran, 1, 500 * 1000));
+
+    jt_loop_run_on(loop, del_poller, &w.p);
+    jt_loop_down(loop);
+    park_flags_restore(old);
+}
+
+/* Timers and kicks reach a solitary loop whose thread sleeps long behind a
+ * guest that left. */
+typedef struct timed {
+    jet_timer_t timer;
+    jet_task_t arm;
+    _Atomic int fired;
+    _Atomic int armed;
+    int64_t due_us;
+} timed_t;
+
+static void timed_fn(jet_timer_t *t)
+{
+    timed_t *x = (timed_t *)((char *)t - offsetof(timed_t, timer));
+    atomic_store(&x->fired, 1);
+}
+
+static void arm_task_fn(jet_task_t *t)
+{
+    timed_t *x = (timed_t *)((char *)t - offsetof(timed_t, arm));
+    jet_loop_timer_start(loop, &x->timer, x->due_us);
+    atomic_store(&x->armed, 1);
+}
+
+static void disarm_fn(void *arg)
+{
+    timed_t *x = arg;
+    jet_loop_timer_stop(loop, &x->timer);
+}
+
+static void test_timer_and_kick_wake_a_solitary_loop(void)
+{
+    park_flags_t old = park_flags_set(200, 1000000);
+    JT_REQUIRE(jt_loop_up(&loop) == 0);
+    who_poller_t w = {.p.poll = who_poll};
+    jt_loop_run_on(loop, add_poller, &w.p);
+    JT_CHECK(jt_wait_at_least(&w.runs, 10, GUARD_US));
+
+    for (int round = 0; round < 5; round++) {
+        /* Turns: the thread parks behind us (1 s). */
+        drive_turns(&w, 20);
+        timed_t x;
+        memset(&x, 0, sizeof x);
+        jet_timer_init(&x.timer, timed_fn);
+        x.arm.fn = arm_task_fn;
+        x.due_us = (int64_t)jt_now_us() + 5000;
+        /* Armed on a guest turn (a deferred post wakes nobody): the guest
+         * leaves a timer due before the thread's next look and wakes it. */
+        jet_loop_defer_begin();
+        jet_loop_post_deferred(loop, &x.arm);
+        until_t u = {&x.armed, 1, NULL};
+        JT_CHECK(jet_loop_drive(loop, reached, &u));
+        jet_loop_defer_end();
+        JT_CHECK(jt_wait_at_least(&x.fired, 1, 300 * 1000));
+        if (!atomic_load(&x.fired)) jt_loop_run_on(loop, disarm_fn, &x);
+    }
+
+    /* A kick makes the loop thread take an undriven loop at once. */
+    for (int round = 0; round < 5; round++) {
+        drive_turns(&w, 20);
+        int before = atomic_load(&w.runs);
+        jet_loop_kick(loop);
+        JT_CHECK(jt_wait_at_least(&w.runs, before + 100, 300 * 1000));
+    }
+    /* On a driven loop it does nothing. */
+    jet_loop_kick(loop);
+
+    jt_loop_run_on(loop, del_poller, &w.p);
+    jt_loop_down(loop);
+    park_flags_restore(old);
+}
+
 int main(void)
 {
     JT_RUN(test_guest_runs_the_loop);
@@ -291,5 +513,8 @@ int main(void)
     JT_RUN(test_loop_threads_do_not_drive);
     JT_RUN(test_second_guest_and_stop);
     JT_RUN(test_withdrawn_requests);
+    JT_RUN(test_parked_thread_looks);
+    JT_RUN(test_deferred_post);
+    JT_RUN(test_timer_and_kick_wake_a_solitary_loop);
     return jt_finish();
 }
