@@ -21,10 +21,12 @@ JET_FLAG_DEFINE_STRING(urma_trans_mode, "rm", "URMA transport mode of the jettie
 JET_FLAG_DEFINE_STRING(urma_tp_type, "ctp",
                        "Transport path advertised in URMA hellos: ctp (brpc's) or rtp");
 JET_FLAG_DEFINE_INT32(urma_sq_size, 128, "Send queue depth of a URMA connection [16, 4096]");
-JET_FLAG_DEFINE_INT32(urma_rq_size, 128, "Receive queue depth of a URMA connection [16, 4096]");
-JET_FLAG_DEFINE_INT32(urma_recv_block_size, 8192,
+JET_FLAG_DEFINE_INT32(urma_rq_size, 32,
+                      "Receive queue depth of a URMA connection [16, 4096] (brpc: 128 buffers of "
+                      "8 KiB; jetrpc posts 32 of 64 KiB: 2 MiB a connection)");
+JET_FLAG_DEFINE_INT32(urma_recv_block_size, 65536,
                       "Bytes of one URMA receive buffer (advertised as the hello's buffer_size): "
-                      "8192 or 65536");
+                      "65536 or 8192 (brpc's)");
 JET_FLAG_DEFINE_INT32(urma_zerocopy_min_size, 512,
                       "URMA receives of at least this many bytes are handed to the parser "
                       "without copy; smaller ones are copied and the buffer re-posted");

@@ -20,6 +20,8 @@
 #include "urma/urma_handshake.h"
 #include "urma_test.h"
 
+JET_FLAG_DECLARE_INT32(urma_rq_size);
+
 #define HS_TIMEOUT_MS 400
 
 /* ---- a jetty of our own to put in hellos --------------------------------------- */
@@ -214,8 +216,8 @@ static void test_server_valid_hello_then_ack0(void)
         size_t used;
         JT_REQUIRE(jet__urma_hello_parse(pa.answer, pa.answer_len, &a, &used) == JET_URMA_HELLO_OK);
         JT_CHECK_EQ(a.version, v);
-        JT_CHECK_EQ(a.buffer_size, 8192);
-        JT_CHECK_EQ(a.recv_buffer_cnt, 127);
+        JT_CHECK_EQ(a.buffer_size, jet__urma_recv_size());
+        JT_CHECK_EQ(a.recv_buffer_cnt, (uint32_t)JET_FLAG(urma_rq_size) - 1);
         JT_CHECK(a.jetty_id != 0 && a.seg_va != 0 && a.seg_len != 0);
         JT_CHECK_EQ(a.tp_type, 1);
         JT_CHECK_EQ(a.jet_caps, JET_URMA_CAPS);
@@ -545,8 +547,8 @@ static void test_client_hello_bytes(void)
             JT_CHECK(memcmp(sa.hello, "URM3", 4) == 0);
             JT_CHECK_EQ(jt_get_be32(sa.hello + 4) + 8, sa.hello_len);
         }
-        JT_CHECK_EQ(h.buffer_size, 8192);
-        JT_CHECK_EQ(h.recv_buffer_cnt, 127);
+        JT_CHECK_EQ(h.buffer_size, jet__urma_recv_size());
+        JT_CHECK_EQ(h.recv_buffer_cnt, (uint32_t)JET_FLAG(urma_rq_size) - 1);
         JT_CHECK(h.jetty_id != 0 && h.seg_va != 0 && h.seg_len != 0);
         JT_CHECK(memcmp(h.eid, fj.c->uctx->eid.raw, 16) == 0);
         JT_CHECK_EQ(h.jet_sq, 128);
@@ -587,6 +589,10 @@ static void test_client_ack_rules(void)
 int main(int argc, char **argv)
 {
     jt_urma_main_setup(&argc, &argv, "hello");
+    /* brpc's receive queue (128 buffers of 8 KiB): the bytes checked below
+     * are those of a hello brpc's defaults produce. */
+    jet_flag_set("urma_recv_block_size", "8192");
+    jet_flag_set("urma_rq_size", "128");
     g_srv = ut_server_start(JET_SOCKET_MODE_URMA, &g_port);
     if (!g_srv || !fake_jetty_create()) {
         fprintf(stderr, "cannot set up: URMA over softub unavailable\n");
