@@ -1,5 +1,6 @@
 /* baidu_std framing (see codec.h for the contract). */
 #include "rpc/codec.h"
+#include "rpc/meta_codec.h"
 
 #include <errno.h>
 #include <stdalign.h>
@@ -185,8 +186,11 @@ static Brpc__Policy__RpcMeta *codec_decode_meta(const jet_iobuf_t *in, uint32_t 
     if (!a) goto out_free_tmp;
 
     ProtobufCAllocator alloc = {.alloc = arena_alloc, .free = arena_free, .allocator_data = a};
-    meta = (Brpc__Policy__RpcMeta *)protobuf_c_message_unpack(
-        &brpc__policy__rpc_meta__descriptor, &alloc, meta_size, p + JET_BAIDU_HEADER_SIZE);
+    /* The usual meta first; protobuf-c for what the fast path declines. */
+    meta = jet__meta_unpack(p + JET_BAIDU_HEADER_SIZE, meta_size, &alloc);
+    if (!meta)
+        meta = (Brpc__Policy__RpcMeta *)protobuf_c_message_unpack(
+            &brpc__policy__rpc_meta__descriptor, &alloc, meta_size, p + JET_BAIDU_HEADER_SIZE);
     if (!meta) arena_destroy(a);
 out_free_tmp:
     if (tmp != stack) free(tmp);
@@ -315,7 +319,8 @@ ProtobufCMessage *jet__pb_unpack_iobuf(const ProtobufCMessageDescriptor *desc,
 int jet__baidu_pack(jet_iobuf_t *out, const Brpc__Policy__RpcMeta *meta, jet_iobuf_t *body,
                     jet_iobuf_t *attachment)
 {
-    size_t meta_size = protobuf_c_message_get_packed_size(&meta->base);
+    size_t fast = jet__meta_packed_size(meta);
+    size_t meta_size = fast ? fast : protobuf_c_message_get_packed_size(&meta->base);
     size_t blen = body ? jet_iobuf_len(body) : 0;
     size_t alen = attachment ? jet_iobuf_len(attachment) : 0;
     if (meta_size > UINT32_MAX || blen > UINT32_MAX || alen > UINT32_MAX ||
@@ -329,7 +334,10 @@ int jet__baidu_pack(jet_iobuf_t *out, const Brpc__Policy__RpcMeta *meta, jet_iob
     memcpy(stack, JET_BAIDU_MAGIC, 4);
     int rc;
     if (JET_BAIDU_HEADER_SIZE + meta_size <= sizeof(stack)) {
-        protobuf_c_message_pack(&meta->base, stack + JET_BAIDU_HEADER_SIZE);
+        if (fast)
+            jet__meta_pack(meta, stack + JET_BAIDU_HEADER_SIZE);
+        else
+            protobuf_c_message_pack(&meta->base, stack + JET_BAIDU_HEADER_SIZE);
         rc = jet_iobuf_append(out, stack, JET_BAIDU_HEADER_SIZE + meta_size);
         if (rc < 0) return rc;
     } else {

@@ -316,6 +316,10 @@ struct jet_urma_loop {
     uint32_t ntouched;
     uint64_t completions;
     jet_urma_counters_t counters;
+    /* Kept zeroed between polls (providers leave opcode, imm_data and
+     * remote_id.uasid alone in initiator CRs): only the entries a poll
+     * filled are cleared again, so an empty poll clears nothing. */
+    urma_cr_t cr[CTX_POLL_MAX];
 };
 
 static jet_urma_loop_t *ctx_loops[CTX_MAX_LOOPS];
@@ -411,23 +415,22 @@ static void ul_dispatch(jet_urma_loop_t *ul, const urma_cr_t *cr)
  * they touched. Returns the number of completions. */
 static int ul_drain(jet_urma_loop_t *ul, int max)
 {
-    urma_cr_t cr[CTX_POLL_MAX];
+    urma_cr_t *cr = ul->cr;
     int once = JET_FLAG(urma_cqe_poll_once);
     if (once < 1) once = 1;
     if (once > CTX_POLL_MAX) once = CTX_POLL_MAX;
     int total = 0;
     ul->ntouched = 0;
     while (total < max) {
-        /* Zeroed: providers leave opcode, imm_data and remote_id.uasid alone
-         * in initiator CRs. */
-        memset(cr, 0, (size_t)once * sizeof cr[0]);
         int n = JET_URMA_FN(ul->ctx, urma_poll_jfc)(ul->jfc, once, cr);
         if (n < 0) {
             JET_LOG_ONCE(JET_LOG_ERROR, "URMA: urma_poll_jfc failed: %d", n);
             break;
         }
+        if (n > once) n = once; /* a provider that says more than it was asked */
         for (int i = 0; i < n; i++)
             ul_dispatch(ul, &cr[i]);
+        memset(cr, 0, (size_t)n * sizeof cr[0]);
         total += n;
         if (n < once) break;
     }
