@@ -235,8 +235,8 @@ static void ctx_init_once(void)
         JET_WARN("URMA unavailable: %s; URMA channels and servers use TCP", why);
         return;
     }
-    JET_INFO("URMA ready: %s (%s), device %s, eid index %u, %s mode", ctx_g.lib.path,
-             ctx_g.lib.master_layout ? "master ABI" : "older ABI", ctx_g.dev_name, ctx_g.eid_index,
+    JET_INFO("URMA ready: %s (%s ABI), device %s, eid index %u, %s mode", ctx_g.lib.path,
+             ctx_g.lib.generation, ctx_g.dev_name, ctx_g.eid_index,
              JET_FLAG(urma_use_polling) ? "polling" : "event");
     atomic_store_explicit(&ctx_ok, true, memory_order_release);
 }

@@ -15,6 +15,33 @@ static bool loader_is_minimal(const char *name)
     return false;
 }
 
+/* The generation from its symbols (URMA-API.md §2.5); refused when the
+ * structures jetrpc passes have another layout there (§5.1). */
+static int loader_generation(jet_urma_lib_t *lib, char *why, size_t why_len)
+{
+    if (lib->master_layout) {
+        lib->generation = "master";
+        return 0;
+    }
+    if (!dlsym(lib->handle, "urma_import_jetty_ex")) {
+        snprintf(why, why_len,
+                 "%s is a liburma of the 24.12 generation or older (no urma_import_jetty_ex): "
+                 "its urma_sge_t and urma_rjetty_t are smaller than the 25.12+ layout jetrpc "
+                 "is built for",
+                 lib->path);
+        return -ENOTSUP;
+    }
+    if (dlsym(lib->handle, "urma_alloc_jfc")) {
+        snprintf(why, why_len,
+                 "%s is a B081-generation liburma (urma_alloc_jfc without urma_get_rjetty): "
+                 "its urma_rjetty_t is 72 bytes, jetrpc passes the 48-byte 25.12+ layout",
+                 lib->path);
+        return -ENOTSUP;
+    }
+    lib->generation = "25.12";
+    return 0;
+}
+
 static int loader_resolve(jet_urma_lib_t *lib, char *why, size_t why_len)
 {
     /* dlsym returns void *; the cast to the exact prototype is what the
@@ -28,7 +55,7 @@ static int loader_resolve(jet_urma_lib_t *lib, char *why, size_t why_len)
     URMA_API_FUNCS(JET_URMA_RESOLVE_)
 #undef JET_URMA_RESOLVE_
     lib->master_layout = lib->fn.urma_get_rjetty != NULL;
-    return 0;
+    return loader_generation(lib, why, why_len);
 }
 
 int jet__urma_lib_load(const char *path, jet_urma_lib_t *lib, char *why, size_t why_len)

@@ -7,6 +7,16 @@
  * later-generation symbols may be NULL. The handle is kept for the life of
  * the process (liburma unloads its providers in urma_uninit, never earlier).
  *
+ * liburma has no version call and keeps its SONAME while its structures
+ * change (URMA-API.md §5): the generation is told by probing symbols (§2.5).
+ * jetrpc is built for the 25.12 / master layout of the structures it passes
+ * (urma_sge_t 32 bytes, urma_rjetty_t 48); a 24.12 library (no
+ * urma_import_jetty_ex: 24-byte SGEs, 40-byte remote jetties) and a B081
+ * build (urma_alloc_jfc without urma_get_rjetty: 72-byte remote jetties)
+ * would read those wrongly, so they are refused with the reason, and URMA
+ * is unavailable. Mainline builds of 2026-06-16..24 carry master's symbols
+ * with B081's remote jetty and cannot be told apart by symbols.
+ *
  * The table is filled once and read without locks afterwards. */
 #ifndef JET_URMA_LOADER_H
 #define JET_URMA_LOADER_H
@@ -27,6 +37,7 @@ typedef struct jet_urma_lib {
     char path[256]; /* the name that loaded */
     jet_urma_fns_t fn;
     bool master_layout; /* a master-generation symbol is present (§2.5 probing) */
+    const char *generation; /* "master" or "25.12" */
 } jet_urma_lib_t;
 
 /* Loads the library: path (the urma_lib flag) when non-empty, else the

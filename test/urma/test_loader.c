@@ -1,6 +1,7 @@
 /* The liburma loader: a provider with every minimal symbol loads (softub,
- * built next to the tests), a missing file and a library without the URMA
- * symbols are refused with a reason, and nothing is half-loaded. */
+ * built next to the tests), a missing file, a library without the URMA
+ * symbols and the generations whose structures differ are refused with a
+ * reason, and nothing is half-loaded. */
 #include <errno.h>
 #include <stdlib.h>
 #include <string.h>
@@ -22,6 +23,7 @@ static void test_loads_softub(void)
     URMA_API_MINIMAL(CHECK_MIN_)
 #undef CHECK_MIN_
     JT_CHECK(lib.master_layout);
+    JT_CHECK(strcmp(lib.generation, "master") == 0);
     /* The table calls into the provider. */
     urma_eid_t eid;
     JT_CHECK_EQ(lib.fn.urma_str_to_eid("10.1.2.3", &eid), 0);
@@ -47,10 +49,41 @@ static void test_library_without_symbols(void)
     JT_CHECK(lib.handle == NULL);
 }
 
+/* A fake library of each generation (built next to the tests): 25.12 loads,
+ * 24.12 and B081 are refused with the reason, nothing stays loaded. */
+static void test_generations(void)
+{
+    static const struct {
+        const char *env, *gen, *why;
+    } cases[] = {
+        {"FAKE_URMA_2512", "25.12", NULL},
+        {"FAKE_URMA_2412", NULL, "24.12 generation"},
+        {"FAKE_URMA_B081", NULL, "B081-generation"},
+    };
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        const char *path = getenv(cases[i].env);
+        JT_REQUIRE(path && *path); /* set by ctest */
+        jet_urma_lib_t lib;
+        char why[512] = "";
+        int rc = jet__urma_lib_load(path, &lib, why, sizeof why);
+        if (cases[i].gen) {
+            JT_CHECK_EQ(rc, 0);
+            JT_CHECK(!lib.master_layout);
+            JT_CHECK(lib.generation && strcmp(lib.generation, cases[i].gen) == 0);
+        } else {
+            JT_CHECK_EQ(rc, -ENOTSUP);
+            JT_CHECK(strstr(why, cases[i].why) != NULL);
+            JT_CHECK(strstr(why, path) != NULL);
+            JT_CHECK(lib.handle == NULL);
+        }
+    }
+}
+
 int main(void)
 {
     JT_RUN(test_loads_softub);
     JT_RUN(test_missing_file);
     JT_RUN(test_library_without_symbols);
+    JT_RUN(test_generations);
     return jt_finish();
 }
