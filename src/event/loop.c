@@ -96,7 +96,11 @@ struct jet_loop {
     _Atomic int64_t timer_due_us;
     _Atomic int64_t park_until_us;
     _Atomic uint32_t park_seq; /* the parked thread's futex word: bumped by wakers */
-    _Atomic bool kicked;       /* jet_loop_kick: take the undriven loop now */
+    /* Set by whoever needs the loop thread to drive the loop once nobody
+     * else does (a post that found it undriven or being left, a guest that
+     * leaves tasks behind, jet_loop_kick); cleared by the thread when it
+     * takes the loop. A leaving guest that sees it wakes the thread. */
+    _Atomic bool want_thread;
     _Atomic uint64_t looks;    /* parks the loop thread woke from (jet__loop_looks) */
     _Alignas(64) jet_mpsc_t inbox;
 };
@@ -253,6 +257,19 @@ static void loop_unpark(jet_loop_t *loop)
     jet__futex_wake(&loop->park_seq, 1);
 }
 
+/* Asks for the loop thread: wakes it at once when nobody drives the loop;
+ * a guest that drives it (or is leaving it) wakes it when it leaves. Dekker
+ * with jet_loop_drive's exit: we store want_thread and read the baton, it
+ * stores the baton and reads want_thread. */
+static void loop_want_thread(jet_loop_t *loop)
+{
+    if (!atomic_load_explicit(&loop->want_thread, memory_order_seq_cst))
+        atomic_store_explicit(&loop->want_thread, true, memory_order_seq_cst);
+    else
+        atomic_thread_fence(memory_order_seq_cst);
+    if (atomic_load_explicit(&loop->baton, memory_order_seq_cst) == LOOP_IDLE) loop_unpark(loop);
+}
+
 /* Wakes a loop that raised `sleeping` (which the caller consumed). */
 static void loop_rouse(jet_loop_t *loop)
 {
@@ -260,8 +277,9 @@ static void loop_rouse(jet_loop_t *loop)
     ssize_t w = write(loop->wakefd, &one, sizeof one);
     /* EAGAIN means the counter is saturated: the loop is already woken. */
     (void)w;
-    /* Or it is parked behind a guest (loop_park). */
-    if (atomic_load_explicit(&loop->baton, memory_order_relaxed) >= LOOP_GUEST) loop_unpark(loop);
+    /* Or it is parked behind a guest (loop_park, loop_idle_park). */
+    if (atomic_load_explicit(&loop->baton, memory_order_seq_cst) >= LOOP_GUEST)
+        loop_want_thread(loop);
 }
 
 /* Pushes a task; true when the loop must be roused for it. */
@@ -309,10 +327,9 @@ uint64_t jet__loop_looks(jet_loop_t *loop)
 
 void jet_loop_kick(jet_loop_t *loop)
 {
-    if (loop && atomic_load_explicit(&loop->baton, memory_order_relaxed) == LOOP_IDLE) {
-        atomic_store_explicit(&loop->kicked, true, memory_order_seq_cst);
-        loop_unpark(loop);
-    }
+    /* Only busy-poll loops park their thread behind guests. */
+    if (loop && atomic_load_explicit(&loop->npollers, memory_order_relaxed) > 0)
+        loop_want_thread(loop);
 }
 
 static void loop_wake(jet_loop_t *loop)
@@ -352,7 +369,8 @@ int jet_loop_io_add(jet_loop_t *loop, jet_io_t *io)
     }
     /* No longer solitary: a thread parked behind guests for the long
      * solitary time must look again at the shorter pace from now on. */
-    if (atomic_fetch_add_explicit(&loop->nio, 1, memory_order_relaxed) == 1) loop_unpark(loop);
+    if (!io->internal && atomic_fetch_add_explicit(&loop->nio, 1, memory_order_relaxed) == 1)
+        loop_unpark(loop);
     return 0;
 }
 
@@ -377,7 +395,7 @@ int jet_loop_io_del(jet_io_t *io)
     for (int i = loop->batch_i + 1; i < loop->batch_n; i++)
         if (loop->events[i].data.ptr == io) loop->events[i].data.ptr = NULL;
     io->loop = NULL;
-    atomic_fetch_sub_explicit(&loop->nio, 1, memory_order_relaxed);
+    if (!io->internal) atomic_fetch_sub_explicit(&loop->nio, 1, memory_order_relaxed);
     return rc;
 }
 
@@ -557,38 +575,51 @@ static void loop_park(jet_loop_t *loop)
     uint32_t seq = atomic_load_explicit(&loop->park_seq, memory_order_seq_cst);
     if (atomic_load_explicit(&loop->stop, memory_order_seq_cst)) return;
     int64_t us = loop_park_time_us(loop);
-    atomic_store_explicit(&loop->park_until_us, jet_now_us() + us, memory_order_relaxed);
+    int64_t now = jet_now_us();
+    atomic_store_explicit(&loop->park_until_us, now + us, memory_order_relaxed);
     atomic_thread_fence(memory_order_seq_cst);
-    /* A guest that left since our last look with a timer due before our
-     * wake-up could not know we would sleep that long. */
-    if (atomic_load_explicit(&loop->timer_due_us, memory_order_relaxed) < jet_now_us() + us &&
-        atomic_load_explicit(&loop->baton, memory_order_relaxed) == LOOP_IDLE)
-        return;
+    /* A guest leaving with a timer due before our look: it may not have
+     * seen park_until_us (Dekker: it stores timer_due_us, then reads
+     * park_until_us), so we wake up for the timer ourselves. A guest resets
+     * timer_due_us when it takes the loop. */
+    int64_t due = atomic_load_explicit(&loop->timer_due_us, memory_order_relaxed) - now;
+    if (due < us) us = due;
     if (atomic_load_explicit(&loop->baton, memory_order_seq_cst) != LOOP_GUEST) return;
+    if (us <= 0) {
+        sched_yield(); /* the guest is between its last pass and handing over */
+        return;
+    }
     (void)jet__futex_wait(&loop->park_seq, seq, us);
     atomic_fetch_add_explicit(&loop->looks, 1, memory_order_relaxed);
 }
 
 /* The loop thread found the loop undriven. A solitary loop that its guest
  * left a moment ago (the caller is between two calls, and takes it again at
- * once) is left alone a while longer, unless something is queued, kicked or
- * due before the next look. True when the thread parked. */
+ * once) is left alone a while longer, unless the thread is wanted (a post,
+ * a kick), the loop has no poller left or something is due before the next
+ * look. True when the thread parked. */
 static bool loop_idle_park(jet_loop_t *loop)
 {
     int64_t now = jet_now_us();
-    if (!loop_solitary(loop) || !jet__mpsc_empty(&loop->inbox) ||
-        atomic_load_explicit(&loop->kicked, memory_order_relaxed) ||
-        now - atomic_load_explicit(&loop->left_us, memory_order_relaxed) >= loop_park_base_us())
-        return false;
     int64_t us = loop_park_time_us(loop);
-    if (atomic_load_explicit(&loop->timer_due_us, memory_order_relaxed) < now + us) return false;
+    if (!loop_solitary(loop) || atomic_load_explicit(&loop->want_thread, memory_order_relaxed) ||
+        atomic_load_explicit(&loop->stop, memory_order_relaxed) ||
+        atomic_load_explicit(&loop->npollers, memory_order_relaxed) == 0 ||
+        now - atomic_load_explicit(&loop->left_us, memory_order_relaxed) >= loop_park_base_us() ||
+        atomic_load_explicit(&loop->timer_due_us, memory_order_relaxed) < now + us)
+        return false;
     uint32_t seq = atomic_load_explicit(&loop->park_seq, memory_order_seq_cst);
     atomic_store_explicit(&loop->park_until_us, now + us, memory_order_relaxed);
     atomic_thread_fence(memory_order_seq_cst);
-    /* A post or a kick bumps park_seq after its push (or flag): either we
-     * see it here or the futex sees the new sequence. */
-    if (!jet__mpsc_empty(&loop->inbox) || atomic_load_explicit(&loop->kicked, memory_order_seq_cst) ||
-        atomic_load_explicit(&loop->baton, memory_order_seq_cst) != LOOP_IDLE)
+    /* What could change our mind since the checks above bumps park_seq
+     * after it is visible (a post's or a kick's want_thread, stop), or is
+     * published before the publisher reads park_until_us (a guest that took
+     * and left the loop meanwhile, with a timer): either we see it here or
+     * the futex sees the new sequence, or the guest wakes us. */
+    if (atomic_load_explicit(&loop->want_thread, memory_order_seq_cst) ||
+        atomic_load_explicit(&loop->stop, memory_order_seq_cst) ||
+        atomic_load_explicit(&loop->baton, memory_order_seq_cst) != LOOP_IDLE ||
+        atomic_load_explicit(&loop->timer_due_us, memory_order_relaxed) < now + us)
         return true;
     (void)jet__futex_wait(&loop->park_seq, seq, us);
     atomic_fetch_add_explicit(&loop->looks, 1, memory_order_relaxed);
@@ -618,7 +649,7 @@ static bool loop_hold(jet_loop_t *loop)
         if (atomic_compare_exchange_strong_explicit(&loop->baton, &b, LOOP_RUN,
                                                     memory_order_acquire, memory_order_relaxed)) {
             atomic_store_explicit(&loop->sleeping, 0, memory_order_relaxed); /* awake again */
-            atomic_store_explicit(&loop->kicked, false, memory_order_relaxed);
+            atomic_store_explicit(&loop->want_thread, false, memory_order_relaxed);
         }
         else if (b == LOOP_GUEST)
             loop_park(loop); /* a guest took it first */
@@ -684,29 +715,35 @@ static bool loop_drive(jet_loop_t *loop, bool (*done)(void *arg), void *arg, boo
     }
     loop_tls_current = loop;
     *drove = true;
+    /* Our timers are ours to run while we drive (see the exit below). */
+    atomic_store_explicit(&loop->timer_due_us, INT64_MAX, memory_order_relaxed);
     while (!done(arg) && !atomic_load_explicit(&loop->stop, memory_order_acquire) &&
            atomic_load_explicit(&loop->npollers, memory_order_relaxed) > 0)
         loop_iterate(loop, true);
     loop_tls_current = NULL;
-    /* Leaving the loop undriven: from now on a post must wake its parked
+    /* Leaving the loop undriven. From now on a post must wake the parked
      * thread (Dekker with jet_loop_post: it pushes, fences, reads
      * `sleeping`; we raise it, fence, then look at the inbox, which is still
-     * ours to read). Without pollers the loop must also go back to sleeping
-     * in epoll, which only its own thread does. Not when stopping: the loop
-     * thread leaves on its own (a wake racing a stop is harmless: a futex
-     * wake reads no memory). */
+     * ours to read: tasks left there ask for the thread). Then the baton
+     * goes IDLE and, after a fence, we read what asks for the thread (Dekker
+     * with loop_want_thread: it stores want_thread, then reads the baton)
+     * and when the thread looks again (it publishes park_until_us, then
+     * reads timer_due_us). Without pollers the loop must also go back to
+     * sleeping in epoll, which only its own thread does. Not when stopping:
+     * the loop thread leaves on its own. */
     int64_t due = loop->heap_len > 0 ? loop->heap[0]->deadline_us : INT64_MAX;
     atomic_store_explicit(&loop->left_us, loop->now_us, memory_order_relaxed);
     atomic_store_explicit(&loop->timer_due_us, due, memory_order_relaxed);
     atomic_store_explicit(&loop->sleeping, 1, memory_order_relaxed);
     atomic_thread_fence(memory_order_seq_cst);
-    /* The parked thread looks again at park_until_us (it published that
-     * before it slept, then read timer_due_us: one of us sees the other). */
+    if (!jet__mpsc_empty(&loop->inbox))
+        atomic_store_explicit(&loop->want_thread, true, memory_order_relaxed);
+    atomic_store_explicit(&loop->baton, LOOP_IDLE, memory_order_seq_cst);
+    atomic_thread_fence(memory_order_seq_cst);
     bool wake = !atomic_load_explicit(&loop->stop, memory_order_acquire) &&
                 (atomic_load_explicit(&loop->npollers, memory_order_relaxed) == 0 ||
-                 !jet__mpsc_empty(&loop->inbox) ||
+                 atomic_load_explicit(&loop->want_thread, memory_order_seq_cst) ||
                  due < atomic_load_explicit(&loop->park_until_us, memory_order_relaxed));
-    atomic_store_explicit(&loop->baton, LOOP_IDLE, memory_order_release);
     if (wake) loop_unpark(loop);
     return done(arg);
 }
@@ -761,7 +798,7 @@ int jet_loop_create(jet_loop_t **loop_p)
     atomic_init(&loop->timer_due_us, INT64_MAX);
     atomic_init(&loop->park_until_us, 0);
     atomic_init(&loop->park_seq, 0);
-    atomic_init(&loop->kicked, false);
+    atomic_init(&loop->want_thread, false);
     jet__mpsc_init(&loop->inbox);
 
     int max = JET_FLAG(event_max_events);
@@ -851,6 +888,8 @@ void jet_loop_destroy(jet_loop_t *loop)
     free(loop->events);
     free(loop);
 }
+
+int64_t jet_loop_now_us(const jet_loop_t *loop) { return loop->now_us; }
 
 bool jet_loop_in_thread(const jet_loop_t *loop)
 {

@@ -40,6 +40,10 @@ typedef struct jet_io {
     jet_io_cb_t cb;
     void *arg;
     jet_loop_t *loop; /* set by io_add */
+    /* The loop's own channel (a completion queue's event fd), not a
+     * connection: it does not make a loop lose its "solitary" standing
+     * (see jet_loop_drive). */
+    bool internal;
 } jet_io_t;
 
 typedef struct jet_task {
@@ -83,6 +87,9 @@ void jet_loop_stop(jet_loop_t *loop);
 void jet_loop_destroy(jet_loop_t *loop);
 
 bool jet_loop_in_thread(const jet_loop_t *loop);
+/* The monotonic clock (µs) read at the start of the current iteration: for
+ * pollers and callbacks, which run inside one (loop thread or guest). */
+int64_t jet_loop_now_us(const jet_loop_t *loop);
 int jet_loop_index(const jet_loop_t *loop);
 
 int jet_loop_io_add(jet_loop_t *loop, jet_io_t *io);
@@ -108,9 +115,11 @@ void jet_loop_defer_flush(void);
 void jet_loop_post_deferred(jet_loop_t *loop, jet_task_t *task);
 
 /* For a thread that started something a busy-poll loop must watch without
- * driving it (an asynchronous call): wakes the loop's parked thread when no
- * guest drives the loop, so that it polls now rather than after its park
- * time. One atomic load when the loop is driven. */
+ * driving it (an asynchronous call, a synchronous one whose drive was
+ * refused): asks for the loop's own thread, which is woken at once when
+ * nobody drives the loop, or when the guest driving it leaves, so that the
+ * loop is polled now rather than after the parked thread's next look. A few
+ * atomic operations; no effect on a loop without pollers (or NULL). */
 void jet_loop_kick(jet_loop_t *loop);
 
 /* How many times the loop thread woke from a park behind guests (each costs

@@ -162,8 +162,11 @@ void jet__cid_join(uint32_t idx, uint32_t free_seq, int64_t spin_us, jet_loop_t 
      * loop thread spins, then wait for our wake-up. */
     cid_wait_t w = {slot, free_seq};
     if (loop && jet_loop_drive(loop, cid_done, &w)) return;
-    /* Not driving: a write this thread left to the loop needs its thread. */
+    /* Not driving (another guest does, or this is a loop thread): a write
+     * this thread left to the loop needs its thread, and so does the answer
+     * once the other guest leaves. */
     jet_loop_defer_flush();
+    jet_loop_kick(loop);
     if (spin_us > 0) {
         /* The answer of a polled transport often lands within microseconds:
          * waiting here saves the futex sleep and the loop's wake-up call. */

@@ -10,6 +10,7 @@
 #include <sys/epoll.h>
 
 #include "base/log.h"
+#include "base/time.h"
 #include "iobuf/block_pool.h"
 #include "urma/urma_endpoint.h"
 
@@ -38,6 +39,12 @@ JET_FLAG_DEFINE_INT32(urma_prepared_jetty_cnt, 8,
                       "reset and returned on close)");
 JET_FLAG_DEFINE_BOOL(urma_use_polling, false,
                      "Busy-poll URMA completion queues instead of waiting for completion events");
+JET_FLAG_DEFINE_INT32(urma_event_spin_us, 200,
+                      "Event mode: after completions, the event loop keeps polling the completion "
+                      "queue this many microseconds before it arms it and sleeps on its event fd "
+                      "again, so that a burst or the next call of a synchronous caller needs no "
+                      "wake-up; it costs that much CPU after each burst (0: wake on every event, "
+                      "as brpc) [0, 1000000]");
 JET_FLAG_DEFINE_INT32(urma_poller_num, 1,
                       "Polling mode: event loops that carry (and spin for) URMA connections");
 JET_FLAG_DEFINE_BOOL(urma_poller_yield, false,
@@ -302,6 +309,9 @@ struct jet_urma_loop {
     jet_poller_t poller;
     bool polling;
     bool poller_on;
+    bool spinning;       /* event mode: the poller runs, the JFC is not armed */
+    int64_t last_cr_us;  /* spinning: when the poller last found completions */
+    uint64_t events, spins;
     uint32_t jfc_depth;
     uint32_t jfc_used;
     jet_urma_jset_t *pool;
@@ -423,11 +433,12 @@ static int ul_drain(jet_urma_loop_t *ul, int max)
     ul->ntouched = 0;
     while (total < max) {
         int n = JET_URMA_FN(ul->ctx, urma_poll_jfc)(ul->jfc, once, cr);
-        if (n < 0) {
+        if (n < 0 || n > once) {
+            /* It may have written any of the entries it was given. */
+            memset(cr, 0, (size_t)once * sizeof cr[0]);
             JET_LOG_ONCE(JET_LOG_ERROR, "URMA: urma_poll_jfc failed: %d", n);
             break;
         }
-        if (n > once) n = once; /* a provider that says more than it was asked */
         for (int i = 0; i < n; i++)
             ul_dispatch(ul, &cr[i]);
         memset(cr, 0, (size_t)n * sizeof cr[0]);
@@ -442,6 +453,23 @@ static int ul_drain(jet_urma_loop_t *ul, int max)
     for (uint32_t i = 0; i < nt; i++)
         jet__urma_ep_batch_end(ul->touched[i]);
     return total;
+}
+
+static int64_t ul_event_spin_us(void)
+{
+    int32_t us = JET_FLAG(urma_event_spin_us);
+    return us < 0 ? 0 : us > 1000000 ? 1000000 : us;
+}
+
+/* Arms the JFC for the next completion event and drains what came before
+ * the arm. Every completion, not solicited-only: brpc peers do not solicit
+ * their payload. A completion landing between the drain and the rearm is
+ * caught by the drain after it (a rearm with completions waiting also fires
+ * at once, which covers a drain stopped by its budget). */
+static void ul_rearm(jet_urma_loop_t *ul)
+{
+    JET_URMA_FN(ul->ctx, urma_rearm_jfc)(ul->jfc, false);
+    ul_drain(ul, CTX_EVENT_BUDGET);
 }
 
 static void ul_event_cb(jet_io_t *io, uint32_t events)
@@ -462,20 +490,41 @@ static void ul_event_cb(jet_io_t *io, uint32_t events)
         for (int i = 0; i < n; i++)
             nev[i] = 1;
         JET_URMA_FN(c, urma_ack_jfc)(jfcs, nev, (uint32_t)n);
+        ul->events += (uint64_t)n;
     }
     ul_drain(ul, CTX_EVENT_BUDGET);
-    /* Every completion, not solicited-only: brpc peers do not solicit their
-     * payload. A completion landing between the drain and the rearm is
-     * caught by the drain after it (a rearm with completions waiting also
-     * fires at once, which covers a drain stopped by its budget). */
-    JET_URMA_FN(c, urma_rearm_jfc)(ul->jfc, false);
-    ul_drain(ul, CTX_EVENT_BUDGET);
+    if (ul->spinning) return; /* an event armed before the spin began */
+    if (ul_event_spin_us() > 0) {
+        /* Poll instead of arming: the next completions of a burst, or the
+         * answer to the next call, are found without a wake-up. */
+        ul->spinning = true;
+        ul->spins++;
+        ul->last_cr_us = jet_now_us();
+        jet_loop_poller_add(ul->loop, &ul->poller);
+        ul->poller_on = true;
+        return;
+    }
+    ul_rearm(ul);
 }
 
 static int ul_poll_cb(jet_poller_t *p)
 {
     jet_urma_loop_t *ul = p->arg;
     int n = ul_drain(ul, JET_FLAG(urma_cqe_poll_once) * 4);
+    if (ul->spinning) {
+        int64_t now = jet_loop_now_us(ul->loop);
+        if (n > 0) {
+            ul->last_cr_us = now;
+        } else if (now - ul->last_cr_us > ul_event_spin_us()) {
+            /* Quiet long enough: back to sleeping on the event fd. The
+             * poller may remove itself from its own callback. */
+            ul->spinning = false;
+            ul->poller_on = false;
+            jet_loop_poller_del(ul->loop, &ul->poller);
+            ul_rearm(ul);
+        }
+        return n;
+    }
     if (n == 0 && JET_FLAG(urma_poller_yield)) sched_yield();
     return n;
 }
@@ -507,6 +556,7 @@ static jet_urma_loop_t *ul_create(jet_loop_t *loop, const jet_urma_ctx_t *c)
         ul->io.events = EPOLLIN;
         ul->io.cb = ul_event_cb;
         ul->io.arg = ul;
+        ul->io.internal = true;
         if (jet_loop_io_add(loop, &ul->io) < 0) goto err_delete_jfc;
     }
     ul->poller.poll = ul_poll_cb;
@@ -657,6 +707,9 @@ void jet__urma_loop_stats(jet_urma_loop_t *ul, jet_urma_loop_stats_t *out)
     out->jfc_used = ul->jfc_used;
     out->jfc_depth = ul->jfc_depth;
     out->completions = ul->completions;
+    out->events = ul->events;
+    out->spins = ul->spins;
+    out->spinning = ul->spinning;
     out->c = ul->counters;
 }
 

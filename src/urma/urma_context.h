@@ -148,6 +148,9 @@ typedef struct jet_urma_loop_stats {
     uint32_t jfc_used;  /* reserved JFC entries */
     uint32_t jfc_depth;
     uint64_t completions;
+    uint64_t events;  /* completion events taken from the JFCE (event mode) */
+    uint64_t spins;   /* event mode: spells of polling after an event */
+    bool spinning;    /* in one now (the JFC is not armed) */
     jet_urma_counters_t c;
 } jet_urma_loop_stats_t;
 jet_urma_counters_t *jet__urma_loop_counters(jet_urma_loop_t *ul);

@@ -498,9 +498,58 @@ static void test_timer_and_kick_wake_a_solitary_loop(void)
         jet_loop_kick(loop);
         JT_CHECK(jt_wait_at_least(&w.runs, before + 100, 300 * 1000));
     }
-    /* On a driven loop it does nothing. */
-    jet_loop_kick(loop);
 
+    jt_loop_run_on(loop, del_poller, &w.p);
+    jt_loop_down(loop);
+    park_flags_restore(old);
+}
+
+/* A kick (an asynchronous call, or a synchronous waiter refused because
+ * another guest drives) made while a guest drives is kept: when that guest
+ * leaves, the loop thread takes the loop at once instead of after its park
+ * time (1 s here). */
+typedef struct leaver {
+    until_t u;
+    _Atomic int go;
+} leaver_t;
+
+static void *leaver_main(void *arg)
+{
+    leaver_t *l = arg;
+    (void)jet_loop_drive(loop, reached, &l->u);
+    return NULL;
+}
+
+static void test_kick_while_driven(void)
+{
+    park_flags_t old = park_flags_set(200, 1000000);
+    JT_REQUIRE(jt_loop_up(&loop) == 0);
+    who_poller_t w = {.p.poll = who_poll};
+    jt_loop_run_on(loop, add_poller, &w.p);
+    JT_CHECK(jt_wait_at_least(&w.runs, 10, GUARD_US));
+    for (int round = 0; round < 5; round++) {
+        /* Turns first: the loop thread parks behind guests for 1 s. */
+        drive_turns(&w, 20);
+        leaver_t l = {.u = {NULL, 1, NULL}};
+        l.u.v = &l.go;
+        pthread_t th;
+        atomic_store(&w.foreign, 0);
+        atomic_store(&w.guest_seen, 0);
+        atomic_store(&w.expect, &th);
+        JT_REQUIRE(pthread_create(&th, NULL, leaver_main, &l) == 0);
+        JT_WAIT_UNTIL(atomic_load(&w.guest_seen), GUARD_US);
+        JT_REQUIRE(atomic_load(&w.guest_seen));
+        /* A second waiter is refused, and asks for the thread instead. */
+        until_t never_u = {&l.go, 1, NULL};
+        JT_CHECK(!jet_loop_drive(loop, reached, &never_u));
+        jet_loop_kick(loop);
+        atomic_store(&w.expect, NULL);
+        atomic_store(&l.go, 1);
+        JT_CHECK(pthread_join(th, NULL) == 0);
+        /* Nobody drives now but the loop thread, which must be running. */
+        int before = atomic_load(&w.runs);
+        JT_CHECK(jt_wait_at_least(&w.runs, before + 100, 300 * 1000));
+    }
     jt_loop_run_on(loop, del_poller, &w.p);
     jt_loop_down(loop);
     park_flags_restore(old);
@@ -516,5 +565,6 @@ int main(void)
     JT_RUN(test_parked_thread_looks);
     JT_RUN(test_deferred_post);
     JT_RUN(test_timer_and_kick_wake_a_solitary_loop);
+    JT_RUN(test_kick_while_driven);
     return jt_finish();
 }

@@ -1,0 +1,137 @@
+/* Event mode with urma_event_spin_us: after a completion event the loop
+ * polls its completion queue instead of arming it, for as long as
+ * completions keep coming and the spin time after the last one; then it
+ * arms the queue and sleeps on the event fd again. Client and server share
+ * the process, so every loop counted here is one of theirs. Echoes are
+ * compared byte for byte in both regimes. */
+#include "urma/urma_context.h"
+#include "urma_test.h"
+
+#define GUARD_US (60 * 1000000LL)
+
+typedef struct probe {
+    jet_task_t t;
+    jet_loop_t *loop;
+    jet_urma_loop_stats_t st;
+    bool exists;
+    _Atomic int done;
+} probe_t;
+
+static void probe_fn(jet_task_t *t)
+{
+    probe_t *p = (probe_t *)t;
+    jet_urma_loop_t *ul = jet__urma_loop_peek(p->loop);
+    p->exists = ul != NULL;
+    if (ul) jet__urma_loop_stats(ul, &p->st);
+    atomic_store(&p->done, 1);
+}
+
+typedef struct sums {
+    uint64_t events, spins, completions;
+    int spinning; /* loops in a spin now */
+} sums_t;
+
+/* Sum over every loop, each read on its own thread. */
+static sums_t totals(void)
+{
+    sums_t s = {0, 0, 0, 0};
+    for (int i = 0; i < jet_loops_count(); i++) {
+        probe_t p = {.loop = jet_loop_at(i)};
+        p.t.fn = probe_fn;
+        jet_loop_post(p.loop, &p.t);
+        if (!jt_wait_at_least(&p.done, 1, 5000000)) abort();
+        if (!p.exists) continue;
+        s.events += p.st.events;
+        s.spins += p.st.spins;
+        s.completions += p.st.completions;
+        s.spinning += p.st.spinning;
+    }
+    return s;
+}
+
+static int g_port;
+
+static int echo_calls(jet_channel_t *ch, int n, size_t len, const char *tag)
+{
+    for (int i = 0; i < n; i++) {
+        int rc = jt_echo_bytes(ch, len, (uint64_t)i * 131 + len, tag);
+        if (rc != 0) return rc;
+    }
+    return 0;
+}
+
+/* spin 0: every completion batch is an event, no spell of polling. */
+static void test_pure_events(void)
+{
+    jet_flag_set("urma_event_spin_us", "0");
+    jet_channel_t *ch = ut_channel(g_port, JET_SOCKET_MODE_URMA, 10000, JET_CONNECTION_SINGLE);
+    JT_REQUIRE(ch);
+    JT_CHECK_EQ(echo_calls(ch, 5, 100, "warm"), 0);
+    sums_t a = totals();
+    JT_CHECK_EQ(echo_calls(ch, 100, 100, "ev"), 0);
+    sums_t b = totals();
+    JT_CHECK_EQ(b.spins - a.spins, 0);
+    JT_CHECK_EQ(b.spinning, 0);
+    /* At least one event per call on each side: nothing else polls. */
+    JT_CHECK(b.events - a.events >= 100);
+    jet_channel_destroy(ch);
+}
+
+/* A long spin: back-to-back calls are found by polling, not events; after
+ * the spin time without completions every loop sleeps on events again, and
+ * the next call still gets through (the queue was armed again). */
+static void test_spin_then_sleep(void)
+{
+    jet_flag_set("urma_event_spin_us", "20000");
+    jet_channel_t *ch = ut_channel(g_port, JET_SOCKET_MODE_URMA, 10000, JET_CONNECTION_SINGLE);
+    JT_REQUIRE(ch);
+    for (int round = 0; round < 3; round++) {
+        JT_CHECK_EQ(echo_calls(ch, 2, 100, "warm"), 0);
+        sums_t a = totals();
+        JT_CHECK_EQ(echo_calls(ch, 200, 100, "spin"), 0);
+        sums_t b = totals();
+        /* 200 calls are 400 receives; a spell of polling takes them
+         * without an event each (a loop preempted for 20 ms may start
+         * another spell, hence the margin). */
+        JT_CHECK(b.completions - a.completions >= 400);
+        JT_CHECK(b.events - a.events < 100);
+        JT_CHECK(b.spins >= 1);
+        /* Quiet for 10x the spin time: every loop sleeps again. */
+        sums_t c;
+        JT_CHECK(JT_WAIT_UNTIL((c = totals(), c.spinning == 0), GUARD_US));
+        uint64_t events = c.events;
+        JT_CHECK_EQ(echo_calls(ch, 1, 100, "after"), 0);
+        sums_t d = totals();
+        JT_CHECK(d.events > events); /* woken by an event, as in pure event mode */
+    }
+    jet_channel_destroy(ch);
+}
+
+/* Byte-exact echoes of every size class while spinning, and while not. */
+static void test_sizes_both_ways(void)
+{
+    static const size_t sizes[] = {1, 511, 512, 8192, 65535, 65536, 65537, 1 << 20, 5 << 20};
+    const char *spins[] = {"0", "50", "5000"};
+    for (size_t k = 0; k < sizeof spins / sizeof spins[0]; k++) {
+        jet_flag_set("urma_event_spin_us", spins[k]);
+        jet_channel_t *ch = ut_channel(g_port, JET_SOCKET_MODE_URMA, 30000, JET_CONNECTION_SINGLE);
+        JT_REQUIRE(ch);
+        for (size_t i = 0; i < sizeof sizes / sizeof sizes[0]; i++)
+            JT_CHECK_EQ(echo_calls(ch, 3, sizes[i], "size"), 0);
+        JT_CHECK_EQ(jt_async_batch(ch, 64, 2000, 0, GUARD_US, NULL), 0);
+        jet_channel_destroy(ch);
+    }
+    jet_flag_set("urma_event_spin_us", "0");
+}
+
+int main(int argc, char **argv)
+{
+    jt_urma_main_setup(&argc, &argv, "spin");
+    jet_server_t *srv = ut_server_start(JET_SOCKET_MODE_URMA, &g_port);
+    if (!srv) return 1;
+    JT_RUN(test_pure_events);
+    JT_RUN(test_spin_then_sleep);
+    JT_RUN(test_sizes_both_ways);
+    jet_server_destroy(srv);
+    return jt_finish();
+}
