@@ -101,6 +101,9 @@ struct jet_loop {
      * leaves tasks behind, jet_loop_kick); cleared by the thread when it
      * takes the loop. A leaving guest that sees it wakes the thread. */
     _Atomic bool want_thread;
+    /* Until then the loop is not solitary: asynchronous calls were issued
+     * on it (jet_loop_kick), whose answers nobody waits for by driving. */
+    _Atomic int64_t shared_until_us;
     _Atomic uint64_t looks;    /* parks the loop thread woke from (jet__loop_looks) */
     _Alignas(64) jet_mpsc_t inbox;
 };
@@ -325,11 +328,24 @@ uint64_t jet__loop_looks(jet_loop_t *loop)
     return atomic_load_explicit(&loop->looks, memory_order_relaxed);
 }
 
+/* How long after an asynchronous call its loop counts as shared: answers
+ * come within this in all but rare cases, and a later one waits at most the
+ * solitary park time. */
+#define LOOP_SHARED_AFTER_KICK_US 1000000
+
 void jet_loop_kick(jet_loop_t *loop)
 {
+    if (!loop) return;
+    /* A kick is used up when the thread next takes the loop; the answer may
+     * come after a guest took it and left again: until then the thread must
+     * look at the short pace. */
+    int64_t now = jet_now_us();
+    if (atomic_load_explicit(&loop->shared_until_us, memory_order_relaxed) <
+        now + LOOP_SHARED_AFTER_KICK_US / 2)
+        atomic_store_explicit(&loop->shared_until_us, now + LOOP_SHARED_AFTER_KICK_US,
+                              memory_order_relaxed);
     /* Only busy-poll loops park their thread behind guests. */
-    if (loop && atomic_load_explicit(&loop->npollers, memory_order_relaxed) > 0)
-        loop_want_thread(loop);
+    if (atomic_load_explicit(&loop->npollers, memory_order_relaxed) > 0) loop_want_thread(loop);
 }
 
 static void loop_wake(jet_loop_t *loop)
@@ -558,7 +574,8 @@ static int64_t loop_park_base_us(void)
  * while it is undriven: its thread may sleep long. */
 static bool loop_solitary(jet_loop_t *loop)
 {
-    return atomic_load_explicit(&loop->nio, memory_order_relaxed) <= 1;
+    return atomic_load_explicit(&loop->nio, memory_order_relaxed) <= 1 &&
+           jet_now_us() >= atomic_load_explicit(&loop->shared_until_us, memory_order_relaxed);
 }
 
 /* How long the loop thread sleeps behind guests before it looks again. */
@@ -799,6 +816,7 @@ int jet_loop_create(jet_loop_t **loop_p)
     atomic_init(&loop->park_until_us, 0);
     atomic_init(&loop->park_seq, 0);
     atomic_init(&loop->want_thread, false);
+    atomic_init(&loop->shared_until_us, 0);
     jet__mpsc_init(&loop->inbox);
 
     int max = JET_FLAG(event_max_events);

@@ -466,10 +466,28 @@ static int64_t ul_event_spin_us(void)
  * their payload. A completion landing between the drain and the rearm is
  * caught by the drain after it (a rearm with completions waiting also fires
  * at once, which covers a drain stopped by its budget). */
-static void ul_rearm(jet_urma_loop_t *ul)
+static bool ul_rearm(jet_urma_loop_t *ul)
 {
-    JET_URMA_FN(ul->ctx, urma_rearm_jfc)(ul->jfc, false);
+    urma_status_t st = JET_URMA_FN(ul->ctx, urma_rearm_jfc)(ul->jfc, false);
+    if (st != URMA_SUCCESS) {
+        /* Unarmed, no event will come: the loop must keep polling. */
+        JET_LOG_ONCE(JET_LOG_ERROR, "URMA: urma_rearm_jfc failed: status %d; polling instead",
+                     st);
+        return false;
+    }
     ul_drain(ul, CTX_EVENT_BUDGET);
+    return true;
+}
+
+static void ul_spin_start(jet_urma_loop_t *ul)
+{
+    ul->spinning = true;
+    ul->spins++;
+    ul->last_cr_us = jet_now_us();
+    if (!ul->poller_on) {
+        jet_loop_poller_add(ul->loop, &ul->poller);
+        ul->poller_on = true;
+    }
 }
 
 static void ul_event_cb(jet_io_t *io, uint32_t events)
@@ -494,17 +512,9 @@ static void ul_event_cb(jet_io_t *io, uint32_t events)
     }
     ul_drain(ul, CTX_EVENT_BUDGET);
     if (ul->spinning) return; /* an event armed before the spin began */
-    if (ul_event_spin_us() > 0) {
-        /* Poll instead of arming: the next completions of a burst, or the
-         * answer to the next call, are found without a wake-up. */
-        ul->spinning = true;
-        ul->spins++;
-        ul->last_cr_us = jet_now_us();
-        jet_loop_poller_add(ul->loop, &ul->poller);
-        ul->poller_on = true;
-        return;
-    }
-    ul_rearm(ul);
+    /* Poll instead of arming: the next completions of a burst, or the
+     * answer to the next call, are found without a wake-up. */
+    if (ul_event_spin_us() > 0 || !ul_rearm(ul)) ul_spin_start(ul);
 }
 
 static int ul_poll_cb(jet_poller_t *p)
@@ -516,12 +526,16 @@ static int ul_poll_cb(jet_poller_t *p)
         if (n > 0) {
             ul->last_cr_us = now;
         } else if (now - ul->last_cr_us > ul_event_spin_us()) {
-            /* Quiet long enough: back to sleeping on the event fd. The
-             * poller may remove itself from its own callback. */
+            /* Quiet long enough: back to sleeping on the event fd, unless
+             * the queue cannot be armed. The poller may remove itself from
+             * its own callback. */
+            if (!ul_rearm(ul)) {
+                ul->last_cr_us = now;
+                return n;
+            }
             ul->spinning = false;
             ul->poller_on = false;
             jet_loop_poller_del(ul->loop, &ul->poller);
-            ul_rearm(ul);
         }
         return n;
     }

@@ -555,6 +555,33 @@ static void test_kick_while_driven(void)
     park_flags_restore(old);
 }
 
+/* An asynchronous call's kick is used up when the thread takes the loop;
+ * if a synchronous caller then drives and leaves before the answer came,
+ * the loop counts as shared for a while and its thread looks at the short
+ * pace (200 us), not the solitary one (1 s here). */
+static void test_async_answer_after_a_guest_turn(void)
+{
+    park_flags_t old = park_flags_set(200, 1000000);
+    JT_REQUIRE(jt_loop_up(&loop) == 0);
+    who_poller_t w = {.p.poll = who_poll};
+    jt_loop_run_on(loop, add_poller, &w.p);
+    JT_CHECK(jt_wait_at_least(&w.runs, 10, GUARD_US));
+    for (int round = 0; round < 5; round++) {
+        drive_turns(&w, 20); /* the thread parks behind us for 1 s */
+        jet_loop_kick(loop); /* an asynchronous call: the thread takes the loop */
+        int before = atomic_load(&w.runs);
+        JT_CHECK(jt_wait_at_least(&w.runs, before + 100, 300 * 1000));
+        /* A synchronous call's turn, then nobody drives. */
+        until_t u = {&w.runs, atomic_load(&w.runs) + 20, NULL};
+        JT_CHECK(jet_loop_drive(loop, reached, &u));
+        before = atomic_load(&w.runs);
+        JT_CHECK(jt_wait_at_least(&w.runs, before + 100, 300 * 1000));
+    }
+    jt_loop_run_on(loop, del_poller, &w.p);
+    jt_loop_down(loop);
+    park_flags_restore(old);
+}
+
 int main(void)
 {
     JT_RUN(test_guest_runs_the_loop);
@@ -566,5 +593,6 @@ int main(void)
     JT_RUN(test_deferred_post);
     JT_RUN(test_timer_and_kick_wake_a_solitary_loop);
     JT_RUN(test_kick_while_driven);
+    JT_RUN(test_async_answer_after_a_guest_turn);
     return jt_finish();
 }
