@@ -45,12 +45,14 @@
 JET_FLAG_DEFINE_INT32(thread_num, 1, "Client threads, each with its own channel (connection)");
 JET_FLAG_DEFINE_INT32(queue_depth, 1,
                       "Calls in flight per thread; 1 makes synchronous calls unless --async");
+JET_FLAG_DECLARE_INT32(urma_event_spin_us);
 JET_FLAG_DEFINE_INT32(attachment_size, 0, "Bytes of request attachment");
 JET_FLAG_DEFINE_BOOL(echo_attachment, true, "The forked server echoes the attachment back");
 JET_FLAG_DEFINE_INT32(test_seconds, 10, "Measured seconds of each run");
 JET_FLAG_DEFINE_INT32(warmup_seconds, 2, "Unmeasured seconds before each run");
 JET_FLAG_DEFINE_STRING(socket_mode, "tcp",
-                       "Transport: tcp, ubring, urma (event mode) or urma-poll (both sides "
+                       "Transport: tcp, ubring, urma (event mode), urma-spin (event mode polling "
+                       "200 us after events, --urma_event_spin_us) or urma-poll (both sides "
                        "--urma_use_polling); a comma list runs each in turn");
 JET_FLAG_DEFINE_INT32(message_size, 16, "Bytes of the request's message string (echoed back)");
 JET_FLAG_DEFINE_STRING(server, "",
@@ -112,18 +114,29 @@ static int bench_read_line(int fd, char *buf, size_t size, int timeout_ms)
     }
 }
 
-/* "urma-poll" is URMA with --urma_use_polling on both sides; the other names
- * are socket modes. Sets the polling flag of this process to match (the
- * URMA context takes it at first use, so one process runs one of the two). */
+/* "urma-poll" is URMA with --urma_use_polling on both sides, "urma-spin"
+ * URMA event mode that polls 200 us after each event (--urma_event_spin_us,
+ * unless set); the other names are socket modes. Sets the flags of this
+ * process to match (the URMA context takes the mode at first use, so one
+ * process runs one of them). */
 static int bench_mode_parse(const char *name, jet_socket_mode_t *mode)
 {
-    bool poll = strcmp(name, "urma-poll") == 0;
-    if (poll)
+    bool poll = strcmp(name, "urma-poll") == 0, spin = strcmp(name, "urma-spin") == 0;
+    if (poll || spin)
         *mode = JET_SOCKET_MODE_URMA;
     else if (jet_socket_mode_parse(name, mode) < 0)
         return -EINVAL;
     if (*mode == JET_SOCKET_MODE_URMA) jet_flag_set("urma_use_polling", poll ? "true" : "false");
+    if (spin && JET_FLAG(urma_event_spin_us) == 0) jet_flag_set("urma_event_spin_us", "200");
     return 0;
+}
+
+/* The row label of a mode name (one that outlives a comma list). */
+static const char *bench_label(const char *name, jet_socket_mode_t mode)
+{
+    if (strcmp(name, "urma-poll") == 0) return "urma-poll";
+    if (strcmp(name, "urma-spin") == 0) return "urma-spin";
+    return jet_socket_mode_name(mode);
 }
 
 static bool bench_mode_is_urma(const char *name)
@@ -807,7 +820,7 @@ static void bench_row_from_json(const char *line, const char *label, bench_row_t
 
 static int bench_mode_child(const char *mode_name, bench_entry_t *entries, int *n, int max)
 {
-    const char *label = strcmp(mode_name, "urma-poll") == 0 ? "urma-poll" : "urma";
+    const char *label = bench_label(mode_name, JET_SOCKET_MODE_URMA);
     int pfd[2];
     if (pipe2(pfd, O_CLOEXEC) < 0) return -errno;
     char modearg[96];
@@ -1007,7 +1020,7 @@ static int bench_mode(const char *mode_name, bench_result_t *results, int *n, in
         return -EINVAL;
     }
     /* A label that outlives the comma list it came from. */
-    const char *label = strcmp(mode_name, "urma-poll") == 0 ? "urma-poll" : jet_socket_mode_name(mode);
+    const char *label = bench_label(mode_name, mode);
     bench_cfg_t cfgs[4];
     int ncfg = 0;
     if (JET_FLAG(matrix)) {

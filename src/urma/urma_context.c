@@ -39,12 +39,13 @@ JET_FLAG_DEFINE_INT32(urma_prepared_jetty_cnt, 8,
                       "reset and returned on close)");
 JET_FLAG_DEFINE_BOOL(urma_use_polling, false,
                      "Busy-poll URMA completion queues instead of waiting for completion events");
-JET_FLAG_DEFINE_INT32(urma_event_spin_us, 200,
+JET_FLAG_DEFINE_INT32(urma_event_spin_us, 0,
                       "Event mode: after completions, the event loop keeps polling the completion "
                       "queue this many microseconds before it arms it and sleeps on its event fd "
                       "again, so that a burst or the next call of a synchronous caller needs no "
-                      "wake-up; it costs that much CPU after each burst (0: wake on every event, "
-                      "as brpc) [0, 1000000]");
+                      "wake-up; it costs that much CPU after each burst, and tail latency when "
+                      "threads outnumber cores (0: wake on every event, as brpc; 200 is a good "
+                      "value) [0, 1000000]");
 JET_FLAG_DEFINE_INT32(urma_poller_num, 1,
                       "Polling mode: event loops that carry (and spin for) URMA connections");
 JET_FLAG_DEFINE_BOOL(urma_poller_yield, false,
