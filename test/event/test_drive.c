@@ -5,6 +5,7 @@
 #include <sys/epoll.h>
 #include <stdatomic.h>
 #include <stddef.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
@@ -332,17 +333,35 @@ static void park_flags_restore(park_flags_t old)
     JET_FLAG(event_guest_park_solitary_us) = old.solitary;
 }
 
+/* A loop with a counting poller, the park flags set for a case; undone,
+ * flags included, by parked_loop_down. */
+static park_flags_t parked_loop_up(who_poller_t *w, int32_t base, int32_t solitary)
+{
+    park_flags_t old = park_flags_set(base, solitary);
+    if (jt_loop_up(&loop) != 0) {
+        fprintf(stderr, "cannot start an event loop\n");
+        abort();
+    }
+    jt_loop_run_on(loop, add_poller, &w->p);
+    JT_CHECK(jt_wait_at_least(&w->runs, 10, GUARD_US));
+    return old;
+}
+
+static void parked_loop_down(who_poller_t *w, park_flags_t old)
+{
+    jt_loop_run_on(loop, del_poller, &w->p);
+    jt_loop_down(loop);
+    park_flags_restore(old);
+}
+
 /* Each look of the parked thread is a wake-up that takes a core from the
  * spinning guest: a loop with nothing but the guest's connection is looked
  * at every event_guest_park_solitary_us, one with other fds every
  * event_guest_park_us. */
 static void test_parked_thread_looks(void)
 {
-    park_flags_t old = park_flags_set(200, 1000000);
-    JT_REQUIRE(jt_loop_up(&loop) == 0);
     who_poller_t w = {.p.poll = who_poll};
-    jt_loop_run_on(loop, add_poller, &w.p);
-    JT_CHECK(jt_wait_at_least(&w.runs, 10, GUARD_US));
+    park_flags_t old = parked_loop_up(&w, 200, 1000000);
 
     uint64_t a = jet__loop_looks(loop);
     drive_turns(&w, 300);
@@ -372,20 +391,15 @@ static void test_parked_thread_looks(void)
         close(fds[i][1]);
     }
 
-    jt_loop_run_on(loop, del_poller, &w.p);
-    jt_loop_down(loop);
-    park_flags_restore(old);
+    parked_loop_down(&w, old);
 }
 
 /* A write that a synchronous caller leaves to the loop it is about to drive
  * runs on the caller's own turn, without waking the loop thread. */
 static void test_deferred_post(void)
 {
-    park_flags_t old = park_flags_set(100000, 1000000);
-    JT_REQUIRE(jt_loop_up(&loop) == 0);
     who_poller_t w = {.p.poll = who_poll};
-    jt_loop_run_on(loop, add_poller, &w.p);
-    JT_CHECK(jt_wait_at_least(&w.runs, 10, GUARD_US));
+    park_flags_t old = parked_loop_up(&w, 100000, 1000000);
     pthread_t me = pthread_self();
     static _Atomic int ran, on_guest;
 
@@ -430,9 +444,7 @@ static void test_deferred_post(void)
     jet_loop_post_deferred(loop, &t.task);
     JT_CHECK(jt_wait_at_least(&ran, 1, 500 * 1000));
 
-    jt_loop_run_on(loop, del_poller, &w.p);
-    jt_loop_down(loop);
-    park_flags_restore(old);
+    parked_loop_down(&w, old);
 }
 
 /* Timers and kicks reach a solitary loop whose thread sleeps long behind a
@@ -466,11 +478,8 @@ static void disarm_fn(void *arg)
 
 static void test_timer_and_kick_wake_a_solitary_loop(void)
 {
-    park_flags_t old = park_flags_set(200, 1000000);
-    JT_REQUIRE(jt_loop_up(&loop) == 0);
     who_poller_t w = {.p.poll = who_poll};
-    jt_loop_run_on(loop, add_poller, &w.p);
-    JT_CHECK(jt_wait_at_least(&w.runs, 10, GUARD_US));
+    park_flags_t old = parked_loop_up(&w, 200, 1000000);
 
     for (int round = 0; round < 5; round++) {
         /* Turns: the thread parks behind us (1 s). */
@@ -499,9 +508,7 @@ static void test_timer_and_kick_wake_a_solitary_loop(void)
         JT_CHECK(jt_wait_at_least(&w.runs, before + 100, 300 * 1000));
     }
 
-    jt_loop_run_on(loop, del_poller, &w.p);
-    jt_loop_down(loop);
-    park_flags_restore(old);
+    parked_loop_down(&w, old);
 }
 
 /* A kick (an asynchronous call, or a synchronous waiter refused because
@@ -522,11 +529,8 @@ static void *leaver_main(void *arg)
 
 static void test_kick_while_driven(void)
 {
-    park_flags_t old = park_flags_set(200, 1000000);
-    JT_REQUIRE(jt_loop_up(&loop) == 0);
     who_poller_t w = {.p.poll = who_poll};
-    jt_loop_run_on(loop, add_poller, &w.p);
-    JT_CHECK(jt_wait_at_least(&w.runs, 10, GUARD_US));
+    park_flags_t old = parked_loop_up(&w, 200, 1000000);
     for (int round = 0; round < 5; round++) {
         /* Turns first: the loop thread parks behind guests for 1 s. */
         drive_turns(&w, 20);
@@ -550,9 +554,7 @@ static void test_kick_while_driven(void)
         int before = atomic_load(&w.runs);
         JT_CHECK(jt_wait_at_least(&w.runs, before + 100, 300 * 1000));
     }
-    jt_loop_run_on(loop, del_poller, &w.p);
-    jt_loop_down(loop);
-    park_flags_restore(old);
+    parked_loop_down(&w, old);
 }
 
 /* An asynchronous call's kick is used up when the thread takes the loop;
@@ -561,11 +563,8 @@ static void test_kick_while_driven(void)
  * pace (200 us), not the solitary one (1 s here). */
 static void test_async_answer_after_a_guest_turn(void)
 {
-    park_flags_t old = park_flags_set(200, 1000000);
-    JT_REQUIRE(jt_loop_up(&loop) == 0);
     who_poller_t w = {.p.poll = who_poll};
-    jt_loop_run_on(loop, add_poller, &w.p);
-    JT_CHECK(jt_wait_at_least(&w.runs, 10, GUARD_US));
+    park_flags_t old = parked_loop_up(&w, 200, 1000000);
     for (int round = 0; round < 5; round++) {
         drive_turns(&w, 20); /* the thread parks behind us for 1 s */
         jet_loop_kick(loop); /* an asynchronous call: the thread takes the loop */
@@ -577,9 +576,7 @@ static void test_async_answer_after_a_guest_turn(void)
         before = atomic_load(&w.runs);
         JT_CHECK(jt_wait_at_least(&w.runs, before + 100, 300 * 1000));
     }
-    jt_loop_run_on(loop, del_poller, &w.p);
-    jt_loop_down(loop);
-    park_flags_restore(old);
+    parked_loop_down(&w, old);
 }
 
 int main(void)

@@ -14,45 +14,9 @@ JET_FLAG_DECLARE_INT32(urma_rq_size);
 
 #define GUARD_US (60 * 1000000LL)
 
-typedef struct probe {
-    jet_task_t t;
-    jet_loop_t *loop;
-    jet_urma_loop_stats_t st;
-    bool exists;
-    _Atomic int done;
-} probe_t;
-
-static void probe_fn(jet_task_t *t)
-{
-    probe_t *p = (probe_t *)t;
-    jet_urma_loop_t *ul = jet__urma_loop_peek(p->loop);
-    p->exists = ul != NULL;
-    if (ul) jet__urma_loop_stats(ul, &p->st);
-    atomic_store(&p->done, 1);
-}
-
-/* Sum over every loop, each read on its own thread. */
 static jet_urma_loop_stats_t totals(void)
 {
-    jet_urma_loop_stats_t sum;
-    memset(&sum, 0, sizeof sum);
-    for (int i = 0; i < jet_loops_count(); i++) {
-        probe_t p = {.loop = jet_loop_at(i)};
-        p.t.fn = probe_fn;
-        jet_loop_post(p.loop, &p.t);
-        if (!jt_wait_at_least(&p.done, 1, 5000000)) abort();
-        if (!p.exists) continue;
-        sum.endpoints += p.st.endpoints;
-        sum.pooled += p.st.pooled;
-        sum.completions += p.st.completions;
-        sum.c.recv_zerocopy += p.st.c.recv_zerocopy;
-        sum.c.recv_copied += p.st.c.recv_copied;
-        sum.c.credit_msgs += p.st.c.credit_msgs;
-        sum.c.data_wrs += p.st.c.data_wrs;
-        sum.c.signalled_wrs += p.st.c.signalled_wrs;
-        sum.c.send_bounced += p.st.c.send_bounced;
-    }
-    return sum;
+    return ut_urma_totals(NULL);
 }
 
 static jet_server_t *g_srv;

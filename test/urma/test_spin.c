@@ -9,43 +9,18 @@
 
 #define GUARD_US (60 * 1000000LL)
 
-typedef struct probe {
-    jet_task_t t;
-    jet_loop_t *loop;
-    jet_urma_loop_stats_t st;
-    bool exists;
-    _Atomic int done;
-} probe_t;
-
-static void probe_fn(jet_task_t *t)
-{
-    probe_t *p = (probe_t *)t;
-    jet_urma_loop_t *ul = jet__urma_loop_peek(p->loop);
-    p->exists = ul != NULL;
-    if (ul) jet__urma_loop_stats(ul, &p->st);
-    atomic_store(&p->done, 1);
-}
-
 typedef struct sums {
     uint64_t events, spins, completions;
-    int spinning; /* loops in a spin now */
+    int spinning; /* loops in a spell of polling now */
 } sums_t;
 
-/* Sum over every loop, each read on its own thread. */
 static sums_t totals(void)
 {
-    sums_t s = {0, 0, 0, 0};
-    for (int i = 0; i < jet_loops_count(); i++) {
-        probe_t p = {.loop = jet_loop_at(i)};
-        p.t.fn = probe_fn;
-        jet_loop_post(p.loop, &p.t);
-        if (!jt_wait_at_least(&p.done, 1, 5000000)) abort();
-        if (!p.exists) continue;
-        s.events += p.st.events;
-        s.spins += p.st.spins;
-        s.completions += p.st.completions;
-        s.spinning += p.st.spinning;
-    }
+    sums_t s;
+    jet_urma_loop_stats_t t = ut_urma_totals(&s.spinning);
+    s.events = t.events;
+    s.spins = t.spins;
+    s.completions = t.completions;
     return s;
 }
 

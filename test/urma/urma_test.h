@@ -32,6 +32,7 @@
 #include "echo.pb-c.h"
 #include "testutil.h"
 #include "testutil_transport.h"
+#include "urma/urma_context.h"
 
 #define UT_UNUSED __attribute__((unused))
 
@@ -190,4 +191,53 @@ static UT_UNUSED int ut_client_run(const char *const *args, const char *const *e
 {
     return jt_run_role("role=client", args, envs, 120000);
 }
+/* ---- per-loop URMA counters ------------------------------------------------ */
+
+typedef struct ut_probe {
+    jet_task_t t;
+    jet_loop_t *loop;
+    jet_urma_loop_stats_t st;
+    bool exists;
+    _Atomic int done;
+} ut_probe_t;
+
+static UT_UNUSED void ut_probe_fn(jet_task_t *t)
+{
+    ut_probe_t *p = (ut_probe_t *)t;
+    jet_urma_loop_t *ul = jet__urma_loop_peek(p->loop);
+    p->exists = ul != NULL;
+    if (ul) jet__urma_loop_stats(ul, &p->st);
+    atomic_store(&p->done, 1);
+}
+
+/* The counters of every loop of this process, each read on its own thread,
+ * summed; *spinning_p (when given) counts the loops in a spell of polling. */
+static UT_UNUSED jet_urma_loop_stats_t ut_urma_totals(int *spinning_p)
+{
+    jet_urma_loop_stats_t sum;
+    memset(&sum, 0, sizeof sum);
+    int spinning = 0;
+    for (int i = 0; i < jet_loops_count(); i++) {
+        ut_probe_t p = {.loop = jet_loop_at(i)};
+        p.t.fn = ut_probe_fn;
+        jet_loop_post(p.loop, &p.t);
+        if (!jt_wait_at_least(&p.done, 1, 5000000)) abort();
+        if (!p.exists) continue;
+        sum.endpoints += p.st.endpoints;
+        sum.pooled += p.st.pooled;
+        sum.completions += p.st.completions;
+        sum.events += p.st.events;
+        sum.spins += p.st.spins;
+        spinning += p.st.spinning;
+        sum.c.recv_zerocopy += p.st.c.recv_zerocopy;
+        sum.c.recv_copied += p.st.c.recv_copied;
+        sum.c.credit_msgs += p.st.c.credit_msgs;
+        sum.c.data_wrs += p.st.c.data_wrs;
+        sum.c.signalled_wrs += p.st.c.signalled_wrs;
+        sum.c.send_bounced += p.st.c.send_bounced;
+    }
+    if (spinning_p) *spinning_p = spinning;
+    return sum;
+}
+
 #endif
