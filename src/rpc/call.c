@@ -193,7 +193,8 @@ static jet_pool_t call_pool = JET_POOL_INIT("call", sizeof(jet_call_t));
 
 static void call_init(jet_call_t *c)
 {
-    memset(c, 0, sizeof *c);
+    memset(c, 0, offsetof(jet_call_t, msg_arena));
+    jet__msg_arena_init(&c->msg_arena);
     jet_iobuf_init(&c->req_att);
     jet_iobuf_init(&c->resp_att);
     jet_iobuf_init(&c->req_body);
@@ -215,7 +216,8 @@ static void call_release_fields(jet_call_t *c)
     jet_iobuf_fini(&c->resp_att);
     jet_iobuf_fini(&c->req_body);
     free(c->error_text);
-    if (c->response) protobuf_c_message_free_unpacked(c->response, NULL);
+    if (c->response) protobuf_c_message_free_unpacked(c->response, &c->msg_arena.pa);
+    c->response = NULL;
 }
 
 void jet_call_destroy(jet_call_t *c)

@@ -11,6 +11,7 @@
 #include "jetrpc/call.h"
 #include "jetrpc/channel.h"
 #include "net/socket.h"
+#include "rpc/codec.h"
 
 struct jet_server;
 struct jet_server_conn;
@@ -68,6 +69,10 @@ struct jet_call {
     ProtobufCMessage *srv_input;
     int64_t srv_cid;
     jet_task_t srv_task; /* runs the handler on a worker */
+
+    /* Last: call_init clears everything before it. The decoded response
+     * (client) or request (server) is allocated here; freed with its pa. */
+    jet_msg_arena_t msg_arena;
 };
 
 /* Shared by client and server: fills error_code/error_text. */

@@ -423,8 +423,9 @@ int jet_channel_call(jet_channel_t *ch, const ProtobufCServiceDescriptor *servic
     const ProtobufCMethodDescriptor *m = &service->methods[method_index];
     if (request && request->descriptor != m->input) return -EINVAL;
     /* The outcome of a previous use goes; the settings and attachment stay. */
-    if (call->response) protobuf_c_message_free_unpacked(call->response, NULL);
+    if (call->response) protobuf_c_message_free_unpacked(call->response, &call->msg_arena.pa);
     call->response = NULL;
+    jet__msg_arena_reset(&call->msg_arena);
     free(call->error_text);
     call->error_text = NULL;
     call->error_code = 0;
@@ -533,7 +534,8 @@ static void cli_handle_response(jet_socket_t *s, jet_baidu_frame_t *f, int bad_a
     }
     const char *why = NULL;
     ProtobufCMessage *msg = jet__decode_message(call->method->output, meta, &f->body,
-                                                &f->attachment, conn->max_body, &why);
+                                                &f->attachment, conn->max_body,
+                                                &call->msg_arena.pa, &why);
     if (!msg) {
         char text[512];
         jet__format_parse_error(text, sizeof text, "response", call->method->output->name, meta,

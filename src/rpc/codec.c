@@ -2,6 +2,8 @@
 #include "rpc/codec.h"
 #include "rpc/meta_codec.h"
 
+#include "base/pool.h"
+
 #include <errno.h>
 #include <stdalign.h>
 #include <stdlib.h>
@@ -64,9 +66,21 @@ typedef struct arena {
 _Static_assert(offsetof(arena_t, data) % ARENA_HDR == 0, "arena data alignment");
 _Static_assert(offsetof(arena_big_t, data) % ARENA_HDR == 0, "arena big alignment");
 
+/* Arenas of the usual size come from a pool with thread-local caches: a loop
+ * cuts and finishes its frames on its own thread, so they never reach malloc.
+ * Only pooled arenas have exactly this capacity. */
+#define ARENA_POOLED_CAP 1024
+static jet_pool_t arena_pool = JET_POOL_INIT("meta_arena", sizeof(arena_t) + ARENA_POOLED_CAP);
+
 static arena_t *arena_create(size_t cap)
 {
-    arena_t *a = malloc(sizeof(*a) + cap);
+    arena_t *a;
+    if (cap <= ARENA_POOLED_CAP) {
+        cap = ARENA_POOLED_CAP;
+        a = jet__pool_get(&arena_pool);
+    } else {
+        a = malloc(sizeof(*a) + cap);
+    }
     if (!a) return NULL;
     a->big = NULL;
     a->used = 0;
@@ -82,7 +96,10 @@ static void arena_destroy(arena_t *a)
         free(b);
         b = next;
     }
-    free(a);
+    if (a->cap == ARENA_POOLED_CAP)
+        jet__pool_put(&arena_pool, a);
+    else
+        free(a);
 }
 
 static void *arena_alloc(void *data, size_t size)
@@ -125,6 +142,32 @@ static size_t arena_size_for(uint32_t meta_size)
 {
     size_t cap = 512 + (size_t)meta_size + meta_size / 2;
     return cap > 65536 ? 65536 : cap;
+}
+
+static void *msg_arena_alloc(void *data, size_t size)
+{
+    jet_msg_arena_t *a = data;
+    size_t need = (size + 15) & ~(size_t)15;
+    if (size <= sizeof a->buf && need <= sizeof a->buf - a->used) {
+        void *p = a->buf + a->used;
+        a->used += need;
+        return p;
+    }
+    return malloc(size);
+}
+
+static void msg_arena_free(void *data, void *ptr)
+{
+    jet_msg_arena_t *a = data;
+    unsigned char *p = ptr;
+    if (p >= a->buf && p < a->buf + sizeof a->buf) return; /* reclaimed by the reset */
+    free(ptr);
+}
+
+void jet__msg_arena_init(jet_msg_arena_t *a)
+{
+    a->pa = (ProtobufCAllocator){.alloc = msg_arena_alloc, .free = msg_arena_free, .allocator_data = a};
+    a->used = 0;
 }
 
 /* ---- frames ---- */
@@ -298,11 +341,11 @@ int jet__pb_pack_iobuf(const ProtobufCMessage *msg, jet_iobuf_t *out)
 }
 
 ProtobufCMessage *jet__pb_unpack_iobuf(const ProtobufCMessageDescriptor *desc,
-                                       const jet_iobuf_t *in)
+                                       const jet_iobuf_t *in, ProtobufCAllocator *alloc)
 {
     size_t n = jet_iobuf_len(in);
     static const uint8_t empty[1];
-    if (n == 0) return protobuf_c_message_unpack(desc, NULL, 0, empty);
+    if (n == 0) return protobuf_c_message_unpack(desc, alloc, 0, empty);
 
     uint8_t stack[1024];
     uint8_t *tmp = stack;
@@ -311,7 +354,7 @@ ProtobufCMessage *jet__pb_unpack_iobuf(const ProtobufCMessageDescriptor *desc,
         if (!tmp) return NULL;
     }
     const uint8_t *p = jet_iobuf_fetch(in, tmp, n);
-    ProtobufCMessage *msg = p ? protobuf_c_message_unpack(desc, NULL, n, p) : NULL;
+    ProtobufCMessage *msg = p ? protobuf_c_message_unpack(desc, alloc, n, p) : NULL;
     if (tmp != stack) free(tmp);
     return msg;
 }

@@ -65,8 +65,25 @@ int jet__baidu_pack(jet_iobuf_t *out, const Brpc__Policy__RpcMeta *meta, jet_iob
 /* Serialises a protobuf-c message at the end of out (no intermediate copy). */
 int jet__pb_pack_iobuf(const ProtobufCMessage *msg, jet_iobuf_t *out);
 /* Decodes a message from the whole of in (copies only when in spans several
- * blocks). NULL when it does not decode. Free with protobuf_c_message_free_unpacked. */
+ * blocks) with alloc (NULL: protobuf-c's default). NULL when it does not
+ * decode. Free with protobuf_c_message_free_unpacked and the same allocator. */
 ProtobufCMessage *jet__pb_unpack_iobuf(const ProtobufCMessageDescriptor *desc,
-                                       const jet_iobuf_t *in);
+                                       const jet_iobuf_t *in, ProtobufCAllocator *alloc);
+
+/* An allocator for one decoded message at a time: allocations come from
+ * buf while it has room, the rest from malloc. Freeing a piece of buf does
+ * nothing; jet__msg_arena_reset makes the whole of buf available again and
+ * may be called only when no message allocated from it is alive (after
+ * protobuf_c_message_free_unpacked with a.pa). Embedded in the call object,
+ * it saves the mallocs and frees of every decoded request and response. */
+#define JET_MSG_ARENA_SIZE 512
+typedef struct jet_msg_arena {
+    ProtobufCAllocator pa;
+    size_t used;
+    _Alignas(16) unsigned char buf[JET_MSG_ARENA_SIZE];
+} jet_msg_arena_t;
+
+void jet__msg_arena_init(jet_msg_arena_t *a);
+static inline void jet__msg_arena_reset(jet_msg_arena_t *a) { a->used = 0; }
 
 #endif

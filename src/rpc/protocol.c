@@ -45,7 +45,7 @@ static bool protocol_checksum_ok(const Brpc__Policy__RpcMeta *meta, const jet_io
 ProtobufCMessage *jet__decode_message(const ProtobufCMessageDescriptor *desc,
                                       const Brpc__Policy__RpcMeta *meta, const jet_iobuf_t *body,
                                       const jet_iobuf_t *attachment, uint32_t max_size,
-                                      const char **why_p)
+                                      ProtobufCAllocator *alloc, const char **why_p)
 {
     int ctype = meta->has_compress_type ? meta->compress_type : 0;
     if (!jet__compress_supported(ctype)) {
@@ -61,14 +61,14 @@ ProtobufCMessage *jet__decode_message(const ProtobufCMessageDescriptor *desc,
         return NULL;
     }
     if (ctype == 0) {
-        ProtobufCMessage *m = jet__pb_unpack_iobuf(desc, body);
+        ProtobufCMessage *m = jet__pb_unpack_iobuf(desc, body, alloc);
         if (!m) *why_p = "parse";
         return m;
     }
     jet_iobuf_t plain;
     jet_iobuf_init(&plain);
     ProtobufCMessage *m = NULL;
-    if (jet__decompress(ctype, body, &plain, max_size) == 0) m = jet__pb_unpack_iobuf(desc, &plain);
+    if (jet__decompress(ctype, body, &plain, max_size) == 0) m = jet__pb_unpack_iobuf(desc, &plain, alloc);
     jet_iobuf_fini(&plain);
     if (!m) *why_p = "parse";
     return m;

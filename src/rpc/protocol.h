@@ -17,12 +17,12 @@ uint32_t jet__max_body_size(uint32_t opt);
 int jet__encode_message(const ProtobufCMessage *msg, int compress_type, jet_iobuf_t *body);
 
 /* Decompresses and verifies a received message part, then decodes it as
- * desc. Returns the message, or NULL with *why_p set to a static reason
- * ("CompressType", "ChecksumType", "parse"). */
+ * desc with alloc (NULL: protobuf-c's default). Returns the message, or NULL
+ * with *why_p set to a static reason ("CompressType", "ChecksumType", "parse"). */
 ProtobufCMessage *jet__decode_message(const ProtobufCMessageDescriptor *desc,
                                       const Brpc__Policy__RpcMeta *meta, const jet_iobuf_t *body,
                                       const jet_iobuf_t *attachment, uint32_t max_size,
-                                      const char **why_p);
+                                      ProtobufCAllocator *alloc, const char **why_p);
 
 /* brpc's text for a message that failed to decode:
  * "Fail to parse <what>=<type>, ContentType=pb, CompressType=none, ChecksumType=none, <what>_size=N" */

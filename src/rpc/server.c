@@ -300,7 +300,7 @@ static void srv_on_release(jet_socket_t *s)
 static void srv_call_finish(jet_call_t *call)
 {
     jet_server_t *srv = call->server;
-    if (call->srv_input) protobuf_c_message_free_unpacked(call->srv_input, NULL);
+    if (call->srv_input) protobuf_c_message_free_unpacked(call->srv_input, &call->msg_arena.pa);
     call->srv_input = NULL;
     if (call->error_code) atomic_fetch_add(&srv->n_failed, 1);
     jet__socket_unref(call->srv_sock);
@@ -473,7 +473,8 @@ static void srv_process(jet_socket_t *s, jet_baidu_frame_t *f, int bad_att)
         return;
     }
     const char *why = NULL;
-    call->srv_input = jet__decode_message(m->input, meta, &f->body, &call->req_att, srv->max_body, &why);
+    call->srv_input = jet__decode_message(m->input, meta, &f->body, &call->req_att, srv->max_body,
+                                          &call->msg_arena.pa, &why);
     if (!call->srv_input) {
         char text[512];
         jet__format_parse_error(text, sizeof text, "request", m->input->name, meta,

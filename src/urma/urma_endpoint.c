@@ -61,6 +61,12 @@ struct jet_urma_ep {
 
     jet_block_t **rbufs; /* receive ring, rq slots; NULL = not posted */
     uint32_t posted;
+    /* Data receives taken in this poll batch, re-posted (and credited) at its
+     * end, after the delivery: the post is not on the path from a request's
+     * arrival to its handler's answer. held[slot] owns the block meanwhile. */
+    jet_block_t **held;
+    uint32_t *repost; /* slots in held, in arrival order */
+    uint32_t nrepost;
     jet_timer_t drain_timer;
 };
 
@@ -115,6 +121,15 @@ static int ep_post_recv(jet_urma_ep_t *ep, uint32_t slot, jet_block_t *b)
     return 0;
 }
 
+static void ep_free_arrays(jet_urma_ep_t *ep)
+{
+    free(ep->slot_n);
+    free(ep->slot_blk);
+    free(ep->rbufs);
+    free(ep->held);
+    free(ep->repost);
+}
+
 static int ep_create(jet_socket_t *s, bool fresh, bool *pooled_p, jet_urma_ep_t **ep_p)
 {
     const jet_urma_ctx_t *ctx = jet__urma_ctx_get();
@@ -133,19 +148,14 @@ static int ep_create(jet_socket_t *s, bool fresh, bool *pooled_p, jet_urma_ep_t 
     ep->slot_n = calloc(ep->sq, sizeof *ep->slot_n);
     ep->slot_blk = calloc((size_t)ep->sq * ep->max_sge, sizeof *ep->slot_blk);
     ep->rbufs = calloc(ep->rq, sizeof *ep->rbufs);
-    if (!ep->slot_n || !ep->slot_blk || !ep->rbufs) {
-        free(ep->slot_n);
-        free(ep->slot_blk);
-        free(ep->rbufs);
-        free(ep);
-        return -ENOMEM;
-    }
-    int rc = jet__urma_loop_attach(ul, ep, ep->sq, ep->rq, ep->max_sge, fresh, &ep->index, &ep->gen,
-                                   &ep->js, pooled_p);
+    ep->held = calloc(ep->rq, sizeof *ep->held);
+    ep->repost = calloc(ep->rq, sizeof *ep->repost);
+    int rc = -ENOMEM;
+    if (ep->slot_n && ep->slot_blk && ep->rbufs && ep->held && ep->repost)
+        rc = jet__urma_loop_attach(ul, ep, ep->sq, ep->rq, ep->max_sge, fresh, &ep->index,
+                                   &ep->gen, &ep->js, pooled_p);
     if (rc < 0) {
-        free(ep->slot_n);
-        free(ep->slot_blk);
-        free(ep->rbufs);
+        ep_free_arrays(ep);
         free(ep);
         return rc;
     }
@@ -604,9 +614,11 @@ static void ep_on_recv(jet_urma_ep_t *ep, const urma_cr_t *cr, uint32_t slot)
         ep_to_read_buf(ep, &b, len);
         if (!b) return;
         ep->got_bytes = true;
-        /* Credit messages land in the reserved receives and are not owed. */
-        atomic_fetch_add_explicit(&ep->credits, 1, memory_order_relaxed);
+        ep->held[slot] = b;
+        ep->repost[ep->nrepost++] = slot;
+        return;
     }
+    /* Credit messages land in the reserved receives and are not owed. */
     if (ep_post_recv(ep, slot, b) < 0) {
         jet__block_unref(b);
         ep_fail(ep, -EIO, "re-posting a receive failed", -1);
@@ -650,17 +662,43 @@ bool jet__urma_ep_on_cr(jet_urma_ep_t *ep, const urma_cr_t *cr)
     return true;
 }
 
+/* Posts the receives held in this batch again; each one is a credit owed. */
+static void ep_repost_held(jet_urma_ep_t *ep)
+{
+    uint32_t n = ep->nrepost;
+    ep->nrepost = 0;
+    for (uint32_t i = 0; i < n; i++) {
+        uint32_t slot = ep->repost[i];
+        jet_block_t *b = ep->held[slot];
+        ep->held[slot] = NULL;
+        if (ep_post_recv(ep, slot, b) < 0) {
+            jet__block_unref(b);
+            for (uint32_t j = i + 1; j < n; j++) {
+                jet__block_unref(ep->held[ep->repost[j]]);
+                ep->held[ep->repost[j]] = NULL;
+            }
+            ep_fail(ep, -EIO, "re-posting a receive failed", -1);
+            return;
+        }
+    }
+    if (n > 0) atomic_fetch_add_explicit(&ep->credits, n, memory_order_relaxed);
+}
+
 void jet__urma_ep_batch_end(jet_urma_ep_t *ep)
 {
     ep->touched = false;
     if (!ep->s || ep->draining) return;
     jet_socket_t *s = ep->s;
-    /* Credits first: the delivery below may run handlers for a while. */
-    ep_send_credits(ep);
+    /* The bytes first: their receives are re-posted after the handlers they
+     * reach have run (and answered), so that no post delays the answer. The
+     * peer's window is short of this batch meanwhile, never of more. */
     if (ep->got_bytes && ep->started) {
         ep->got_bytes = false;
         jet__socket_deliver(s);
     }
+    if (!ep->s || ep->draining) return; /* the held blocks go with ep_finish */
+    ep_repost_held(ep);
+    ep_send_credits(ep);
     if (ep->want_wake && ep->s && atomic_load(&ep->sq_window) > 0 &&
         atomic_load(&ep->rq_window) > 0) {
         ep->want_wake = false;
@@ -757,13 +795,13 @@ static void ep_finish(jet_urma_ep_t *ep, bool reuse)
     ep->js = NULL;
     ep_release_all(ep);
     for (uint32_t i = 0; i < ep->rq; i++) {
+        if (ep->held[i]) jet__block_unref(ep->held[i]); /* never posted again */
+        ep->held[i] = NULL;
         if (!ep->rbufs[i]) continue;
         if (quiet) jet__block_unref(ep->rbufs[i]); /* else leaked with the set */
         ep->rbufs[i] = NULL;
     }
-    free(ep->slot_n);
-    free(ep->slot_blk);
-    free(ep->rbufs);
+    ep_free_arrays(ep);
     free(ep);
 }
 

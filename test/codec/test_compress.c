@@ -208,7 +208,7 @@ static void interop_bodies(void)
             jet_iobuf_init(&out);
             JT_CHECK_EQ(jet__decompress(cases[k].type, &in, &out, MAX_OUT), 0);
             Example__EchoRequest *m = (Example__EchoRequest *)jet__pb_unpack_iobuf(
-                &example__echo_request__descriptor, &out);
+                &example__echo_request__descriptor, &out, NULL);
             JT_CHECK(m && strlen(m->message) == 4096);
             if (m) protobuf_c_message_free_unpacked(&m->base, NULL);
             jet_iobuf_clear(&out);

@@ -70,7 +70,7 @@ static char *echo_message(const jet_baidu_frame_t *f, int is_request)
     char *out = NULL;
     const ProtobufCMessageDescriptor *d =
         is_request ? &example__echo_request__descriptor : &example__echo_response__descriptor;
-    ProtobufCMessage *m = rc == 0 ? jet__pb_unpack_iobuf(d, &plain) : NULL;
+    ProtobufCMessage *m = rc == 0 ? jet__pb_unpack_iobuf(d, &plain, NULL) : NULL;
     JT_CHECK(m != NULL);
     if (m) {
         const char *s = is_request ? ((Example__EchoRequest *)m)->message
