@@ -19,6 +19,9 @@ void jt_fail(const char *file, int line, const char *expr)
 
 void jt_run(const char *name, void (*fn)(void))
 {
+    /* JT_ONLY=<part of a name>: run just the matching cases (debugging). */
+    const char *only = getenv("JT_ONLY");
+    if (only && *only && !strstr(name, only)) return;
     jt_case_failed = 0;
     fprintf(stderr, "[ RUN  ] %s\n", name);
     uint64_t t0 = jt_now_us();

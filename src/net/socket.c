@@ -457,6 +457,19 @@ static void sock_writer_run(jet_socket_t *s, bool on_loop)
                 if (rc < 0) jet__socket_set_failed(s, rc);
                 return;
             }
+            if (w == -EMSGSIZE && s->handler && s->handler->on_refused) {
+                /* The transport refuses a message whole, before any of its
+                 * bytes, and only when it is the first one it was given. */
+                jet_iobuf_t msg;
+                jet_iobuf_init(&msg);
+                sock_iobuf_take(&msg, bufs[0]);
+                atomic_fetch_sub_explicit(&s->unwritten, (int64_t)jet_iobuf_len(&msg),
+                                          memory_order_relaxed);
+                s->handler->on_refused(s, &msg);
+                jet_iobuf_fini(&msg);
+                sock_writer_pop_done(s);
+                continue;
+            }
             jet__socket_set_failed(s, (int)w);
             continue;
         }

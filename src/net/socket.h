@@ -54,6 +54,14 @@ typedef struct jet_socket_handler {
     /* The last reference is going: free what owner points to. Any thread.
      * May be NULL. Not called when connect/accept fail (the caller keeps it). */
     void (*on_release)(jet_socket_t *s);
+    /* A queued message (one jet__socket_write) that the transport refused
+     * when it came to write it, as larger than the connection ever carries
+     * (a write made before the handshake told the limit): it is out of the
+     * queue, msg holds it whole for the handler to read (the socket empties
+     * it afterwards), and the connection goes on. Runs on the writing
+     * thread, which may be the caller's. May be NULL: the socket fails with
+     * -EMSGSIZE instead. */
+    void (*on_refused)(jet_socket_t *s, jet_iobuf_t *msg);
 } jet_socket_handler_t;
 
 typedef struct jet_addr {

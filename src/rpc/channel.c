@@ -48,11 +48,13 @@ typedef struct cli_conn {
 static void cli_on_read(jet_socket_t *s);
 static void cli_on_failed(jet_socket_t *s, int err);
 static void cli_on_release(jet_socket_t *s);
+static void cli_on_refused(jet_socket_t *s, jet_iobuf_t *msg);
 
 static const jet_socket_handler_t cli_handler = {
     .on_read = cli_on_read,
     .on_failed = cli_on_failed,
     .on_release = cli_on_release,
+    .on_refused = cli_on_refused,
 };
 
 int jet_channel_create(const char *addr, const jet_channel_options_t *opts, jet_channel_t **ch_p)
@@ -584,6 +586,33 @@ static void cli_on_read(jet_socket_t *s)
         jet__baidu_frame_fini(&f);
         if (jet__socket_failed(s)) return;
     }
+}
+
+/* A request written before the handshake that the transport then found too
+ * large (UBRing: the peer's ring): that call fails as it would have at the
+ * write, the others go on. */
+static void cli_on_refused(jet_socket_t *s, jet_iobuf_t *msg)
+{
+    size_t len = jet_iobuf_len(msg);
+    jet_baidu_frame_t f;
+    jet__baidu_frame_init(&f);
+    int bad_att = 0;
+    /* Our own frame: it parses, unless memory ran out. */
+    if (jet__baidu_cut(msg, UINT32_MAX, &f, &bad_att) != JET_PARSE_OK ||
+        !f.meta->has_correlation_id) {
+        jet__baidu_frame_fini(&f);
+        jet__socket_set_failed(s, -EMSGSIZE);
+        return;
+    }
+    uint64_t next, cid = (uint64_t)f.meta->correlation_id;
+    jet__baidu_frame_fini(&f);
+    jet_call_t *call = jet__cid_claim(cid, &next);
+    if (!call) return; /* already ended (deadline) */
+    conn_unlink(s->owner, call);
+    call->cid = next;
+    char why[224];
+    jet__socket_size_error(s, "request", len, why, sizeof why);
+    ch_attempt_failed(call, -EMSGSIZE, why);
 }
 
 static void cli_on_failed(jet_socket_t *s, int err)

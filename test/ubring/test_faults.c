@@ -288,6 +288,59 @@ static void test_emsgsize(void)
     JT_CHECK(ubt_shm_wait_clean(&before, 10000000));
 }
 
+static void noop_done(jet_call_t *call, void *arg)
+{
+    (void)call;
+    (void)arg;
+}
+
+/* The same before the handshake: the first calls of a new channel wait for
+ * it in the write queue, where the ring's size is not known yet. The
+ * oversize one fails alone when the ring refuses it; the small one queued
+ * behind it is answered on the same connection. */
+static void test_emsgsize_before_handshake(void)
+{
+    ubt_names_t before;
+    ubt_shm_list(&before);
+    int port = 0;
+    jet_server_t *srv = ubt_server_start(JET_SOCKET_MODE_UBRING, 0, &port);
+    JT_REQUIRE(srv);
+    jet_channel_t *ch = ubt_channel(port, JET_SOCKET_MODE_UBRING, 30000, JET_CONNECTION_SINGLE, 0);
+    JT_REQUIRE(ch);
+    jet_call_t *big = jet_call_create(), *small = jet_call_create();
+    JT_REQUIRE(big && small);
+    Example__EchoRequest req = EXAMPLE__ECHO_REQUEST__INIT;
+    req.message = "first";
+    jt_echo_fill(big, 5 << 20, 7);
+    jt_echo_fill(small, 1000, 8);
+    JT_CHECK_EQ(jet_channel_call(ch, &example__echo_service__descriptor, 0, big, &req.base,
+                                 noop_done, NULL),
+                0);
+    JT_CHECK_EQ(jet_channel_call(ch, &example__echo_service__descriptor, 0, small, &req.base,
+                                 noop_done, NULL),
+                0);
+    jet_call_join(big);
+    jet_call_join(small);
+    int code = jet_call_error_code(big);
+    const char *text = jet_call_error_text(big);
+    fprintf(stderr, "  5 MiB first request: %d '%s'\n", code, text ? text : "");
+    JT_CHECK_EQ(code, EMSGSIZE);
+    JT_CHECK_AT("error names the limit and ub_data_queue_size",
+                text && strstr(text, "ub_data_queue_size") && strstr(text, "3932040"));
+    JT_CHECK_EQ(jt_echo_check(small, "first", 1000, 8), 0);
+    JT_CHECK_EQ(jt_echo_bytes(ch, 2000, 9, "after"), 0);
+    jet_server_stats_t st;
+    jet_server_get_stats(srv, &st);
+    JT_CHECK_EQ(st.connections_accepted, 1);
+    JT_CHECK(ubt_maps_count() > 0);
+    jet_call_destroy(big);
+    jet_call_destroy(small);
+    jet_channel_destroy(ch);
+    jet_server_destroy(srv);
+    JT_CHECK(ubt_maps_wait_none(30000000));
+    JT_CHECK(ubt_shm_wait_clean(&before, 10000000));
+}
+
 /* ---- corrupt chunks
  * ------------------------------------------------------------------------------ */
 
@@ -487,6 +540,7 @@ int main(int argc, char **argv)
     JT_RUN(test_silent_peer_server);
     JT_RUN(test_silent_raw_client);
     JT_RUN(test_emsgsize);
+    JT_RUN(test_emsgsize_before_handshake);
     JT_RUN(test_corrupt_chunks);
     JT_RUN(test_bad_hellos);
     return jt_finish();
