@@ -15,7 +15,8 @@
 #define HL_READ_ROOM 4096
 
 static const char *const hl_mode_names[] = {"unknown", "on", "off"};
-static const char *const hl_hs_names[] = {"none", "c_hello_wait", "s_hello_wait", "s_ack_wait"};
+static const char *const hl_hs_names[] = {"none", "c_hello_wait", "s_hello_wait", "s_ack_wait",
+                                          "pending"};
 
 int jet__hello_check(const jet_hello_ops_t *ops, const jet_transport_check_t *check)
 {
@@ -197,6 +198,12 @@ static void hl_server_step(jet_socket_t *s, jet_hello_ts_t *h)
         hl_server_ack(s, h);
         return;
     }
+}
+
+void jet__hello_server_answered(jet_socket_t *s, jet_hello_ts_t *h)
+{
+    if (jet__socket_failed(s)) return;
+    hl_server_step(s, h);
 }
 
 /* ON: the TCP connection only tells that the peer is gone. */

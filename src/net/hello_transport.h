@@ -40,6 +40,8 @@ enum {
     JET_HELLO_HS_C_HELLO_WAIT, /* client: hello sent, waiting for the server's */
     JET_HELLO_HS_S_HELLO_WAIT, /* server: waiting for the client's hello */
     JET_HELLO_HS_S_ACK_WAIT,   /* server: answered, waiting for the client's ACK */
+    JET_HELLO_HS_PENDING,      /* the transport prepares its next step off the loop
+                                  (imports); input waits in hs_buf, the timer runs */
 };
 
 /* The ACK is 4 bytes for every transport; a brpc client that falls back
@@ -59,7 +61,8 @@ typedef struct jet_hello_ops {
     /* Client, after each read while waiting for the server's hello: parse
      * jet__hello_flatten's bytes, pop what is consumed from h->hs_buf, then
      * call jet__hello_client_finish or fail the socket; return with nothing
-     * done while the hello is incomplete. */
+     * done while the hello is incomplete. Or set h->hs = PENDING and call
+     * jet__hello_client_finish later, from a task on the socket's loop. */
     void (*client_step)(struct jet_socket *s, jet_hello_ts_t *h);
     /* Server, while waiting for the client's hello, hs_buf not empty: looks
      * at jet__hello_flatten's bytes and returns JET_HELLO_STEP_NOT_HELLO (a
@@ -67,7 +70,9 @@ typedef struct jet_hello_ops {
      * incomplete hello, nothing consumed; the transport arms the timer with
      * jet__hello_timer_start once it sees a hello start), JET_HELLO_STEP_DONE
      * (a hello popped from hs_buf and answered: h->said_yes set, h->hs =
-     * S_ACK_WAIT), or a negative code after failing the socket. */
+     * S_ACK_WAIT; or h->hs = PENDING: the answer follows from a task on the
+     * socket's loop, which then calls jet__hello_server_answered), or a
+     * negative code after failing the socket. */
     int (*server_hello)(struct jet_socket *s, jet_hello_ts_t *h);
     void (*ack_pack)(uint8_t out[JET_HELLO_ACK_LEN], bool on);
     bool (*ack_on)(const uint8_t in[JET_HELLO_ACK_LEN]);
@@ -131,6 +136,10 @@ void jet__hello_set_on(struct jet_socket *s, jet_hello_ts_t *h);
 /* Client: sends the ACK (on or not), then goes on (hs_buf must be empty) or
  * off, and reports the socket connected; fails the socket on any error. */
 void jet__hello_client_finish(struct jet_socket *s, jet_hello_ts_t *h, bool on);
+
+/* Server, after a PENDING answer was sent (said_yes set, hs = S_ACK_WAIT):
+ * handles the bytes that arrived meanwhile. */
+void jet__hello_server_answered(struct jet_socket *s, jet_hello_ts_t *h);
 
 /* Writes "<key>=<mode> hs=<phase> " for the debug slot; snprintf's result. */
 int jet__hello_debug(jet_hello_ts_t *h, char *buf, size_t len);

@@ -212,50 +212,11 @@ void jet__urma_ep_hello(const jet_urma_ep_t *ep, int version, jet_urma_hello_t *
     }
 }
 
-int jet__urma_ep_connect_peer(jet_urma_ep_t *ep, const jet_urma_hello_t *peer)
+void jet__urma_ep_connect_peer(jet_urma_ep_t *ep, const jet_urma_hello_t *peer,
+                               urma_target_seg_t *tseg, urma_target_jetty_t *tjetty)
 {
-    const jet_urma_ctx_t *ctx = ep->ctx;
-    urma_token_t token = {0}; /* brpc imports everything with a zero token */
-    urma_seg_t seg;
-    memset(&seg, 0, sizeof seg);
-    memcpy(seg.ubva.eid.raw, peer->seg_eid, 16);
-    seg.ubva.uasid = peer->seg_uasid;
-    memcpy((char *)&seg.ubva + offsetof(urma_ubva_t, va), &peer->seg_va, 8);
-    seg.len = peer->seg_len;
-    seg.attr.bs.token_policy = URMA_TOKEN_NONE;
-    seg.attr.bs.access = URMA_ACCESS_READ | URMA_ACCESS_WRITE | URMA_ACCESS_ATOMIC;
-    seg.token_id = peer->seg_token_id;
-    urma_import_seg_flag_t sf = {.value = 0};
-    sf.bs.cacheable = URMA_NON_CACHEABLE;
-    sf.bs.access = URMA_ACCESS_READ | URMA_ACCESS_WRITE | URMA_ACCESS_ATOMIC;
-    sf.bs.mapping = URMA_SEG_NOMAP;
-    /* Segment before jetty (brpc: on hardware the first SEND otherwise fails
-     * with RNR_RETRY_CNT_EXC_ERR); no WR ever uses the segment. */
-    errno = 0;
-    ep->tseg = JET_URMA_FN(ctx, urma_import_seg)(ctx->uctx, &seg, &token, 0, sf);
-    if (!ep->tseg) {
-        JET_WARN("URMA: cannot import the segment of %s: %s", ep->s ? ep->s->peer : "?",
-                 strerror(errno ? errno : EIO));
-        return -EIO;
-    }
-    urma_rjetty_t rj;
-    memset(&rj, 0, sizeof rj);
-    memcpy(rj.jetty_id.eid.raw, peer->eid, 16);
-    rj.jetty_id.uasid = peer->uasid;
-    rj.jetty_id.id = peer->jetty_id;
-    rj.trans_mode = URMA_TM_RM;
-    rj.type = URMA_JETTY;
-    rj.flag.bs.token_policy = URMA_TOKEN_NONE;
-    rj.tp_type = (urma_tp_type_t)peer->tp_type;
-    errno = 0;
-    ep->tjetty = JET_URMA_FN(ctx, urma_import_jetty)(ctx->uctx, &rj, &token);
-    if (!ep->tjetty) {
-        JET_WARN("URMA: cannot import jetty %u of %s: %s", peer->jetty_id,
-                 ep->s ? ep->s->peer : "?", strerror(errno ? errno : EIO));
-        JET_URMA_FN(ctx, urma_unimport_seg)(ep->tseg);
-        ep->tseg = NULL;
-        return -EIO;
-    }
+    ep->tseg = tseg;
+    ep->tjetty = tjetty;
     ep->peer_jetty = peer->jetty_id;
     uint32_t peer_rq = peer->recv_buffer_cnt + 1;
     ep->local_cap = (ep->sq < peer_rq ? ep->sq : peer_rq) - EP_RESERVED;
@@ -284,7 +245,6 @@ int jet__urma_ep_connect_peer(jet_urma_ep_t *ep, const jet_urma_hello_t *peer)
     atomic_store(&ep->rq_window, (int32_t)ep->local_cap);
     atomic_store(&ep->imm_slots, EP_RESERVED);
     ep->connected = true;
-    return 0;
 }
 
 void jet__urma_ep_start(jet_urma_ep_t *ep)

@@ -56,9 +56,10 @@ int jet__urma_ep_create(struct jet_socket *s, jet_urma_ep_t **ep_p);
 /* Fills the hello this side sends (version 2 or 3). */
 void jet__urma_ep_hello(const jet_urma_ep_t *ep, int version, jet_urma_hello_t *h);
 
-/* Imports the peer (segment, then jetty) and sets the windows from its
- * hello. Loop thread. 0, or a negative code (the caller declines URMA). */
-int jet__urma_ep_connect_peer(jet_urma_ep_t *ep, const jet_urma_hello_t *peer);
+/* Takes the peer's imported segment and jetty (jet__urma_import_peer; owned
+ * by ep from here on) and sets the windows from its hello. Loop thread. */
+void jet__urma_ep_connect_peer(jet_urma_ep_t *ep, const jet_urma_hello_t *peer,
+                               urma_target_seg_t *tseg, urma_target_jetty_t *tjetty);
 
 /* URMA is ON: received bytes go to the socket from now on (those that came
  * before are delivered now). Loop thread. */

@@ -11,6 +11,7 @@
 #include "urma/urma_context.h"
 #include "urma/urma_endpoint.h"
 #include "urma/urma_handshake.h"
+#include "urma/urma_import.h"
 
 #define UT_HELLO_MAX (JET_URMA_V3_HDR_LEN + JET_URMA_V3_MAX_PB)
 _Static_assert(JET_URMA_ACK_LEN == JET_HELLO_ACK_LEN, "URMA ACK length");
@@ -109,6 +110,37 @@ static int ut_connect(jet_socket_t *s)
     return 1;
 }
 
+/* The import for the connection of job->s, on its loop; job->tag is the
+ * endpoint that asked. False when the connection no longer waits for it
+ * (failed, timed out, closed): the import is then undone with the job. */
+static bool ut_import_wanted(jet_urma_import_t *job)
+{
+    jet_socket_t *s = job->s;
+    urma_ts_t *ts = s->tstate;
+    return !jet__socket_failed(s) && ts && ts->ep && ts->ep == job->tag &&
+           ts->h.hs == JET_HELLO_HS_PENDING;
+}
+
+static void ut_client_imported(jet_urma_import_t *job)
+{
+    jet_socket_t *s = job->s;
+    if (!ut_import_wanted(job)) {
+        jet__urma_import_free(job);
+        return;
+    }
+    urma_ts_t *ts = s->tstate;
+    bool on = job->err == 0;
+    if (on) {
+        jet__urma_ep_connect_peer(ts->ep, &job->peer, job->tseg, job->tjetty);
+        job->tseg = NULL;
+        job->tjetty = NULL;
+    } else {
+        JET_INFO("URMA with %s could not be set up: this connection uses TCP", s->peer);
+    }
+    jet__hello_client_finish(s, &ts->h, on);
+    jet__urma_import_free(job);
+}
+
 static void ut_client_step(jet_socket_t *s, jet_hello_ts_t *hts)
 {
     urma_ts_t *ts = (urma_ts_t *)hts;
@@ -137,12 +169,12 @@ static void ut_client_step(jet_socket_t *s, jet_hello_ts_t *hts)
         return;
     case JET_URMA_HELLO_OK:
         jet_iobuf_pop_front(&hts->hs_buf, used);
-        if (jet__urma_ep_connect_peer(ts->ep, &h) < 0) {
+        if (jet__urma_import_start(s, ts->ep, &h, ut_client_imported) < 0) {
             JET_INFO("URMA with %s could not be set up: this connection uses TCP", s->peer);
             jet__hello_client_finish(s, hts, false);
             return;
         }
-        jet__hello_client_finish(s, hts, true);
+        hts->hs = JET_HELLO_HS_PENDING;
         return;
     }
 }
@@ -162,33 +194,59 @@ static void ut_server_decline(jet_socket_t *s, urma_ts_t *ts, int version)
     ts->h.hs = JET_HELLO_HS_S_ACK_WAIT;
 }
 
-static void ut_server_answer(jet_socket_t *s, urma_ts_t *ts, const jet_urma_hello_t *peer)
+/* The peer is imported: our hello says yes. */
+static void ut_server_accept(jet_socket_t *s, urma_ts_t *ts, const jet_urma_hello_t *peer)
 {
-    int rc = jet__urma_ep_create(s, &ts->ep);
-    if (rc < 0) {
-        ts->ep = NULL;
-        JET_INFO("URMA: no resources for the connection from %s (%s): declined, using TCP", s->peer,
-                 jet_strerror(rc));
-        ut_server_decline(s, ts, peer->version);
-        return;
-    }
-    if (jet__urma_ep_connect_peer(ts->ep, peer) < 0) {
-        jet__urma_ep_close(ts->ep);
-        ts->ep = NULL;
-        ut_server_decline(s, ts, peer->version);
-        return;
-    }
     jet_urma_hello_t h;
     uint8_t buf[UT_HELLO_MAX];
     jet__urma_ep_hello(ts->ep, peer->version, &h);
     int n = jet__urma_hello_pack(&h, buf, sizeof buf);
-    rc = n < 0 ? n : jet__hello_send(s, buf, (size_t)n);
+    int rc = n < 0 ? n : jet__hello_send(s, buf, (size_t)n);
     if (rc < 0) {
         jet__socket_set_failed(s, rc);
         return;
     }
     ts->h.said_yes = true;
     ts->h.hs = JET_HELLO_HS_S_ACK_WAIT;
+}
+
+static void ut_server_imported(jet_urma_import_t *job)
+{
+    jet_socket_t *s = job->s;
+    if (!ut_import_wanted(job)) {
+        jet__urma_import_free(job);
+        return;
+    }
+    urma_ts_t *ts = s->tstate;
+    if (job->err == 0) {
+        jet__urma_ep_connect_peer(ts->ep, &job->peer, job->tseg, job->tjetty);
+        job->tseg = NULL;
+        job->tjetty = NULL;
+        ut_server_accept(s, ts, &job->peer);
+    } else {
+        jet__urma_ep_close(ts->ep);
+        ts->ep = NULL;
+        ut_server_decline(s, ts, job->peer.version);
+    }
+    jet__urma_import_free(job);
+    jet__hello_server_answered(s, &ts->h);
+}
+
+static void ut_server_answer(jet_socket_t *s, urma_ts_t *ts, const jet_urma_hello_t *peer)
+{
+    int rc = jet__urma_ep_create(s, &ts->ep);
+    if (rc == 0) {
+        rc = jet__urma_import_start(s, ts->ep, peer, ut_server_imported);
+        if (rc == 0) {
+            ts->h.hs = JET_HELLO_HS_PENDING;
+            return;
+        }
+        jet__urma_ep_close(ts->ep);
+    }
+    ts->ep = NULL;
+    JET_INFO("URMA: no resources for the connection from %s (%s): declined, using TCP", s->peer,
+             jet_strerror(rc));
+    ut_server_decline(s, ts, peer->version);
 }
 
 static int ut_server_hello(jet_socket_t *s, jet_hello_ts_t *hts)

@@ -1,7 +1,8 @@
 /* Faults on live URMA connections: a peer killed mid-transfer (either side),
  * completion errors injected by softub (SOFTUB_ERR_EVERY), receivers that
  * never have a receive posted (SOFTUB_FORCE_RNR), and a loop whose
- * completion queue is full (new connections fall back to TCP). Every case
+ * completion queue is full (new connections fall back to TCP), and imports
+ * that take long (SOFTUB_IMPORT_DELAY_US: the loop keeps serving). Every case
  * ends with every call completed - no hang - and the surviving process
  * still serving. */
 #include "urma_test.h"
@@ -210,6 +211,93 @@ static void test_jfc_full_falls_back(void)
     JT_CHECK_EQ(jt_child_stop(&c), 0);
 }
 
+/* ---- a slow import -------------------------------------------------------------- */
+
+typedef struct gap_arg {
+    jet_channel_t *ch;
+    _Atomic bool stop;
+    _Atomic int64_t worst_us; /* longest call */
+    _Atomic int calls, bad;
+} gap_arg_t;
+
+static void *gap_main(void *arg)
+{
+    gap_arg_t *g = arg;
+    for (uint64_t i = 0; !atomic_load(&g->stop); i++) {
+        int64_t t0 = (int64_t)jt_now_us();
+        int rc = jt_echo_bytes(g->ch, 100, i, "busy");
+        int64_t took = (int64_t)jt_now_us() - t0;
+        if (rc != 0) atomic_fetch_add(&g->bad, 1);
+        if (took > atomic_load(&g->worst_us)) atomic_store(&g->worst_us, took);
+        atomic_fetch_add(&g->calls, 1);
+    }
+    return NULL;
+}
+
+/* Imports that take long (on UB hardware a transport path is set up with the
+ * peer; here SOFTUB_IMPORT_DELAY_US) do not stall the loop: a server with one
+ * event loop keeps answering an established connection at full speed while
+ * a new connection's handshake waits 1.5 s for its import. */
+static void test_slow_import_keeps_loop_serving(void)
+{
+    enum { DELAY_MS = 1500 };
+    const char *envs[] = {"SOFTUB_IMPORT_DELAY_US=1500000", "JETRPC_EVENT_LOOP_NUM=1", NULL};
+    jt_child_t c;
+    JT_REQUIRE(jt_child_start(&c, NULL, envs) == 0);
+    jet_channel_t *a = channel(c.port, 30000, 0);
+    JT_REQUIRE(a);
+    JT_CHECK_EQ(jt_echo_bytes(a, 1000, 1, "warm"), 0);
+    gap_arg_t g = {.ch = a};
+    pthread_t th;
+    JT_REQUIRE(pthread_create(&th, NULL, gap_main, &g) == 0);
+    JT_WAIT_UNTIL(atomic_load(&g.calls) >= 100, 20000000);
+    atomic_store(&g.worst_us, 0);
+    int before = atomic_load(&g.calls);
+    jet_channel_t *b = channel(c.port, 30000, 0);
+    JT_REQUIRE(b);
+    int64_t t0 = (int64_t)jt_now_us();
+    JT_CHECK_EQ(jt_echo_bytes(b, 1000, 2, "new"), 0);
+    int64_t b_us = (int64_t)jt_now_us() - t0;
+    atomic_store(&g.stop, true);
+    pthread_join(th, NULL);
+    int during = atomic_load(&g.calls) - before;
+    int64_t worst = atomic_load(&g.worst_us);
+    fprintf(stderr, "  new connection's first call %lld ms; meanwhile %d calls on the other, the "
+                    "longest %lld us\n",
+            (long long)(b_us / 1000), during, (long long)worst);
+    /* The import delay is in effect (the new call waited for it)... */
+    JT_CHECK(b_us >= DELAY_MS * 1000LL);
+    /* ...and the loop did not wait with it: an import on the loop thread
+     * would hold every call of the other connection for the whole delay. */
+    JT_CHECK(worst < DELAY_MS * 1000LL / 2);
+    JT_CHECK(during > 10);
+    JT_CHECK_EQ(atomic_load(&g.bad), 0);
+    JT_CHECK_EQ(jt_echo_bytes(b, 5000, 3, "after"), 0);
+    jet_channel_destroy(b);
+    jet_channel_destroy(a);
+    JT_CHECK_EQ(jt_child_stop(&c), 0);
+}
+
+/* The server's handshake deadline passes while the import runs: the
+ * connection fails there, the import that comes back later is undone (the
+ * child's clean exit, leak-checked under ASan), the client's call still
+ * succeeds (a server that closes on the hello means TCP), and the server
+ * goes on serving. */
+static void test_import_outlived_by_handshake(void)
+{
+    const char *envs[] = {"SOFTUB_IMPORT_DELAY_US=700000", "JETRPC_URMA_HANDSHAKE_TIMEOUT_MS=300",
+                          NULL};
+    jt_child_t c;
+    JT_REQUIRE(jt_child_start(&c, NULL, envs) == 0);
+    jet_channel_t *ch = channel(c.port, 30000, 1);
+    JT_REQUIRE(ch);
+    JT_CHECK_EQ(jt_echo_bytes(ch, 1000, 1, "first"), 0);
+    usleep(2000000); /* the abandoned imports come back meanwhile */
+    JT_CHECK_EQ(jt_echo_bytes(ch, 200000, 2, "second"), 0);
+    jet_channel_destroy(ch);
+    JT_CHECK_EQ(jt_child_stop(&c), 0);
+}
+
 int main(int argc, char **argv)
 {
     jt_urma_main_setup(&argc, &argv, "faults");
@@ -221,5 +309,7 @@ int main(int argc, char **argv)
     JT_RUN(test_completion_errors_client);
     JT_RUN(test_forced_rnr);
     JT_RUN(test_jfc_full_falls_back);
+    JT_RUN(test_slow_import_keeps_loop_serving);
+    JT_RUN(test_import_outlived_by_handshake);
     return jt_finish();
 }

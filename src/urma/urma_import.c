@@ -1,0 +1,147 @@
+#include "urma/urma_import.h"
+
+#include <errno.h>
+#include <pthread.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "base/log.h"
+#include "urma/urma_names.h"
+
+int jet__urma_import_peer(const jet_urma_ctx_t *ctx, const jet_urma_hello_t *peer, const char *who,
+                          urma_target_seg_t **tseg_p, urma_target_jetty_t **tjetty_p)
+{
+    urma_token_t token = {0}; /* brpc imports everything with a zero token */
+    urma_seg_t seg;
+    memset(&seg, 0, sizeof seg);
+    memcpy(seg.ubva.eid.raw, peer->seg_eid, 16);
+    seg.ubva.uasid = peer->seg_uasid;
+    memcpy((char *)&seg.ubva + offsetof(urma_ubva_t, va), &peer->seg_va, 8);
+    seg.len = peer->seg_len;
+    seg.attr.bs.token_policy = URMA_TOKEN_NONE;
+    seg.attr.bs.access = URMA_ACCESS_READ | URMA_ACCESS_WRITE | URMA_ACCESS_ATOMIC;
+    seg.token_id = peer->seg_token_id;
+    urma_import_seg_flag_t sf = {.value = 0};
+    sf.bs.cacheable = URMA_NON_CACHEABLE;
+    sf.bs.access = URMA_ACCESS_READ | URMA_ACCESS_WRITE | URMA_ACCESS_ATOMIC;
+    sf.bs.mapping = URMA_SEG_NOMAP;
+    /* Segment before jetty (brpc: on hardware the first SEND otherwise fails
+     * with RNR_RETRY_CNT_EXC_ERR); no WR ever uses the segment. */
+    errno = 0;
+    urma_target_seg_t *tseg = JET_URMA_FN(ctx, urma_import_seg)(ctx->uctx, &seg, &token, 0, sf);
+    if (!tseg) {
+        JET_WARN("URMA: cannot import the segment of %s: %s", who, strerror(errno ? errno : EIO));
+        return -EIO;
+    }
+    urma_rjetty_t rj;
+    memset(&rj, 0, sizeof rj);
+    memcpy(rj.jetty_id.eid.raw, peer->eid, 16);
+    rj.jetty_id.uasid = peer->uasid;
+    rj.jetty_id.id = peer->jetty_id;
+    rj.trans_mode = URMA_TM_RM;
+    rj.type = URMA_JETTY;
+    rj.flag.bs.token_policy = URMA_TOKEN_NONE;
+    rj.tp_type = (urma_tp_type_t)peer->tp_type;
+    errno = 0;
+    urma_target_jetty_t *tjetty = JET_URMA_FN(ctx, urma_import_jetty)(ctx->uctx, &rj, &token);
+    if (!tjetty) {
+        JET_WARN("URMA: cannot import jetty %u of %s: %s", peer->jetty_id, who,
+                 strerror(errno ? errno : EIO));
+        JET_URMA_FN(ctx, urma_unimport_seg)(tseg);
+        return -EIO;
+    }
+    *tseg_p = tseg;
+    *tjetty_p = tjetty;
+    return 0;
+}
+
+/* ---- the import thread ---- */
+
+static pthread_mutex_t imp_lock = PTHREAD_MUTEX_INITIALIZER;
+static pthread_cond_t imp_cond = PTHREAD_COND_INITIALIZER;
+static jet_urma_import_t *imp_head, *imp_tail;
+static bool imp_started;
+
+static void *imp_main(void *arg)
+{
+    (void)arg;
+    for (;;) {
+        pthread_mutex_lock(&imp_lock);
+        while (!imp_head)
+            pthread_cond_wait(&imp_cond, &imp_lock);
+        jet_urma_import_t *job = imp_head;
+        imp_head = job->next;
+        if (!imp_head) imp_tail = NULL;
+        pthread_mutex_unlock(&imp_lock);
+        const jet_urma_ctx_t *ctx = jet__urma_ctx_get();
+        job->err = ctx ? jet__urma_import_peer(ctx, &job->peer, job->s->peer, &job->tseg,
+                                               &job->tjetty)
+                       : -ENOTSUP;
+        jet_loop_post(job->s->loop, &job->task);
+    }
+    return NULL;
+}
+
+/* Under imp_lock. The thread lives as long as the process: it holds no
+ * resource between jobs. */
+static int imp_start_thread(void)
+{
+    if (imp_started) return 0;
+    pthread_attr_t a;
+    if (pthread_attr_init(&a) != 0) return -EAGAIN;
+    pthread_attr_setdetachstate(&a, PTHREAD_CREATE_DETACHED);
+    pthread_t t;
+    int rc = pthread_create(&t, &a, imp_main, NULL);
+    pthread_attr_destroy(&a);
+    if (rc != 0) {
+        JET_LOG_ONCE(JET_LOG_WARN, "URMA: cannot start the import thread: %s", strerror(rc));
+        return -EAGAIN;
+    }
+    pthread_setname_np(t, "jet_urma_import");
+    imp_started = true;
+    return 0;
+}
+
+static void imp_task(jet_task_t *t)
+{
+    jet_urma_import_t *job = (jet_urma_import_t *)t;
+    job->done(job);
+}
+
+int jet__urma_import_start(jet_socket_t *s, void *tag, const jet_urma_hello_t *peer,
+                           jet_urma_import_done_t done)
+{
+    jet_urma_import_t *job = calloc(1, sizeof *job);
+    if (!job) return -ENOMEM;
+    job->task.fn = imp_task;
+    job->s = s;
+    job->tag = tag;
+    job->peer = *peer;
+    job->done = done;
+    jet__socket_ref(s);
+    pthread_mutex_lock(&imp_lock);
+    int rc = imp_start_thread();
+    if (rc == 0) {
+        if (imp_tail)
+            imp_tail->next = job;
+        else
+            imp_head = job;
+        imp_tail = job;
+        pthread_cond_signal(&imp_cond);
+    }
+    pthread_mutex_unlock(&imp_lock);
+    if (rc < 0) {
+        jet__socket_unref(s);
+        free(job);
+    }
+    return rc;
+}
+
+void jet__urma_import_free(jet_urma_import_t *job)
+{
+    const jet_urma_ctx_t *ctx = jet__urma_ctx_get();
+    if (job->tjetty) JET_URMA_FN(ctx, urma_unimport_jetty)(job->tjetty);
+    if (job->tseg) JET_URMA_FN(ctx, urma_unimport_seg)(job->tseg);
+    jet__socket_unref(job->s);
+    free(job);
+}

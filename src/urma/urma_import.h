@@ -1,0 +1,55 @@
+/* Peer imports off the event loops.
+ *
+ * Importing a peer's segment and jetty may take milliseconds on UB hardware
+ * (the provider sets up a transport path with the peer); done on a loop
+ * thread it would stall every other connection of that loop. The handshake
+ * hands the import to one process-wide import thread instead and goes on
+ * when the result comes back as a task on the socket's loop.
+ *
+ * The import thread only calls the provider: it never touches the socket,
+ * its transport state or its endpoint. The task that brings the result
+ * back decides, on the loop, whether the connection still wants it (it may
+ * have failed, timed out or closed meanwhile) and otherwise unimports it. */
+#ifndef JET_URMA_URMA_IMPORT_H
+#define JET_URMA_URMA_IMPORT_H
+
+#include "event/loop.h"
+#include "net/socket.h"
+#include "urma/urma_api.h"
+#include "urma/urma_context.h"
+#include "urma/urma_handshake.h"
+
+typedef struct jet_urma_import jet_urma_import_t;
+
+/* Loop thread of job->s: the import is done (err 0: tseg and tjetty are
+ * set and now the callee's; else both NULL). The callee frees job with
+ * jet__urma_import_free. */
+typedef void (*jet_urma_import_done_t)(jet_urma_import_t *job);
+
+struct jet_urma_import {
+    jet_task_t task;
+    jet_socket_t *s; /* referenced until jet__urma_import_free */
+    void *tag;       /* the caller's: which attempt of the connection asked */
+    jet_urma_hello_t peer;
+    jet_urma_import_done_t done;
+    urma_target_seg_t *tseg;
+    urma_target_jetty_t *tjetty;
+    int err;
+    struct jet_urma_import *next; /* the import thread's queue */
+};
+
+/* Imports peer's segment, then its jetty (brpc's order), with the zero token
+ * brpc uses. Any thread. 0, or -EIO with one log line (nothing imported). */
+int jet__urma_import_peer(const jet_urma_ctx_t *ctx, const jet_urma_hello_t *peer, const char *who,
+                          urma_target_seg_t **tseg_p, urma_target_jetty_t **tjetty_p);
+
+/* Loop thread of s: starts the import of peer for s; done runs later on
+ * s's loop (never before this returns). 0, or -ENOMEM / -EAGAIN (no import
+ * thread) and nothing started. */
+int jet__urma_import_start(jet_socket_t *s, void *tag, const jet_urma_hello_t *peer,
+                           jet_urma_import_done_t done);
+
+/* Unimports what job still holds, drops its socket reference, frees it. */
+void jet__urma_import_free(jet_urma_import_t *job);
+
+#endif
