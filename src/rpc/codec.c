@@ -148,7 +148,9 @@ static void *msg_arena_alloc(void *data, size_t size)
 {
     jet_msg_arena_t *a = data;
     size_t need = (size + 15) & ~(size_t)15;
-    if (size <= sizeof a->buf && need <= sizeof a->buf - a->used) {
+    /* A zero-byte piece from a full arena would point just past buf, and
+     * msg_arena_free would hand it to free(): such pieces go to malloc. */
+    if (size > 0 && size <= sizeof a->buf && need <= sizeof a->buf - a->used) {
         void *p = a->buf + a->used;
         a->used += need;
         return p;

@@ -55,50 +55,62 @@ int jet__urma_import_peer(const jet_urma_ctx_t *ctx, const jet_urma_hello_t *pee
     return 0;
 }
 
-/* ---- the import thread ---- */
+/* ---- the import threads ---- */
+
+/* Imports of different peers run side by side, so that one slow peer does
+ * not hold the handshakes of the others past their deadlines; threads are
+ * started when a job finds none idle, up to this many. */
+#define IMP_THREADS_MAX 4
 
 static pthread_mutex_t imp_lock = PTHREAD_MUTEX_INITIALIZER;
 static pthread_cond_t imp_cond = PTHREAD_COND_INITIALIZER;
 static jet_urma_import_t *imp_head, *imp_tail;
-static bool imp_started;
+static int imp_threads, imp_idle;
 
 static void *imp_main(void *arg)
 {
     (void)arg;
     for (;;) {
         pthread_mutex_lock(&imp_lock);
+        imp_idle++;
         while (!imp_head)
             pthread_cond_wait(&imp_cond, &imp_lock);
+        imp_idle--;
         jet_urma_import_t *job = imp_head;
         imp_head = job->next;
         if (!imp_head) imp_tail = NULL;
         pthread_mutex_unlock(&imp_lock);
         const jet_urma_ctx_t *ctx = jet__urma_ctx_get();
-        job->err = ctx ? jet__urma_import_peer(ctx, &job->peer, job->s->peer, &job->tseg,
-                                               &job->tjetty)
-                       : -ENOTSUP;
+        if (jet__socket_failed(job->s))
+            job->err = -ECANCELED; /* timed out or closed while queued: nobody waits */
+        else if (!ctx)
+            job->err = -ENOTSUP;
+        else
+            job->err = jet__urma_import_peer(ctx, &job->peer, job->s->peer, &job->tseg,
+                                             &job->tjetty);
         jet_loop_post(job->s->loop, &job->task);
     }
     return NULL;
 }
 
-/* Under imp_lock. The thread lives as long as the process: it holds no
- * resource between jobs. */
+/* Under imp_lock, a job about to be queued: one more thread when none is
+ * idle, up to IMP_THREADS_MAX. Threads live as long as the process: they
+ * hold no resource between jobs. Fails only when there is no thread at all. */
 static int imp_start_thread(void)
 {
-    if (imp_started) return 0;
+    if (imp_idle > 0 || imp_threads >= IMP_THREADS_MAX) return 0;
     pthread_attr_t a;
-    if (pthread_attr_init(&a) != 0) return -EAGAIN;
+    if (pthread_attr_init(&a) != 0) return imp_threads > 0 ? 0 : -EAGAIN;
     pthread_attr_setdetachstate(&a, PTHREAD_CREATE_DETACHED);
     pthread_t t;
     int rc = pthread_create(&t, &a, imp_main, NULL);
     pthread_attr_destroy(&a);
     if (rc != 0) {
-        JET_LOG_ONCE(JET_LOG_WARN, "URMA: cannot start the import thread: %s", strerror(rc));
-        return -EAGAIN;
+        JET_LOG_ONCE(JET_LOG_WARN, "URMA: cannot start an import thread: %s", strerror(rc));
+        return imp_threads > 0 ? 0 : -EAGAIN;
     }
     pthread_setname_np(t, "jet_urma_import");
-    imp_started = true;
+    imp_threads++;
     return 0;
 }
 

@@ -3,11 +3,13 @@
  * Importing a peer's segment and jetty may take milliseconds on UB hardware
  * (the provider sets up a transport path with the peer); done on a loop
  * thread it would stall every other connection of that loop. The handshake
- * hands the import to one process-wide import thread instead and goes on
- * when the result comes back as a task on the socket's loop.
+ * hands the import to the process's import threads instead (up to 4,
+ * started on demand, so one slow peer does not hold the others) and goes
+ * on when the result comes back as a task on the socket's loop.
  *
- * The import thread only calls the provider: it never touches the socket,
- * its transport state or its endpoint. The task that brings the result
+ * An import thread only calls the provider and reads whether the socket
+ * failed (a job whose connection failed while queued is skipped): it never
+ * touches the transport state or the endpoint. The task that brings the result
  * back decides, on the loop, whether the connection still wants it (it may
  * have failed, timed out or closed meanwhile) and otherwise unimports it. */
 #ifndef JET_URMA_URMA_IMPORT_H

@@ -298,6 +298,55 @@ static void test_import_outlived_by_handshake(void)
     JT_CHECK_EQ(jt_child_stop(&c), 0);
 }
 
+static void noop_done(jet_call_t *call, void *arg)
+{
+    (void)call;
+    (void)arg;
+}
+
+/* Four connections at once to a server whose imports take 0.6 s each: they
+ * import side by side, so every handshake ends within its 1.5 s deadline
+ * and every connection runs over URMA (one import at a time would take the
+ * third and fourth past it, and their channels to TCP). */
+static void test_concurrent_slow_imports(void)
+{
+    enum { N = 4 };
+    const char *envs[] = {"SOFTUB_IMPORT_DELAY_US=300000", "JETRPC_URMA_HANDSHAKE_TIMEOUT_MS=1500",
+                          NULL};
+    jt_child_t c;
+    JT_REQUIRE(jt_child_start(&c, NULL, envs) == 0);
+    jet_channel_t *ch[N];
+    jet_call_t *call[N];
+    Example__EchoRequest req = EXAMPLE__ECHO_REQUEST__INIT;
+    req.message = "together";
+    for (int i = 0; i < N; i++) {
+        ch[i] = channel(c.port, 30000, 0);
+        call[i] = jet_call_create();
+        JT_REQUIRE(ch[i] && call[i]);
+    }
+    for (int i = 0; i < N; i++)
+        JT_CHECK_EQ(jet_channel_call(ch[i], &example__echo_service__descriptor, 0, call[i],
+                                     &req.base, noop_done, NULL),
+                    0);
+    for (int i = 0; i < N; i++) {
+        jet_call_join(call[i]);
+        JT_CHECK_AT(jet_call_error_text(call[i]), !jet_call_failed(call[i]));
+    }
+    jet_urma_loop_stats_t before = ut_urma_totals(NULL);
+    for (int i = 0; i < N; i++)
+        JT_CHECK_EQ(jt_echo_bytes(ch[i], 1000, (uint64_t)i, "again"), 0);
+    jet_urma_loop_stats_t after = ut_urma_totals(NULL);
+    uint64_t got = after.c.recv_copied + after.c.recv_zerocopy - before.c.recv_copied -
+                   before.c.recv_zerocopy;
+    fprintf(stderr, "  answers received over URMA: %llu of %d\n", (unsigned long long)got, N);
+    JT_CHECK(got >= N);
+    for (int i = 0; i < N; i++) {
+        jet_call_destroy(call[i]);
+        jet_channel_destroy(ch[i]);
+    }
+    JT_CHECK_EQ(jt_child_stop(&c), 0);
+}
+
 int main(int argc, char **argv)
 {
     jt_urma_main_setup(&argc, &argv, "faults");
@@ -311,5 +360,6 @@ int main(int argc, char **argv)
     JT_RUN(test_jfc_full_falls_back);
     JT_RUN(test_slow_import_keeps_loop_serving);
     JT_RUN(test_import_outlived_by_handshake);
+    JT_RUN(test_concurrent_slow_imports);
     return jt_finish();
 }
