@@ -281,7 +281,7 @@ static void sock_io_cb(jet_io_t *io, uint32_t events)
         if (st == JET_SOCK_FAILED || !(events & EPOLLIN)) return;
         events &= ~(uint32_t)EPOLLOUT;
     }
-    atomic_store_explicit(&s->last_active_us, jet_now_us(), memory_order_relaxed);
+    atomic_store_explicit(&s->last_active_us, jet_now_coarse_us(), memory_order_relaxed);
     s->ops->on_input(s, events);
 }
 
@@ -342,7 +342,7 @@ int jet__socket_write(jet_socket_t *s, jet_iobuf_t *data)
         return -ENOMEM;
     }
     sock_iobuf_take(&req->data, data);
-    atomic_store_explicit(&s->last_active_us, jet_now_us(), memory_order_relaxed);
+    atomic_store_explicit(&s->last_active_us, jet_now_coarse_us(), memory_order_relaxed);
     atomic_fetch_add_explicit(&s->unwritten, (int64_t)len, memory_order_relaxed);
     atomic_store_explicit(&req->next, SOCK_UNCONNECTED, memory_order_relaxed);
     jet_write_req_t *prev = atomic_exchange_explicit(&s->write_head, req, memory_order_acq_rel);

@@ -276,7 +276,7 @@ static int uc_read(ub_conn_t *c, size_t budget)
         return 1;
     }
     if (r == 0) return 0;
-    atomic_store_explicit(&s->last_active_us, jet_now_us(), memory_order_relaxed);
+    atomic_store_explicit(&s->last_active_us, jet_now_coarse_us(), memory_order_relaxed);
     jet__socket_deliver(s);
     return 1;
 }
