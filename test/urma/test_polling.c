@@ -1,8 +1,9 @@
 /* Polling mode (urma_use_polling) on the client side of the process, against
  * polling and event-mode servers in other processes: payloads up to 16 MiB
  * byte-exact, many calls in flight, several connections on the one polling
- * loop (urma_poller_num=1), the yielding poller, and the poller going away
- * when its loop has no URMA connection left. */
+ * loop (urma_poller_num=1), the yielding poller, the poller going away
+ * when its loop has no URMA connection left, and a synchronous caller that
+ * finds the loop driven by another (its answer still comes at once). */
 #include "urma/urma_context.h"
 #include "urma_test.h"
 
@@ -125,6 +126,74 @@ static void test_many_connections_one_poller(void)
     }
 }
 
+/* One synchronous call on a channel; 0 when it succeeded. */
+static int call_once(jet_channel_t *ch, const char *msg, int64_t *took_us)
+{
+    jet_call_t *call = jet_call_create();
+    if (!call) return -1;
+    Example__EchoRequest req = EXAMPLE__ECHO_REQUEST__INIT;
+    req.message = (char *)msg;
+    int64_t t0 = (int64_t)jt_now_us();
+    int rc = jet_channel_call(ch, &example__echo_service__descriptor, 0, call, &req.base, NULL,
+                              NULL);
+    if (took_us) *took_us = (int64_t)jt_now_us() - t0;
+    if (rc == 0 && jet_call_failed(call)) rc = jet_call_error_code(call);
+    jet_call_destroy(call);
+    return rc;
+}
+
+typedef struct first_waiter {
+    jet_channel_t *ch;
+    int rc;
+} first_waiter_t;
+
+static void *first_waiter_main(void *arg)
+{
+    first_waiter_t *w = arg;
+    w->rc = call_once(w->ch, "sleep:20", NULL);
+    return NULL;
+}
+
+/* Two synchronous callers on two connections of the one polling loop: the
+ * first drives the loop; the second finds it driven, sleeps, and asks for
+ * the loop thread (jet_loop_kick). The first leaves when its answer comes
+ * (20 ms); the second's answer comes 15 ms later and must be polled then,
+ * not when the parked loop thread would look again on its own (100 ms after
+ * the first took the loop: event_guest_park_us, raised to 100 ms here).
+ * Guarded, not timed: the bound, 60 ms, is twice the expected 30 ms and well
+ * under the ~95 ms it takes without the kick. */
+static void test_refused_waiter_answered(void)
+{
+    const char *args[] = {"--urma_use_polling=true", NULL};
+    jt_child_t c;
+    JT_REQUIRE(jt_child_start(&c, args, NULL) == 0);
+    JT_REQUIRE(jet_flag_set("event_guest_park_us", "100000") == 0);
+    jet_channel_t *a = ut_channel(c.port, JET_SOCKET_MODE_URMA, 30000, JET_CONNECTION_SINGLE);
+    jet_channel_t *b = ut_channel(c.port, JET_SOCKET_MODE_URMA, 30000, JET_CONNECTION_SINGLE);
+    JT_REQUIRE(a && b);
+    JT_CHECK_EQ(jt_echo_bytes(a, 100, 1, "warm-a"), 0);
+    JT_CHECK_EQ(jt_echo_bytes(b, 100, 2, "warm-b"), 0);
+    int64_t worst = 0;
+    for (int round = 0; round < 3; round++) {
+        first_waiter_t w = {.ch = a};
+        pthread_t th;
+        JT_REQUIRE(pthread_create(&th, NULL, first_waiter_main, &w) == 0);
+        usleep(5000);
+        int64_t took = 0;
+        JT_CHECK_EQ(call_once(b, "sleep:30", &took), 0);
+        pthread_join(th, NULL);
+        JT_CHECK_EQ(w.rc, 0);
+        if (took > worst) worst = took;
+    }
+    fprintf(stderr, "  the second waiter's 30 ms call took at most %lld ms\n",
+            (long long)(worst / 1000));
+    JT_CHECK(worst < 60000);
+    jet_channel_destroy(a);
+    jet_channel_destroy(b);
+    JT_REQUIRE(jet_flag_set("event_guest_park_us", "200") == 0);
+    JT_CHECK_EQ(jt_child_stop(&c), 0);
+}
+
 int main(int argc, char **argv)
 {
     jt_urma_main_setup(&argc, &argv, "polling");
@@ -136,5 +205,6 @@ int main(int argc, char **argv)
     JT_RUN(test_polling_client_event_server);
     JT_RUN(test_polling_yield_server);
     JT_RUN(test_many_connections_one_poller);
+    JT_RUN(test_refused_waiter_answered);
     return jt_finish();
 }
