@@ -10,6 +10,7 @@
 #include <sys/epoll.h>
 
 #include "base/log.h"
+#include "base/runq.h"
 #include "base/time.h"
 #include "iobuf/block_pool.h"
 #include "urma/urma_endpoint.h"
@@ -43,8 +44,9 @@ JET_FLAG_DEFINE_INT32(urma_event_spin_us, 0,
                       "Event mode: after completions, the event loop keeps polling the completion "
                       "queue this many microseconds before it arms it and sleeps on its event fd "
                       "again, so that a burst or the next call of a synchronous caller needs no "
-                      "wake-up; it costs that much CPU after each burst, and tail latency when "
-                      "threads outnumber cores (0: wake on every event, as brpc; 200 is a good "
+                      "wake-up; it costs that much CPU after each burst. No loop spins while "
+                      "more threads are runnable than cores are online (read from /proc/loadavg "
+                      "once a millisecond) (0: wake on every event, as brpc; 200 is a good "
                       "value) [0, 1000000]");
 JET_FLAG_DEFINE_INT32(urma_poller_num, 1,
                       "Polling mode: event loops that carry (and spin for) URMA connections");
@@ -514,8 +516,11 @@ static void ul_event_cb(jet_io_t *io, uint32_t events)
     ul_drain(ul, CTX_EVENT_BUDGET);
     if (ul->spinning) return; /* an event armed before the spin began */
     /* Poll instead of arming: the next completions of a burst, or the
-     * answer to the next call, are found without a wake-up. */
-    if (ul_event_spin_us() > 0 || !ul_rearm(ul)) ul_spin_start(ul);
+     * answer to the next call, are found without a wake-up. Not while
+     * threads outnumber cores (base/runq.h): the spin would hold a core
+     * the answering thread needs. */
+    bool spin = ul_event_spin_us() > 0 && jet__runq_has_room(jet_now_us());
+    if (spin || !ul_rearm(ul)) ul_spin_start(ul);
 }
 
 static int ul_poll_cb(jet_poller_t *p)
@@ -526,7 +531,7 @@ static int ul_poll_cb(jet_poller_t *p)
         int64_t now = jet_loop_now_us(ul->loop);
         if (n > 0) {
             ul->last_cr_us = now;
-        } else if (now - ul->last_cr_us > ul_event_spin_us()) {
+        } else if (now - ul->last_cr_us > ul_event_spin_us() || !jet__runq_has_room(now)) {
             /* Quiet long enough: back to sleeping on the event fd, unless
              * the queue cannot be armed. The poller may remove itself from
              * its own callback. */

@@ -1,9 +1,12 @@
 /* Event mode with urma_event_spin_us: after a completion event the loop
  * polls its completion queue instead of arming it, for as long as
  * completions keep coming and the spin time after the last one; then it
- * arms the queue and sleeps on the event fd again. Client and server share
+ * arms the queue and sleeps on the event fd again; and not at all while
+ * more threads are runnable than cores are online. Client and server share
  * the process, so every loop counted here is one of theirs. Echoes are
- * compared byte for byte in both regimes. */
+ * compared byte for byte in both regimes. The run-queue count comes from a
+ * file this test writes (base/runq.h), not from the machine's load. */
+#include "base/runq.h"
 #include "urma/urma_context.h"
 #include "urma_test.h"
 
@@ -25,6 +28,16 @@ static sums_t totals(void)
 }
 
 static int g_port;
+static char g_load[64];
+
+/* The run-queue count the loops see from now on. */
+static void set_runnable(long n)
+{
+    FILE *f = fopen(g_load, "w");
+    if (!f) abort();
+    fprintf(f, "0.50 0.40 0.30 %ld/321 4242\n", n);
+    fclose(f);
+}
 
 static int echo_calls(jet_channel_t *ch, int n, size_t len, const char *tag)
 {
@@ -82,6 +95,36 @@ static void test_spin_then_sleep(void)
     jet_channel_destroy(ch);
 }
 
+/* More runnable threads than cores: a spin would hold a core the answering
+ * thread needs, so the loops end their spells and sleep on events again
+ * (pure event mode: events for every call, no new spell); when the load
+ * goes, spinning comes back. */
+static void test_spin_yields_to_load(void)
+{
+    jet_flag_set("urma_event_spin_us", "20000");
+    jet_channel_t *ch = ut_channel(g_port, JET_SOCKET_MODE_URMA, 10000, JET_CONNECTION_SINGLE);
+    JT_REQUIRE(ch);
+    JT_CHECK_EQ(echo_calls(ch, 2, 100, "warm"), 0);
+    set_runnable(sysconf(_SC_NPROCESSORS_ONLN) + 4);
+    /* Three readings, a millisecond apart, of a spinning loop end its spell. */
+    sums_t c;
+    JT_CHECK(JT_WAIT_UNTIL((c = totals(), c.spinning == 0), GUARD_US));
+    sums_t a = totals();
+    JT_CHECK_EQ(echo_calls(ch, 100, 100, "loaded"), 0);
+    sums_t b = totals();
+    JT_CHECK_EQ(b.spins - a.spins, 0);
+    JT_CHECK(b.events - a.events >= 100);
+    set_runnable(1);
+    JT_CHECK_EQ(echo_calls(ch, 2, 100, "warm"), 0);
+    a = totals();
+    JT_CHECK_EQ(echo_calls(ch, 200, 100, "free"), 0);
+    b = totals();
+    JT_CHECK(b.spins - a.spins >= 1 || b.spinning > 0);
+    JT_CHECK(b.events - a.events < 100);
+    jet_channel_destroy(ch);
+    jet_flag_set("urma_event_spin_us", "0");
+}
+
 /* Byte-exact echoes of every size class while spinning, and while not. */
 static void test_sizes_both_ways(void)
 {
@@ -102,11 +145,16 @@ static void test_sizes_both_ways(void)
 int main(int argc, char **argv)
 {
     jt_urma_main_setup(&argc, &argv, "spin");
+    snprintf(g_load, sizeof g_load, "/tmp/jt-spin-load-%d", (int)getpid());
+    set_runnable(1);
+    jet__runq_set_source(g_load);
     jet_server_t *srv = ut_server_start(JET_SOCKET_MODE_URMA, &g_port);
     if (!srv) return 1;
     JT_RUN(test_pure_events);
     JT_RUN(test_spin_then_sleep);
+    JT_RUN(test_spin_yields_to_load);
     JT_RUN(test_sizes_both_ways);
     jet_server_destroy(srv);
+    unlink(g_load);
     return jt_finish();
 }
