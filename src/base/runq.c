@@ -16,7 +16,8 @@ static _Atomic int64_t runq_next_us;
 static _Atomic int runq_runnable = -1, runq_cores = -1;
 static _Atomic bool runq_room = true;
 static _Atomic int runq_over; /* readings in a row with an excess */
-static _Atomic int runq_fd = -2; /* -2: not opened yet, -1: cannot be read */
+static _Atomic int runq_fd = -2; /* -2: not opened (yet, or the last try failed) */
+static _Atomic long runq_ncores;  /* online cores, read once */
 static char runq_path[256] = "/proc/loadavg";
 
 static int runq_open(void)
@@ -24,12 +25,13 @@ static int runq_open(void)
     int fd = atomic_load_explicit(&runq_fd, memory_order_acquire);
     if (fd != -2) return fd;
     int nfd = open(runq_path, O_RDONLY | O_CLOEXEC);
+    if (nfd < 0) return -1; /* tried again at the next reading (EMFILE passes) */
     int expected = -2;
-    if (!atomic_compare_exchange_strong(&runq_fd, &expected, nfd < 0 ? -1 : nfd)) {
-        if (nfd >= 0) close(nfd); /* another thread opened it first */
+    if (!atomic_compare_exchange_strong(&runq_fd, &expected, nfd)) {
+        close(nfd); /* another thread opened it first */
         return expected;
     }
-    return nfd < 0 ? -1 : nfd;
+    return nfd;
 }
 
 /* "0.85 1.70 1.89 2/345 12345": the runnable count before the slash. */
@@ -61,7 +63,12 @@ bool jet__runq_has_room(int64_t now_us)
         return atomic_load_explicit(&runq_room, memory_order_relaxed);
     int fd = runq_open();
     int runnable = fd >= 0 ? runq_read(fd) : -1;
-    long cores = sysconf(_SC_NPROCESSORS_ONLN);
+    long cores = atomic_load_explicit(&runq_ncores, memory_order_relaxed);
+    if (cores <= 0) {
+        /* sysconf reads a sysfs file each time: once is enough. */
+        cores = sysconf(_SC_NPROCESSORS_ONLN);
+        atomic_store_explicit(&runq_ncores, cores, memory_order_relaxed);
+    }
     bool over = runnable >= 0 && cores > 0 && runnable > cores;
     int n = over ? atomic_load_explicit(&runq_over, memory_order_relaxed) + 1 : 0;
     atomic_store_explicit(&runq_over, n, memory_order_relaxed);

@@ -502,8 +502,8 @@ static void loop_poll_pass(jet_loop_t *loop, bool guest, int work)
 /* An idle busy-poll pass is a few tens of nanoseconds, half of them reading
  * the clock (a vDSO call, slower on a VM): such passes read it one time in
  * LOOP_CLOCK_EVERY, so that a loop sees a completion sooner; timers are late
- * by at most that many idle passes (well under a microsecond). A pass after
- * work always reads it. */
+ * by at most that many idle passes (under a microsecond, or that many yields
+ * with event_poll_yield / urma_poller_yield). A pass after work always reads it. */
 #define LOOP_CLOCK_EVERY 4
 
 static void loop_iterate(jet_loop_t *loop, bool guest)

@@ -69,6 +69,9 @@ JET_FLAG_DEFINE_INT32(urma_jfc_depth, 32768,
 #define CTX_MAX_LOOPS    1024
 #define CTX_POLL_MAX     64
 #define CTX_EVENT_BUDGET 4096 /* completions per JFCE event before other work runs */
+/* A spell of polling on a crowded machine ends at the first empty poll this
+ * long after the last completion (and a failed arm is retried this often). */
+#define CTX_CROWDED_GAP_US 20
 
 static pthread_once_t ctx_once = PTHREAD_ONCE_INIT;
 static jet_urma_ctx_t ctx_g;
@@ -531,10 +534,11 @@ static int ul_poll_cb(jet_poller_t *p)
         int64_t now = jet_loop_now_us(ul->loop);
         if (n > 0) {
             ul->last_cr_us = now;
-        } else if (now - ul->last_cr_us > ul_event_spin_us() || !jet__runq_has_room(now)) {
-            /* Quiet long enough: back to sleeping on the event fd, unless
-             * the queue cannot be armed. The poller may remove itself from
-             * its own callback. */
+        } else if (now - ul->last_cr_us > ul_event_spin_us() ||
+                   (now - ul->last_cr_us >= CTX_CROWDED_GAP_US && !jet__runq_has_room(now))) {
+            /* Quiet long enough, or threads outnumber cores: back to
+             * sleeping on the event fd, unless the queue cannot be armed.
+             * The poller may remove itself from its own callback. */
             if (!ul_rearm(ul)) {
                 ul->last_cr_us = now;
                 return n;

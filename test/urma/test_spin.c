@@ -7,6 +7,7 @@
  * compared byte for byte in both regimes. The run-queue count comes from a
  * file this test writes (base/runq.h), not from the machine's load. */
 #include "base/runq.h"
+#include "base/time.h"
 #include "urma/urma_context.h"
 #include "urma_test.h"
 
@@ -106,7 +107,10 @@ static void test_spin_yields_to_load(void)
     JT_REQUIRE(ch);
     JT_CHECK_EQ(echo_calls(ch, 2, 100, "warm"), 0);
     set_runnable(sysconf(_SC_NPROCESSORS_ONLN) + 4);
-    /* Three readings, a millisecond apart, of a spinning loop end its spell. */
+    /* The verdict is the process's: three readings a millisecond apart,
+     * taken by whoever asks (here this thread, so that a spell that ends
+     * on its own first cannot leave it unmade); then no loop spins. */
+    JT_CHECK(JT_WAIT_UNTIL(!jet__runq_has_room(jet_now_us()), GUARD_US));
     sums_t c;
     JT_CHECK(JT_WAIT_UNTIL((c = totals(), c.spinning == 0), GUARD_US));
     sums_t a = totals();
