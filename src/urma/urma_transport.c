@@ -228,8 +228,8 @@ static void ut_server_imported(jet_urma_import_t *job)
         ts->ep = NULL;
         ut_server_decline(s, ts, job->peer.version);
     }
-    jet__urma_import_free(job);
     jet__hello_server_answered(s, &ts->h);
+    jet__urma_import_free(job); /* last: its reference keeps s alive until here */
 }
 
 static void ut_server_answer(jet_socket_t *s, urma_ts_t *ts, const jet_urma_hello_t *peer)
