@@ -194,23 +194,29 @@ void jet__baidu_frame_fini(jet_baidu_frame_t *f)
 jet_parse_result_t jet__baidu_peek(const jet_iobuf_t *in, uint32_t max_body_size,
                                    uint32_t *body_size_p, uint32_t *meta_size_p)
 {
-    uint8_t hdr[JET_BAIDU_HEADER_SIZE];
+    uint8_t copy[JET_BAIDU_HEADER_SIZE];
+    const uint8_t *hdr = copy;
     size_t n = jet_iobuf_len(in);
-    size_t have = n < sizeof(hdr) ? n : sizeof(hdr);
-    jet_iobuf_copy_to(in, hdr, have, 0);
+    size_t have = n < sizeof(copy) ? n : sizeof(copy);
+    if (have == sizeof(copy) && codec_front_holds(in, sizeof(copy))) {
+        size_t len0 = 0;
+        hdr = jet_iobuf_ref_data(in, 0, &len0); /* in place: the usual case */
+    } else {
+        jet_iobuf_copy_to(in, copy, have, 0);
+    }
 
     /* Compare only the magic bytes present, as brpc does: a prefix of PRPC
      * must wait, anything else is for another protocol. */
     size_t nmagic = have < 4 ? have : 4;
     if (memcmp(hdr, JET_BAIDU_MAGIC, nmagic) != 0) return JET_PARSE_NOT_MINE;
-    if (have < sizeof(hdr)) return JET_PARSE_NEED_MORE;
+    if (have < sizeof(copy)) return JET_PARSE_NEED_MORE;
 
     uint32_t body_size = codec_get_be32(hdr + 4);
     uint32_t meta_size = codec_get_be32(hdr + 8);
     if (body_size > max_body_size) return JET_PARSE_TOO_BIG;
     *body_size_p = body_size;
     *meta_size_p = meta_size;
-    if (n - sizeof(hdr) < body_size) return JET_PARSE_NEED_MORE;
+    if (n - sizeof(copy) < body_size) return JET_PARSE_NEED_MORE;
     return JET_PARSE_OK;
 }
 
