@@ -415,3 +415,40 @@ err_rollback:
     jet_iobuf_pop_back(out, jet_iobuf_len(out) - orig_len);
     return rc;
 }
+
+/* Frames up to this size (header, meta, message) are built on the stack. */
+#define CODEC_STACK_FRAME 512
+
+int jet__baidu_pack_msg(jet_iobuf_t *out, const Brpc__Policy__RpcMeta *meta,
+                        const ProtobufCMessage *msg, jet_iobuf_t *attachment)
+{
+    size_t msz = msg ? protobuf_c_message_get_packed_size(msg) : 0;
+    size_t meta_size = jet__meta_packed_size(meta);
+    size_t alen = attachment ? jet_iobuf_len(attachment) : 0;
+    size_t head = JET_BAIDU_HEADER_SIZE + meta_size + msz;
+    if (meta_size == 0 || head > CODEC_STACK_FRAME || alen > UINT32_MAX - meta_size - msz) {
+        jet_iobuf_t body;
+        jet_iobuf_init(&body);
+        int rc = msg ? jet__pb_pack_iobuf(msg, &body) : 0;
+        if (rc == 0) rc = jet__baidu_pack(out, meta, &body, attachment);
+        jet_iobuf_fini(&body);
+        return rc;
+    }
+    uint8_t stack[CODEC_STACK_FRAME];
+    memcpy(stack, JET_BAIDU_MAGIC, 4);
+    codec_put_be32(stack + 4, (uint32_t)(meta_size + msz + alen));
+    codec_put_be32(stack + 8, (uint32_t)meta_size);
+    jet__meta_pack(meta, stack + JET_BAIDU_HEADER_SIZE);
+    if (msz) protobuf_c_message_pack(msg, stack + JET_BAIDU_HEADER_SIZE + meta_size);
+    size_t orig_len = jet_iobuf_len(out);
+    int rc = jet_iobuf_append(out, stack, head);
+    if (rc < 0) return rc;
+    if (alen) {
+        rc = jet_iobuf_move(out, attachment);
+        if (rc < 0) {
+            jet_iobuf_pop_back(out, jet_iobuf_len(out) - orig_len);
+            return rc;
+        }
+    }
+    return 0;
+}

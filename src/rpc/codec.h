@@ -62,6 +62,12 @@ jet_parse_result_t jet__baidu_cut(jet_iobuf_t *in, uint32_t max_body_size, jet_b
 int jet__baidu_pack(jet_iobuf_t *out, const Brpc__Policy__RpcMeta *meta, jet_iobuf_t *body,
                     jet_iobuf_t *attachment);
 
+/* jet__baidu_pack with msg packed (uncompressed) as the body: a small frame's
+ * header, meta and message are written in one piece, a larger one goes
+ * through jet__baidu_pack. msg may be NULL (empty body). Same results. */
+int jet__baidu_pack_msg(jet_iobuf_t *out, const Brpc__Policy__RpcMeta *meta,
+                        const ProtobufCMessage *msg, jet_iobuf_t *attachment);
+
 /* Serialises a protobuf-c message at the end of out (no intermediate copy). */
 int jet__pb_pack_iobuf(const ProtobufCMessage *msg, jet_iobuf_t *out);
 /* Decodes a message from the whole of in (copies only when in spans several

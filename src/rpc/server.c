@@ -320,7 +320,8 @@ static void srv_send_response(jet_call_t *call, const ProtobufCMessage *output)
         } else if (!protobuf_c_message_check(output)) {
             jet_call_set_failed(call, JET_EINTERNAL, "Fail to serialize response=%s: missing required fields",
                                 output->descriptor->name);
-        } else if (jet__encode_message(output, call->resp_compress, &body) < 0) {
+        } else if (call->resp_compress != 0 &&
+                   jet__encode_message(output, call->resp_compress, &body) < 0) {
             jet_iobuf_clear(&body);
             jet_call_set_failed(call, JET_EINTERNAL, "Fail to serialize response=%s, CompressType=%s",
                                 output->descriptor->name, jet__compress_name(call->resp_compress));
@@ -352,7 +353,10 @@ static void srv_send_response(jet_call_t *call, const ProtobufCMessage *output)
     meta.has_content_type = true;
     meta.has_checksum_type = true;
     meta.has_checksum_value = true;
-    int rc = jet__baidu_pack(&frame, &meta, &body, att);
+    /* Uncompressed: the message is packed with the frame (one piece). */
+    int rc = !call->error_code && call->resp_compress == 0
+                 ? jet__baidu_pack_msg(&frame, &meta, output, att)
+                 : jet__baidu_pack(&frame, &meta, &body, att);
     size_t frame_len = jet_iobuf_len(&frame);
     if (rc == 0) rc = jet__socket_write(s, &frame);
     if (rc == -EMSGSIZE && !call->error_code && !jet__socket_failed(s)) {

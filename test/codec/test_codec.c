@@ -1150,6 +1150,69 @@ static void msg_arena_decode(void)
     free(msg);
 }
 
+/* The one-piece frame of jet__baidu_pack_msg is byte for byte what packing
+ * the message into a body and jet__baidu_pack give: no message, small ones,
+ * around the stack frame's size, with and without an attachment, and a meta
+ * only protobuf-c can pack (a user field). */
+static void pack_msg_matches_pack(void)
+{
+    Brpc__Policy__RpcMeta meta = BRPC__POLICY__RPC_META__INIT;
+    Brpc__Policy__RpcResponseMeta rm = BRPC__POLICY__RPC_RESPONSE_META__INIT;
+    meta.response = &rm;
+    rm.has_error_code = 1;
+    meta.has_correlation_id = 1;
+    meta.correlation_id = 987654321012345LL;
+    meta.has_compress_type = 1;
+    Brpc__Policy__UserFieldsEntry uf = BRPC__POLICY__USER_FIELDS_ENTRY__INIT;
+    Brpc__Policy__UserFieldsEntry *ufs[1] = {&uf};
+    uf.key = "k";
+    uf.value = "v";
+    static const size_t sizes[] = {0, 1, 16, 300, 470, 480, 490, 500, 511, 512, 600, 5000};
+    char *text = malloc(6000);
+    JT_REQUIRE(text != NULL);
+    for (int user = 0; user < 2; user++) {
+        meta.n_user_fields = user ? 1 : 0;
+        meta.user_fields = user ? ufs : NULL;
+        for (size_t i = 0; i < sizeof sizes / sizeof sizes[0]; i++) {
+            for (int with_att = 0; with_att < 2; with_att++) {
+                for (int null_msg = 0; null_msg < 2; null_msg++) {
+                    memset(text, 'a' + (int)(i % 26), sizes[i]);
+                    text[sizes[i]] = 0;
+                    Example__EchoResponse msg = EXAMPLE__ECHO_RESPONSE__INIT;
+                    msg.message = text;
+                    const ProtobufCMessage *m = null_msg ? NULL : &msg.base;
+                    uint8_t abytes[100];
+                    jt_fill_pattern(abytes, sizeof abytes, (uint32_t)i);
+                    meta.has_attachment_size = with_att;
+                    meta.attachment_size = with_att ? (int32_t)sizeof abytes : 0;
+                    jet_iobuf_t a1, a2, body, f1, f2;
+                    jet_iobuf_init(&body);
+                    jet_iobuf_init(&f1);
+                    jet_iobuf_init(&f2);
+                    jt_iobuf_flat(&a1, abytes, with_att ? sizeof abytes : 0);
+                    jt_iobuf_flat(&a2, abytes, with_att ? sizeof abytes : 0);
+                    JT_CHECK_EQ(jet__baidu_pack_msg(&f1, &meta, m, with_att ? &a1 : NULL), 0);
+                    if (m) JT_CHECK_EQ(jet__pb_pack_iobuf(m, &body), 0);
+                    JT_CHECK_EQ(jet__baidu_pack(&f2, &meta, &body, with_att ? &a2 : NULL), 0);
+                    size_t n = jet_iobuf_len(&f2);
+                    uint8_t *want = malloc(n ? n : 1);
+                    JT_REQUIRE(want != NULL);
+                    jet_iobuf_copy_to(&f2, want, n, 0);
+                    JT_CHECK_AT("same frame", jet_iobuf_equals(&f1, want, n) == 0);
+                    JT_CHECK(jet_iobuf_empty(&a1));
+                    free(want);
+                    jet_iobuf_fini(&a1);
+                    jet_iobuf_fini(&a2);
+                    jet_iobuf_fini(&body);
+                    jet_iobuf_fini(&f1);
+                    jet_iobuf_fini(&f2);
+                }
+            }
+        }
+    }
+    free(text);
+}
+
 int main(void)
 {
     JT_RUN(roundtrip_request_all_fields);
@@ -1170,5 +1233,6 @@ int main(void)
     JT_RUN(attachment_size_checks);
     JT_RUN(pb_iobuf_helpers);
     JT_RUN(msg_arena_decode);
+    JT_RUN(pack_msg_matches_pack);
     return jt_finish();
 }
