@@ -338,16 +338,8 @@ static int ch_pack_request(jet_call_t *call, jet_iobuf_t *frame)
         meta.checksum_value.data = ck;
         meta.checksum_value.len = 4;
     }
-    /* Body and attachment are shared, not moved: a retry sends them again. */
-    jet_iobuf_t body, att;
-    jet_iobuf_init(&body);
-    jet_iobuf_init(&att);
-    int rc = jet_iobuf_append_iobuf(&body, &call->req_body);
-    if (rc == 0) rc = jet_iobuf_append_iobuf(&att, &call->req_att);
-    if (rc == 0) rc = jet__baidu_pack(frame, &meta, &body, &att);
-    jet_iobuf_fini(&body);
-    jet_iobuf_fini(&att);
-    return rc;
+    /* Body and attachment stay with the call: a retry sends them again. */
+    return jet__baidu_pack_shared(frame, &meta, &call->req_body, &call->req_att);
 }
 
 /* The caller owns the call: makes one attempt. */

@@ -452,3 +452,41 @@ int jet__baidu_pack_msg(jet_iobuf_t *out, const Brpc__Policy__RpcMeta *meta,
     }
     return 0;
 }
+
+int jet__baidu_pack_shared(jet_iobuf_t *out, const Brpc__Policy__RpcMeta *meta,
+                           const jet_iobuf_t *body, const jet_iobuf_t *attachment)
+{
+    size_t meta_size = jet__meta_packed_size(meta);
+    size_t blen = body ? jet_iobuf_len(body) : 0;
+    size_t alen = attachment ? jet_iobuf_len(attachment) : 0;
+    size_t head = JET_BAIDU_HEADER_SIZE + meta_size + blen;
+    size_t orig_len = jet_iobuf_len(out);
+    int rc;
+    if (meta_size == 0 || head > CODEC_STACK_FRAME || alen > UINT32_MAX - meta_size - blen) {
+        jet_iobuf_t b, a;
+        jet_iobuf_init(&b);
+        jet_iobuf_init(&a);
+        rc = blen ? jet_iobuf_append_iobuf(&b, body) : 0;
+        if (rc == 0 && alen) rc = jet_iobuf_append_iobuf(&a, attachment);
+        if (rc == 0) rc = jet__baidu_pack(out, meta, &b, &a);
+        jet_iobuf_fini(&b);
+        jet_iobuf_fini(&a);
+        return rc;
+    }
+    uint8_t stack[CODEC_STACK_FRAME];
+    memcpy(stack, JET_BAIDU_MAGIC, 4);
+    codec_put_be32(stack + 4, (uint32_t)(meta_size + blen + alen));
+    codec_put_be32(stack + 8, (uint32_t)meta_size);
+    jet__meta_pack(meta, stack + JET_BAIDU_HEADER_SIZE);
+    if (blen) jet_iobuf_copy_to(body, stack + JET_BAIDU_HEADER_SIZE + meta_size, blen, 0);
+    rc = jet_iobuf_append(out, stack, head);
+    if (rc < 0) return rc;
+    if (alen) {
+        rc = jet_iobuf_append_iobuf(out, attachment);
+        if (rc < 0) {
+            jet_iobuf_pop_back(out, jet_iobuf_len(out) - orig_len);
+            return rc;
+        }
+    }
+    return 0;
+}

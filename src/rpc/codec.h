@@ -68,6 +68,13 @@ int jet__baidu_pack(jet_iobuf_t *out, const Brpc__Policy__RpcMeta *meta, jet_iob
 int jet__baidu_pack_msg(jet_iobuf_t *out, const Brpc__Policy__RpcMeta *meta,
                         const ProtobufCMessage *msg, jet_iobuf_t *attachment);
 
+/* jet__baidu_pack that leaves body and attachment as they are (a retry sends
+ * them again): a small body is copied into the frame's first piece, a larger
+ * one and the attachment are shared (block references). 0, -ENOMEM or
+ * -EMSGSIZE, out unchanged on failure. */
+int jet__baidu_pack_shared(jet_iobuf_t *out, const Brpc__Policy__RpcMeta *meta,
+                           const jet_iobuf_t *body, const jet_iobuf_t *attachment);
+
 /* Serialises a protobuf-c message at the end of out (no intermediate copy). */
 int jet__pb_pack_iobuf(const ProtobufCMessage *msg, jet_iobuf_t *out);
 /* Decodes a message from the whole of in (copies only when in spans several

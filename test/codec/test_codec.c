@@ -1150,8 +1150,9 @@ static void msg_arena_decode(void)
     free(msg);
 }
 
-/* The one-piece frame of jet__baidu_pack_msg is byte for byte what packing
- * the message into a body and jet__baidu_pack give: no message, small ones,
+/* The one-piece frames of jet__baidu_pack_msg and jet__baidu_pack_shared are
+ * byte for byte what packing the message into a body and jet__baidu_pack
+ * give, and pack_shared leaves body and attachment as they were: no message, small ones,
  * around the stack frame's size, with and without an attachment, and a meta
  * only protobuf-c can pack (a user field). */
 static void pack_msg_matches_pack(void)
@@ -1193,12 +1194,19 @@ static void pack_msg_matches_pack(void)
                     jt_iobuf_flat(&a2, abytes, with_att ? sizeof abytes : 0);
                     JT_CHECK_EQ(jet__baidu_pack_msg(&f1, &meta, m, with_att ? &a1 : NULL), 0);
                     if (m) JT_CHECK_EQ(jet__pb_pack_iobuf(m, &body), 0);
+                    jet_iobuf_t f3;
+                    jet_iobuf_init(&f3);
+                    size_t blen = jet_iobuf_len(&body), alen = jet_iobuf_len(&a2);
+                    JT_CHECK_EQ(jet__baidu_pack_shared(&f3, &meta, &body, &a2), 0);
+                    JT_CHECK(jet_iobuf_len(&body) == blen && jet_iobuf_len(&a2) == alen);
                     JT_CHECK_EQ(jet__baidu_pack(&f2, &meta, &body, with_att ? &a2 : NULL), 0);
                     size_t n = jet_iobuf_len(&f2);
                     uint8_t *want = malloc(n ? n : 1);
                     JT_REQUIRE(want != NULL);
                     jet_iobuf_copy_to(&f2, want, n, 0);
                     JT_CHECK_AT("same frame", jet_iobuf_equals(&f1, want, n) == 0);
+                    JT_CHECK_AT("same shared frame", jet_iobuf_equals(&f3, want, n) == 0);
+                    jet_iobuf_fini(&f3);
                     JT_CHECK(jet_iobuf_empty(&a1));
                     free(want);
                     jet_iobuf_fini(&a1);
