@@ -6,6 +6,7 @@
 
 #include <errno.h>
 #include <stdalign.h>
+#include <stdbool.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -419,6 +420,31 @@ err_rollback:
 /* Frames up to this size (header, meta, message) are built on the stack. */
 #define CODEC_STACK_FRAME 512
 
+/* Header and (fast-packed) meta of a frame whose body after the meta is
+ * `rest` bytes, at the start of piece; the body goes right after them. */
+static uint8_t *codec_head(uint8_t *piece, const Brpc__Policy__RpcMeta *meta, size_t meta_size,
+                           size_t rest)
+{
+    memcpy(piece, JET_BAIDU_MAGIC, 4);
+    codec_put_be32(piece + 4, (uint32_t)(meta_size + rest));
+    codec_put_be32(piece + 8, (uint32_t)meta_size);
+    jet__meta_pack(meta, piece + JET_BAIDU_HEADER_SIZE);
+    return piece + JET_BAIDU_HEADER_SIZE + meta_size;
+}
+
+/* Appends the frame's first piece, then the attachment (moved, or shared
+ * when `share`); out is as it was when either fails. */
+static int codec_append_frame(jet_iobuf_t *out, const uint8_t *piece, size_t len,
+                              jet_iobuf_t *attachment, bool share)
+{
+    size_t orig_len = jet_iobuf_len(out);
+    int rc = jet_iobuf_append(out, piece, len);
+    if (rc < 0 || !attachment || jet_iobuf_empty(attachment)) return rc;
+    rc = share ? jet_iobuf_append_iobuf(out, attachment) : jet_iobuf_move(out, attachment);
+    if (rc < 0) jet_iobuf_pop_back(out, jet_iobuf_len(out) - orig_len);
+    return rc;
+}
+
 int jet__baidu_pack_msg(jet_iobuf_t *out, const Brpc__Policy__RpcMeta *meta,
                         const ProtobufCMessage *msg, jet_iobuf_t *attachment)
 {
@@ -434,23 +460,10 @@ int jet__baidu_pack_msg(jet_iobuf_t *out, const Brpc__Policy__RpcMeta *meta,
         jet_iobuf_fini(&body);
         return rc;
     }
-    uint8_t stack[CODEC_STACK_FRAME];
-    memcpy(stack, JET_BAIDU_MAGIC, 4);
-    codec_put_be32(stack + 4, (uint32_t)(meta_size + msz + alen));
-    codec_put_be32(stack + 8, (uint32_t)meta_size);
-    jet__meta_pack(meta, stack + JET_BAIDU_HEADER_SIZE);
-    if (msz) protobuf_c_message_pack(msg, stack + JET_BAIDU_HEADER_SIZE + meta_size);
-    size_t orig_len = jet_iobuf_len(out);
-    int rc = jet_iobuf_append(out, stack, head);
-    if (rc < 0) return rc;
-    if (alen) {
-        rc = jet_iobuf_move(out, attachment);
-        if (rc < 0) {
-            jet_iobuf_pop_back(out, jet_iobuf_len(out) - orig_len);
-            return rc;
-        }
-    }
-    return 0;
+    uint8_t piece[CODEC_STACK_FRAME];
+    uint8_t *at = codec_head(piece, meta, meta_size, msz + alen);
+    if (msz) protobuf_c_message_pack(msg, at);
+    return codec_append_frame(out, piece, head, attachment, false);
 }
 
 int jet__baidu_pack_shared(jet_iobuf_t *out, const Brpc__Policy__RpcMeta *meta,
@@ -460,33 +473,20 @@ int jet__baidu_pack_shared(jet_iobuf_t *out, const Brpc__Policy__RpcMeta *meta,
     size_t blen = body ? jet_iobuf_len(body) : 0;
     size_t alen = attachment ? jet_iobuf_len(attachment) : 0;
     size_t head = JET_BAIDU_HEADER_SIZE + meta_size + blen;
-    size_t orig_len = jet_iobuf_len(out);
-    int rc;
     if (meta_size == 0 || head > CODEC_STACK_FRAME || alen > UINT32_MAX - meta_size - blen) {
         jet_iobuf_t b, a;
         jet_iobuf_init(&b);
         jet_iobuf_init(&a);
-        rc = blen ? jet_iobuf_append_iobuf(&b, body) : 0;
+        int rc = blen ? jet_iobuf_append_iobuf(&b, body) : 0;
         if (rc == 0 && alen) rc = jet_iobuf_append_iobuf(&a, attachment);
         if (rc == 0) rc = jet__baidu_pack(out, meta, &b, &a);
         jet_iobuf_fini(&b);
         jet_iobuf_fini(&a);
         return rc;
     }
-    uint8_t stack[CODEC_STACK_FRAME];
-    memcpy(stack, JET_BAIDU_MAGIC, 4);
-    codec_put_be32(stack + 4, (uint32_t)(meta_size + blen + alen));
-    codec_put_be32(stack + 8, (uint32_t)meta_size);
-    jet__meta_pack(meta, stack + JET_BAIDU_HEADER_SIZE);
-    if (blen) jet_iobuf_copy_to(body, stack + JET_BAIDU_HEADER_SIZE + meta_size, blen, 0);
-    rc = jet_iobuf_append(out, stack, head);
-    if (rc < 0) return rc;
-    if (alen) {
-        rc = jet_iobuf_append_iobuf(out, attachment);
-        if (rc < 0) {
-            jet_iobuf_pop_back(out, jet_iobuf_len(out) - orig_len);
-            return rc;
-        }
-    }
-    return 0;
+    uint8_t piece[CODEC_STACK_FRAME];
+    uint8_t *at = codec_head(piece, meta, meta_size, blen + alen);
+    if (blen) jet_iobuf_copy_to(body, at, blen, 0);
+    /* Shared, never written: the cast only serves the common helper. */
+    return codec_append_frame(out, piece, head, (jet_iobuf_t *)attachment, true);
 }

@@ -121,24 +121,32 @@ static bool ut_import_wanted(jet_urma_import_t *job)
            ts->h.hs == JET_HELLO_HS_PENDING;
 }
 
-static void ut_client_imported(jet_urma_import_t *job)
+/* An import came back: false when nobody waits for it (the job is freed);
+ * else true, and *ok_p tells whether the endpoint now holds the peer. */
+static bool ut_import_arrived(jet_urma_import_t *job, bool *ok_p)
 {
-    jet_socket_t *s = job->s;
     if (!ut_import_wanted(job)) {
         jet__urma_import_free(job);
-        return;
+        return false;
     }
-    urma_ts_t *ts = s->tstate;
-    bool on = job->err == 0;
-    if (on) {
+    urma_ts_t *ts = job->s->tstate;
+    *ok_p = job->err == 0;
+    if (*ok_p) {
         jet__urma_ep_connect_peer(ts->ep, &job->peer, job->tseg, job->tjetty);
         job->tseg = NULL;
         job->tjetty = NULL;
-    } else {
-        JET_INFO("URMA with %s could not be set up: this connection uses TCP", s->peer);
     }
-    jet__hello_client_finish(s, &ts->h, on);
-    jet__urma_import_free(job);
+    return true;
+}
+
+static void ut_client_imported(jet_urma_import_t *job)
+{
+    jet_socket_t *s = job->s;
+    bool on;
+    if (!ut_import_arrived(job, &on)) return;
+    if (!on) JET_INFO("URMA with %s could not be set up: this connection uses TCP", s->peer);
+    jet__hello_client_finish(s, &((urma_ts_t *)s->tstate)->h, on);
+    jet__urma_import_free(job); /* last: its reference keeps s alive until here */
 }
 
 static void ut_client_step(jet_socket_t *s, jet_hello_ts_t *hts)
@@ -213,15 +221,10 @@ static void ut_server_accept(jet_socket_t *s, urma_ts_t *ts, const jet_urma_hell
 static void ut_server_imported(jet_urma_import_t *job)
 {
     jet_socket_t *s = job->s;
-    if (!ut_import_wanted(job)) {
-        jet__urma_import_free(job);
-        return;
-    }
+    bool ok;
+    if (!ut_import_arrived(job, &ok)) return;
     urma_ts_t *ts = s->tstate;
-    if (job->err == 0) {
-        jet__urma_ep_connect_peer(ts->ep, &job->peer, job->tseg, job->tjetty);
-        job->tseg = NULL;
-        job->tjetty = NULL;
+    if (ok) {
         ut_server_accept(s, ts, &job->peer);
     } else {
         jet__urma_ep_close(ts->ep);
