@@ -288,12 +288,6 @@ static void test_emsgsize(void)
     JT_CHECK(ubt_shm_wait_clean(&before, 10000000));
 }
 
-static void noop_done(jet_call_t *call, void *arg)
-{
-    (void)call;
-    (void)arg;
-}
-
 /* The same before the handshake: the first calls of a new channel wait for
  * it in the write queue, where the ring's size is not known yet. The
  * oversize one fails alone when the ring refuses it; the small one queued
@@ -308,19 +302,21 @@ static void test_emsgsize_before_handshake(void)
     jet_channel_t *ch = ubt_channel(port, JET_SOCKET_MODE_UBRING, 30000, JET_CONNECTION_SINGLE, 0);
     JT_REQUIRE(ch);
     jet_call_t *big = jet_call_create(), *small = jet_call_create();
+    jt_counter_t done = {0};
     JT_REQUIRE(big && small);
     Example__EchoRequest req = EXAMPLE__ECHO_REQUEST__INIT;
     req.message = "first";
     jt_echo_fill(big, 5 << 20, 7);
     jt_echo_fill(small, 1000, 8);
     JT_CHECK_EQ(jet_channel_call(ch, &example__echo_service__descriptor, 0, big, &req.base,
-                                 noop_done, NULL),
+                                 jt_count_done, &done),
                 0);
     JT_CHECK_EQ(jet_channel_call(ch, &example__echo_service__descriptor, 0, small, &req.base,
-                                 noop_done, NULL),
+                                 jt_count_done, &done),
                 0);
     jet_call_join(big);
     jet_call_join(small);
+    JT_CHECK_EQ(atomic_load(&done.n), 2);
     int code = jet_call_error_code(big);
     const char *text = jet_call_error_text(big);
     fprintf(stderr, "  5 MiB first request: %d '%s'\n", code, text ? text : "");
