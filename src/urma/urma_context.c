@@ -330,6 +330,11 @@ struct jet_urma_loop {
     uint32_t nattached;
     struct jet_urma_ep **touched; /* endpoints of the current poll batch */
     uint32_t ntouched;
+    /* Endpoints whose receives wait for the next poller pass (see
+     * jet__urma_loop_defer); in_poll: a poller pass is draining now. */
+    struct jet_urma_ep **deferred;
+    uint32_t ndeferred;
+    bool in_poll;
     uint64_t completions;
     jet_urma_counters_t counters;
     /* Kept zeroed between polls (providers leave opcode, imm_data and
@@ -526,10 +531,22 @@ static void ul_event_cb(jet_io_t *io, uint32_t events)
     if (spin || !ul_rearm(ul)) ul_spin_start(ul);
 }
 
+/* The re-posts left by the previous poller pass. */
+static void ul_run_deferred(jet_urma_loop_t *ul)
+{
+    uint32_t n = ul->ndeferred;
+    ul->ndeferred = 0;
+    for (uint32_t i = 0; i < n; i++)
+        jet__urma_ep_run_deferred(ul->deferred[i]);
+}
+
 static int ul_poll_cb(jet_poller_t *p)
 {
     jet_urma_loop_t *ul = p->arg;
+    if (ul->ndeferred) ul_run_deferred(ul);
+    ul->in_poll = true;
     int n = ul_drain(ul, JET_FLAG(urma_cqe_poll_once) * 4);
+    ul->in_poll = false;
     if (ul->spinning) {
         int64_t now = jet_loop_now_us(ul->loop);
         if (n > 0) {
@@ -646,6 +663,9 @@ static int ul_grow(jet_urma_loop_t *ul)
     struct jet_urma_ep **t = realloc(ul->touched, ncap * sizeof *t);
     if (!t) return -ENOMEM;
     ul->touched = t;
+    struct jet_urma_ep **d = realloc(ul->deferred, ncap * sizeof *d);
+    if (!d) return -ENOMEM;
+    ul->deferred = d;
     /* Pushed highest first so that low indices are handed out first. */
     for (uint32_t i = ncap; i > ul->cap; i--) {
         ul->eps[i - 1] = NULL;
@@ -697,9 +717,22 @@ int jet__urma_loop_attach(jet_urma_loop_t *ul, struct jet_urma_ep *ep, uint32_t 
     return 0;
 }
 
+bool jet__urma_loop_defer(jet_urma_loop_t *ul, struct jet_urma_ep *ep)
+{
+    if (!ul->in_poll) return false;
+    ul->deferred[ul->ndeferred++] = ep;
+    return true;
+}
+
 void jet__urma_loop_detach(jet_urma_loop_t *ul, struct jet_urma_ep *ep, uint32_t sq, uint32_t rq,
                            jet_urma_jset_t *keep)
 {
+    for (uint32_t i = 0; i < ul->ndeferred; i++) {
+        if (ul->deferred[i] == ep) {
+            ul->deferred[i] = ul->deferred[--ul->ndeferred];
+            break;
+        }
+    }
     for (uint32_t i = 0; i < ul->cap; i++) {
         if (ul->eps[i] == ep) {
             ul->eps[i] = NULL;
@@ -734,6 +767,10 @@ void jet__urma_loop_stats(jet_urma_loop_t *ul, jet_urma_loop_stats_t *out)
     out->events = ul->events;
     out->spins = ul->spins;
     out->spinning = ul->spinning;
+    out->deferred = ul->ndeferred;
+    out->recv_held = 0;
+    for (uint32_t i = 0; i < ul->cap; i++)
+        if (ul->eps[i]) out->recv_held += jet__urma_ep_held(ul->eps[i]);
     out->c = ul->counters;
 }
 

@@ -126,6 +126,11 @@ int jet__urma_loop_attach(jet_urma_loop_t *ul, struct jet_urma_ep *ep, uint32_t 
  * pool has room (else destroyed); NULL when the caller destroyed it. */
 void jet__urma_loop_detach(jet_urma_loop_t *ul, struct jet_urma_ep *ep, uint32_t sq, uint32_t rq,
                            jet_urma_jset_t *keep);
+/* A poller pass is draining (busy-poll loop): ep's receives of this batch
+ * may be re-posted at the start of the next pass, off the path from the
+ * answer to the waiting caller. ep is listed once until
+ * jet__urma_ep_run_deferred runs (or it detaches). False: re-post now. */
+bool jet__urma_loop_defer(jet_urma_loop_t *ul, struct jet_urma_ep *ep);
 /* Destroys a set (its queues must hold no buffer the caller still needs).
  * Returns false when the provider refused (the set is then leaked). */
 bool jet__urma_jset_destroy(const jet_urma_ctx_t *ctx, jet_urma_jset_t *js);
@@ -151,6 +156,8 @@ typedef struct jet_urma_loop_stats {
     uint64_t events;  /* completion events taken from the JFCE (event mode) */
     uint64_t spins;   /* event mode: spells of polling after an event */
     bool spinning;    /* in one now (the JFC is not armed) */
+    uint32_t deferred;  /* endpoints whose receives wait for the next poller pass */
+    uint32_t recv_held; /* receives taken and not posted again yet */
     jet_urma_counters_t c;
 } jet_urma_loop_stats_t;
 jet_urma_counters_t *jet__urma_loop_counters(jet_urma_loop_t *ul);

@@ -16,6 +16,7 @@
 
 #define EP_RESERVED 3  /* SQ slots and peer receives kept for credit messages */
 #define EP_CHAIN    16 /* data WRs per post call */
+#define EP_DEFER_MAX 8 /* receives a batch end may leave for the next poller pass */
 #define EP_DRAIN_MS 2000
 
 struct jet_urma_ep {
@@ -67,6 +68,7 @@ struct jet_urma_ep {
     jet_block_t **held;
     uint32_t *repost; /* slots in held, in arrival order */
     uint32_t nrepost;
+    bool repost_deferred; /* listed for the loop's next poller pass */
     jet_timer_t drain_timer;
 };
 
@@ -644,6 +646,30 @@ static void ep_repost_held(jet_urma_ep_t *ep)
     if (n > 0) atomic_fetch_add_explicit(&ep->credits, n, memory_order_relaxed);
 }
 
+/* A busy-polled loop re-posts a small batch's receives at its next pass:
+ * a caller waiting for this batch's answer gets it without the posts in
+ * between (the pass after it runs while its next request travels). Only
+ * while the peer keeps at least half of its window, so that the wait (a
+ * guest's loop may stay undriven up to event_guest_park_solitary_us) never
+ * holds the peer back. */
+static bool ep_repost_may_wait(const jet_urma_ep_t *ep)
+{
+    return ep->nrepost <= EP_DEFER_MAX && ep->posted >= ep->rq / 2;
+}
+
+uint32_t jet__urma_ep_held(const jet_urma_ep_t *ep)
+{
+    return ep->nrepost;
+}
+
+void jet__urma_ep_run_deferred(jet_urma_ep_t *ep)
+{
+    ep->repost_deferred = false;
+    if (!ep->s || ep->draining) return; /* the held blocks go with ep_finish */
+    ep_repost_held(ep);
+    ep_send_credits(ep);
+}
+
 void jet__urma_ep_batch_end(jet_urma_ep_t *ep)
 {
     ep->touched = false;
@@ -657,7 +683,9 @@ void jet__urma_ep_batch_end(jet_urma_ep_t *ep)
         jet__socket_deliver(s);
     }
     if (!ep->s || ep->draining) return; /* the held blocks go with ep_finish */
-    ep_repost_held(ep);
+    if (ep->nrepost > 0 && !ep->repost_deferred && ep_repost_may_wait(ep))
+        ep->repost_deferred = jet__urma_loop_defer(ep->ul, ep);
+    if (!ep->repost_deferred) ep_repost_held(ep);
     ep_send_credits(ep);
     if (ep->want_wake && ep->s && atomic_load(&ep->sq_window) > 0 &&
         atomic_load(&ep->rq_window) > 0) {

@@ -124,5 +124,10 @@ void jet__urma_ep_on_flush_done(jet_urma_ep_t *ep);
 uint32_t jet__urma_ep_flush_id(const jet_urma_ep_t *ep);
 /* After a poll batch: returns credits, delivers bytes, wakes the writer. */
 void jet__urma_ep_batch_end(jet_urma_ep_t *ep);
+/* Loop thread: the receives a batch end left for the next poller pass
+ * (jet__urma_loop_defer) are posted, and credits sent as they pile up. */
+void jet__urma_ep_run_deferred(jet_urma_ep_t *ep);
+/* Loop thread: receives taken in a batch and not posted again yet. */
+uint32_t jet__urma_ep_held(const jet_urma_ep_t *ep);
 
 #endif

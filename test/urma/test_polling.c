@@ -194,6 +194,33 @@ static void test_refused_waiter_answered(void)
     JT_CHECK_EQ(jt_child_stop(&c), 0);
 }
 
+/* A polled caller's answer comes before its receive is posted again: the
+ * re-post waits for the loop's next poller pass, which must come even when
+ * the caller goes quiet (the parked loop thread looks again). */
+static void test_deferred_reposts_return(void)
+{
+    const char *args[] = {"--urma_use_polling=true", NULL};
+    jt_child_t c;
+    JT_REQUIRE(jt_child_start(&c, args, NULL) == 0);
+    jet_channel_t *ch = ut_channel(c.port, JET_SOCKET_MODE_URMA, 30000, JET_CONNECTION_SINGLE);
+    JT_REQUIRE(ch);
+    JT_CHECK_EQ(jt_echo_bytes(ch, 100, 1, "warm"), 0);
+    int seen = 0;
+    jet_urma_loop_stats_t st = {0};
+    for (int i = 0; i < 50; i++) {
+        JT_CHECK_EQ(call_once(ch, "x", NULL), 0);
+        JT_REQUIRE(probe(0, &st));
+        if (st.deferred > 0 && st.recv_held > 0) seen++;
+    }
+    fprintf(stderr, "  a re-post was still waiting after %d of 50 calls\n", seen);
+    JT_CHECK(seen > 0);
+    JT_CHECK(JT_WAIT_UNTIL((probe(0, &st), st.deferred == 0 && st.recv_held == 0), 2000000));
+    /* And the connection still carries everything. */
+    JT_CHECK_EQ(jt_async_batch(ch, 200, 2000, 0, GUARD_US, NULL), 0);
+    jet_channel_destroy(ch);
+    JT_CHECK_EQ(jt_child_stop(&c), 0);
+}
+
 int main(int argc, char **argv)
 {
     jt_urma_main_setup(&argc, &argv, "polling");
@@ -206,5 +233,6 @@ int main(int argc, char **argv)
     JT_RUN(test_polling_yield_server);
     JT_RUN(test_many_connections_one_poller);
     JT_RUN(test_refused_waiter_answered);
+    JT_RUN(test_deferred_reposts_return);
     return jt_finish();
 }
