@@ -413,12 +413,21 @@ SUB_API urma_status_t urma_post_jfr_wr(urma_jfr_t *jfr, urma_jfr_wr_t *wr, urma_
 /* Jetty                                                                     */
 /* ------------------------------------------------------------------------ */
 
+static void q_sleep_us(uint32_t us)
+{
+    if (us == 0)
+        return;
+    struct timespec ts = {us / 1000000, (long)(us % 1000000) * 1000};
+    nanosleep(&ts, NULL);
+}
+
 SUB_API urma_jetty_t *urma_create_jetty(urma_context_t *ctx, urma_jetty_cfg_t *jetty_cfg)
 {
     if (ctx == NULL || jetty_cfg == NULL || ctx->dev == NULL) {
         errno = EINVAL;
         return NULL;
     }
+    q_sleep_us(softub__fault.create_delay_us);
     urma_jetty_cfg_t *cfg = jetty_cfg;
     /* urma_create_jetty_check_jfc */
     struct sub_jfr *jfr = NULL;
@@ -655,11 +664,7 @@ SUB_API void urma_put_rjetty(urma_rjetty_t *rjetty)
 
 static void q_import_delay(void)
 {
-    if (softub__fault.import_delay_us == 0)
-        return;
-    struct timespec ts = {softub__fault.import_delay_us / 1000000,
-                          (long)(softub__fault.import_delay_us % 1000000) * 1000};
-    nanosleep(&ts, NULL);
+    q_sleep_us(softub__fault.import_delay_us);
 }
 
 /* Resolves a remote jetty/JFR id to its owner and descriptor. */

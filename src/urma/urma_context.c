@@ -14,6 +14,7 @@
 #include "base/time.h"
 #include "iobuf/block_pool.h"
 #include "urma/urma_endpoint.h"
+#include "urma/urma_import.h"
 
 JET_FLAG_DEFINE_STRING(urma_lib, "",
                        "liburma to load (path or file name); empty: liburma.so.0, then liburma.so");
@@ -37,7 +38,7 @@ JET_FLAG_DEFINE_BOOL(urma_recv_zerocopy, true,
 JET_FLAG_DEFINE_INT32(urma_cqe_poll_once, 32, "Completions fetched by one urma_poll_jfc [1, 64]");
 JET_FLAG_DEFINE_INT32(urma_prepared_jetty_cnt, 8,
                       "Prepared URMA jetty sets kept per event loop (taken at connect/accept, "
-                      "reset and returned on close)");
+                      "reset and returned on close; created and refilled on the import threads)");
 JET_FLAG_DEFINE_BOOL(urma_use_polling, false,
                      "Busy-poll URMA completion queues instead of waiting for completion events");
 JET_FLAG_DEFINE_INT32(urma_event_spin_us, 0,
@@ -322,6 +323,7 @@ struct jet_urma_loop {
     uint32_t jfc_used;
     jet_urma_jset_t *pool;
     uint32_t npool;
+    bool filling; /* a pool fill runs on the import threads */
     struct jet_urma_ep **eps; /* by index; NULL = free */
     uint8_t *gens;
     uint32_t *free_idx;
@@ -570,6 +572,89 @@ static int ul_poll_cb(jet_poller_t *p)
     return n;
 }
 
+/* ---- the prepared pool, filled off the loop ---- */
+
+/* Creating a jetty set is a provider call that may take long on hardware
+ * (the kernel driver sets the queues up): the import threads create the
+ * sets a loop's pool is short of, and the loop pools them when they come
+ * back. A connection finds the pool empty only when connections arrive
+ * faster than the fill; it then creates its set itself. */
+typedef struct ul_fill {
+    jet_urma_work_t w;
+    jet_urma_loop_t *ul;
+    uint32_t sq, rq, max_sge, n;
+    jet_urma_jset_t *made;
+} ul_fill_t;
+
+static uint32_t ul_pool_want(void)
+{
+    int32_t want = JET_FLAG(urma_prepared_jetty_cnt);
+    return want < 0 ? 0 : want > 1024 ? 1024 : (uint32_t)want;
+}
+
+/* Loop thread: pools js while the pool has room, else destroys it. */
+static void ul_pool_put(jet_urma_loop_t *ul, jet_urma_jset_t *js)
+{
+    if (ul->npool < ul_pool_want()) {
+        js->next = ul->pool;
+        ul->pool = js;
+        ul->npool++;
+    } else {
+        jet__urma_jset_destroy(ul->ctx, js);
+    }
+}
+
+static void ul_fill_run(jet_urma_work_t *w)
+{
+    ul_fill_t *f = (ul_fill_t *)w;
+    for (uint32_t i = 0; i < f->n; i++) {
+        jet_urma_jset_t *js = ul_jset_create(f->ul, f->sq, f->rq, f->max_sge);
+        if (!js) break;
+        js->next = f->made;
+        f->made = js;
+    }
+}
+
+static void ul_fill_maybe(jet_urma_loop_t *ul);
+
+static void ul_fill_done(jet_task_t *t)
+{
+    ul_fill_t *f = (ul_fill_t *)t;
+    jet_urma_loop_t *ul = f->ul;
+    ul->filling = false;
+    bool made = f->made != NULL;
+    while (f->made) {
+        jet_urma_jset_t *js = f->made;
+        f->made = js->next;
+        ul_pool_put(ul, js);
+    }
+    free(f);
+    /* Connections may have taken sets meanwhile; a fill that made nothing
+     * is not retried until the next connection asks. */
+    if (made) ul_fill_maybe(ul);
+}
+
+/* Loop thread: starts a fill when the pool is short and none runs. */
+static void ul_fill_maybe(jet_urma_loop_t *ul)
+{
+    uint32_t want = ul_pool_want();
+    if (ul->filling || ul->npool >= want) return;
+    ul_fill_t *f = calloc(1, sizeof *f);
+    if (!f) return;
+    f->ul = ul;
+    jet__urma_queue_sizes(ul->ctx, &f->sq, &f->rq);
+    f->max_sge = jet__urma_send_sge(ul->ctx);
+    f->n = want - ul->npool;
+    f->w.task.fn = ul_fill_done;
+    f->w.loop = ul->loop;
+    f->w.run = ul_fill_run;
+    if (jet__urma_work_start(&f->w) < 0) {
+        free(f);
+        return;
+    }
+    ul->filling = true;
+}
+
 static jet_urma_loop_t *ul_create(jet_loop_t *loop, const jet_urma_ctx_t *c)
 {
     jet_urma_loop_t *ul = calloc(1, sizeof *ul);
@@ -602,18 +687,9 @@ static jet_urma_loop_t *ul_create(jet_loop_t *loop, const jet_urma_ctx_t *c)
     }
     ul->poller.poll = ul_poll_cb;
     ul->poller.arg = ul;
-    /* Prepared now, so that the first connections do not pay for creation. */
-    uint32_t sq, rq;
-    jet__urma_queue_sizes(c, &sq, &rq);
-    uint32_t sge = jet__urma_send_sge(c);
-    int want = JET_FLAG(urma_prepared_jetty_cnt);
-    for (int i = 0; i < want && i < 1024; i++) {
-        jet_urma_jset_t *js = ul_jset_create(ul, sq, rq, sge);
-        if (!js) break;
-        js->next = ul->pool;
-        ul->pool = js;
-        ul->npool++;
-    }
+    /* Prepared off the loop, so that later connections do not wait for
+     * creation, and nothing of this loop waits for it now. */
+    ul_fill_maybe(ul);
     return ul;
 
 err_delete_jfc:
@@ -714,6 +790,7 @@ int jet__urma_loop_attach(jet_urma_loop_t *ul, struct jet_urma_ep *ep, uint32_t 
     *index_p = idx;
     *gen_p = ul->gens[idx];
     *js_p = js;
+    ul_fill_maybe(ul);
     return 0;
 }
 
@@ -742,14 +819,7 @@ void jet__urma_loop_detach(jet_urma_loop_t *ul, struct jet_urma_ep *ep, uint32_t
     }
     ul->jfc_used -= ul_reserve(sq, rq);
     ul->nattached--;
-    int want = JET_FLAG(urma_prepared_jetty_cnt);
-    if (keep && ul->npool < (uint32_t)(want > 0 ? want : 0)) {
-        keep->next = ul->pool;
-        ul->pool = keep;
-        ul->npool++;
-    } else if (keep) {
-        jet__urma_jset_destroy(ul->ctx, keep);
-    }
+    if (keep) ul_pool_put(ul, keep);
     if (ul->polling && ul->poller_on && ul->nattached == 0) {
         /* Nothing to poll: the loop may sleep again. */
         jet_loop_poller_del(ul->loop, &ul->poller);

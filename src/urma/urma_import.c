@@ -64,7 +64,7 @@ int jet__urma_import_peer(const jet_urma_ctx_t *ctx, const jet_urma_hello_t *pee
 
 static pthread_mutex_t imp_lock = PTHREAD_MUTEX_INITIALIZER;
 static pthread_cond_t imp_cond = PTHREAD_COND_INITIALIZER;
-static jet_urma_import_t *imp_head, *imp_tail;
+static jet_urma_work_t *imp_head, *imp_tail;
 static int imp_threads, imp_idle;
 
 static void *imp_main(void *arg)
@@ -76,19 +76,12 @@ static void *imp_main(void *arg)
         while (!imp_head)
             pthread_cond_wait(&imp_cond, &imp_lock);
         imp_idle--;
-        jet_urma_import_t *job = imp_head;
-        imp_head = job->next;
+        jet_urma_work_t *w = imp_head;
+        imp_head = w->next;
         if (!imp_head) imp_tail = NULL;
         pthread_mutex_unlock(&imp_lock);
-        const jet_urma_ctx_t *ctx = jet__urma_ctx_get();
-        if (jet__socket_failed(job->s))
-            job->err = -ECANCELED; /* timed out or closed while queued: nobody waits */
-        else if (!ctx)
-            job->err = -ENOTSUP;
-        else
-            job->err = jet__urma_import_peer(ctx, &job->peer, job->s->peer, &job->tseg,
-                                             &job->tjetty);
-        jet_loop_post(job->s->loop, &job->task);
+        w->run(w);
+        jet_loop_post(w->loop, &w->task);
     }
     return NULL;
 }
@@ -114,6 +107,35 @@ static int imp_start_thread(void)
     return 0;
 }
 
+int jet__urma_work_start(jet_urma_work_t *w)
+{
+    w->next = NULL;
+    pthread_mutex_lock(&imp_lock);
+    int rc = imp_start_thread();
+    if (rc == 0) {
+        if (imp_tail)
+            imp_tail->next = w;
+        else
+            imp_head = w;
+        imp_tail = w;
+        pthread_cond_signal(&imp_cond);
+    }
+    pthread_mutex_unlock(&imp_lock);
+    return rc;
+}
+
+static void imp_run(jet_urma_work_t *w)
+{
+    jet_urma_import_t *job = (jet_urma_import_t *)w;
+    const jet_urma_ctx_t *ctx = jet__urma_ctx_get();
+    if (jet__socket_failed(job->s))
+        job->err = -ECANCELED; /* timed out or closed while queued: nobody waits */
+    else if (!ctx)
+        job->err = -ENOTSUP;
+    else
+        job->err = jet__urma_import_peer(ctx, &job->peer, job->s->peer, &job->tseg, &job->tjetty);
+}
+
 static void imp_task(jet_task_t *t)
 {
     jet_urma_import_t *job = (jet_urma_import_t *)t;
@@ -125,23 +147,15 @@ int jet__urma_import_start(jet_socket_t *s, void *tag, const jet_urma_hello_t *p
 {
     jet_urma_import_t *job = calloc(1, sizeof *job);
     if (!job) return -ENOMEM;
-    job->task.fn = imp_task;
+    job->work.task.fn = imp_task;
+    job->work.loop = s->loop;
+    job->work.run = imp_run;
     job->s = s;
     job->tag = tag;
     job->peer = *peer;
     job->done = done;
     jet__socket_ref(s);
-    pthread_mutex_lock(&imp_lock);
-    int rc = imp_start_thread();
-    if (rc == 0) {
-        if (imp_tail)
-            imp_tail->next = job;
-        else
-            imp_head = job;
-        imp_tail = job;
-        pthread_cond_signal(&imp_cond);
-    }
-    pthread_mutex_unlock(&imp_lock);
+    int rc = jet__urma_work_start(&job->work);
     if (rc < 0) {
         jet__socket_unref(s);
         free(job);

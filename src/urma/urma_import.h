@@ -1,4 +1,4 @@
-/* Peer imports off the event loops.
+/* Peer imports, and other provider calls that may block, off the event loops.
  *
  * Importing a peer's segment and jetty may take milliseconds on UB hardware
  * (the provider sets up a transport path with the peer); done on a loop
@@ -21,6 +21,20 @@
 #include "urma/urma_context.h"
 #include "urma/urma_handshake.h"
 
+/* A provider call that may block (imports, queue creation), run on the
+ * import threads: run() there, then the task is posted to loop, whose
+ * callback owns the work from then on. */
+typedef struct jet_urma_work {
+    jet_task_t task; /* fn: the loop side, set by the caller */
+    jet_loop_t *loop;
+    void (*run)(struct jet_urma_work *w);
+    struct jet_urma_work *next; /* the import threads' queue */
+} jet_urma_work_t;
+
+/* Any thread: queues w (task.fn, loop and run set). 0, or -EAGAIN when no
+ * import thread can be started (nothing queued). */
+int jet__urma_work_start(jet_urma_work_t *w);
+
 typedef struct jet_urma_import jet_urma_import_t;
 
 /* Loop thread of job->s: the import is done (err 0: tseg and tjetty are
@@ -29,7 +43,7 @@ typedef struct jet_urma_import jet_urma_import_t;
 typedef void (*jet_urma_import_done_t)(jet_urma_import_t *job);
 
 struct jet_urma_import {
-    jet_task_t task;
+    jet_urma_work_t work;
     jet_socket_t *s; /* referenced until jet__urma_import_free */
     void *tag;       /* the caller's: which attempt of the connection asked */
     jet_urma_hello_t peer;
@@ -37,7 +51,6 @@ struct jet_urma_import {
     urma_target_seg_t *tseg;
     urma_target_jetty_t *tjetty;
     int err;
-    struct jet_urma_import *next; /* the import thread's queue */
 };
 
 /* Imports peer's segment, then its jetty (brpc's order), with the zero token

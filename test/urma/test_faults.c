@@ -278,6 +278,52 @@ static void test_slow_import_keeps_loop_serving(void)
     JT_CHECK_EQ(jt_child_stop(&c), 0);
 }
 
+/* Creating a jetty set may take long on hardware (here
+ * SOFTUB_CREATE_DELAY_US, 400 ms): a server with one loop and a pool of two
+ * prepared sets refills its pool on the import threads, so connections that
+ * arrive one at a time each find a set ready and the established connection
+ * is never held. With creation on the loop, the third new connection (the
+ * pool spent) would hold every call of the first for 400 ms. */
+static void test_pool_filled_off_loop(void)
+{
+    enum { DELAY_MS = 400 };
+    const char *envs[] = {"SOFTUB_CREATE_DELAY_US=400000", "JETRPC_EVENT_LOOP_NUM=1",
+                          "JETRPC_URMA_PREPARED_JETTY_CNT=2", NULL};
+    jt_child_t c;
+    JT_REQUIRE(jt_child_start(&c, NULL, envs) == 0);
+    jet_channel_t *a = channel(c.port, 30000, 0);
+    JT_REQUIRE(a);
+    JT_CHECK_EQ(jt_echo_bytes(a, 1000, 1, "warm"), 0);
+    usleep(3 * DELAY_MS * 1000); /* the first fill (two sets) */
+    gap_arg_t g = {.ch = a};
+    pthread_t th;
+    JT_REQUIRE(pthread_create(&th, NULL, gap_main, &g) == 0);
+    JT_WAIT_UNTIL(atomic_load(&g.calls) >= 100, 20000000);
+    atomic_store(&g.worst_us, 0);
+    enum { N = 4 };
+    jet_channel_t *more[N];
+    for (int i = 0; i < N; i++) {
+        more[i] = channel(c.port, 30000, 0);
+        JT_REQUIRE(more[i]);
+        JT_CHECK_EQ(jt_echo_bytes(more[i], 1000, (uint64_t)i + 2, "new"), 0);
+        usleep(2 * DELAY_MS * 1000); /* the fill that replaces the set taken */
+    }
+    atomic_store(&g.stop, true);
+    pthread_join(th, NULL);
+    int64_t worst = atomic_load(&g.worst_us);
+    fprintf(stderr, "  %d connections opened one at a time; the longest call of the first: %lld us\n",
+            N, (long long)worst);
+    JT_CHECK(worst < DELAY_MS * 1000LL / 2);
+    JT_CHECK_EQ(atomic_load(&g.bad), 0);
+    for (int i = 0; i < N; i++) {
+        /* Every one of them carries URMA-sized payloads (a set was there). */
+        JT_CHECK_EQ(jt_echo_bytes(more[i], 300000, (uint64_t)i + 20, "after"), 0);
+        jet_channel_destroy(more[i]);
+    }
+    jet_channel_destroy(a);
+    JT_CHECK_EQ(jt_child_stop(&c), 0);
+}
+
 /* The server's handshake deadline passes while the import runs: the
  * connection fails there, the import that comes back later is undone (the
  * child's clean exit, leak-checked under ASan), the client's call still
@@ -361,5 +407,6 @@ int main(int argc, char **argv)
     JT_RUN(test_slow_import_keeps_loop_serving);
     JT_RUN(test_import_outlived_by_handshake);
     JT_RUN(test_concurrent_slow_imports);
+    JT_RUN(test_pool_filled_off_loop);
     return jt_finish();
 }
