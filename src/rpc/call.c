@@ -216,7 +216,7 @@ static void call_release_fields(jet_call_t *c)
     jet_iobuf_fini(&c->resp_att);
     jet_iobuf_fini(&c->req_body);
     free(c->error_text);
-    if (c->response) protobuf_c_message_free_unpacked(c->response, &c->msg_arena.pa);
+    jet__msg_arena_release(&c->msg_arena, c->response);
     c->response = NULL;
 }
 

@@ -417,9 +417,8 @@ int jet_channel_call(jet_channel_t *ch, const ProtobufCServiceDescriptor *servic
     const ProtobufCMethodDescriptor *m = &service->methods[method_index];
     if (request && request->descriptor != m->input) return -EINVAL;
     /* The outcome of a previous use goes; the settings and attachment stay. */
-    if (call->response) protobuf_c_message_free_unpacked(call->response, &call->msg_arena.pa);
+    jet__msg_arena_release(&call->msg_arena, call->response);
     call->response = NULL;
-    jet__msg_arena_reset(&call->msg_arena);
     free(call->error_text);
     call->error_text = NULL;
     call->error_code = 0;

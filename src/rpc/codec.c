@@ -156,7 +156,9 @@ static void *msg_arena_alloc(void *data, size_t size)
         a->used += need;
         return p;
     }
-    return malloc(size);
+    void *p = malloc(size);
+    if (p) a->spilled++;
+    return p;
 }
 
 static void msg_arena_free(void *data, void *ptr)
@@ -164,6 +166,7 @@ static void msg_arena_free(void *data, void *ptr)
     jet_msg_arena_t *a = data;
     unsigned char *p = ptr;
     if (p >= a->buf && p < a->buf + sizeof a->buf) return; /* reclaimed by the reset */
+    if (ptr) a->spilled--;
     free(ptr);
 }
 
@@ -171,6 +174,7 @@ void jet__msg_arena_init(jet_msg_arena_t *a)
 {
     a->pa = (ProtobufCAllocator){.alloc = msg_arena_alloc, .free = msg_arena_free, .allocator_data = a};
     a->used = 0;
+    a->spilled = 0;
 }
 
 /* ---- frames ---- */

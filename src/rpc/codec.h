@@ -93,10 +93,18 @@ ProtobufCMessage *jet__pb_unpack_iobuf(const ProtobufCMessageDescriptor *desc,
 typedef struct jet_msg_arena {
     ProtobufCAllocator pa;
     size_t used;
+    uint32_t spilled; /* pieces from malloc, not freed yet */
     _Alignas(16) unsigned char buf[JET_MSG_ARENA_SIZE];
 } jet_msg_arena_t;
 
 void jet__msg_arena_init(jet_msg_arena_t *a);
 static inline void jet__msg_arena_reset(jet_msg_arena_t *a) { a->used = 0; }
+/* Frees msg (NULL: none), decoded with a's allocator, and resets a. A
+ * message that lies wholly in the arena needs no walk over its fields. */
+static inline void jet__msg_arena_release(jet_msg_arena_t *a, ProtobufCMessage *msg)
+{
+    if (msg && a->spilled) protobuf_c_message_free_unpacked(msg, &a->pa);
+    a->used = 0;
+}
 
 #endif

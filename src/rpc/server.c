@@ -300,7 +300,7 @@ static void srv_on_release(jet_socket_t *s)
 static void srv_call_finish(jet_call_t *call)
 {
     jet_server_t *srv = call->server;
-    if (call->srv_input) protobuf_c_message_free_unpacked(call->srv_input, &call->msg_arena.pa);
+    jet__msg_arena_release(&call->msg_arena, call->srv_input);
     call->srv_input = NULL;
     if (call->error_code) atomic_fetch_add(&srv->n_failed, 1);
     jet__socket_unref(call->srv_sock);
