@@ -16,8 +16,8 @@
  * SOFTUB_FORCE_RNR         1: targets behave as if no receive were posted.
  * SOFTUB_IMPORT_DELAY_US   import_jetty/import_jfr/import_seg sleep this long
  *                          (exposes imports made on a data path).
- * SOFTUB_CREATE_DELAY_US   create_jetty sleeps this long (exposes queue
- *                          creation made on a data path).
+ * SOFTUB_QUEUE_DELAY_US    create_jetty, and modify_jetty to RESET, sleep this
+ *                          long (exposes queue set-up made on a data path).
  * SOFTUB_NO_PIDFD          1: never duplicate a peer's eventfd with
  *                          pidfd_getfd; wake its progress thread through the
  *                          region doorbell instead (the fallback used when
@@ -70,7 +70,7 @@ static void fault_load_once(void)
         f->err_status = URMA_CR_REM_OPERATION_ERR;
     f->force_rnr = fault_u64("SOFTUB_FORCE_RNR", 0, 1) != 0;
     f->import_delay_us = (uint32_t)fault_u64("SOFTUB_IMPORT_DELAY_US", 0, 60000000);
-    f->create_delay_us = (uint32_t)fault_u64("SOFTUB_CREATE_DELAY_US", 0, 60000000);
+    f->queue_delay_us = (uint32_t)fault_u64("SOFTUB_QUEUE_DELAY_US", 0, 60000000);
     f->no_pidfd = fault_u64("SOFTUB_NO_PIDFD", 0, 1) != 0;
     f->ptracer_any = fault_u64("SOFTUB_PTRACER_ANY", 1, 1) != 0;
     uint64_t mb = fault_u64("SOFTUB_REGION_MB", SUB_REGION_DEFAULT >> 20, 1ull << 20);

@@ -311,7 +311,7 @@ struct sub_fault {
     uint32_t err_status;
     int force_rnr;
     uint32_t import_delay_us;
-    uint32_t create_delay_us;
+    uint32_t queue_delay_us;
     int no_pidfd;
     int ptracer_any;
     uint64_t region_size;

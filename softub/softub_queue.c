@@ -427,7 +427,7 @@ SUB_API urma_jetty_t *urma_create_jetty(urma_context_t *ctx, urma_jetty_cfg_t *j
         errno = EINVAL;
         return NULL;
     }
-    q_sleep_us(softub__fault.create_delay_us);
+    q_sleep_us(softub__fault.queue_delay_us);
     urma_jetty_cfg_t *cfg = jetty_cfg;
     /* urma_create_jetty_check_jfc */
     struct sub_jfr *jfr = NULL;
@@ -580,6 +580,8 @@ SUB_API urma_status_t urma_modify_jetty(urma_jetty_t *jetty, urma_jetty_attr_t *
     struct sub_jetty *j = softub__jetty_check(jetty);
     if (j == NULL || (attr->mask & JETTY_STATE) == 0)
         return URMA_EINVAL;
+    if (attr->state == URMA_JETTY_STATE_RESET)
+        q_sleep_us(softub__fault.queue_delay_us);
     urma_status_t rc = softub__sq_modify(&j->sq, attr->state);
     if (rc == URMA_SUCCESS)
         atomic_store(&j->sh->qstate, atomic_load(&j->sq.state));

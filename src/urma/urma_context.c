@@ -604,6 +604,62 @@ static void ul_pool_put(jet_urma_loop_t *ul, jet_urma_jset_t *js)
     }
 }
 
+/* Any thread: a drained set back to RESET, then READY (brpc's order for
+ * reuse). False when the provider refused. */
+static bool ul_jset_reset(const jet_urma_ctx_t *c, jet_urma_jset_t *js)
+{
+    urma_jetty_attr_t ja = {.mask = JETTY_STATE, .state = URMA_JETTY_STATE_RESET};
+    urma_jfr_attr_t ra = {.mask = JFR_STATE, .state = URMA_JFR_STATE_RESET};
+    if (JET_URMA_FN(c, urma_modify_jetty)(js->jetty, &ja) != URMA_SUCCESS) return false;
+    if (JET_URMA_FN(c, urma_modify_jfr)(js->jfr, &ra) != URMA_SUCCESS) return false;
+    ja.state = URMA_JETTY_STATE_READY;
+    ra.state = URMA_JFR_STATE_READY;
+    return JET_URMA_FN(c, urma_modify_jfr)(js->jfr, &ra) == URMA_SUCCESS &&
+           JET_URMA_FN(c, urma_modify_jetty)(js->jetty, &ja) == URMA_SUCCESS;
+}
+
+typedef struct ul_recycle {
+    jet_urma_work_t w;
+    jet_urma_loop_t *ul;
+    jet_urma_jset_t *js; /* NULL once destroyed */
+} ul_recycle_t;
+
+static void ul_recycle_run(jet_urma_work_t *w)
+{
+    ul_recycle_t *r = (ul_recycle_t *)w;
+    const jet_urma_ctx_t *c = r->ul->ctx;
+    if (!ul_jset_reset(c, r->js)) {
+        jet__urma_jset_destroy(c, r->js);
+        r->js = NULL;
+    }
+}
+
+static void ul_recycle_done(jet_task_t *t)
+{
+    ul_recycle_t *r = (ul_recycle_t *)t;
+    if (r->js) ul_pool_put(r->ul, r->js);
+    free(r);
+}
+
+void jet__urma_loop_recycle(jet_urma_loop_t *ul, jet_urma_jset_t *js)
+{
+    ul_recycle_t *r = calloc(1, sizeof *r);
+    if (r) {
+        r->ul = ul;
+        r->js = js;
+        r->w.task.fn = ul_recycle_done;
+        r->w.loop = ul->loop;
+        r->w.run = ul_recycle_run;
+        if (jet__urma_work_start(&r->w) == 0) return;
+        free(r);
+    }
+    /* No import thread: done here, as before there were any. */
+    if (ul_jset_reset(ul->ctx, js))
+        ul_pool_put(ul, js);
+    else
+        jet__urma_jset_destroy(ul->ctx, js);
+}
+
 static void ul_fill_run(jet_urma_work_t *w)
 {
     ul_fill_t *f = (ul_fill_t *)w;
@@ -801,8 +857,7 @@ bool jet__urma_loop_defer(jet_urma_loop_t *ul, struct jet_urma_ep *ep)
     return true;
 }
 
-void jet__urma_loop_detach(jet_urma_loop_t *ul, struct jet_urma_ep *ep, uint32_t sq, uint32_t rq,
-                           jet_urma_jset_t *keep)
+void jet__urma_loop_detach(jet_urma_loop_t *ul, struct jet_urma_ep *ep, uint32_t sq, uint32_t rq)
 {
     for (uint32_t i = 0; i < ul->ndeferred; i++) {
         if (ul->deferred[i] == ep) {
@@ -819,7 +874,6 @@ void jet__urma_loop_detach(jet_urma_loop_t *ul, struct jet_urma_ep *ep, uint32_t
     }
     ul->jfc_used -= ul_reserve(sq, rq);
     ul->nattached--;
-    if (keep) ul_pool_put(ul, keep);
     if (ul->polling && ul->poller_on && ul->nattached == 0) {
         /* Nothing to poll: the loop may sleep again. */
         jet_loop_poller_del(ul->loop, &ul->poller);

@@ -122,15 +122,18 @@ int jet__urma_loop_attach(jet_urma_loop_t *ul, struct jet_urma_ep *ep, uint32_t 
                           uint32_t max_sge, bool fresh, uint32_t *index_p, uint8_t *gen_p,
                           jet_urma_jset_t **js_p, bool *pooled_p);
 /* Detaches ep (no completion reaches it any more) and gives back its JFC
- * share (sq, rq as attached). keep: a set reset to READY, pooled while the
- * pool has room (else destroyed); NULL when the caller destroyed it. */
-void jet__urma_loop_detach(jet_urma_loop_t *ul, struct jet_urma_ep *ep, uint32_t sq, uint32_t rq,
-                           jet_urma_jset_t *keep);
+ * share (sq, rq as attached). Its set is the caller's: recycled
+ * (jet__urma_loop_recycle) or destroyed. */
+void jet__urma_loop_detach(jet_urma_loop_t *ul, struct jet_urma_ep *ep, uint32_t sq, uint32_t rq);
 /* A poller pass is draining (busy-poll loop): ep's receives of this batch
  * may be re-posted at the start of the next pass, off the path from the
  * answer to the waiting caller. ep is listed once until
  * jet__urma_ep_run_deferred runs (or it detaches). False: re-post now. */
 bool jet__urma_loop_defer(jet_urma_loop_t *ul, struct jet_urma_ep *ep);
+/* Loop thread: js, detached and drained (nothing posted, nothing to
+ * complete), is reset to READY on the import threads and pooled when it
+ * comes back; destroyed when the reset fails or the pool is full. */
+void jet__urma_loop_recycle(jet_urma_loop_t *ul, jet_urma_jset_t *js);
 /* Destroys a set (its queues must hold no buffer the caller still needs).
  * Returns false when the provider refused (the set is then leaked). */
 bool jet__urma_jset_destroy(const jet_urma_ctx_t *ctx, jet_urma_jset_t *js);

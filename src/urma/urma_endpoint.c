@@ -745,19 +745,6 @@ void jet__urma_ep_close(jet_urma_ep_t *ep)
     ep_check_drained(ep);
 }
 
-static bool ep_reset_set(jet_urma_ep_t *ep)
-{
-    const jet_urma_ctx_t *ctx = ep->ctx;
-    urma_jetty_attr_t ja = {.mask = JETTY_STATE, .state = URMA_JETTY_STATE_RESET};
-    urma_jfr_attr_t ra = {.mask = JFR_STATE, .state = URMA_JFR_STATE_RESET};
-    if (JET_URMA_FN(ctx, urma_modify_jetty)(ep->js->jetty, &ja) != URMA_SUCCESS) return false;
-    if (JET_URMA_FN(ctx, urma_modify_jfr)(ep->js->jfr, &ra) != URMA_SUCCESS) return false;
-    ja.state = URMA_JETTY_STATE_READY;
-    ra.state = URMA_JFR_STATE_READY;
-    return JET_URMA_FN(ctx, urma_modify_jfr)(ep->js->jfr, &ra) == URMA_SUCCESS &&
-           JET_URMA_FN(ctx, urma_modify_jetty)(ep->js->jetty, &ja) == URMA_SUCCESS;
-}
-
 static void ep_finish(jet_urma_ep_t *ep, bool reuse)
 {
     const jet_urma_ctx_t *ctx = ep->ctx;
@@ -773,12 +760,15 @@ static void ep_finish(jet_urma_ep_t *ep, bool reuse)
     jet_urma_jset_t *js = ep->js;
     uint32_t sq = js->sq, rq = js->rq;
     bool quiet = reuse && !ep->no_reuse && ep->posted == 0 && ep->sq_flushed;
-    if (quiet && ep_reset_set(ep)) {
-        jet__urma_loop_detach(ul, ep, sq, rq, js);
+    if (quiet) {
+        /* Drained: nothing can complete or be written any more; the set is
+         * reset for the pool off the loop. */
+        jet__urma_loop_detach(ul, ep, sq, rq);
+        jet__urma_loop_recycle(ul, js);
     } else {
         /* Buffers still posted may be written until the queues are gone. */
         quiet = jet__urma_jset_destroy(ctx, js);
-        jet__urma_loop_detach(ul, ep, sq, rq, NULL);
+        jet__urma_loop_detach(ul, ep, sq, rq);
     }
     ep->js = NULL;
     ep_release_all(ep);
