@@ -18,6 +18,9 @@
 #define CID_CHUNK_BITS 12
 #define CID_CHUNK      (1u << CID_CHUNK_BITS)
 #define CID_MAX_CHUNKS 1024 /* 4M calls in flight at most */
+/* A waiter whose expiry found the call owned by another thread looks again
+ * this often until that owner has ended it. */
+#define CID_EXPIRE_RETRY_US 1000
 
 typedef struct cid_slot {
     _Atomic uint32_t version;
@@ -147,21 +150,34 @@ void jet__cid_free(uint32_t idx)
 typedef struct cid_wait {
     cid_slot_t *slot;
     uint32_t free_seq;
+    int64_t deadline_us; /* INT64_MAX: none */
+    uint32_t looks;
+    bool expired;
 } cid_wait_t;
 
-static bool cid_done(void *arg)
+static bool cid_freed(const cid_wait_t *w)
 {
-    cid_wait_t *w = arg;
     return atomic_load_explicit(&w->slot->free_seq, memory_order_acquire) != w->free_seq;
 }
 
-void jet__cid_join(uint32_t idx, uint32_t free_seq, int64_t spin_us, jet_loop_t *loop)
+/* Freed, or the deadline passed; a driving waiter is asked every loop pass,
+ * so the clock is read one time in 64 (a pass is well under a microsecond). */
+static bool cid_done(void *arg)
 {
-    cid_slot_t *slot = cid_slot(idx);
+    cid_wait_t *w = arg;
+    if (cid_freed(w)) return true;
+    if (!w->expired && w->deadline_us != INT64_MAX && (++w->looks & 63) == 0)
+        w->expired = jet_now_us() >= w->deadline_us;
+    return w->expired;
+}
+
+/* True when the slot was freed, false when the deadline passed first. */
+static bool cid_wait(cid_wait_t *w, int64_t spin_us, jet_loop_t *loop)
+{
+    cid_slot_t *slot = w->slot;
     /* A busy-polled connection: poll it ourselves rather than sleep while the
      * loop thread spins, then wait for our wake-up. */
-    cid_wait_t w = {slot, free_seq};
-    if (loop && jet_loop_drive(loop, cid_done, &w)) return;
+    if (loop && jet_loop_drive(loop, cid_done, w)) return cid_freed(w);
     /* Not driving (another guest does, or this is a loop thread): a write
      * this thread left to the loop needs its thread, and so does the answer
      * once the other guest leaves. */
@@ -173,8 +189,7 @@ void jet__cid_join(uint32_t idx, uint32_t free_seq, int64_t spin_us, jet_loop_t 
         int64_t until = jet_now_us() + spin_us;
         do {
             for (int i = 0; i < 64; i++) {
-                if (atomic_load_explicit(&slot->free_seq, memory_order_acquire) != free_seq)
-                    return;
+                if (cid_freed(w)) return true;
                 jet__cpu_relax();
             }
         } while (jet_now_us() < until);
@@ -182,8 +197,26 @@ void jet__cid_join(uint32_t idx, uint32_t free_seq, int64_t spin_us, jet_loop_t 
     for (;;) {
         atomic_store_explicit(&slot->waiting, 1, memory_order_seq_cst);
         uint32_t now = atomic_load_explicit(&slot->free_seq, memory_order_seq_cst);
-        if (now != free_seq) return;
-        jet__futex_wait(&slot->free_seq, now, -1);
+        if (now != w->free_seq) return true;
+        int64_t left = -1;
+        if (w->deadline_us != INT64_MAX) {
+            left = w->deadline_us - jet_now_us();
+            if (left <= 0) return false;
+        }
+        jet__futex_wait(&slot->free_seq, now, left);
+    }
+}
+
+void jet__cid_join(uint32_t idx, uint32_t free_seq, int64_t spin_us, jet_loop_t *loop,
+                   int64_t deadline_us, void (*expire)(void *arg), void *arg)
+{
+    cid_wait_t w = {.slot = cid_slot(idx), .free_seq = free_seq, .deadline_us = deadline_us};
+    while (!cid_wait(&w, spin_us, loop)) {
+        /* Ends the call, unless its owner of the moment (an answer, a
+         * failure, a retry) is ending it: then look again shortly. */
+        expire(arg);
+        w.deadline_us = jet_now_us() + CID_EXPIRE_RETRY_US;
+        w.expired = false;
     }
 }
 

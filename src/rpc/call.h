@@ -58,8 +58,11 @@ struct jet_call {
      * drive it while it waits (jet_loop_drive). Loops outlive calls. */
     _Atomic(jet_loop_t *) wait_loop;
     jet_deadline_t deadline;
-    jet_task_t retry_task;
-    int retry_err;
+    /* A synchronous call: its waiting thread keeps the deadline instead of
+     * the deadline thread, and ends the attempt whose cid is here (0: none
+     * armed). */
+    bool wait_deadline;
+    _Atomic uint64_t deadline_cid;
 
     /* server */
     struct jet_server *server;
@@ -90,8 +93,12 @@ jet_call_t *jet__cid_claim(uint64_t cid, uint64_t *next_cid_p);
 /* Frees the slot and wakes its joiners. The call is not touched: a done
  * callback may already have destroyed or reissued it. */
 void jet__cid_free(uint32_t slot);
-/* Waits until slot has been freed more than free_seq times, spinning up to
- * spin_us microseconds before sleeping. */
-void jet__cid_join(uint32_t slot, uint32_t free_seq, int64_t spin_us, jet_loop_t *loop);
+/* Waits until slot has been freed more than free_seq times, driving loop
+ * (a busy-poll loop) or spinning up to spin_us microseconds before
+ * sleeping. Once deadline_us (monotonic; INT64_MAX: none) has passed,
+ * expire(arg) runs on this thread, and again every millisecond until the
+ * slot is freed: it ends the call if nobody else owns it. */
+void jet__cid_join(uint32_t slot, uint32_t free_seq, int64_t spin_us, jet_loop_t *loop,
+                   int64_t deadline_us, void (*expire)(void *arg), void *arg);
 
 #endif

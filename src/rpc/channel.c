@@ -212,6 +212,26 @@ static void conn_unlink(cli_conn_t *conn, jet_call_t *call)
 
 static void ch_deadline_cb(uint64_t cid);
 
+/* The deadline of the attempt with call->cid: the deadline thread's entry,
+ * or for a synchronous call the cid its waiting thread will end. */
+static int ch_deadline_arm(jet_call_t *call)
+{
+    if (call->deadline_us == INT64_MAX) return 0;
+    if (call->wait_deadline) {
+        atomic_store_explicit(&call->deadline_cid, call->cid, memory_order_release);
+        return 0;
+    }
+    return jet__deadline_add(&call->deadline, call->deadline_us, ch_deadline_cb, call->cid);
+}
+
+static void ch_deadline_disarm(jet_call_t *call)
+{
+    if (call->wait_deadline)
+        atomic_store_explicit(&call->deadline_cid, 0, memory_order_release);
+    else
+        jet__deadline_del(&call->deadline);
+}
+
 /* Runs the done callback (if any), then frees the correlation slot, which
  * wakes jet_call_join. Nothing touches the call once done has started: done
  * may hand it to another thread, destroy it or issue it again. */
@@ -228,7 +248,7 @@ static void ch_complete(jet_call_t *call, int code, const char *text)
 {
     if (code) jet__call_set_error(call, code, text);
     call->end_us = jet_now_us();
-    jet__deadline_del(&call->deadline);
+    ch_deadline_disarm(call);
     if (call->sock) {
         ch_put_socket(call->channel, call->sock);
         call->sock = NULL;
@@ -269,9 +289,8 @@ static void ch_attempt_failed(jet_call_t *call, int err, const char *why)
     if (call->attempts < call->max_attempts && ch_retriable(err) &&
         jet_now_us() < call->deadline_us) {
         /* A new deadline entry carries the new cid: the old one can no longer claim. */
-        jet__deadline_del(&call->deadline);
-        if (call->deadline_us != INT64_MAX &&
-            jet__deadline_add(&call->deadline, call->deadline_us, ch_deadline_cb, call->cid) < 0) {
+        ch_deadline_disarm(call);
+        if (ch_deadline_arm(call) < 0) {
             ch_complete(call, ENOMEM, NULL);
             return;
         }
@@ -464,8 +483,9 @@ int jet_channel_call(jet_channel_t *ch, const ProtobufCServiceDescriptor *servic
         ch_notify(call);
         return 0;
     }
+    call->wait_deadline = !done;
     if (call->deadline_us != INT64_MAX) {
-        rc = jet__deadline_add(&call->deadline, call->deadline_us, ch_deadline_cb, call->cid);
+        rc = ch_deadline_arm(call);
         if (rc < 0) {
             /* Owned: nothing else knows the cid yet. */
             jet__cid_claim(call->cid, NULL);
@@ -491,12 +511,21 @@ JET_FLAG_DEFINE_INT32(sync_call_spin_us, 0,
                       "before it sleeps. Helps polled URMA only when a core is free for the "
                       "spinning caller besides the polling loops (on 2 cores it hurts)");
 
+/* The waiting thread of a synchronous call, its deadline passed. */
+static void ch_wait_expire(void *arg)
+{
+    jet_call_t *call = arg;
+    uint64_t cid = atomic_load_explicit(&call->deadline_cid, memory_order_acquire);
+    if (cid) ch_deadline_cb(cid);
+}
+
 void jet_call_join(jet_call_t *call)
 {
     /* Read before the call can complete: a joinable call still holds its slot. */
     if (!call->joinable) return;
     jet__cid_join(call->slot, call->slot_free_seq, JET_FLAG(sync_call_spin_us),
-                  atomic_load_explicit(&call->wait_loop, memory_order_relaxed));
+                  atomic_load_explicit(&call->wait_loop, memory_order_relaxed),
+                  call->wait_deadline ? call->deadline_us : INT64_MAX, ch_wait_expire, call);
 }
 
 /* ---- connection events ------------------------------------------------------ */

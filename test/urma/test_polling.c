@@ -194,6 +194,40 @@ static void test_refused_waiter_answered(void)
     JT_CHECK_EQ(jt_child_stop(&c), 0);
 }
 
+/* A synchronous call keeps its own deadline while it drives the polled loop
+ * (no deadline thread): a 50 ms call to a handler that sleeps 1 s ends with
+ * ERPCTIMEDOUT after its deadline and long before the answer, and the
+ * connection goes on (the late answer is dropped). */
+static void test_sync_deadline_while_driving(void)
+{
+    const char *args[] = {"--urma_use_polling=true", NULL};
+    jt_child_t c;
+    JT_REQUIRE(jt_child_start(&c, args, NULL) == 0);
+    jet_channel_t *ch = ut_channel(c.port, JET_SOCKET_MODE_URMA, 30000, JET_CONNECTION_SINGLE);
+    JT_REQUIRE(ch);
+    JT_CHECK_EQ(jt_echo_bytes(ch, 100, 1, "warm"), 0);
+    for (int round = 0; round < 3; round++) {
+        jet_call_t *call = jet_call_create();
+        JT_REQUIRE(call);
+        jet_call_set_timeout_ms(call, 50);
+        Example__EchoRequest req = EXAMPLE__ECHO_REQUEST__INIT;
+        req.message = "sleep:1000";
+        int64_t t0 = (int64_t)jt_now_us();
+        JT_CHECK_EQ(jet_channel_call(ch, &example__echo_service__descriptor, 0, call, &req.base,
+                                     NULL, NULL),
+                    0);
+        int64_t took = (int64_t)jt_now_us() - t0;
+        JT_CHECK_EQ(jet_call_error_code(call), JET_ERPCTIMEDOUT);
+        JT_CHECK_EQ(jet_call_attempts(call), 1);
+        JT_CHECK(jet_call_latency_us(call) >= 50000);
+        JT_CHECK(took < 900000);
+        jet_call_destroy(call);
+        JT_CHECK_EQ(jt_echo_bytes(ch, 1000, (uint64_t)round + 2, "after"), 0);
+    }
+    jet_channel_destroy(ch);
+    JT_CHECK_EQ(jt_child_stop(&c), 0);
+}
+
 /* A polled caller's answer comes before its receive is posted again: the
  * re-post waits for the loop's next poller pass, which must come even when
  * the caller goes quiet (the parked loop thread looks again). */
@@ -234,5 +268,6 @@ int main(int argc, char **argv)
     JT_RUN(test_many_connections_one_poller);
     JT_RUN(test_refused_waiter_answered);
     JT_RUN(test_deferred_reposts_return);
+    JT_RUN(test_sync_deadline_while_driving);
     return jt_finish();
 }
