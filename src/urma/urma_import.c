@@ -59,13 +59,14 @@ int jet__urma_import_peer(const jet_urma_ctx_t *ctx, const jet_urma_hello_t *pee
 
 /* Imports of different peers run side by side, so that one slow peer does
  * not hold the handshakes of the others past their deadlines; threads are
- * started when a job finds none idle, up to this many. */
+ * started when the queued jobs outnumber the idle threads, up to this many. */
 #define IMP_THREADS_MAX 4
 
 static pthread_mutex_t imp_lock = PTHREAD_MUTEX_INITIALIZER;
 static pthread_cond_t imp_cond = PTHREAD_COND_INITIALIZER;
-static jet_urma_work_t *imp_head, *imp_tail;
-static int imp_threads, imp_idle;
+/* FIFO, urgent work (handshakes wait for it) ahead of the rest. */
+static jet_urma_work_t *imp_head, *imp_tail, *imp_urgent_tail;
+static int imp_threads, imp_idle, imp_queued;
 
 static void *imp_main(void *arg)
 {
@@ -79,6 +80,8 @@ static void *imp_main(void *arg)
         jet_urma_work_t *w = imp_head;
         imp_head = w->next;
         if (!imp_head) imp_tail = NULL;
+        if (w == imp_urgent_tail) imp_urgent_tail = NULL;
+        imp_queued--;
         pthread_mutex_unlock(&imp_lock);
         w->run(w);
         jet_loop_post(w->loop, &w->task);
@@ -86,12 +89,14 @@ static void *imp_main(void *arg)
     return NULL;
 }
 
-/* Under imp_lock, a job about to be queued: one more thread when none is
- * idle, up to IMP_THREADS_MAX. Threads live as long as the process: they
- * hold no resource between jobs. Fails only when there is no thread at all. */
+/* Under imp_lock, a job about to be queued: one more thread when the idle
+ * ones are fewer than the jobs waiting (counting this one; an idle thread
+ * woken for an earlier job has not taken it yet), up to IMP_THREADS_MAX.
+ * Threads live as long as the process: they hold no resource between jobs.
+ * Fails only when there is no thread at all. */
 static int imp_start_thread(void)
 {
-    if (imp_idle > 0 || imp_threads >= IMP_THREADS_MAX) return 0;
+    if (imp_queued < imp_idle || imp_threads >= IMP_THREADS_MAX) return 0;
     pthread_attr_t a;
     if (pthread_attr_init(&a) != 0) return imp_threads > 0 ? 0 : -EAGAIN;
     pthread_attr_setdetachstate(&a, PTHREAD_CREATE_DETACHED);
@@ -113,11 +118,13 @@ int jet__urma_work_start(jet_urma_work_t *w)
     pthread_mutex_lock(&imp_lock);
     int rc = imp_start_thread();
     if (rc == 0) {
-        if (imp_tail)
-            imp_tail->next = w;
-        else
-            imp_head = w;
-        imp_tail = w;
+        jet_urma_work_t **at = w->urgent ? (imp_urgent_tail ? &imp_urgent_tail->next : &imp_head)
+                                         : (imp_tail ? &imp_tail->next : &imp_head);
+        w->next = *at;
+        *at = w;
+        if (!w->next) imp_tail = w;
+        if (w->urgent) imp_urgent_tail = w;
+        imp_queued++;
         pthread_cond_signal(&imp_cond);
     }
     pthread_mutex_unlock(&imp_lock);
@@ -150,6 +157,7 @@ int jet__urma_import_start(jet_socket_t *s, void *tag, const jet_urma_hello_t *p
     job->work.task.fn = imp_task;
     job->work.loop = s->loop;
     job->work.run = imp_run;
+    job->work.urgent = true;
     job->s = s;
     job->tag = tag;
     job->peer = *peer;

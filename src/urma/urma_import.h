@@ -28,6 +28,7 @@ typedef struct jet_urma_work {
     jet_task_t task; /* fn: the loop side, set by the caller */
     jet_loop_t *loop;
     void (*run)(struct jet_urma_work *w);
+    bool urgent; /* a handshake waits for it: taken before the other work */
     struct jet_urma_work *next; /* the import threads' queue */
 } jet_urma_work_t;
 
