@@ -323,7 +323,9 @@ struct jet_urma_loop {
     uint32_t jfc_used;
     jet_urma_jset_t *pool;
     uint32_t npool;
-    bool filling; /* a pool fill runs on the import threads */
+    uint32_t nfilling;   /* fill jobs on the import threads (0 or 1) */
+    uint32_t nrecycling; /* closed connections' sets being reset for the pool */
+    uint64_t recycled;   /* sets of closed connections reset and pooled */
     struct jet_urma_ep **eps; /* by index; NULL = free */
     uint8_t *gens;
     uint32_t *free_idx;
@@ -536,10 +538,9 @@ static void ul_event_cb(jet_io_t *io, uint32_t events)
 /* The re-posts left by the previous poller pass. */
 static void ul_run_deferred(jet_urma_loop_t *ul)
 {
-    uint32_t n = ul->ndeferred;
-    ul->ndeferred = 0;
-    for (uint32_t i = 0; i < n; i++)
-        jet__urma_ep_run_deferred(ul->deferred[i]);
+    /* One at a time: an endpoint that detached meanwhile has left the list. */
+    while (ul->ndeferred > 0)
+        jet__urma_ep_run_deferred(ul->deferred[--ul->ndeferred]);
 }
 
 static int ul_poll_cb(jet_poller_t *p)
@@ -572,19 +573,24 @@ static int ul_poll_cb(jet_poller_t *p)
     return n;
 }
 
-/* ---- the prepared pool, filled off the loop ---- */
+/* ---- the prepared pool, kept off the loop ---- */
 
-/* Creating a jetty set is a provider call that may take long on hardware
- * (the kernel driver sets the queues up): the import threads create the
- * sets a loop's pool is short of, and the loop pools them when they come
- * back. A connection finds the pool empty only when connections arrive
- * faster than the fill; it then creates its set itself. */
-typedef struct ul_fill {
+/* Creating, resetting and destroying a jetty set are provider calls that
+ * may take long on hardware (the kernel driver sets the queues up): the
+ * import threads make them, one set per work item so that handshake imports
+ * get in between, and the loop pools what comes back. The pool is filled
+ * one set at a time up to urma_prepared_jetty_cnt, counting the sets on
+ * their way back; a connection finds it empty only when connections arrive
+ * faster than the fill, and then creates its set itself. */
+typedef enum { UL_JOB_FILL, UL_JOB_RESET, UL_JOB_DESTROY } ul_job_kind_t;
+
+typedef struct ul_job {
     jet_urma_work_t w;
     jet_urma_loop_t *ul;
-    uint32_t sq, rq, max_sge, n;
-    jet_urma_jset_t *made;
-} ul_fill_t;
+    ul_job_kind_t kind;
+    jet_urma_jset_t *js; /* the set (a fill's once made); NULL when none or destroyed */
+    uint32_t sq, rq, max_sge;
+} ul_job_t;
 
 static uint32_t ul_pool_want(void)
 {
@@ -592,16 +598,18 @@ static uint32_t ul_pool_want(void)
     return want < 0 ? 0 : want > 1024 ? 1024 : (uint32_t)want;
 }
 
-/* Loop thread: pools js while the pool has room, else destroys it. */
-static void ul_pool_put(jet_urma_loop_t *ul, jet_urma_jset_t *js)
+/* The sizes a new connection asks for now. */
+static void ul_sizes(const jet_urma_loop_t *ul, uint32_t *sq, uint32_t *rq, uint32_t *max_sge)
 {
-    if (ul->npool < ul_pool_want()) {
-        js->next = ul->pool;
-        ul->pool = js;
-        ul->npool++;
-    } else {
-        jet__urma_jset_destroy(ul->ctx, js);
-    }
+    jet__urma_queue_sizes(ul->ctx, sq, rq);
+    *max_sge = jet__urma_send_sge(ul->ctx);
+}
+
+static bool ul_jset_current(const jet_urma_loop_t *ul, const jet_urma_jset_t *js)
+{
+    uint32_t sq, rq, sge;
+    ul_sizes(ul, &sq, &rq, &sge);
+    return js->sq == sq && js->rq == rq && js->max_sge == sge;
 }
 
 /* Any thread: a drained set back to RESET, then READY (brpc's order for
@@ -618,97 +626,121 @@ static bool ul_jset_reset(const jet_urma_ctx_t *c, jet_urma_jset_t *js)
            JET_URMA_FN(c, urma_modify_jetty)(js->jetty, &ja) == URMA_SUCCESS;
 }
 
-typedef struct ul_recycle {
-    jet_urma_work_t w;
-    jet_urma_loop_t *ul;
-    jet_urma_jset_t *js; /* NULL once destroyed */
-} ul_recycle_t;
-
-static void ul_recycle_run(jet_urma_work_t *w)
+static void ul_job_run(jet_urma_work_t *w)
 {
-    ul_recycle_t *r = (ul_recycle_t *)w;
-    const jet_urma_ctx_t *c = r->ul->ctx;
-    if (!ul_jset_reset(c, r->js)) {
-        jet__urma_jset_destroy(c, r->js);
-        r->js = NULL;
-    }
-}
-
-static void ul_recycle_done(jet_task_t *t)
-{
-    ul_recycle_t *r = (ul_recycle_t *)t;
-    if (r->js) ul_pool_put(r->ul, r->js);
-    free(r);
-}
-
-void jet__urma_loop_recycle(jet_urma_loop_t *ul, jet_urma_jset_t *js)
-{
-    ul_recycle_t *r = calloc(1, sizeof *r);
-    if (r) {
-        r->ul = ul;
-        r->js = js;
-        r->w.task.fn = ul_recycle_done;
-        r->w.loop = ul->loop;
-        r->w.run = ul_recycle_run;
-        if (jet__urma_work_start(&r->w) == 0) return;
-        free(r);
-    }
-    /* No import thread: done here, as before there were any. */
-    if (ul_jset_reset(ul->ctx, js))
-        ul_pool_put(ul, js);
-    else
-        jet__urma_jset_destroy(ul->ctx, js);
-}
-
-static void ul_fill_run(jet_urma_work_t *w)
-{
-    ul_fill_t *f = (ul_fill_t *)w;
-    for (uint32_t i = 0; i < f->n; i++) {
-        jet_urma_jset_t *js = ul_jset_create(f->ul, f->sq, f->rq, f->max_sge);
-        if (!js) break;
-        js->next = f->made;
-        f->made = js;
+    ul_job_t *j = (ul_job_t *)w;
+    const jet_urma_ctx_t *c = j->ul->ctx;
+    switch (j->kind) {
+    case UL_JOB_FILL:
+        j->js = ul_jset_create(j->ul, j->sq, j->rq, j->max_sge);
+        break;
+    case UL_JOB_RESET:
+        if (ul_jset_reset(c, j->js)) break;
+        /* A set that cannot be reset is destroyed. */
+        __attribute__((fallthrough));
+    case UL_JOB_DESTROY:
+        jet__urma_jset_destroy(c, j->js);
+        j->js = NULL;
+        break;
     }
 }
 
 static void ul_fill_maybe(jet_urma_loop_t *ul);
+static bool ul_pool_put(jet_urma_loop_t *ul, jet_urma_jset_t *js);
 
-static void ul_fill_done(jet_task_t *t)
+static void ul_job_done(jet_task_t *t)
 {
-    ul_fill_t *f = (ul_fill_t *)t;
-    jet_urma_loop_t *ul = f->ul;
-    ul->filling = false;
-    bool made = f->made != NULL;
-    while (f->made) {
-        jet_urma_jset_t *js = f->made;
-        f->made = js->next;
-        ul_pool_put(ul, js);
-    }
-    free(f);
-    /* Connections may have taken sets meanwhile; a fill that made nothing
-     * is not retried until the next connection asks. */
-    if (made) ul_fill_maybe(ul);
+    ul_job_t *j = (ul_job_t *)t;
+    jet_urma_loop_t *ul = j->ul;
+    ul_job_kind_t kind = j->kind;
+    jet_urma_jset_t *js = j->js;
+    free(j);
+    if (kind == UL_JOB_FILL) ul->nfilling--;
+    if (kind == UL_JOB_RESET) ul->nrecycling--;
+    if (js && ul_pool_put(ul, js) && kind == UL_JOB_RESET) ul->recycled++;
+    /* A fill that made nothing is not retried until the next connection
+     * asks: a provider that refuses would otherwise be asked forever. */
+    if (kind != UL_JOB_FILL || js) ul_fill_maybe(ul);
 }
 
-/* Loop thread: starts a fill when the pool is short and none runs. */
+/* Loop thread: hands js (NULL for a fill) to the import threads. False when
+ * no thread can take it (nothing started). */
+static bool ul_job_start(jet_urma_loop_t *ul, ul_job_kind_t kind, jet_urma_jset_t *js)
+{
+    ul_job_t *j = calloc(1, sizeof *j);
+    if (!j) return false;
+    j->ul = ul;
+    j->kind = kind;
+    j->js = js;
+    if (kind == UL_JOB_FILL) ul_sizes(ul, &j->sq, &j->rq, &j->max_sge);
+    j->w.task.fn = ul_job_done;
+    j->w.loop = ul->loop;
+    j->w.run = ul_job_run;
+    if (jet__urma_work_start(&j->w) < 0) {
+        free(j);
+        return false;
+    }
+    if (kind == UL_JOB_FILL) ul->nfilling++;
+    if (kind == UL_JOB_RESET) ul->nrecycling++;
+    return true;
+}
+
+/* Loop thread: destroys js off the loop (here when no thread can). */
+static void ul_destroy_later(jet_urma_loop_t *ul, jet_urma_jset_t *js)
+{
+    if (!ul_job_start(ul, UL_JOB_DESTROY, js)) jet__urma_jset_destroy(ul->ctx, js);
+}
+
+/* Room left in the pool, counting the sets on their way to it. */
+static uint32_t ul_pool_room(const jet_urma_loop_t *ul)
+{
+    uint32_t want = ul_pool_want(), have = ul->npool + ul->nrecycling + ul->nfilling;
+    return have < want ? want - have : 0;
+}
+
+/* Loop thread: pools js (of the current sizes, while the pool has room),
+ * else destroys it off the loop. True when pooled. */
+static bool ul_pool_put(jet_urma_loop_t *ul, jet_urma_jset_t *js)
+{
+    if (ul->npool < ul_pool_want() && ul_jset_current(ul, js)) {
+        js->next = ul->pool;
+        ul->pool = js;
+        ul->npool++;
+        return true;
+    }
+    ul_destroy_later(ul, js);
+    return false;
+}
+
+/* Loop thread: drops pooled sets of sizes no connection asks for any more
+ * (flags changed), then starts the next fill when the pool is short. */
 static void ul_fill_maybe(jet_urma_loop_t *ul)
 {
-    uint32_t want = ul_pool_want();
-    if (ul->filling || ul->npool >= want) return;
-    ul_fill_t *f = calloc(1, sizeof *f);
-    if (!f) return;
-    f->ul = ul;
-    jet__urma_queue_sizes(ul->ctx, &f->sq, &f->rq);
-    f->max_sge = jet__urma_send_sge(ul->ctx);
-    f->n = want - ul->npool;
-    f->w.task.fn = ul_fill_done;
-    f->w.loop = ul->loop;
-    f->w.run = ul_fill_run;
-    if (jet__urma_work_start(&f->w) < 0) {
-        free(f);
+    for (jet_urma_jset_t **pp = &ul->pool; *pp;) {
+        jet_urma_jset_t *js = *pp;
+        if (ul_jset_current(ul, js)) {
+            pp = &js->next;
+            continue;
+        }
+        *pp = js->next;
+        ul->npool--;
+        ul_destroy_later(ul, js);
+    }
+    if (ul->nfilling == 0 && ul_pool_room(ul) > 0) ul_job_start(ul, UL_JOB_FILL, NULL);
+}
+
+void jet__urma_loop_recycle(jet_urma_loop_t *ul, jet_urma_jset_t *js)
+{
+    if (ul_pool_room(ul) == 0 || !ul_jset_current(ul, js)) {
+        ul_destroy_later(ul, js);
         return;
     }
-    ul->filling = true;
+    if (ul_job_start(ul, UL_JOB_RESET, js)) return;
+    /* No import thread: done here. */
+    if (!ul_jset_reset(ul->ctx, js))
+        jet__urma_jset_destroy(ul->ctx, js);
+    else if (ul_pool_put(ul, js))
+        ul->recycled++;
 }
 
 static jet_urma_loop_t *ul_create(jet_loop_t *loop, const jet_urma_ctx_t *c)
@@ -885,6 +917,7 @@ void jet__urma_loop_stats(jet_urma_loop_t *ul, jet_urma_loop_stats_t *out)
 {
     out->endpoints = ul->nattached;
     out->pooled = ul->npool;
+    out->recycled = ul->recycled;
     out->jfc_used = ul->jfc_used;
     out->jfc_depth = ul->jfc_depth;
     out->completions = ul->completions;

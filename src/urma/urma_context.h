@@ -153,6 +153,7 @@ typedef struct jet_urma_counters {
 typedef struct jet_urma_loop_stats {
     uint32_t endpoints; /* attached, draining included */
     uint32_t pooled;    /* prepared jetty sets waiting */
+    uint64_t recycled;  /* sets of closed connections reset and pooled again */
     uint32_t jfc_used;  /* reserved JFC entries */
     uint32_t jfc_depth;
     uint64_t completions;

@@ -649,12 +649,14 @@ static void ep_repost_held(jet_urma_ep_t *ep)
 /* A busy-polled loop re-posts a small batch's receives at its next pass:
  * a caller waiting for this batch's answer gets it without the posts in
  * between (the pass after it runs while its next request travels). Only
- * while the peer keeps at least half of its window, so that the wait (a
+ * while the peer keeps at least half of its window (the receives held and
+ * the credits not reported yet are what it lacks), so that the wait (a
  * guest's loop may stay undriven up to event_guest_park_solitary_us) never
  * holds the peer back. */
 static bool ep_repost_may_wait(const jet_urma_ep_t *ep)
 {
-    return ep->nrepost <= EP_DEFER_MAX && ep->posted >= ep->rq / 2;
+    uint32_t owed = ep->nrepost + atomic_load_explicit(&ep->credits, memory_order_relaxed);
+    return ep->nrepost <= EP_DEFER_MAX && owed <= ep->remote_cap / 2;
 }
 
 uint32_t jet__urma_ep_held(const jet_urma_ep_t *ep)

@@ -61,12 +61,15 @@ int jet__urma_import_peer(const jet_urma_ctx_t *ctx, const jet_urma_hello_t *pee
  * not hold the handshakes of the others past their deadlines; threads are
  * started when the queued jobs outnumber the idle threads, up to this many. */
 #define IMP_THREADS_MAX 4
+/* Background work (pool fills, resets) takes at most this many of them, so
+ * that an import never waits for more than one background item. */
+#define IMP_BACKGROUND_MAX 2
 
 static pthread_mutex_t imp_lock = PTHREAD_MUTEX_INITIALIZER;
 static pthread_cond_t imp_cond = PTHREAD_COND_INITIALIZER;
 /* FIFO, urgent work (handshakes wait for it) ahead of the rest. */
 static jet_urma_work_t *imp_head, *imp_tail, *imp_urgent_tail;
-static int imp_threads, imp_idle, imp_queued;
+static int imp_threads, imp_idle, imp_queued, imp_background;
 
 static void *imp_main(void *arg)
 {
@@ -74,7 +77,8 @@ static void *imp_main(void *arg)
     for (;;) {
         pthread_mutex_lock(&imp_lock);
         imp_idle++;
-        while (!imp_head)
+        /* Urgent work is always at the head when there is any. */
+        while (!imp_head || (!imp_head->urgent && imp_background >= IMP_BACKGROUND_MAX))
             pthread_cond_wait(&imp_cond, &imp_lock);
         imp_idle--;
         jet_urma_work_t *w = imp_head;
@@ -82,9 +86,18 @@ static void *imp_main(void *arg)
         if (!imp_head) imp_tail = NULL;
         if (w == imp_urgent_tail) imp_urgent_tail = NULL;
         imp_queued--;
+        bool background = !w->urgent;
+        if (background) imp_background++;
         pthread_mutex_unlock(&imp_lock);
         w->run(w);
+        /* w belongs to its loop from here on. */
         jet_loop_post(w->loop, &w->task);
+        if (background) {
+            pthread_mutex_lock(&imp_lock);
+            imp_background--;
+            if (imp_head) pthread_cond_signal(&imp_cond);
+            pthread_mutex_unlock(&imp_lock);
+        }
     }
     return NULL;
 }

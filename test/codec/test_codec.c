@@ -1140,10 +1140,12 @@ static void msg_arena_decode(void)
     }
     JT_CHECK(in_arena(&a, keep[0]) && !in_arena(&a, keep[63]));
     JT_CHECK(a.used <= sizeof a.buf);
+    JT_CHECK(a.spilled > 0);
     for (int i = 0; i < nk; i++) {
         JT_CHECK(strcmp(keep[i]->message, "small") == 0);
         protobuf_c_message_free_unpacked(&keep[i]->base, &a.pa);
     }
+    JT_CHECK_EQ(a.spilled, 0u);
     jet__msg_arena_reset(&a);
     jet_iobuf_fini(&in);
 
@@ -1153,6 +1155,38 @@ static void msg_arena_decode(void)
     JT_CHECK_EQ(a.spilled, 0u);
     jet_iobuf_fini(&in);
     free(bb);
+
+    /* Failing after a spill: an RpcMeta whose request meta carries a name
+     * larger than the arena (parsed, spilled) and whose response meta does
+     * not parse. The decoder frees the spilled name on its way out. */
+    Brpc__Policy__RpcMeta meta = BRPC__POLICY__RPC_META__INIT;
+    Brpc__Policy__RpcRequestMeta rq = BRPC__POLICY__RPC_REQUEST_META__INIT;
+    rq.service_name = msg;
+    rq.method_name = "m";
+    meta.request = &rq;
+    size_t ml = brpc__policy__rpc_meta__get_packed_size(&meta);
+    uint8_t *mb = malloc(ml + 4);
+    JT_REQUIRE(mb != NULL);
+    brpc__policy__rpc_meta__pack(&meta, mb);
+    /* response (field 2, length-delimited): a varint field cut short */
+    mb[ml] = 0x12;
+    mb[ml + 1] = 2;
+    mb[ml + 2] = 0x08;
+    mb[ml + 3] = 0x80;
+    jt_iobuf_flat(&in, mb, ml + 4);
+    jet__msg_arena_reset(&a);
+    JT_CHECK(jet__pb_unpack_iobuf(&brpc__policy__rpc_meta__descriptor, &in, &a.pa) == NULL);
+    JT_CHECK_EQ(a.spilled, 0u);
+    jet_iobuf_fini(&in);
+    /* The same bytes without the broken field decode, with the name spilled. */
+    jt_iobuf_flat(&in, mb, ml);
+    ProtobufCMessage *ok = jet__pb_unpack_iobuf(&brpc__policy__rpc_meta__descriptor, &in, &a.pa);
+    JT_REQUIRE(ok != NULL);
+    JT_CHECK(a.spilled > 0);
+    jet__msg_arena_release(&a, ok);
+    JT_CHECK_EQ(a.spilled, 0u);
+    jet_iobuf_fini(&in);
+    free(mb);
     free(msg);
 }
 

@@ -326,11 +326,62 @@ static void test_pool_filled_off_loop(void)
     JT_CHECK(worst_open < DELAY_MS * 1000LL / 2);
     JT_CHECK(worst_close < DELAY_MS * 1000LL / 2);
     JT_CHECK_EQ(atomic_load(&g.bad), 0);
-    /* The reset sets went back to the pool: a new connection takes one. */
+    /* And the server still takes connections. */
     jet_channel_t *last = channel(c.port, 30000, 0);
     JT_REQUIRE(last);
     JT_CHECK_EQ(jt_echo_bytes(last, 300000, 99, "last"), 0);
     jet_channel_destroy(last);
+    jet_channel_destroy(a);
+    JT_CHECK_EQ(jt_child_stop(&c), 0);
+}
+
+/* The server's "pool" answer: its pooled jetty sets and those recycled. */
+static bool child_pool(jet_channel_t *ch, unsigned *pooled, unsigned long long *recycled)
+{
+    jet_call_t *call = jet_call_create();
+    if (!call) return false;
+    Example__EchoRequest req = EXAMPLE__ECHO_REQUEST__INIT;
+    req.message = "pool";
+    bool ok = jet_channel_call(ch, &example__echo_service__descriptor, 0, call, &req.base, NULL,
+                               NULL) == 0 &&
+              !jet_call_failed(call);
+    const Example__EchoResponse *resp = (const Example__EchoResponse *)jet_call_response(call);
+    ok = ok && resp && sscanf(resp->message, "%u %llu", pooled, recycled) == 2;
+    jet_call_destroy(call);
+    return ok;
+}
+
+/* Closed connections' sets go back to the pool, which never ends over its
+ * size: two connections take the server's two prepared sets and close at
+ * once, while the fill that replaces the first (1 s) still runs. The first
+ * close finds room for one more set (two wanted, one coming from the fill):
+ * its set is reset and pooled; the second finds none: destroyed. The pool
+ * ends with exactly two sets, one of them recycled. */
+static void test_closed_sets_recycled(void)
+{
+    const char *envs[] = {"SOFTUB_QUEUE_DELAY_US=1000000", "JETRPC_EVENT_LOOP_NUM=1",
+                          "JETRPC_URMA_PREPARED_JETTY_CNT=2", NULL};
+    jt_child_t c;
+    JT_REQUIRE(jt_child_start(&c, NULL, envs) == 0);
+    jet_channel_t *a = channel(c.port, 30000, 0);
+    JT_REQUIRE(a);
+    JT_CHECK_EQ(jt_echo_bytes(a, 1000, 1, "warm"), 0);
+    unsigned pooled = 0;
+    unsigned long long recycled = 0;
+    JT_CHECK(JT_WAIT_UNTIL(child_pool(a, &pooled, &recycled) && pooled == 2, 10000000));
+    JT_CHECK_EQ(recycled, 0ull);
+    jet_channel_t *b = channel(c.port, 30000, 0), *d = channel(c.port, 30000, 0);
+    JT_REQUIRE(b && d);
+    JT_CHECK_EQ(jt_echo_bytes(b, 1000, 2, "b"), 0);
+    JT_CHECK_EQ(jt_echo_bytes(d, 1000, 3, "d"), 0);
+    jet_channel_destroy(b);
+    jet_channel_destroy(d);
+    JT_CHECK(JT_WAIT_UNTIL(child_pool(a, &pooled, &recycled) && recycled >= 1, 10000000));
+    usleep(2500000); /* whatever else was on its way has arrived */
+    JT_CHECK(child_pool(a, &pooled, &recycled));
+    fprintf(stderr, "  pooled %u, recycled %llu\n", pooled, recycled);
+    JT_CHECK_EQ(pooled, 2u);
+    JT_CHECK_EQ(recycled, 1ull);
     jet_channel_destroy(a);
     JT_CHECK_EQ(jt_child_stop(&c), 0);
 }
@@ -419,5 +470,6 @@ int main(int argc, char **argv)
     JT_RUN(test_import_outlived_by_handshake);
     JT_RUN(test_concurrent_slow_imports);
     JT_RUN(test_pool_filled_off_loop);
+    JT_RUN(test_closed_sets_recycled);
     return jt_finish();
 }

@@ -6,7 +6,9 @@
  *   the flag urma_lib (SOFTUB_LIB, set by ctest).
  * - An echo service: the response carries the request's message and
  *   attachment; message "sleep:<ms>" answers after that long (from a thread),
- *   "close" makes the server process exit at once (a killed peer).
+ *   "close" makes the server process exit at once (a killed peer), "pool"
+ *   answers "<pooled> <recycled>": the server's prepared jetty sets waiting,
+ *   and those of closed connections reset and pooled again.
  * - Server children (testutil_transport's jt_child_*): the test binary
  *   re-executed with "role=server" and flag arguments serves that echo
  *   service; client children ("role=client") make echo calls.
@@ -82,6 +84,8 @@ static UT_UNUSED void *ut_later_main(void *arg)
     return NULL;
 }
 
+static void *ut_pool_main(void *arg);
+
 static UT_UNUSED void ut_echo(Example__EchoService_Service *service,
                               const Example__EchoRequest *req,
                               Example__EchoResponse_Closure closure, void *closure_data)
@@ -100,6 +104,17 @@ static UT_UNUSED void ut_echo(Example__EchoService_Service *service,
         return;
     }
     if (strcmp(req->message, "close") == 0) _exit(0);
+    if (strcmp(req->message, "pool") == 0) {
+        /* Read on the loops' own threads, which this handler may hold. */
+        ut_later_t *l = calloc(1, sizeof *l);
+        pthread_t th;
+        if (!l) abort();
+        l->closure = closure;
+        l->closure_data = closure_data;
+        if (pthread_create(&th, NULL, ut_pool_main, l) != 0) abort();
+        pthread_detach(th);
+        return;
+    }
     Example__EchoResponse resp = EXAMPLE__ECHO_RESPONSE__INIT;
     resp.message = req->message;
     jet_iobuf_move(jet_call_response_attachment(call), jet_call_request_attachment(call));
@@ -225,6 +240,7 @@ static UT_UNUSED jet_urma_loop_stats_t ut_urma_totals(int *spinning_p)
         if (!p.exists) continue;
         sum.endpoints += p.st.endpoints;
         sum.pooled += p.st.pooled;
+        sum.recycled += p.st.recycled;
         sum.completions += p.st.completions;
         sum.events += p.st.events;
         sum.spins += p.st.spins;
@@ -238,6 +254,19 @@ static UT_UNUSED jet_urma_loop_stats_t ut_urma_totals(int *spinning_p)
     }
     if (spinning_p) *spinning_p = spinning;
     return sum;
+}
+
+static void *ut_pool_main(void *arg)
+{
+    ut_later_t *l = arg;
+    jet_urma_loop_stats_t st = ut_urma_totals(NULL);
+    char text[64];
+    snprintf(text, sizeof text, "%u %llu", st.pooled, (unsigned long long)st.recycled);
+    Example__EchoResponse resp = EXAMPLE__ECHO_RESPONSE__INIT;
+    resp.message = text;
+    l->closure(&resp, l->closure_data);
+    free(l);
+    return NULL;
 }
 
 #endif
