@@ -150,6 +150,7 @@ void jet__cid_free(uint32_t idx)
 typedef struct cid_wait {
     cid_slot_t *slot;
     uint32_t free_seq;
+    jet_loop_t *loop;
     int64_t deadline_us; /* INT64_MAX: none */
     uint32_t looks;
     bool expired;
@@ -160,14 +161,23 @@ static bool cid_freed(const cid_wait_t *w)
     return atomic_load_explicit(&w->slot->free_seq, memory_order_acquire) != w->free_seq;
 }
 
-/* Freed, or the deadline passed; a driving waiter is asked every loop pass,
- * so the clock is read one time in 64 (a pass is well under a microsecond). */
+/* Freed, or the deadline passed. Asked after every pass of the loop this
+ * thread drives, whose clock is then ours to read (fresh after any pass that
+ * did work, a few idle passes old at most); while it waits for the loop
+ * thread to hand the loop over, it reads the clock one time in 64. */
 static bool cid_done(void *arg)
 {
     cid_wait_t *w = arg;
     if (cid_freed(w)) return true;
-    if (!w->expired && w->deadline_us != INT64_MAX && (++w->looks & 63) == 0)
-        w->expired = jet_now_us() >= w->deadline_us;
+    if (w->expired || w->deadline_us == INT64_MAX) return w->expired;
+    int64_t now;
+    if (jet_loop_in_thread(w->loop))
+        now = jet_loop_now_us(w->loop);
+    else if ((++w->looks & 63) == 0)
+        now = jet_now_us();
+    else
+        return false;
+    w->expired = now >= w->deadline_us;
     return w->expired;
 }
 
@@ -210,7 +220,8 @@ static bool cid_wait(cid_wait_t *w, int64_t spin_us, jet_loop_t *loop)
 void jet__cid_join(uint32_t idx, uint32_t free_seq, int64_t spin_us, jet_loop_t *loop,
                    int64_t deadline_us, void (*expire)(void *arg), void *arg)
 {
-    cid_wait_t w = {.slot = cid_slot(idx), .free_seq = free_seq, .deadline_us = deadline_us};
+    cid_wait_t w = {
+        .slot = cid_slot(idx), .free_seq = free_seq, .loop = loop, .deadline_us = deadline_us};
     while (!cid_wait(&w, spin_us, loop)) {
         /* Ends the call, unless its owner of the moment (an answer, a
          * failure, a retry) is ending it: then look again shortly. */

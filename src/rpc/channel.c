@@ -288,12 +288,9 @@ static void ch_attempt_failed(jet_call_t *call, int err, const char *why)
     }
     if (call->attempts < call->max_attempts && ch_retriable(err) &&
         jet_now_us() < call->deadline_us) {
-        /* A new deadline entry carries the new cid: the old one can no longer claim. */
+        /* The retry arms a deadline with its own cid once it is linked: the
+         * old one can no longer claim. */
         ch_deadline_disarm(call);
-        if (ch_deadline_arm(call) < 0) {
-            ch_complete(call, ENOMEM, NULL);
-            return;
-        }
         JET_DEBUG("retry call to %s after %s", call->channel->name, jet_strerror(err));
         ch_issue(call);
         return;
@@ -387,6 +384,7 @@ static void ch_issue(jet_call_t *call)
     }
     pthread_mutex_lock(&conn->lock);
     bool dead = conn->dead;
+    int armed = 0;
     if (!dead) {
         /* Linked before writing so that an answer racing the write finds it. */
         call->sock_prev = NULL;
@@ -394,10 +392,26 @@ static void ch_issue(jet_call_t *call)
         if (conn->pending) conn->pending->sock_prev = call;
         conn->pending = call;
         call->on_sock_list = true;
+        /* The deadline is armed only now: whoever it lets end the attempt
+         * finds the call linked and its socket set, and this thread, from
+         * here on, only writes. Under the lock, before any answer (which
+         * unlinks under it before it disarms). */
+        armed = ch_deadline_arm(call);
+        if (armed < 0) {
+            conn->pending = call->sock_next;
+            if (call->sock_next) call->sock_next->sock_prev = NULL;
+            call->on_sock_list = false;
+        }
     }
     pthread_mutex_unlock(&conn->lock);
-    if (dead) {
+    if (dead || armed < 0) {
         jet_iobuf_fini(&frame);
+        if (armed < 0) {
+            /* Owned: nothing else could reach this attempt. */
+            jet__cid_claim(call->cid, NULL);
+            ch_complete(call, -armed, NULL);
+            return;
+        }
         int err = atomic_load(&s->error);
         ch_attempt_failed(call, err ? err : -JET_EFAILEDSOCKET, NULL);
         return;
@@ -407,6 +421,10 @@ static void ch_issue(jet_call_t *call)
     /* Read before the write: the answer may end (and free) the call. */
     bool async = call->done != NULL;
     jet_loop_t *loop = s->loop;
+    /* And end the call's hold on s: a pooled or short connection may then
+     * lose its last reference but the loop's, which its teardown drops. */
+    bool hold = ch->opts.connection_type != JET_CONNECTION_SINGLE;
+    if (hold) jet__socket_ref(s);
     rc = jet__socket_write(s, &frame);
     jet_iobuf_fini(&frame);
     /* Nobody waits on the loop for this answer: an undriven busy-poll loop
@@ -425,6 +443,7 @@ static void ch_issue(jet_call_t *call)
         }
     }
     /* Otherwise the connection's failure handler owns the outcome. */
+    if (hold) jet__socket_unref(s);
 }
 
 int jet_channel_call(jet_channel_t *ch, const ProtobufCServiceDescriptor *service,
@@ -484,15 +503,6 @@ int jet_channel_call(jet_channel_t *ch, const ProtobufCServiceDescriptor *servic
         return 0;
     }
     call->wait_deadline = !done;
-    if (call->deadline_us != INT64_MAX) {
-        rc = ch_deadline_arm(call);
-        if (rc < 0) {
-            /* Owned: nothing else knows the cid yet. */
-            jet__cid_claim(call->cid, NULL);
-            ch_complete(call, -rc, NULL);
-            return 0;
-        }
-    }
     if (!done) {
         /* A write that has to wait for the connection's window goes on on
          * the loop, which this thread is about to drive while it waits. */

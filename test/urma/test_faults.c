@@ -353,13 +353,13 @@ static bool child_pool(jet_channel_t *ch, unsigned *pooled, unsigned long long *
 
 /* Closed connections' sets go back to the pool, which never ends over its
  * size: two connections take the server's two prepared sets and close at
- * once, while the fill that replaces the first (1 s) still runs. The first
+ * once, while the fill that replaces the first (2 s) still runs. The first
  * close finds room for one more set (two wanted, one coming from the fill):
  * its set is reset and pooled; the second finds none: destroyed. The pool
  * ends with exactly two sets, one of them recycled. */
 static void test_closed_sets_recycled(void)
 {
-    const char *envs[] = {"SOFTUB_QUEUE_DELAY_US=1000000", "JETRPC_EVENT_LOOP_NUM=1",
+    const char *envs[] = {"SOFTUB_QUEUE_DELAY_US=2000000", "JETRPC_EVENT_LOOP_NUM=1",
                           "JETRPC_URMA_PREPARED_JETTY_CNT=2", NULL};
     jt_child_t c;
     JT_REQUIRE(jt_child_start(&c, NULL, envs) == 0);
@@ -368,7 +368,7 @@ static void test_closed_sets_recycled(void)
     JT_CHECK_EQ(jt_echo_bytes(a, 1000, 1, "warm"), 0);
     unsigned pooled = 0;
     unsigned long long recycled = 0;
-    JT_CHECK(JT_WAIT_UNTIL(child_pool(a, &pooled, &recycled) && pooled == 2, 10000000));
+    JT_CHECK(JT_WAIT_UNTIL(child_pool(a, &pooled, &recycled) && pooled == 2, 30000000));
     JT_CHECK_EQ(recycled, 0ull);
     jet_channel_t *b = channel(c.port, 30000, 0), *d = channel(c.port, 30000, 0);
     JT_REQUIRE(b && d);
@@ -376,8 +376,8 @@ static void test_closed_sets_recycled(void)
     JT_CHECK_EQ(jt_echo_bytes(d, 1000, 3, "d"), 0);
     jet_channel_destroy(b);
     jet_channel_destroy(d);
-    JT_CHECK(JT_WAIT_UNTIL(child_pool(a, &pooled, &recycled) && recycled >= 1, 10000000));
-    usleep(2500000); /* whatever else was on its way has arrived */
+    JT_CHECK(JT_WAIT_UNTIL(child_pool(a, &pooled, &recycled) && recycled >= 1, 30000000));
+    usleep(5000000); /* whatever else was on its way has arrived */
     JT_CHECK(child_pool(a, &pooled, &recycled));
     fprintf(stderr, "  pooled %u, recycled %llu\n", pooled, recycled);
     JT_CHECK_EQ(pooled, 2u);
