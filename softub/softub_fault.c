@@ -18,6 +18,8 @@
  *                          (exposes imports made on a data path).
  * SOFTUB_QUEUE_DELAY_US    create_jetty, and modify_jetty to RESET, sleep this
  *                          long (exposes queue set-up made on a data path).
+ * SOFTUB_CLOSE_DELAY_US    modify_jetty to ERROR sleeps this long (exposes a
+ *                          queue teardown made on a data path).
  * SOFTUB_NO_PIDFD          1: never duplicate a peer's eventfd with
  *                          pidfd_getfd; wake its progress thread through the
  *                          region doorbell instead (the fallback used when
@@ -71,6 +73,7 @@ static void fault_load_once(void)
     f->force_rnr = fault_u64("SOFTUB_FORCE_RNR", 0, 1) != 0;
     f->import_delay_us = (uint32_t)fault_u64("SOFTUB_IMPORT_DELAY_US", 0, 60000000);
     f->queue_delay_us = (uint32_t)fault_u64("SOFTUB_QUEUE_DELAY_US", 0, 60000000);
+    f->close_delay_us = (uint32_t)fault_u64("SOFTUB_CLOSE_DELAY_US", 0, 60000000);
     f->no_pidfd = fault_u64("SOFTUB_NO_PIDFD", 0, 1) != 0;
     f->ptracer_any = fault_u64("SOFTUB_PTRACER_ANY", 1, 1) != 0;
     uint64_t mb = fault_u64("SOFTUB_REGION_MB", SUB_REGION_DEFAULT >> 20, 1ull << 20);

@@ -312,6 +312,7 @@ struct sub_fault {
     int force_rnr;
     uint32_t import_delay_us;
     uint32_t queue_delay_us;
+    uint32_t close_delay_us;
     int no_pidfd;
     int ptracer_any;
     uint64_t region_size;

@@ -582,6 +582,8 @@ SUB_API urma_status_t urma_modify_jetty(urma_jetty_t *jetty, urma_jetty_attr_t *
         return URMA_EINVAL;
     if (attr->state == URMA_JETTY_STATE_RESET)
         q_sleep_us(softub__fault.queue_delay_us);
+    if (attr->state == URMA_JETTY_STATE_ERROR)
+        q_sleep_us(softub__fault.close_delay_us);
     urma_status_t rc = softub__sq_modify(&j->sq, attr->state);
     if (rc == URMA_SUCCESS)
         atomic_store(&j->sh->qstate, atomic_load(&j->sq.state));

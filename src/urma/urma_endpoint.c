@@ -13,6 +13,7 @@
 #include "jetrpc/errors.h"
 #include "net/socket.h"
 #include "urma/urma_context.h"
+#include "urma/urma_import.h"
 
 #define EP_RESERVED 3  /* SQ slots and peer receives kept for credit messages */
 #define EP_CHAIN    16 /* data WRs per post call */
@@ -69,6 +70,7 @@ struct jet_urma_ep {
     uint32_t *repost; /* slots in held, in arrival order */
     uint32_t nrepost;
     bool repost_deferred; /* listed for the loop's next poller pass */
+    bool close_pending;   /* the move to ERROR runs on an import thread */
     jet_timer_t drain_timer;
 };
 
@@ -589,7 +591,10 @@ static void ep_on_recv(jet_urma_ep_t *ep, const urma_cr_t *cr, uint32_t slot)
 
 static void ep_check_drained(jet_urma_ep_t *ep)
 {
-    if (ep->draining && ep->sq_flushed && ep->posted == 0) ep_finish(ep, true);
+    /* Not while the move to ERROR is out: its job still names the queues
+     * (a flush may complete on the loop before the job's answer comes). */
+    if (ep->draining && !ep->close_pending && ep->sq_flushed && ep->posted == 0)
+        ep_finish(ep, true);
 }
 
 bool jet__urma_ep_on_cr(jet_urma_ep_t *ep, const urma_cr_t *cr)
@@ -720,24 +725,25 @@ static void ep_drain_timeout(jet_timer_t *t)
     ep_finish(ep, false);
 }
 
-void jet__urma_ep_close(jet_urma_ep_t *ep)
+/* ERROR flushes the SQ (one FLUSH_ERR_DONE at the end) and the JFR gives
+ * every posted receive back: then no buffer can be written any more. Any
+ * thread (kernel calls on hardware). */
+static void ep_to_error(const jet_urma_ctx_t *ctx, urma_jetty_t *jetty, urma_jfr_t *jfr,
+                        bool *jetty_ok, bool *jfr_ok)
 {
-    const jet_urma_ctx_t *ctx = ep->ctx;
-    ep->s = NULL;
-    ep->started = false;
-    ep->want_wake = false;
-    if (ep->draining) return;
-    ep->draining = true;
-    /* ERROR flushes the SQ (one FLUSH_ERR_DONE at the end) and the JFR gives
-     * every posted receive back: then no buffer can be written any more. */
     urma_jetty_attr_t ja = {.mask = JETTY_STATE, .state = URMA_JETTY_STATE_ERROR};
-    bool reusable = JET_URMA_FN(ctx, urma_modify_jetty)(ep->js->jetty, &ja) == URMA_SUCCESS;
-    if (!reusable) ep->sq_flushed = true;
+    *jetty_ok = JET_URMA_FN(ctx, urma_modify_jetty)(jetty, &ja) == URMA_SUCCESS;
     urma_jfr_attr_t ra = {.mask = JFR_STATE, .state = URMA_JFR_STATE_ERROR};
-    if (!JET_URMA_FN(ctx, urma_modify_jfr) ||
-        JET_URMA_FN(ctx, urma_modify_jfr)(ep->js->jfr, &ra) != URMA_SUCCESS)
-        reusable = false;
-    if (!reusable) {
+    *jfr_ok = JET_URMA_FN(ctx, urma_modify_jfr) &&
+              JET_URMA_FN(ctx, urma_modify_jfr)(jfr, &ra) == URMA_SUCCESS;
+}
+
+/* Loop thread: the queues are in ERROR (or refused it). */
+static void ep_in_error(jet_urma_ep_t *ep, bool jetty_ok, bool jfr_ok)
+{
+    ep->close_pending = false;
+    if (!jetty_ok) ep->sq_flushed = true; /* no flush record will come */
+    if (!jetty_ok || !jfr_ok) {
         ep_finish(ep, false);
         return;
     }
@@ -745,6 +751,58 @@ void jet__urma_ep_close(jet_urma_ep_t *ep)
     jet_loop_timer_start(jet__urma_loop_of(ep->ul), &ep->drain_timer,
                          jet_now_us() + (int64_t)EP_DRAIN_MS * 1000);
     ep_check_drained(ep);
+}
+
+typedef struct ep_close_job {
+    jet_urma_work_t w;
+    jet_urma_ep_t *ep; /* not touched off the loop */
+    const jet_urma_ctx_t *ctx;
+    urma_jetty_t *jetty;
+    urma_jfr_t *jfr;
+    bool jetty_ok, jfr_ok;
+} ep_close_job_t;
+
+static void ep_close_run(jet_urma_work_t *w)
+{
+    ep_close_job_t *j = (ep_close_job_t *)w;
+    ep_to_error(j->ctx, j->jetty, j->jfr, &j->jetty_ok, &j->jfr_ok);
+}
+
+static void ep_close_done(jet_task_t *t)
+{
+    ep_close_job_t *j = (ep_close_job_t *)t;
+    jet_urma_ep_t *ep = j->ep;
+    bool jetty_ok = j->jetty_ok, jfr_ok = j->jfr_ok;
+    free(j);
+    ep_in_error(ep, jetty_ok, jfr_ok);
+}
+
+void jet__urma_ep_close(jet_urma_ep_t *ep)
+{
+    ep->s = NULL;
+    ep->started = false;
+    ep->want_wake = false;
+    if (ep->draining) return;
+    ep->draining = true;
+    ep->close_pending = true;
+    /* The move to ERROR is a kernel call on hardware: on an import thread,
+     * while the loop serves the others (the endpoint, draining, drops what
+     * still completes meanwhile). */
+    ep_close_job_t *j = calloc(1, sizeof *j);
+    if (j) {
+        j->ep = ep;
+        j->ctx = ep->ctx;
+        j->jetty = ep->js->jetty;
+        j->jfr = ep->js->jfr;
+        j->w.task.fn = ep_close_done;
+        j->w.loop = jet__urma_loop_of(ep->ul);
+        j->w.run = ep_close_run;
+        if (jet__urma_work_start(&j->w) == 0) return;
+        free(j);
+    }
+    bool jetty_ok, jfr_ok;
+    ep_to_error(ep->ctx, ep->js->jetty, ep->js->jfr, &jetty_ok, &jfr_ok);
+    ep_in_error(ep, jetty_ok, jfr_ok);
 }
 
 static void ep_finish(jet_urma_ep_t *ep, bool reuse)

@@ -278,18 +278,20 @@ static void test_slow_import_keeps_loop_serving(void)
     JT_CHECK_EQ(jt_child_stop(&c), 0);
 }
 
-/* Creating a jetty set, and resetting one for reuse, may take long on
- * hardware (here SOFTUB_QUEUE_DELAY_US, 400 ms each): a server with one loop
- * and a pool of two prepared sets refills its pool and resets the sets of
- * closed connections on the import threads, so connections that arrive and
+/* Creating a jetty set, moving one to ERROR at close and resetting it for
+ * reuse may take long on hardware (here SOFTUB_QUEUE_DELAY_US and
+ * SOFTUB_CLOSE_DELAY_US, 400 ms each): a server with one loop and a pool of
+ * two prepared sets refills its pool, and closes and resets the sets of
+ * closed connections, on the import threads, so connections that arrive and
  * leave one at a time never hold the established one. With creation on the
  * loop, the third new connection (the pool spent) would hold every call of
- * the first for 400 ms; with the reset on the loop, every close would. */
+ * the first for 400 ms; with the close or the reset on the loop, every close
+ * would. */
 static void test_pool_filled_off_loop(void)
 {
     enum { DELAY_MS = 400 };
-    const char *envs[] = {"SOFTUB_QUEUE_DELAY_US=400000", "JETRPC_EVENT_LOOP_NUM=1",
-                          "JETRPC_URMA_PREPARED_JETTY_CNT=2", NULL};
+    const char *envs[] = {"SOFTUB_QUEUE_DELAY_US=400000", "SOFTUB_CLOSE_DELAY_US=400000",
+                          "JETRPC_EVENT_LOOP_NUM=1", "JETRPC_URMA_PREPARED_JETTY_CNT=2", NULL};
     jt_child_t c;
     JT_REQUIRE(jt_child_start(&c, NULL, envs) == 0);
     jet_channel_t *a = channel(c.port, 30000, 0);
@@ -315,7 +317,7 @@ static void test_pool_filled_off_loop(void)
         /* Every one of them carries URMA-sized payloads (a set was there). */
         JT_CHECK_EQ(jt_echo_bytes(more[i], 300000, (uint64_t)i + 20, "after"), 0);
         jet_channel_destroy(more[i]);
-        usleep(2 * DELAY_MS * 1000); /* the server drains and resets its set */
+        usleep(3 * DELAY_MS * 1000); /* the server closes, drains and resets its set */
     }
     atomic_store(&g.stop, true);
     pthread_join(th, NULL);
