@@ -382,6 +382,15 @@ static void ch_issue(jet_call_t *call)
         ch_attempt_failed(call, rc, NULL);
         return;
     }
+    /* From the unlock below the attempt may end on another thread (its
+     * answer, its deadline, a connection failure and its retry) and the call
+     * and the call's reference to s with it: what this thread uses after it
+     * is read now, and s is held until it is done. */
+    uint64_t cid = call->cid;
+    bool async = call->done != NULL;
+    jet_loop_t *loop = s->loop;
+    size_t frame_len = jet_iobuf_len(&frame);
+    jet__socket_ref(s);
     pthread_mutex_lock(&conn->lock);
     bool dead = conn->dead;
     int armed = 0;
@@ -392,10 +401,9 @@ static void ch_issue(jet_call_t *call)
         if (conn->pending) conn->pending->sock_prev = call;
         conn->pending = call;
         call->on_sock_list = true;
-        /* The deadline is armed only now: whoever it lets end the attempt
-         * finds the call linked and its socket set, and this thread, from
-         * here on, only writes. Under the lock, before any answer (which
-         * unlinks under it before it disarms). */
+        /* The deadline is armed only now, under the lock and before any
+         * answer (which unlinks under it before it disarms): whoever it lets
+         * end the attempt finds the call linked and its socket set. */
         armed = ch_deadline_arm(call);
         if (armed < 0) {
             conn->pending = call->sock_next;
@@ -406,6 +414,7 @@ static void ch_issue(jet_call_t *call)
     pthread_mutex_unlock(&conn->lock);
     if (dead || armed < 0) {
         jet_iobuf_fini(&frame);
+        jet__socket_unref(s); /* the call still holds its own */
         if (armed < 0) {
             /* Owned: nothing else could reach this attempt. */
             jet__cid_claim(call->cid, NULL);
@@ -416,15 +425,6 @@ static void ch_issue(jet_call_t *call)
         ch_attempt_failed(call, err ? err : -JET_EFAILEDSOCKET, NULL);
         return;
     }
-    uint64_t cid = call->cid;
-    size_t frame_len = jet_iobuf_len(&frame);
-    /* Read before the write: the answer may end (and free) the call. */
-    bool async = call->done != NULL;
-    jet_loop_t *loop = s->loop;
-    /* And end the call's hold on s: a pooled or short connection may then
-     * lose its last reference but the loop's, which its teardown drops. */
-    bool hold = ch->opts.connection_type != JET_CONNECTION_SINGLE;
-    if (hold) jet__socket_ref(s);
     rc = jet__socket_write(s, &frame);
     jet_iobuf_fini(&frame);
     /* Nobody waits on the loop for this answer: an undriven busy-poll loop
@@ -443,7 +443,7 @@ static void ch_issue(jet_call_t *call)
         }
     }
     /* Otherwise the connection's failure handler owns the outcome. */
-    if (hold) jet__socket_unref(s);
+    jet__socket_unref(s);
 }
 
 int jet_channel_call(jet_channel_t *ch, const ProtobufCServiceDescriptor *service,

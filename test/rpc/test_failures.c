@@ -722,6 +722,54 @@ static void test_max_concurrency(void)
     jt_server_stop(srv);
 }
 
+static void destroy_done(jet_call_t *call, void *arg)
+{
+    jet_call_destroy(call);
+    atomic_fetch_add(&((jt_counter_t *)arg)->n, 1);
+}
+
+/* An attempt may end on another thread as soon as it is linked and armed
+ * (its deadline, a connection failure and its retry on the loop) while the
+ * issuing thread is still writing it: the call must not be touched, nor the
+ * socket used without a reference, from then on. Asynchronous calls
+ * destroyed in their done callback, (1) on short connections with a
+ * deadline already due, (2) on a single connection to a port that refuses
+ * (the loop retries while the caller writes). AddressSanitizer sees any use
+ * after free; every call must end exactly once. */
+static void test_attempt_ends_while_issuing(void)
+{
+    enum { N = 10000 };
+    jet_server_t *srv = start_server_port(0, NULL, NULL);
+    JT_REQUIRE(srv);
+    int port = jet_server_listen_port(srv);
+    jet_channel_t *ch = jt_channel_open_port(port, JET_CONNECTION_SHORT, 0, 0);
+    JT_REQUIRE(ch);
+    jt_counter_t done = {0};
+    for (int i = 0; i < N; i++) {
+        jet_call_t *call = jet_call_create();
+        JT_REQUIRE(call);
+        JT_CHECK_EQ(jt_echo_call(ch, call, "due", destroy_done, &done), 0);
+    }
+    JT_CHECK(wait_count(&done, N));
+    jet_channel_destroy(ch);
+    jt_server_stop(srv);
+
+    int refused = jt_tcp_free_port();
+    ch = jt_channel_open_port(refused, JET_CONNECTION_SINGLE, 10000, 3);
+    JT_REQUIRE(ch);
+    jt_counter_t done2 = {0};
+    for (int i = 0; i < N; i++) {
+        jet_call_t *call = jet_call_create();
+        JT_REQUIRE(call);
+        JT_CHECK_EQ(jt_echo_call(ch, call, "nobody", destroy_done, &done2), 0);
+    }
+    JT_CHECK(wait_count(&done2, N));
+    jet_channel_destroy(ch);
+    usleep(100000);
+    JT_CHECK_EQ(atomic_load(&done.n), (uint32_t)N);
+    JT_CHECK_EQ(atomic_load(&done2.n), (uint32_t)N);
+}
+
 /* RPC_CASE=<substring> runs only the matching cases (for debugging). */
 #define RUN(fn)                                                                                    \
     do {                                                                                           \
@@ -743,6 +791,7 @@ int main(int argc, char **argv)
     RUN(test_many_short_connections);
     RUN(test_peer_never_answers);
     RUN(test_max_concurrency);
+    RUN(test_attempt_ends_while_issuing);
     release_held(); /* anything a failed case left behind */
     return jt_finish();
 }
