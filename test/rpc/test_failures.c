@@ -728,6 +728,16 @@ static void destroy_done(jet_call_t *call, void *arg)
     atomic_fetch_add(&((jt_counter_t *)arg)->n, 1);
 }
 
+/* n asynchronous echoes of msg on ch, each call destroyed in its done. */
+static void issue_destroyed(jet_channel_t *ch, const char *msg, int n, jt_counter_t *done)
+{
+    for (int i = 0; i < n; i++) {
+        jet_call_t *call = jet_call_create();
+        JT_REQUIRE(call);
+        JT_CHECK_EQ(jt_echo_call(ch, call, msg, destroy_done, done), 0);
+    }
+}
+
 /* An attempt may end on another thread as soon as it is linked and armed
  * (its deadline, a connection failure and its retry on the loop) while the
  * issuing thread is still writing it: the call must not be touched, nor the
@@ -745,11 +755,7 @@ static void test_attempt_ends_while_issuing(void)
     jet_channel_t *ch = jt_channel_open_port(port, JET_CONNECTION_SHORT, 0, 0);
     JT_REQUIRE(ch);
     jt_counter_t done = {0};
-    for (int i = 0; i < N; i++) {
-        jet_call_t *call = jet_call_create();
-        JT_REQUIRE(call);
-        JT_CHECK_EQ(jt_echo_call(ch, call, "due", destroy_done, &done), 0);
-    }
+    issue_destroyed(ch, "due", N, &done);
     JT_CHECK(wait_count(&done, N));
     jet_channel_destroy(ch);
     jt_server_stop(srv);
@@ -758,11 +764,7 @@ static void test_attempt_ends_while_issuing(void)
     ch = jt_channel_open_port(refused, JET_CONNECTION_SINGLE, 10000, 3);
     JT_REQUIRE(ch);
     jt_counter_t done2 = {0};
-    for (int i = 0; i < N; i++) {
-        jet_call_t *call = jet_call_create();
-        JT_REQUIRE(call);
-        JT_CHECK_EQ(jt_echo_call(ch, call, "nobody", destroy_done, &done2), 0);
-    }
+    issue_destroyed(ch, "nobody", N, &done2);
     JT_CHECK(wait_count(&done2, N));
     jet_channel_destroy(ch);
     usleep(100000);

@@ -194,18 +194,29 @@ static void test_refused_waiter_answered(void)
     JT_CHECK_EQ(jt_child_stop(&c), 0);
 }
 
+/* A polling server child and a warmed-up URMA channel to it; NULL on failure. */
+static jet_channel_t *polled_channel(jt_child_t *c)
+{
+    const char *args[] = {"--urma_use_polling=true", NULL};
+    if (jt_child_start(c, args, NULL) != 0) return NULL;
+    jet_channel_t *ch = ut_channel(c->port, JET_SOCKET_MODE_URMA, 30000, JET_CONNECTION_SINGLE);
+    if (ch && jt_echo_bytes(ch, 100, 1, "warm") != 0) {
+        jet_channel_destroy(ch);
+        ch = NULL;
+    }
+    if (!ch) jt_child_stop(c);
+    return ch;
+}
+
 /* A synchronous call keeps its own deadline while it drives the polled loop
  * (no deadline thread): a 50 ms call to a handler that sleeps 1 s ends with
  * ERPCTIMEDOUT, no sooner than its deadline, and the connection goes on (the
  * late answer is dropped). */
 static void test_sync_deadline_while_driving(void)
 {
-    const char *args[] = {"--urma_use_polling=true", NULL};
     jt_child_t c;
-    JT_REQUIRE(jt_child_start(&c, args, NULL) == 0);
-    jet_channel_t *ch = ut_channel(c.port, JET_SOCKET_MODE_URMA, 30000, JET_CONNECTION_SINGLE);
+    jet_channel_t *ch = polled_channel(&c);
     JT_REQUIRE(ch);
-    JT_CHECK_EQ(jt_echo_bytes(ch, 100, 1, "warm"), 0);
     for (int round = 0; round < 3; round++) {
         jet_call_t *call = jet_call_create();
         JT_REQUIRE(call);
@@ -231,12 +242,9 @@ static void test_sync_deadline_while_driving(void)
  * the caller goes quiet (the parked loop thread looks again). */
 static void test_deferred_reposts_return(void)
 {
-    const char *args[] = {"--urma_use_polling=true", NULL};
     jt_child_t c;
-    JT_REQUIRE(jt_child_start(&c, args, NULL) == 0);
-    jet_channel_t *ch = ut_channel(c.port, JET_SOCKET_MODE_URMA, 30000, JET_CONNECTION_SINGLE);
+    jet_channel_t *ch = polled_channel(&c);
     JT_REQUIRE(ch);
-    JT_CHECK_EQ(jt_echo_bytes(ch, 100, 1, "warm"), 0);
     int seen = 0;
     jet_urma_loop_stats_t st = {0};
     for (int i = 0; i < 50; i++) {
