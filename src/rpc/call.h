@@ -43,6 +43,9 @@ struct jet_call {
     struct jet_call *sock_next;
     bool on_sock_list;
     jet_iobuf_t req_body;        /* serialised (and compressed) request, kept for retries */
+    /* A synchronous call's plain request, packed at each attempt instead
+     * (req_body empty); NULL otherwise. Valid while the call is issued. */
+    const ProtobufCMessage *req_msg;
     uint64_t cid;
     uint32_t slot;
     int attempts;

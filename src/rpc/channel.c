@@ -355,6 +355,7 @@ static int ch_pack_request(jet_call_t *call, jet_iobuf_t *frame)
         meta.checksum_value.len = 4;
     }
     /* Body and attachment stay with the call: a retry sends them again. */
+    if (call->req_msg) return jet__baidu_pack_msg_shared(frame, &meta, call->req_msg, &call->req_att);
     return jet__baidu_pack_shared(frame, &meta, &call->req_body, &call->req_att);
 }
 
@@ -489,11 +490,22 @@ int jet_channel_call(jet_channel_t *ch, const ProtobufCServiceDescriptor *servic
         ch_notify(call);
         return 0;
     }
-    int rc = jet__encode_message(request, call->req_compress, &call->req_body);
-    if (rc == 0 && jet_iobuf_len(&call->req_body) + jet_iobuf_len(&call->req_att) > ch->max_body)
-        rc = -EMSGSIZE;
+    /* A synchronous call's request outlives the call: plain ones are packed
+     * straight into each attempt's frame, without a serialised copy kept for
+     * retries (a compressed or checksummed body is computed once). */
+    int rc = 0;
+    size_t body_len;
+    call->req_msg = !done && request && call->req_compress == 0 && !call->checksum ? request : NULL;
+    if (call->req_msg) {
+        body_len = protobuf_c_message_get_packed_size(request);
+    } else {
+        rc = jet__encode_message(request, call->req_compress, &call->req_body);
+        body_len = jet_iobuf_len(&call->req_body);
+    }
+    if (rc == 0 && body_len + jet_iobuf_len(&call->req_att) > ch->max_body) rc = -EMSGSIZE;
     if (rc == 0) rc = jet__cid_alloc(call, &call->cid);
     if (rc < 0) {
+        call->req_msg = NULL;
         call->attempts = 1;
         call->in_flight = false;
         jet__call_set_error(call, rc == -EINVAL ? JET_EREQUEST : -rc,
@@ -510,6 +522,7 @@ int jet_channel_call(jet_channel_t *ch, const ProtobufCServiceDescriptor *servic
         ch_issue(call);
         jet_call_join(call);
         jet_loop_defer_end();
+        call->req_msg = NULL; /* the caller's again */
     } else {
         ch_issue(call);
     }

@@ -449,8 +449,9 @@ static int codec_append_frame(jet_iobuf_t *out, const uint8_t *piece, size_t len
     return rc;
 }
 
-int jet__baidu_pack_msg(jet_iobuf_t *out, const Brpc__Policy__RpcMeta *meta,
-                        const ProtobufCMessage *msg, jet_iobuf_t *attachment)
+/* The attachment is moved, or shared when `share` (then never written). */
+static int codec_pack_msg(jet_iobuf_t *out, const Brpc__Policy__RpcMeta *meta,
+                          const ProtobufCMessage *msg, jet_iobuf_t *attachment, bool share)
 {
     size_t msz = msg ? protobuf_c_message_get_packed_size(msg) : 0;
     size_t meta_size = jet__meta_packed_size(meta);
@@ -460,14 +461,29 @@ int jet__baidu_pack_msg(jet_iobuf_t *out, const Brpc__Policy__RpcMeta *meta,
         jet_iobuf_t body;
         jet_iobuf_init(&body);
         int rc = msg ? jet__pb_pack_iobuf(msg, &body) : 0;
-        if (rc == 0) rc = jet__baidu_pack(out, meta, &body, attachment);
+        if (rc == 0)
+            rc = share ? jet__baidu_pack_shared(out, meta, &body, attachment)
+                       : jet__baidu_pack(out, meta, &body, attachment);
         jet_iobuf_fini(&body);
         return rc;
     }
     uint8_t piece[CODEC_STACK_FRAME];
     uint8_t *at = codec_head(piece, meta, meta_size, msz + alen);
     if (msz) protobuf_c_message_pack(msg, at);
-    return codec_append_frame(out, piece, head, attachment, false);
+    return codec_append_frame(out, piece, head, attachment, share);
+}
+
+int jet__baidu_pack_msg(jet_iobuf_t *out, const Brpc__Policy__RpcMeta *meta,
+                        const ProtobufCMessage *msg, jet_iobuf_t *attachment)
+{
+    return codec_pack_msg(out, meta, msg, attachment, false);
+}
+
+int jet__baidu_pack_msg_shared(jet_iobuf_t *out, const Brpc__Policy__RpcMeta *meta,
+                               const ProtobufCMessage *msg, const jet_iobuf_t *attachment)
+{
+    /* Shared, never written: the cast only serves the common helper. */
+    return codec_pack_msg(out, meta, msg, (jet_iobuf_t *)attachment, true);
 }
 
 int jet__baidu_pack_shared(jet_iobuf_t *out, const Brpc__Policy__RpcMeta *meta,

@@ -1190,11 +1190,12 @@ static void msg_arena_decode(void)
     free(msg);
 }
 
-/* The one-piece frames of jet__baidu_pack_msg and jet__baidu_pack_shared are
- * byte for byte what packing the message into a body and jet__baidu_pack
- * give, and pack_shared leaves body and attachment as they were: no message, small ones,
- * around the stack frame's size, with and without an attachment, and a meta
- * only protobuf-c can pack (a user field). */
+/* The one-piece frames of jet__baidu_pack_msg, jet__baidu_pack_shared and
+ * jet__baidu_pack_msg_shared are byte for byte what packing the message into
+ * a body and jet__baidu_pack give, and the shared ones leave body and
+ * attachment as they were: no message, small ones, around the stack frame's
+ * size, with and without an attachment, and a meta only protobuf-c can pack
+ * (a user field). */
 static void pack_msg_matches_pack(void)
 {
     Brpc__Policy__RpcMeta meta = BRPC__POLICY__RPC_META__INIT;
@@ -1239,6 +1240,10 @@ static void pack_msg_matches_pack(void)
                     size_t blen = jet_iobuf_len(&body), alen = jet_iobuf_len(&a2);
                     JT_CHECK_EQ(jet__baidu_pack_shared(&f3, &meta, &body, &a2), 0);
                     JT_CHECK(jet_iobuf_len(&body) == blen && jet_iobuf_len(&a2) == alen);
+                    jet_iobuf_t f4;
+                    jet_iobuf_init(&f4);
+                    JT_CHECK_EQ(jet__baidu_pack_msg_shared(&f4, &meta, m, &a2), 0);
+                    JT_CHECK(jet_iobuf_len(&a2) == alen);
                     JT_CHECK_EQ(jet__baidu_pack(&f2, &meta, &body, with_att ? &a2 : NULL), 0);
                     size_t n = jet_iobuf_len(&f2);
                     uint8_t *want = malloc(n ? n : 1);
@@ -1246,7 +1251,9 @@ static void pack_msg_matches_pack(void)
                     jet_iobuf_copy_to(&f2, want, n, 0);
                     JT_CHECK_AT("same frame", jet_iobuf_equals(&f1, want, n) == 0);
                     JT_CHECK_AT("same shared frame", jet_iobuf_equals(&f3, want, n) == 0);
+                    JT_CHECK_AT("same shared message frame", jet_iobuf_equals(&f4, want, n) == 0);
                     jet_iobuf_fini(&f3);
+                    jet_iobuf_fini(&f4);
                     JT_CHECK(jet_iobuf_empty(&a1));
                     free(want);
                     jet_iobuf_fini(&a1);
