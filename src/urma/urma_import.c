@@ -61,8 +61,8 @@ int jet__urma_import_peer(const jet_urma_ctx_t *ctx, const jet_urma_hello_t *pee
  * not hold the handshakes of the others past their deadlines; threads are
  * started when the queued jobs outnumber the idle threads, up to this many. */
 #define IMP_THREADS_MAX 4
-/* Background work (pool fills, resets) takes at most this many of them, so
- * that an import never waits for more than one background item. */
+/* Background work (pool fills, resets, destroys, closes) takes at most this
+ * many of them: the others stay for the imports that handshakes wait for. */
 #define IMP_BACKGROUND_MAX 2
 
 static pthread_mutex_t imp_lock = PTHREAD_MUTEX_INITIALIZER;
