@@ -194,17 +194,22 @@ static void ch_put_socket(jet_channel_t *ch, jet_socket_t *s)
     jet__socket_unref(s);
 }
 
+/* conn->lock held. */
+static void conn_unlink_locked(cli_conn_t *conn, jet_call_t *call)
+{
+    if (!call->on_sock_list) return;
+    if (call->sock_prev)
+        call->sock_prev->sock_next = call->sock_next;
+    else
+        conn->pending = call->sock_next;
+    if (call->sock_next) call->sock_next->sock_prev = call->sock_prev;
+    call->on_sock_list = false;
+}
+
 static void conn_unlink(cli_conn_t *conn, jet_call_t *call)
 {
     pthread_mutex_lock(&conn->lock);
-    if (call->on_sock_list) {
-        if (call->sock_prev)
-            call->sock_prev->sock_next = call->sock_next;
-        else
-            conn->pending = call->sock_next;
-        if (call->sock_next) call->sock_next->sock_prev = call->sock_prev;
-        call->on_sock_list = false;
-    }
+    conn_unlink_locked(conn, call);
     pthread_mutex_unlock(&conn->lock);
 }
 
@@ -406,11 +411,7 @@ static void ch_issue(jet_call_t *call)
          * answer (which unlinks under it before it disarms): whoever it lets
          * end the attempt finds the call linked and its socket set. */
         armed = ch_deadline_arm(call);
-        if (armed < 0) {
-            conn->pending = call->sock_next;
-            if (call->sock_next) call->sock_next->sock_prev = NULL;
-            call->on_sock_list = false;
-        }
+        if (armed < 0) conn_unlink_locked(conn, call);
     }
     pthread_mutex_unlock(&conn->lock);
     if (dead || armed < 0) {

@@ -605,11 +605,16 @@ static void ul_sizes(const jet_urma_loop_t *ul, uint32_t *sq, uint32_t *rq, uint
     *max_sge = jet__urma_send_sge(ul->ctx);
 }
 
+static bool ul_jset_fits(const jet_urma_jset_t *js, uint32_t sq, uint32_t rq, uint32_t max_sge)
+{
+    return js->sq == sq && js->rq == rq && js->max_sge == max_sge;
+}
+
 static bool ul_jset_current(const jet_urma_loop_t *ul, const jet_urma_jset_t *js)
 {
     uint32_t sq, rq, sge;
     ul_sizes(ul, &sq, &rq, &sge);
-    return js->sq == sq && js->rq == rq && js->max_sge == sge;
+    return ul_jset_fits(js, sq, rq, sge);
 }
 
 /* Any thread: a drained set back to RESET, then READY (brpc's order for
@@ -716,9 +721,11 @@ static bool ul_pool_put(jet_urma_loop_t *ul, jet_urma_jset_t *js)
  * (flags changed), then starts the next fill when the pool is short. */
 static void ul_fill_maybe(jet_urma_loop_t *ul)
 {
+    uint32_t sq, rq, sge;
+    ul_sizes(ul, &sq, &rq, &sge);
     for (jet_urma_jset_t **pp = &ul->pool; *pp;) {
         jet_urma_jset_t *js = *pp;
-        if (ul_jset_current(ul, js)) {
+        if (ul_jset_fits(js, sq, rq, sge)) {
             pp = &js->next;
             continue;
         }
@@ -736,11 +743,10 @@ void jet__urma_loop_recycle(jet_urma_loop_t *ul, jet_urma_jset_t *js)
         return;
     }
     if (ul_job_start(ul, UL_JOB_RESET, js)) return;
-    /* No import thread: done here. */
-    if (!ul_jset_reset(ul->ctx, js))
-        jet__urma_jset_destroy(ul->ctx, js);
-    else if (ul_pool_put(ul, js))
-        ul->recycled++;
+    /* No import thread: the same job, here. */
+    ul_job_t j = {.ul = ul, .kind = UL_JOB_RESET, .js = js};
+    ul_job_run(&j.w);
+    if (j.js && ul_pool_put(ul, j.js)) ul->recycled++;
 }
 
 static jet_urma_loop_t *ul_create(jet_loop_t *loop, const jet_urma_ctx_t *c)
@@ -855,7 +861,7 @@ int jet__urma_loop_attach(jet_urma_loop_t *ul, struct jet_urma_ep *ep, uint32_t 
     if (ul->nfree == 0 && ul_grow(ul) < 0) return -ENOMEM;
     jet_urma_jset_t *js = NULL, **pp = &ul->pool;
     for (; !fresh && *pp; pp = &(*pp)->next) {
-        if ((*pp)->sq == sq && (*pp)->rq == rq && (*pp)->max_sge == max_sge) {
+        if (ul_jset_fits(*pp, sq, rq, max_sge)) {
             js = *pp;
             *pp = js->next;
             ul->npool--;
