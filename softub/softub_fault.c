@@ -16,10 +16,14 @@
  * SOFTUB_FORCE_RNR         1: targets behave as if no receive were posted.
  * SOFTUB_IMPORT_DELAY_US   import_jetty/import_jfr/import_seg sleep this long
  *                          (exposes imports made on a data path).
- * SOFTUB_QUEUE_DELAY_US    create_jetty, and modify_jetty to RESET, sleep this
- *                          long (exposes queue set-up made on a data path).
+ * SOFTUB_QUEUE_DELAY_US    create_jfc, create_jetty, modify_jetty to RESET and
+ *                          delete_jetty sleep this long (exposes queue set-up
+ *                          and teardown made on a data path).
  * SOFTUB_CLOSE_DELAY_US    modify_jetty to ERROR sleeps this long (exposes a
  *                          queue teardown made on a data path).
+ * SOFTUB_CLOSE_FAIL        1: modify_jetty to ERROR fails (URMA_FAIL) after
+ *                          that sleep: a jetty that cannot be stopped, whose
+ *                          user must destroy it without a drain.
  * SOFTUB_NO_PIDFD          1: never duplicate a peer's eventfd with
  *                          pidfd_getfd; wake its progress thread through the
  *                          region doorbell instead (the fallback used when
@@ -28,9 +32,11 @@
  *                          process joins (default 1: under Yama ptrace_scope
  *                          1, peers need it for process_vm_* and
  *                          pidfd_getfd on this process). */
+#include <errno.h>
 #include <pthread.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 #include "softub_internal.h"
 
@@ -74,6 +80,7 @@ static void fault_load_once(void)
     f->import_delay_us = (uint32_t)fault_u64("SOFTUB_IMPORT_DELAY_US", 0, 60000000);
     f->queue_delay_us = (uint32_t)fault_u64("SOFTUB_QUEUE_DELAY_US", 0, 60000000);
     f->close_delay_us = (uint32_t)fault_u64("SOFTUB_CLOSE_DELAY_US", 0, 60000000);
+    f->close_fail = fault_u64("SOFTUB_CLOSE_FAIL", 0, 1) != 0;
     f->no_pidfd = fault_u64("SOFTUB_NO_PIDFD", 0, 1) != 0;
     f->ptracer_any = fault_u64("SOFTUB_PTRACER_ANY", 1, 1) != 0;
     uint64_t mb = fault_u64("SOFTUB_REGION_MB", SUB_REGION_DEFAULT >> 20, 1ull << 20);
@@ -93,4 +100,13 @@ static void fault_load_once(void)
 void softub__fault_load(void)
 {
     (void)pthread_once(&fault_once, fault_load_once);
+}
+
+void softub__fault_sleep_us(uint32_t us)
+{
+    if (us == 0)
+        return;
+    struct timespec ts = {us / 1000000, (long)(us % 1000000) * 1000};
+    while (nanosleep(&ts, &ts) != 0 && errno == EINTR)
+        ;
 }

@@ -313,6 +313,7 @@ struct sub_fault {
     uint32_t import_delay_us;
     uint32_t queue_delay_us;
     uint32_t close_delay_us;
+    int close_fail;
     int no_pidfd;
     int ptracer_any;
     uint64_t region_size;
@@ -322,6 +323,8 @@ struct sub_fault {
 };
 extern struct sub_fault softub__fault;
 void softub__fault_load(void);
+/* Sleeps us microseconds (0: returns at once): the injected delays. */
+void softub__fault_sleep_us(uint32_t us);
 
 /* A memory mapping of a peer's backing file (memfd, shm file). */
 struct sub_pmap {

@@ -222,6 +222,7 @@ SUB_API urma_jfc_t *urma_create_jfc(urma_context_t *ctx, urma_jfc_cfg_t *jfc_cfg
         errno = EINVAL;
         return NULL;
     }
+    softub__fault_sleep_us(softub__fault.queue_delay_us);
     struct sub_ctx *c = softub__ctx_check(ctx);
     if (c == NULL) {
         errno = EINVAL;

@@ -413,13 +413,6 @@ SUB_API urma_status_t urma_post_jfr_wr(urma_jfr_t *jfr, urma_jfr_wr_t *wr, urma_
 /* Jetty                                                                     */
 /* ------------------------------------------------------------------------ */
 
-static void q_sleep_us(uint32_t us)
-{
-    if (us == 0)
-        return;
-    struct timespec ts = {us / 1000000, (long)(us % 1000000) * 1000};
-    nanosleep(&ts, NULL);
-}
 
 SUB_API urma_jetty_t *urma_create_jetty(urma_context_t *ctx, urma_jetty_cfg_t *jetty_cfg)
 {
@@ -427,7 +420,7 @@ SUB_API urma_jetty_t *urma_create_jetty(urma_context_t *ctx, urma_jetty_cfg_t *j
         errno = EINVAL;
         return NULL;
     }
-    q_sleep_us(softub__fault.queue_delay_us);
+    softub__fault_sleep_us(softub__fault.queue_delay_us);
     urma_jetty_cfg_t *cfg = jetty_cfg;
     /* urma_create_jetty_check_jfc */
     struct sub_jfr *jfr = NULL;
@@ -548,6 +541,7 @@ SUB_API urma_status_t urma_delete_jetty(urma_jetty_t *jetty)
     struct sub_jetty *j = softub__jetty_check(jetty);
     if (j == NULL)
         return URMA_EINVAL;
+    softub__fault_sleep_us(softub__fault.queue_delay_us);
     if (jetty->jetty_cfg.jfs_cfg.trans_mode == URMA_TM_RC && jetty->remote_jetty != NULL) {
         SUB_INFO("Failed to delete jetty because it has remote jetty, try unbind first\n");
         return URMA_ENOPERM;
@@ -581,9 +575,12 @@ SUB_API urma_status_t urma_modify_jetty(urma_jetty_t *jetty, urma_jetty_attr_t *
     if (j == NULL || (attr->mask & JETTY_STATE) == 0)
         return URMA_EINVAL;
     if (attr->state == URMA_JETTY_STATE_RESET)
-        q_sleep_us(softub__fault.queue_delay_us);
-    if (attr->state == URMA_JETTY_STATE_ERROR)
-        q_sleep_us(softub__fault.close_delay_us);
+        softub__fault_sleep_us(softub__fault.queue_delay_us);
+    if (attr->state == URMA_JETTY_STATE_ERROR) {
+        softub__fault_sleep_us(softub__fault.close_delay_us);
+        if (softub__fault.close_fail)
+            return URMA_FAIL;
+    }
     urma_status_t rc = softub__sq_modify(&j->sq, attr->state);
     if (rc == URMA_SUCCESS)
         atomic_store(&j->sh->qstate, atomic_load(&j->sq.state));
@@ -668,7 +665,7 @@ SUB_API void urma_put_rjetty(urma_rjetty_t *rjetty)
 
 static void q_import_delay(void)
 {
-    q_sleep_us(softub__fault.import_delay_us);
+    softub__fault_sleep_us(softub__fault.import_delay_us);
 }
 
 /* Resolves a remote jetty/JFR id to its owner and descriptor. */

@@ -324,6 +324,13 @@ struct jet_urma_loop {
     jet_urma_jset_t *pool;
     uint32_t npool;
     uint32_t nfilling;   /* fill jobs on the import threads (0 or 1) */
+    uint32_t nmaking;    /* sets made for connections that found the pool empty */
+    bool cq_making;      /* the JFC (and JFCE) are being created off the loop */
+    bool cq_failed;      /* the last attempt failed: the next connection tries again */
+    /* Connections attached before the JFC existed: each gets a set made
+     * once it does (or none, when it cannot be created). */
+    struct jet_urma_ep **waiting;
+    uint32_t nwaiting;
     uint32_t nrecycling; /* closed connections' sets being reset for the pool */
     uint64_t recycled;   /* sets of closed connections reset and pooled */
     struct jet_urma_ep **eps; /* by index; NULL = free */
@@ -348,6 +355,16 @@ struct jet_urma_loop {
 };
 
 static jet_urma_loop_t *ctx_loops[CTX_MAX_LOOPS];
+
+/* The table entry of a set being destroyed without a drain: its late
+ * completions (flushes) are dropped quietly, and the index is not handed
+ * out again until the set is gone. */
+#define UL_EP_GONE ((struct jet_urma_ep *)&ctx_loops)
+
+static bool ul_ep_live(const struct jet_urma_ep *ep)
+{
+    return ep && ep != UL_EP_GONE;
+}
 
 static uint32_t ul_reserve(uint32_t sq, uint32_t rq)
 {
@@ -416,7 +433,7 @@ static void ul_dispatch(jet_urma_loop_t *ul, const urma_cr_t *cr)
         /* Built by the hardware with no user_ctx: the jetty id says whose. */
         for (uint32_t i = 0; i < ul->cap; i++) {
             jet_urma_ep_t *ep = ul->eps[i];
-            if (ep && jet__urma_ep_flush_id(ep) == cr->local_id) {
+            if (ul_ep_live(ep) && jet__urma_ep_flush_id(ep) == cr->local_id) {
                 jet__urma_ep_on_flush_done(ep);
                 return;
             }
@@ -426,7 +443,8 @@ static void ul_dispatch(jet_urma_loop_t *ul, const urma_cr_t *cr)
     if (cr->status == URMA_CR_WR_SUSPEND_DONE) return;
     uint32_t idx = jet__urma_ctx_index(cr->user_ctx);
     jet_urma_ep_t *ep = idx < ul->cap ? ul->eps[idx] : NULL;
-    if (!ep || ul->gens[idx] != jet__urma_ctx_gen(cr->user_ctx)) {
+    if (ep == UL_EP_GONE && ul->gens[idx] == jet__urma_ctx_gen(cr->user_ctx)) return;
+    if (!ul_ep_live(ep) || ul->gens[idx] != jet__urma_ctx_gen(cr->user_ctx)) {
         JET_LOG_ONCE(JET_LOG_WARN,
                      "URMA: a completion (status %d, user_ctx %#llx) names no "
                      "endpoint; ignored",
@@ -575,14 +593,22 @@ static int ul_poll_cb(jet_poller_t *p)
 
 /* ---- the prepared pool, kept off the loop ---- */
 
-/* Creating, resetting and destroying a jetty set are provider calls that
- * may take long on hardware (the kernel driver sets the queues up): the
- * import threads make them, one set per work item so that handshake imports
- * get in between, and the loop pools what comes back. The pool is filled
- * one set at a time up to urma_prepared_jetty_cnt, counting the sets on
- * their way back; a connection finds it empty only when connections arrive
- * faster than the fill, and then creates its set itself. */
-typedef enum { UL_JOB_FILL, UL_JOB_RESET, UL_JOB_DESTROY } ul_job_kind_t;
+/* Creating, resetting and destroying a jetty set, and creating the loop's
+ * JFC, are provider calls that may take long on hardware (the kernel driver
+ * sets the queues up): the import threads make them, one set per work item
+ * so that handshake imports get in between, and the loop takes what comes
+ * back. The pool is filled one set at a time up to urma_prepared_jetty_cnt,
+ * counting the sets on their way back; a connection that finds it empty
+ * (connections arriving faster than the fill, or the pool disabled) waits
+ * for a set made for it (UL_JOB_MAKE, ahead of background work), and the
+ * first connections of a loop wait for its JFC (UL_JOB_CQ). */
+typedef enum {
+    UL_JOB_FILL,
+    UL_JOB_MAKE,
+    UL_JOB_RESET,
+    UL_JOB_DESTROY,
+    UL_JOB_CQ,
+} ul_job_kind_t;
 
 typedef struct ul_job {
     jet_urma_work_t w;
@@ -590,6 +616,16 @@ typedef struct ul_job {
     ul_job_kind_t kind;
     jet_urma_jset_t *js; /* the set (a fill's once made); NULL when none or destroyed */
     uint32_t sq, rq, max_sge;
+    struct jet_urma_ep *ep; /* MAKE: the connection that waits for the set */
+    /* DESTROY of a set that did not drain: blocks released once it is gone,
+     * and its JFC share, held until then (it may still complete). */
+    jet_block_t **blocks;
+    uint32_t nblocks;
+    uint32_t share;
+    int64_t gone_idx; /* its table entry (UL_EP_GONE), or -1 */
+    urma_jfce_t *jfce; /* CQ */
+    urma_jfc_t *jfc;
+    int err; /* CQ: errno of a failure */
 } ul_job_t;
 
 static uint32_t ul_pool_want(void)
@@ -631,12 +667,43 @@ static bool ul_jset_reset(const jet_urma_ctx_t *c, jet_urma_jset_t *js)
            JET_URMA_FN(c, urma_modify_jetty)(js->jetty, &ja) == URMA_SUCCESS;
 }
 
+/* Any thread: the loop's JFC (and JFCE in event mode, the JFC armed before
+ * the first wait). False, with nothing left, when the provider refuses. */
+static bool ul_cq_create(const jet_urma_ctx_t *c, bool polling, uint32_t depth,
+                         urma_jfce_t **jfce_p, urma_jfc_t **jfc_p)
+{
+    urma_jfce_t *jfce = NULL;
+    if (!polling) {
+        jfce = JET_URMA_FN(c, urma_create_jfce)(c->uctx);
+        if (!jfce) goto err;
+    }
+    urma_jfc_cfg_t fc;
+    memset(&fc, 0, sizeof fc);
+    fc.depth = depth;
+    fc.jfce = jfce;
+    urma_jfc_t *jfc = JET_URMA_FN(c, urma_create_jfc)(c->uctx, &fc);
+    if (!jfc) goto err_delete_jfce;
+    if (!polling && JET_URMA_FN(c, urma_rearm_jfc)(jfc, false) != URMA_SUCCESS) {
+        JET_URMA_FN(c, urma_delete_jfc)(jfc);
+        goto err_delete_jfce;
+    }
+    *jfce_p = jfce;
+    *jfc_p = jfc;
+    return true;
+
+err_delete_jfce:
+    if (jfce) JET_URMA_FN(c, urma_delete_jfce)(jfce);
+err:
+    return false;
+}
+
 static void ul_job_run(jet_urma_work_t *w)
 {
     ul_job_t *j = (ul_job_t *)w;
     const jet_urma_ctx_t *c = j->ul->ctx;
     switch (j->kind) {
     case UL_JOB_FILL:
+    case UL_JOB_MAKE:
         j->js = ul_jset_create(j->ul, j->sq, j->rq, j->max_sge);
         break;
     case UL_JOB_RESET:
@@ -644,14 +711,28 @@ static void ul_job_run(jet_urma_work_t *w)
         /* A set that cannot be reset is destroyed. */
         __attribute__((fallthrough));
     case UL_JOB_DESTROY:
-        jet__urma_jset_destroy(c, j->js);
+        if (jet__urma_jset_destroy(c, j->js)) {
+            /* Gone: nothing writes into its receive buffers any more. */
+            for (uint32_t i = 0; i < j->nblocks; i++)
+                jet__block_unref(j->blocks[i]);
+        }
         j->js = NULL;
+        break;
+    case UL_JOB_CQ:
+        errno = 0;
+        if (!ul_cq_create(c, j->ul->polling, j->ul->jfc_depth, &j->jfce, &j->jfc)) {
+            j->err = errno ? errno : EIO;
+            j->jfce = NULL;
+            j->jfc = NULL;
+        }
         break;
     }
 }
 
 static void ul_fill_maybe(jet_urma_loop_t *ul);
 static bool ul_pool_put(jet_urma_loop_t *ul, jet_urma_jset_t *js);
+static void ul_poller_sync(jet_urma_loop_t *ul);
+static void ul_cq_arrived(jet_urma_loop_t *ul, urma_jfce_t *jfce, urma_jfc_t *jfc, int err);
 
 static void ul_job_done(jet_task_t *t)
 {
@@ -659,7 +740,27 @@ static void ul_job_done(jet_task_t *t)
     jet_urma_loop_t *ul = j->ul;
     ul_job_kind_t kind = j->kind;
     jet_urma_jset_t *js = j->js;
+    struct jet_urma_ep *ep = j->ep;
+    ul->jfc_used -= j->share;
+    if (j->gone_idx >= 0) {
+        ul->eps[j->gone_idx] = NULL;
+        ul->free_idx[ul->nfree++] = (uint32_t)j->gone_idx;
+    }
+    free(j->blocks);
+    if (kind == UL_JOB_CQ) {
+        urma_jfce_t *jfce = j->jfce;
+        urma_jfc_t *jfc = j->jfc;
+        int err = j->err;
+        free(j);
+        ul_cq_arrived(ul, jfce, jfc, err);
+        return;
+    }
     free(j);
+    if (kind == UL_JOB_MAKE) {
+        ul->nmaking--;
+        jet__urma_ep_set_arrived(ep, js);
+        return;
+    }
     if (kind == UL_JOB_FILL) ul->nfilling--;
     if (kind == UL_JOB_RESET) ul->nrecycling--;
     if (js && ul_pool_put(ul, js) && kind == UL_JOB_RESET) ul->recycled++;
@@ -668,32 +769,94 @@ static void ul_job_done(jet_task_t *t)
     if (kind != UL_JOB_FILL || js) ul_fill_maybe(ul);
 }
 
-/* Loop thread: hands js (NULL for a fill) to the import threads. False when
- * no thread can take it (nothing started). */
-static bool ul_job_start(jet_urma_loop_t *ul, ul_job_kind_t kind, jet_urma_jset_t *js)
+/* Loop thread: a job of kind for js (FILL, MAKE: NULL) on the import
+ * threads, its fields set by the caller before ul_job_go. NULL on -ENOMEM. */
+static ul_job_t *ul_job_new(jet_urma_loop_t *ul, ul_job_kind_t kind, jet_urma_jset_t *js)
 {
     ul_job_t *j = calloc(1, sizeof *j);
-    if (!j) return false;
+    if (!j) return NULL;
     j->ul = ul;
     j->kind = kind;
     j->js = js;
-    if (kind == UL_JOB_FILL) ul_sizes(ul, &j->sq, &j->rq, &j->max_sge);
+    j->gone_idx = -1;
+    if (kind == UL_JOB_FILL || kind == UL_JOB_MAKE) ul_sizes(ul, &j->sq, &j->rq, &j->max_sge);
     j->w.task.fn = ul_job_done;
     j->w.loop = ul->loop;
     j->w.run = ul_job_run;
+    /* A handshake waits for these. */
+    j->w.urgent = kind == UL_JOB_MAKE || kind == UL_JOB_CQ;
+    return j;
+}
+
+/* Queues j; false (j freed) when no thread can take it (nothing started). */
+static bool ul_job_go(jet_urma_loop_t *ul, ul_job_t *j)
+{
     if (jet__urma_work_start(&j->w) < 0) {
         free(j);
         return false;
     }
-    if (kind == UL_JOB_FILL) ul->nfilling++;
-    if (kind == UL_JOB_RESET) ul->nrecycling++;
+    ul->jfc_used += j->share;
+    if (j->kind == UL_JOB_FILL) ul->nfilling++;
+    if (j->kind == UL_JOB_MAKE) ul->nmaking++;
+    if (j->kind == UL_JOB_RESET) ul->nrecycling++;
+    if (j->kind == UL_JOB_CQ) ul->cq_making = true;
     return true;
+}
+
+static bool ul_job_start(jet_urma_loop_t *ul, ul_job_kind_t kind, jet_urma_jset_t *js)
+{
+    ul_job_t *j = ul_job_new(ul, kind, js);
+    return j && ul_job_go(ul, j);
 }
 
 /* Loop thread: destroys js off the loop (here when no thread can). */
 static void ul_destroy_later(jet_urma_loop_t *ul, jet_urma_jset_t *js)
 {
     if (!ul_job_start(ul, UL_JOB_DESTROY, js)) jet__urma_jset_destroy(ul->ctx, js);
+}
+
+/* Takes ep out of the table: index p, or -1 when it is not there. */
+static int64_t ul_unlist(jet_urma_loop_t *ul, struct jet_urma_ep *ep)
+{
+    for (uint32_t i = 0; i < ul->ndeferred; i++) {
+        if (ul->deferred[i] == ep) {
+            ul->deferred[i] = ul->deferred[--ul->ndeferred];
+            break;
+        }
+    }
+    for (uint32_t i = 0; i < ul->cap; i++)
+        if (ul->eps[i] == ep) return i;
+    return -1;
+}
+
+void jet__urma_loop_discard(jet_urma_loop_t *ul, struct jet_urma_ep *ep, jet_urma_jset_t *js,
+                            jet_block_t **blocks, uint32_t nblocks)
+{
+    int64_t idx = ul_unlist(ul, ep);
+    ul->nattached--;
+    ul_poller_sync(ul);
+    ul_job_t *j = ul_job_new(ul, UL_JOB_DESTROY, js);
+    if (j) {
+        j->blocks = blocks;
+        j->nblocks = nblocks;
+        /* ep's share passes to the job (ul_job_go adds it again). */
+        j->share = ul_reserve(js->sq, js->rq);
+        ul->jfc_used -= j->share;
+        j->gone_idx = idx;
+        if (idx >= 0) ul->eps[idx] = UL_EP_GONE;
+        if (ul_job_go(ul, j)) return;
+        ul->jfc_used += ul_reserve(js->sq, js->rq);
+    }
+    /* No thread: here, as the job would. */
+    ul_job_t here = {.ul = ul, .kind = UL_JOB_DESTROY, .js = js, .blocks = blocks,
+                     .nblocks = nblocks};
+    ul_job_run(&here.w);
+    free(blocks);
+    ul->jfc_used -= ul_reserve(js->sq, js->rq);
+    if (idx >= 0) {
+        ul->eps[idx] = NULL;
+        ul->free_idx[ul->nfree++] = (uint32_t)idx;
+    }
 }
 
 /* Room left in the pool, counting the sets on their way to it. */
@@ -717,6 +880,11 @@ static bool ul_pool_put(jet_urma_loop_t *ul, jet_urma_jset_t *js)
     return false;
 }
 
+void jet__urma_loop_unused(jet_urma_loop_t *ul, jet_urma_jset_t *js)
+{
+    ul_pool_put(ul, js);
+}
+
 /* Loop thread: drops pooled sets of sizes no connection asks for any more
  * (flags changed), then starts the next fill when the pool is short. */
 static void ul_fill_maybe(jet_urma_loop_t *ul)
@@ -733,7 +901,7 @@ static void ul_fill_maybe(jet_urma_loop_t *ul)
         ul->npool--;
         ul_destroy_later(ul, js);
     }
-    if (ul->nfilling == 0 && ul_pool_room(ul) > 0) ul_job_start(ul, UL_JOB_FILL, NULL);
+    if (ul->jfc && ul->nfilling == 0 && ul_pool_room(ul) > 0) ul_job_start(ul, UL_JOB_FILL, NULL);
 }
 
 void jet__urma_loop_recycle(jet_urma_loop_t *ul, jet_urma_jset_t *js)
@@ -749,6 +917,68 @@ void jet__urma_loop_recycle(jet_urma_loop_t *ul, jet_urma_jset_t *js)
     if (j.js && ul_pool_put(ul, j.js)) ul->recycled++;
 }
 
+/* Polling mode: the loop spins while it has URMA connections with queues. */
+static void ul_poller_sync(jet_urma_loop_t *ul)
+{
+    if (!ul->polling) return;
+    bool want = ul->jfc && ul->nattached > 0;
+    if (want && !ul->poller_on) jet_loop_poller_add(ul->loop, &ul->poller);
+    if (!want && ul->poller_on) jet_loop_poller_del(ul->loop, &ul->poller);
+    ul->poller_on = want;
+}
+
+/* Loop thread: a set for ep (which waits for jet__urma_ep_set_arrived),
+ * made off the loop. False when no thread can take the job. */
+static bool ul_make_for(jet_urma_loop_t *ul, struct jet_urma_ep *ep)
+{
+    ul_job_t *j = ul_job_new(ul, UL_JOB_MAKE, NULL);
+    if (!j) return false;
+    j->ep = ep;
+    return ul_job_go(ul, j);
+}
+
+/* Loop thread: the JFC job came back (jfc NULL: it failed). The waiting
+ * connections get their sets made, or learn that there is none. */
+static void ul_cq_arrived(jet_urma_loop_t *ul, urma_jfce_t *jfce, urma_jfc_t *jfc, int err)
+{
+    const jet_urma_ctx_t *c = ul->ctx;
+    ul->cq_making = false;
+    if (jfc && jfce) {
+        ul->io.fd = jfce->fd;
+        ul->io.events = EPOLLIN;
+        ul->io.cb = ul_event_cb;
+        ul->io.arg = ul;
+        ul->io.internal = true;
+        int rc = jet_loop_io_add(ul->loop, &ul->io);
+        if (rc < 0) {
+            err = -rc;
+            JET_URMA_FN(c, urma_delete_jfc)(jfc);
+            JET_URMA_FN(c, urma_delete_jfce)(jfce);
+            jfc = NULL;
+        }
+    }
+    ul->cq_failed = jfc == NULL;
+    if (jfc) {
+        ul->jfce = jfce;
+        ul->jfc = jfc;
+    } else {
+        JET_WARN("URMA: cannot create the completion queue of event loop %d: %s; its waiting "
+                 "connections use TCP",
+                 jet_loop_index(ul->loop), strerror(err ? err : EIO));
+    }
+    ul_poller_sync(ul);
+    /* Taken first: an endpoint told here may detach (and leave the list). */
+    uint32_t n = ul->nwaiting;
+    struct jet_urma_ep **eps = ul->waiting;
+    ul->nwaiting = 0;
+    for (uint32_t i = 0; i < n; i++) {
+        struct jet_urma_ep *ep = eps[i];
+        eps[i] = NULL;
+        if (!jfc || !ul_make_for(ul, ep)) jet__urma_ep_set_arrived(ep, NULL);
+    }
+    ul_fill_maybe(ul);
+}
+
 static jet_urma_loop_t *ul_create(jet_loop_t *loop, const jet_urma_ctx_t *c)
 {
     jet_urma_loop_t *ul = calloc(1, sizeof *ul);
@@ -759,42 +989,11 @@ static jet_urma_loop_t *ul_create(jet_loop_t *loop, const jet_urma_ctx_t *c)
     uint32_t depth = JET_FLAG(urma_jfc_depth) > 0 ? (uint32_t)JET_FLAG(urma_jfc_depth) : 32768;
     if (depth > c->max_jfc_depth) depth = c->max_jfc_depth;
     ul->jfc_depth = depth;
-    if (!ul->polling) {
-        ul->jfce = JET_URMA_FN(c, urma_create_jfce)(c->uctx);
-        if (!ul->jfce) goto err_free;
-    }
-    urma_jfc_cfg_t fc;
-    memset(&fc, 0, sizeof fc);
-    fc.depth = depth;
-    fc.jfce = ul->jfce;
-    ul->jfc = JET_URMA_FN(c, urma_create_jfc)(c->uctx, &fc);
-    if (!ul->jfc) goto err_delete_jfce;
-    if (!ul->polling) {
-        /* Armed before the first wait, and watched from now on. */
-        if (JET_URMA_FN(c, urma_rearm_jfc)(ul->jfc, false) != URMA_SUCCESS) goto err_delete_jfc;
-        ul->io.fd = ul->jfce->fd;
-        ul->io.events = EPOLLIN;
-        ul->io.cb = ul_event_cb;
-        ul->io.arg = ul;
-        ul->io.internal = true;
-        if (jet_loop_io_add(loop, &ul->io) < 0) goto err_delete_jfc;
-    }
     ul->poller.poll = ul_poll_cb;
     ul->poller.arg = ul;
-    /* Prepared off the loop, so that later connections do not wait for
-     * creation, and nothing of this loop waits for it now. */
-    ul_fill_maybe(ul);
+    /* The JFC is made off the loop when the first connection asks for it
+     * (jet__urma_loop_attach), then the pool is filled. */
     return ul;
-
-err_delete_jfc:
-    JET_URMA_FN(c, urma_delete_jfc)(ul->jfc);
-err_delete_jfce:
-    if (ul->jfce) JET_URMA_FN(c, urma_delete_jfce)(ul->jfce);
-err_free:
-    JET_WARN("URMA: cannot create the completion queue of event loop %d: %s", jet_loop_index(loop),
-             strerror(errno ? errno : EIO));
-    free(ul);
-    return NULL;
 }
 
 jet_urma_loop_t *jet__urma_loop_get(jet_loop_t *loop)
@@ -836,6 +1035,9 @@ static int ul_grow(jet_urma_loop_t *ul)
     struct jet_urma_ep **d = realloc(ul->deferred, ncap * sizeof *d);
     if (!d) return -ENOMEM;
     ul->deferred = d;
+    struct jet_urma_ep **wt = realloc(ul->waiting, ncap * sizeof *wt);
+    if (!wt) return -ENOMEM;
+    ul->waiting = wt;
     /* Pushed highest first so that low indices are handed out first. */
     for (uint32_t i = ncap; i > ul->cap; i--) {
         ul->eps[i - 1] = NULL;
@@ -869,23 +1071,33 @@ int jet__urma_loop_attach(jet_urma_loop_t *ul, struct jet_urma_ep *ep, uint32_t 
         }
     }
     if (pooled_p) *pooled_p = js != NULL;
-    if (!js) js = ul_jset_create(ul, sq, rq, max_sge);
-    if (!js) return -EIO;
-    js->next = NULL;
-    uint32_t idx = ul->free_idx[--ul->nfree];
+    uint32_t idx = ul->free_idx[ul->nfree - 1];
     ul->eps[idx] = ep;
+    if (js) {
+        js->next = NULL;
+    } else if (ul->jfc) {
+        /* The pool is empty: a set is made for ep off the loop. */
+        if (!ul_make_for(ul, ep)) goto err_no_thread;
+    } else {
+        /* The loop's first connection (or the last attempt failed): its
+         * JFC is made off the loop, then the set. */
+        if (!ul->cq_making && !ul_job_start(ul, UL_JOB_CQ, NULL)) goto err_no_thread;
+        ul->waiting[ul->nwaiting++] = ep;
+    }
+    ul->nfree--;
     ul->gens[idx]++;
     ul->jfc_used += need;
     ul->nattached++;
-    if (ul->polling && !ul->poller_on) {
-        jet_loop_poller_add(ul->loop, &ul->poller);
-        ul->poller_on = true;
-    }
+    ul_poller_sync(ul);
     *index_p = idx;
     *gen_p = ul->gens[idx];
     *js_p = js;
     ul_fill_maybe(ul);
-    return 0;
+    return js ? 0 : 1;
+
+err_no_thread:
+    ul->eps[idx] = NULL;
+    return -EAGAIN;
 }
 
 bool jet__urma_loop_defer(jet_urma_loop_t *ul, struct jet_urma_ep *ep)
@@ -897,26 +1109,15 @@ bool jet__urma_loop_defer(jet_urma_loop_t *ul, struct jet_urma_ep *ep)
 
 void jet__urma_loop_detach(jet_urma_loop_t *ul, struct jet_urma_ep *ep, uint32_t sq, uint32_t rq)
 {
-    for (uint32_t i = 0; i < ul->ndeferred; i++) {
-        if (ul->deferred[i] == ep) {
-            ul->deferred[i] = ul->deferred[--ul->ndeferred];
-            break;
-        }
-    }
-    for (uint32_t i = 0; i < ul->cap; i++) {
-        if (ul->eps[i] == ep) {
-            ul->eps[i] = NULL;
-            ul->free_idx[ul->nfree++] = i;
-            break;
-        }
+    int64_t idx = ul_unlist(ul, ep);
+    if (idx >= 0) {
+        ul->eps[idx] = NULL;
+        ul->free_idx[ul->nfree++] = (uint32_t)idx;
     }
     ul->jfc_used -= ul_reserve(sq, rq);
     ul->nattached--;
-    if (ul->polling && ul->poller_on && ul->nattached == 0) {
-        /* Nothing to poll: the loop may sleep again. */
-        jet_loop_poller_del(ul->loop, &ul->poller);
-        ul->poller_on = false;
-    }
+    /* Nothing to poll: the loop may sleep again. */
+    ul_poller_sync(ul);
 }
 
 void jet__urma_loop_stats(jet_urma_loop_t *ul, jet_urma_loop_stats_t *out)
@@ -933,7 +1134,7 @@ void jet__urma_loop_stats(jet_urma_loop_t *ul, jet_urma_loop_stats_t *out)
     out->deferred = ul->ndeferred;
     out->recv_held = 0;
     for (uint32_t i = 0; i < ul->cap; i++)
-        if (ul->eps[i]) out->recv_held += jet__urma_ep_held(ul->eps[i]);
+        if (ul_ep_live(ul->eps[i])) out->recv_held += jet__urma_ep_held(ul->eps[i]);
     out->c = ul->counters;
 }
 

@@ -10,16 +10,19 @@
  * server then runs over TCP. Never torn down (liburma may not be unloaded
  * while blocks registered with it can still be referenced).
  *
- * Per event loop (jet_urma_loop_t, created on the loop's own thread when it
- * first carries a URMA connection): one JFC shared by every connection of
+ * Per event loop (jet_urma_loop_t, allocated on the loop's own thread when
+ * it first carries a URMA connection): one JFC shared by every connection of
  * the loop, sized by urma_jfc_depth (capped by the device); in event mode
  * one JFCE whose fd is a jet_io of the loop (wait -> ack -> poll -> rearm ->
  * poll), in polling mode a jet_poller of the loop instead (registered while
- * the loop has URMA connections); a pool of prepared jetty sets (JFR + jetty
- * on the loop JFC), taken by endpoints and returned after a reset; and the
- * endpoint table that maps a completion's user_ctx to its endpoint. All of
- * it is touched only on that loop's thread: completions of a connection are
- * handled on the thread that owns its socket, with no hop.
+ * the loop has URMA connections with queues); a pool of prepared jetty sets
+ * (JFR + jetty on the loop JFC), taken by endpoints and returned after a
+ * reset; and the endpoint table that maps a completion's user_ctx to its
+ * endpoint. All of it is touched only on that loop's thread: completions of
+ * a connection are handled on the thread that owns its socket, with no hop.
+ * The provider calls that may block (creating the JFC, creating, resetting
+ * and destroying sets) run on the import threads (urma_import.h); a
+ * connection that needs one waits for its result without holding the loop.
  *
  * Capacity: every endpoint reserves sq + rq + 4 entries of the loop JFC
  * (flush completions included); when the JFC is full a new connection of
@@ -31,6 +34,7 @@
 #include <stdint.h>
 
 #include "event/loop.h"
+#include "iobuf/block_pool.h"
 #include "jetrpc/flags.h"
 #include "urma/urma_api.h"
 #include "urma/urma_loader.h"
@@ -106,18 +110,22 @@ typedef struct jet_urma_jset {
     struct jet_urma_jset *next;
 } jet_urma_jset_t;
 
-/* The resources of loop (created on first use), or NULL when they cannot
- * be created (logged once per loop). */
+/* The resources of loop (allocated on first use; its JFC is made when the
+ * first connection attaches), or NULL when URMA is unavailable or memory
+ * is short. */
 jet_urma_loop_t *jet__urma_loop_get(jet_loop_t *loop);
 /* The resources of loop if they exist (never creates them). */
 jet_urma_loop_t *jet__urma_loop_peek(jet_loop_t *loop);
 
 /* Attaches ep: reserves its JFC share, gives it a table index and a
  * generation (*index_p, *gen_p, used in every user_ctx) and a jetty set of
- * the current flag sizes: a prepared one from the pool, unless `fresh`
- * (then a new one is created). *pooled_p (optional) tells which it got.
- * -EBUSY when the loop JFC is full, -ENOMEM, or -EIO when a set cannot be
- * created. */
+ * the current flag sizes. 0: *js_p is a prepared set from the pool (unless
+ * `fresh`, which skips the pool). 1: the pool had none (or the loop has no
+ * JFC yet): *js_p is NULL, a set is made for ep off the loop, and
+ * jet__urma_ep_set_arrived(ep, set or NULL) runs later on this thread (never
+ * before this returns). *pooled_p (optional) tells whether a pooled set was
+ * taken. -EBUSY when the loop JFC is full, -ENOMEM, -EAGAIN when no import
+ * thread can be started. */
 int jet__urma_loop_attach(jet_urma_loop_t *ul, struct jet_urma_ep *ep, uint32_t sq, uint32_t rq,
                           uint32_t max_sge, bool fresh, uint32_t *index_p, uint8_t *gen_p,
                           jet_urma_jset_t **js_p, bool *pooled_p);
@@ -134,6 +142,17 @@ bool jet__urma_loop_defer(jet_urma_loop_t *ul, struct jet_urma_ep *ep);
  * complete), is reset to READY on the import threads and pooled when it
  * comes back; destroyed when the reset fails or the pool is full. */
 void jet__urma_loop_recycle(jet_urma_loop_t *ul, jet_urma_jset_t *js);
+/* Loop thread: js was made for a connection that closed before it came
+ * (never used, READY): pooled, or destroyed off the loop. */
+void jet__urma_loop_unused(jet_urma_loop_t *ul, jet_urma_jset_t *js);
+/* Loop thread: ep's set js did not drain (buffers may still be written,
+ * completions may still come): ep is detached at once, js destroyed on the
+ * import threads, and then blocks (n entries, a malloc'd array taken over;
+ * may be NULL) are released; they are leaked with it when the provider
+ * refuses. Until it is gone, ep's JFC share stays reserved and its table
+ * entry is kept, so that late completions are dropped quietly. */
+void jet__urma_loop_discard(jet_urma_loop_t *ul, struct jet_urma_ep *ep, jet_urma_jset_t *js,
+                            jet_block_t **blocks, uint32_t nblocks);
 /* Destroys a set (its queues must hold no buffer the caller still needs).
  * Returns false when the provider refused (the set is then leaked). */
 bool jet__urma_jset_destroy(const jet_urma_ctx_t *ctx, jet_urma_jset_t *js);

@@ -24,7 +24,8 @@ struct jet_urma_ep {
     const jet_urma_ctx_t *ctx;
     jet_urma_loop_t *ul;
     jet_socket_t *s; /* NULL once closed */
-    jet_urma_jset_t *js;
+    jet_urma_jset_t *js; /* NULL while awaited, or when none came */
+    jet_urma_ep_ready_t ready;
     urma_target_jetty_t *tjetty;
     urma_target_seg_t *tseg;
     uint32_t index;
@@ -45,6 +46,7 @@ struct jet_urma_ep {
     bool sq_flushed;
     bool fail_logged;
     bool no_reuse; /* the provider refused a receive: the set is not recycled */
+    bool awaiting; /* its set is being made off the loop */
 
     /* shared by the writer thread (takes) and the loop (gives back) */
     _Atomic int32_t sq_window;
@@ -134,7 +136,23 @@ static void ep_free_arrays(jet_urma_ep_t *ep)
     free(ep->repost);
 }
 
-static int ep_create(jet_socket_t *s, bool fresh, bool *pooled_p, jet_urma_ep_t **ep_p)
+/* Posts the whole receive queue of a new set. */
+static int ep_post_all(jet_urma_ep_t *ep)
+{
+    for (uint32_t i = 0; i < ep->rq; i++) {
+        jet_block_t *b = jet__block_alloc(ep->recv_size);
+        int rc = b ? ep_post_recv(ep, i, b) : -ENOMEM;
+        if (rc < 0) {
+            if (b) jet__block_unref(b);
+            JET_LOG_ONCE(JET_LOG_WARN, "URMA: cannot post the receive queue: %s", jet_strerror(rc));
+            return rc;
+        }
+    }
+    return 0;
+}
+
+static int ep_create(jet_socket_t *s, jet_urma_ep_ready_t ready, bool fresh, bool *pooled_p,
+                     jet_urma_ep_t **ep_p)
 {
     const jet_urma_ctx_t *ctx = jet__urma_ctx_get();
     if (!ctx) return -ENOTSUP;
@@ -144,6 +162,7 @@ static int ep_create(jet_socket_t *s, bool fresh, bool *pooled_p, jet_urma_ep_t 
     if (!ep) return -ENOMEM;
     ep->ctx = ctx;
     ep->ul = ul;
+    ep->ready = ready;
     ep->cnt = jet__urma_loop_counters(ul);
     jet__urma_queue_sizes(ctx, &ep->sq, &ep->rq);
     ep->max_sge = jet__urma_send_sge(ctx);
@@ -163,35 +182,57 @@ static int ep_create(jet_socket_t *s, bool fresh, bool *pooled_p, jet_urma_ep_t 
         free(ep);
         return rc;
     }
-    for (uint32_t i = 0; i < ep->rq; i++) {
-        jet_block_t *b = jet__block_alloc(ep->recv_size);
-        rc = b ? ep_post_recv(ep, i, b) : -ENOMEM;
-        if (rc < 0) {
-            if (b) jet__block_unref(b);
-            JET_LOG_ONCE(JET_LOG_WARN, "URMA: cannot post the receive queue: %s", jet_strerror(rc));
-            /* What was posted comes back through the flush. */
-            jet__urma_ep_close(ep);
-            return rc;
-        }
-    }
     ep->s = s;
     *ep_p = ep;
+    if (rc == 1) {
+        ep->awaiting = true;
+        return 1;
+    }
+    rc = ep_post_all(ep);
+    if (rc < 0) {
+        /* What was posted comes back through the flush. */
+        jet__urma_ep_close(ep);
+        *ep_p = NULL;
+        return rc;
+    }
     return 0;
 }
 
-int jet__urma_ep_create(jet_socket_t *s, jet_urma_ep_t **ep_p)
+int jet__urma_ep_create(jet_socket_t *s, jet_urma_ep_ready_t ready, jet_urma_ep_t **ep_p)
 {
     bool pooled = false;
-    int rc = ep_create(s, false, &pooled, ep_p);
+    int rc = ep_create(s, ready, false, &pooled, ep_p);
     if (rc == -EIO && pooled) {
         /* The prepared set refused its receive queue and is dropped when it
          * has drained (no_reuse): one bad set must not send this and every
          * later connection of the loop over TCP. */
         JET_LOG_ONCE(JET_LOG_WARN, "URMA: a prepared jetty set refused its receive queue: "
                                    "dropped, the connection uses a new one");
-        rc = ep_create(s, true, NULL, ep_p);
+        rc = ep_create(s, ready, true, NULL, ep_p);
     }
     return rc;
+}
+
+void jet__urma_ep_set_arrived(jet_urma_ep_t *ep, jet_urma_jset_t *js)
+{
+    ep->awaiting = false;
+    ep->js = js;
+    if (!ep->s) {
+        /* Closed meanwhile: the set was never used. */
+        if (js) {
+            ep->js = NULL;
+            jet__urma_loop_detach(ep->ul, ep, ep->sq, ep->rq);
+            jet__urma_loop_unused(ep->ul, js);
+            ep_free_arrays(ep);
+            free(ep);
+            return;
+        }
+        ep_finish(ep, false);
+        return;
+    }
+    int rc = js ? ep_post_all(ep) : -EIO;
+    /* The transport closes ep on an error; the socket may be gone after. */
+    ep->ready(ep->s, rc);
 }
 
 void jet__urma_ep_hello(const jet_urma_ep_t *ep, int version, jet_urma_hello_t *h)
@@ -703,7 +744,7 @@ void jet__urma_ep_batch_end(jet_urma_ep_t *ep)
 
 uint32_t jet__urma_ep_flush_id(const jet_urma_ep_t *ep)
 {
-    return ep->draining && !ep->sq_flushed ? ep->js->jetty->jetty_id.id : 0;
+    return ep->js && ep->draining && !ep->sq_flushed ? ep->js->jetty->jetty_id.id : 0;
 }
 
 void jet__urma_ep_on_flush_done(jet_urma_ep_t *ep)
@@ -784,6 +825,11 @@ void jet__urma_ep_close(jet_urma_ep_t *ep)
     ep->want_wake = false;
     if (ep->draining) return;
     ep->draining = true;
+    if (ep->awaiting) return; /* ended when its set comes (jet__urma_ep_set_arrived) */
+    if (!ep->js) {
+        ep_finish(ep, false); /* no set came: nothing was posted */
+        return;
+    }
     ep->close_pending = true;
     /* The move to ERROR is a kernel call on hardware: on an import thread,
      * while the loop serves the others (the endpoint, draining, drops what
@@ -805,6 +851,39 @@ void jet__urma_ep_close(jet_urma_ep_t *ep)
     ep_in_error(ep, jetty_ok, jfr_ok);
 }
 
+/* Loop thread, a set that did not drain: the blocks its queues may still
+ * use (posted receives, sends not completed), taken out of ep into a new
+ * array (*v_p, *n_p entries; NULL and 0 when there are none). False when
+ * memory is short: they stay in ep. */
+static bool ep_take_busy(jet_urma_ep_t *ep, jet_block_t ***v_p, uint32_t *n_p)
+{
+    uint32_t head = atomic_load_explicit(&ep->head, memory_order_acquire), n = 0;
+    for (uint32_t q = ep->tail; q != head; q++)
+        n += ep->slot_n[q % ep->sq];
+    for (uint32_t i = 0; i < ep->rq; i++)
+        n += ep->rbufs[i] != NULL;
+    *v_p = NULL;
+    *n_p = 0;
+    if (n == 0) return true;
+    jet_block_t **v = malloc(n * sizeof *v);
+    if (!v) return false;
+    *v_p = v;
+    for (; ep->tail != head; ep->tail++) {
+        uint32_t slot = ep->tail % ep->sq;
+        jet_block_t **blk = ep->slot_blk + (size_t)slot * ep->max_sge;
+        for (uint32_t k = 0; k < ep->slot_n[slot]; k++) {
+            v[(*n_p)++] = blk[k];
+            blk[k] = NULL;
+        }
+        ep->slot_n[slot] = 0;
+    }
+    for (uint32_t i = 0; i < ep->rq; i++) {
+        if (ep->rbufs[i]) v[(*n_p)++] = ep->rbufs[i];
+        ep->rbufs[i] = NULL;
+    }
+    return true;
+}
+
 static void ep_finish(jet_urma_ep_t *ep, bool reuse)
 {
     const jet_urma_ctx_t *ctx = ep->ctx;
@@ -818,19 +897,30 @@ static void ep_finish(jet_urma_ep_t *ep, bool reuse)
     ep->tjetty = NULL;
     ep->tseg = NULL;
     jet_urma_jset_t *js = ep->js;
-    uint32_t sq = js->sq, rq = js->rq;
+    ep->js = NULL;
     bool quiet = reuse && !ep->no_reuse && ep->posted == 0 && ep->sq_flushed;
-    if (quiet) {
+    if (js && quiet) {
         /* Drained: nothing can complete or be written any more; the set is
          * reset for the pool off the loop. */
-        jet__urma_loop_detach(ul, ep, sq, rq);
+        jet__urma_loop_detach(ul, ep, ep->sq, ep->rq);
         jet__urma_loop_recycle(ul, js);
+    } else if (js) {
+        /* Buffers still posted may be written, and sends read, until the
+         * queues are gone: they go with the set to its destruction, off the
+         * loop (here when memory is short). */
+        uint32_t n = 0;
+        jet_block_t **busy = NULL;
+        if (ep_take_busy(ep, &busy, &n)) {
+            jet__urma_loop_discard(ul, ep, js, busy, n);
+            quiet = true; /* what is left in ep is not the queues' */
+        } else {
+            quiet = jet__urma_jset_destroy(ctx, js);
+            jet__urma_loop_detach(ul, ep, ep->sq, ep->rq);
+        }
     } else {
-        /* Buffers still posted may be written until the queues are gone. */
-        quiet = jet__urma_jset_destroy(ctx, js);
-        jet__urma_loop_detach(ul, ep, sq, rq);
+        jet__urma_loop_detach(ul, ep, ep->sq, ep->rq);
+        quiet = true; /* no set ever came: nothing was posted */
     }
-    ep->js = NULL;
     ep_release_all(ep);
     for (uint32_t i = 0; i < ep->rq; i++) {
         if (ep->held[i]) jet__block_unref(ep->held[i]); /* never posted again */
@@ -848,7 +938,7 @@ int jet__urma_ep_debug(const jet_urma_ep_t *ep, char *buf, size_t len)
     return snprintf(buf, len,
                     "jetty=%u peer_jetty=%u sq_win=%d rq_win=%d imm=%d credits=%u posted=%u "
                     "inflight=%u cap=%u/%u piggyback=%d",
-                    ep->js->jetty->jetty_id.id, ep->peer_jetty, atomic_load(&ep->sq_window),
+                    ep->js ? ep->js->jetty->jetty_id.id : 0, ep->peer_jetty, atomic_load(&ep->sq_window),
                     atomic_load(&ep->rq_window), atomic_load(&ep->imm_slots),
                     atomic_load(&ep->credits), ep->posted, atomic_load(&ep->head) - ep->tail,
                     ep->local_cap, ep->remote_cap, ep->piggyback);

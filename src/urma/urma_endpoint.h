@@ -45,13 +45,22 @@
 #include "urma/urma_handshake.h"
 
 struct jet_socket;
+struct jet_urma_jset;
 typedef struct jet_urma_ep jet_urma_ep_t;
+
+/* Loop thread of s: what a pending jet__urma_ep_create tells its socket,
+ * on that thread: 0 when the endpoint has its set and its receive queue
+ * posted (the hello may go), else a negative code (the caller closes the
+ * endpoint and falls back to TCP). Not called once the endpoint is closed. */
+typedef void (*jet_urma_ep_ready_t)(struct jet_socket *s, int rc);
 
 /* Loop thread of s. Takes a jetty set of s's loop and posts the whole
  * receive queue (brpc posts before sending its hello: the peer may send as
- * soon as it has imported). -EBUSY/-ENOMEM/-EIO: URMA cannot be used for
- * this connection (the caller falls back to TCP). */
-int jet__urma_ep_create(struct jet_socket *s, jet_urma_ep_t **ep_p);
+ * soon as it has imported). 0: ready. 1: the loop has no set ready (its
+ * pool is empty, or it has no completion queue yet): one is made off the
+ * loop, *ep_p is set, and ready(s, rc) follows. -EBUSY/-ENOMEM/-EIO/-EAGAIN:
+ * URMA cannot be used for this connection (the caller falls back to TCP). */
+int jet__urma_ep_create(struct jet_socket *s, jet_urma_ep_ready_t ready, jet_urma_ep_t **ep_p);
 
 /* Fills the hello this side sends (version 2 or 3). */
 void jet__urma_ep_hello(const jet_urma_ep_t *ep, int version, jet_urma_hello_t *h);
@@ -74,10 +83,11 @@ ssize_t jet__urma_ep_cut(jet_urma_ep_t *ep, jet_iobuf_t *const *bufs, int n);
 int jet__urma_ep_wait_writable(jet_urma_ep_t *ep);
 
 /* Loop thread: the socket is gone for the endpoint (failed, or URMA was not
- * agreed). Stops the queues (jetty and JFR to ERROR), lets the flush
- * completions return every buffer, then resets the jetty set for reuse (or
- * destroys it) and frees the endpoint. No writer may be inside
- * jet__urma_ep_cut. */
+ * agreed). Stops the queues (jetty and JFR to ERROR, off the loop), lets the
+ * flush completions return every buffer, then resets the jetty set for
+ * reuse (or destroys it, off the loop) and frees the endpoint; an endpoint
+ * whose set is still being made ends when it comes (the set is pooled). No
+ * writer may be inside jet__urma_ep_cut. */
 void jet__urma_ep_close(jet_urma_ep_t *ep);
 
 int jet__urma_ep_debug(const jet_urma_ep_t *ep, char *buf, size_t len);
@@ -112,6 +122,10 @@ static inline uint32_t jet__urma_ctx_value(uint64_t c)
 {
     return (uint32_t)c & JET_URMA_CTX_VALUE_MASK;
 }
+
+/* The set made for ep (jet__urma_loop_attach returned 1) came back, or
+ * NULL: none could be made. May free ep. */
+void jet__urma_ep_set_arrived(jet_urma_ep_t *ep, struct jet_urma_jset *js);
 
 /* One completion of ep. Returns true when ep needs jet__urma_ep_batch_end
  * after this poll batch (the first time it is touched in the batch). ep may

@@ -19,6 +19,9 @@ _Static_assert(JET_URMA_ACK_LEN == JET_HELLO_ACK_LEN, "URMA ACK length");
 typedef struct urma_ts {
     jet_hello_ts_t h; /* first: s->tstate is both */
     jet_urma_ep_t *ep;
+    /* Server: the client's hello, kept while the endpoint waits for its
+     * set (then imported). */
+    jet_urma_hello_t peer;
 } urma_ts_t;
 
 static const jet_hello_ops_t ut_hello_ops;
@@ -87,11 +90,48 @@ static int ut_go_on(jet_socket_t *s, jet_hello_ts_t *h)
 
 /* ---- client ------------------------------------------------------------------- */
 
+/* Client: our hello, once the endpoint has its set. 1, or a negative code. */
+static int ut_client_hello(jet_socket_t *s, urma_ts_t *ts)
+{
+    jet_urma_hello_t h;
+    uint8_t buf[UT_HELLO_MAX];
+    jet__urma_ep_hello(ts->ep, JET_FLAG(urma_client_handshake_version) == 3 ? 3 : 2, &h);
+    int n = jet__urma_hello_pack(&h, buf, sizeof buf);
+    int rc = n < 0 ? n : jet__hello_send(s, buf, (size_t)n);
+    if (rc < 0) return rc; /* the endpoint goes with the socket (close) */
+    ts->h.hs = JET_HELLO_HS_C_HELLO_WAIT;
+    jet__hello_timer_start(s, &ts->h);
+    return 1;
+}
+
+static void ut_server_import(jet_socket_t *s, urma_ts_t *ts, int rc);
+
+/* A pending endpoint is ready (rc 0) or has no set (rc < 0). */
+static void ut_ep_ready(jet_socket_t *s, int rc)
+{
+    urma_ts_t *ts = s->tstate;
+    if (jet__socket_failed(s)) return; /* its close ends the endpoint */
+    if (s->is_server_side) {
+        ut_server_import(s, ts, rc);
+        jet__hello_server_answered(s, &ts->h);
+        return;
+    }
+    if (rc == 0) {
+        rc = ut_client_hello(s, ts);
+        if (rc < 0) jet__socket_set_failed(s, rc);
+        return;
+    }
+    JET_INFO("URMA: no resources for a connection to %s (%s): using TCP", s->peer,
+             jet_strerror(rc));
+    jet__hello_go_off(s, &ts->h); /* drops the endpoint; no hello was sent */
+    if (!jet__socket_failed(s)) jet__socket_connected(s, 0);
+}
+
 static int ut_connect(jet_socket_t *s)
 {
     urma_ts_t *ts = s->tstate;
     if (atomic_load(&ts->h.mode) == JET_HELLO_OFF) return 0;
-    int rc = jet__urma_ep_create(s, &ts->ep);
+    int rc = jet__urma_ep_create(s, ut_ep_ready, &ts->ep);
     if (rc < 0) {
         JET_INFO("URMA: no resources for a connection to %s (%s): using TCP", s->peer,
                  jet_strerror(rc));
@@ -99,15 +139,13 @@ static int ut_connect(jet_socket_t *s)
         atomic_store(&ts->h.mode, JET_HELLO_OFF);
         return 0; /* no hello: the server sees a plain TCP client */
     }
-    jet_urma_hello_t h;
-    uint8_t buf[UT_HELLO_MAX];
-    jet__urma_ep_hello(ts->ep, JET_FLAG(urma_client_handshake_version) == 3 ? 3 : 2, &h);
-    int n = jet__urma_hello_pack(&h, buf, sizeof buf);
-    rc = n < 0 ? n : jet__hello_send(s, buf, (size_t)n);
-    if (rc < 0) return rc; /* the endpoint goes with the socket (close) */
-    ts->h.hs = JET_HELLO_HS_C_HELLO_WAIT;
-    jet__hello_timer_start(s, &ts->h);
-    return 1;
+    if (rc == 1) {
+        /* The set is made off the loop: the hello follows (ut_ep_ready). */
+        ts->h.hs = JET_HELLO_HS_PENDING;
+        jet__hello_timer_start(s, &ts->h);
+        return 1;
+    }
+    return ut_client_hello(s, ts);
 }
 
 /* The import for the connection of job->s, on its loop; job->tag is the
@@ -235,21 +273,35 @@ static void ut_server_imported(jet_urma_import_t *job)
     jet__urma_import_free(job); /* last: its reference keeps s alive until here */
 }
 
-static void ut_server_answer(jet_socket_t *s, urma_ts_t *ts, const jet_urma_hello_t *peer)
+/* Server, the endpoint ready (rc 0): the client's jetty is imported off
+ * the loop, then answered (ut_server_imported). Else declined, over TCP. */
+static void ut_server_import(jet_socket_t *s, urma_ts_t *ts, int rc)
 {
-    int rc = jet__urma_ep_create(s, &ts->ep);
     if (rc == 0) {
-        rc = jet__urma_import_start(s, ts->ep, peer, ut_server_imported);
+        rc = jet__urma_import_start(s, ts->ep, &ts->peer, ut_server_imported);
         if (rc == 0) {
             ts->h.hs = JET_HELLO_HS_PENDING;
             return;
         }
-        jet__urma_ep_close(ts->ep);
     }
+    if (ts->ep) jet__urma_ep_close(ts->ep);
     ts->ep = NULL;
     JET_INFO("URMA: no resources for the connection from %s (%s): declined, using TCP", s->peer,
              jet_strerror(rc));
-    ut_server_decline(s, ts, peer->version);
+    ut_server_decline(s, ts, ts->peer.version);
+}
+
+static void ut_server_answer(jet_socket_t *s, urma_ts_t *ts, const jet_urma_hello_t *peer)
+{
+    ts->peer = *peer;
+    int rc = jet__urma_ep_create(s, ut_ep_ready, &ts->ep);
+    if (rc == 1) {
+        /* The set is made off the loop; the import follows (ut_ep_ready). */
+        ts->h.hs = JET_HELLO_HS_PENDING;
+        return;
+    }
+    if (rc < 0) ts->ep = NULL;
+    ut_server_import(s, ts, rc);
 }
 
 static int ut_server_hello(jet_socket_t *s, jet_hello_ts_t *hts)

@@ -337,8 +337,14 @@ static void test_pool_filled_off_loop(void)
     JT_CHECK_EQ(jt_child_stop(&c), 0);
 }
 
-/* The server's "pool" answer: its pooled jetty sets and those recycled. */
-static bool child_pool(jet_channel_t *ch, unsigned *pooled, unsigned long long *recycled)
+/* The server's "pool" answer (urma_test.h). */
+typedef struct child_stats {
+    unsigned pooled, endpoints;
+    unsigned long long recycled;
+    size_t blocks;
+} child_stats_t;
+
+static bool child_pool(jet_channel_t *ch, child_stats_t *st)
 {
     jet_call_t *call = jet_call_create();
     if (!call) return false;
@@ -348,7 +354,9 @@ static bool child_pool(jet_channel_t *ch, unsigned *pooled, unsigned long long *
                                NULL) == 0 &&
               !jet_call_failed(call);
     const Example__EchoResponse *resp = (const Example__EchoResponse *)jet_call_response(call);
-    ok = ok && resp && sscanf(resp->message, "%u %llu", pooled, recycled) == 2;
+    ok = ok && resp &&
+         sscanf(resp->message, "%u %llu %u %zu", &st->pooled, &st->recycled, &st->endpoints,
+                &st->blocks) == 4;
     jet_call_destroy(call);
     return ok;
 }
@@ -368,22 +376,21 @@ static void test_closed_sets_recycled(void)
     jet_channel_t *a = channel(c.port, 30000, 0);
     JT_REQUIRE(a);
     JT_CHECK_EQ(jt_echo_bytes(a, 1000, 1, "warm"), 0);
-    unsigned pooled = 0;
-    unsigned long long recycled = 0;
-    JT_CHECK(JT_WAIT_UNTIL(child_pool(a, &pooled, &recycled) && pooled == 2, 30000000));
-    JT_CHECK_EQ(recycled, 0ull);
+    child_stats_t st = {0};
+    JT_CHECK(JT_WAIT_UNTIL(child_pool(a, &st) && st.pooled == 2, 30000000));
+    JT_CHECK_EQ(st.recycled, 0ull);
     jet_channel_t *b = channel(c.port, 30000, 0), *d = channel(c.port, 30000, 0);
     JT_REQUIRE(b && d);
     JT_CHECK_EQ(jt_echo_bytes(b, 1000, 2, "b"), 0);
     JT_CHECK_EQ(jt_echo_bytes(d, 1000, 3, "d"), 0);
     jet_channel_destroy(b);
     jet_channel_destroy(d);
-    JT_CHECK(JT_WAIT_UNTIL(child_pool(a, &pooled, &recycled) && recycled >= 1, 30000000));
+    JT_CHECK(JT_WAIT_UNTIL(child_pool(a, &st) && st.recycled >= 1, 30000000));
     usleep(5000000); /* whatever else was on its way has arrived */
-    JT_CHECK(child_pool(a, &pooled, &recycled));
-    fprintf(stderr, "  pooled %u, recycled %llu\n", pooled, recycled);
-    JT_CHECK_EQ(pooled, 2u);
-    JT_CHECK_EQ(recycled, 1ull);
+    JT_CHECK(child_pool(a, &st));
+    fprintf(stderr, "  pooled %u, recycled %llu\n", st.pooled, st.recycled);
+    JT_CHECK_EQ(st.pooled, 2u);
+    JT_CHECK_EQ(st.recycled, 1ull);
     jet_channel_destroy(a);
     JT_CHECK_EQ(jt_child_stop(&c), 0);
 }
@@ -457,6 +464,140 @@ static void test_concurrent_slow_imports(void)
     JT_CHECK_EQ(jt_child_stop(&c), 0);
 }
 
+/* Answers received over URMA by this process so far. */
+static uint64_t urma_answers(void)
+{
+    jet_urma_loop_stats_t st = ut_urma_totals(NULL);
+    return st.c.recv_copied + st.c.recv_zerocopy;
+}
+
+/* Queues are made off the loop: a server with one event loop and no
+ * prepared pool makes its loop's completion queue (400 ms here) and every
+ * connection's jetty set (400 ms each) on the import threads, and keeps
+ * answering an established connection at full speed while three
+ * connections open at once; all of them run over URMA. The client, its
+ * pool disabled too, makes its sets the same way. */
+static void test_sets_made_off_loop(void)
+{
+    enum { DELAY_MS = 400, N = 3 };
+    const char *envs[] = {"SOFTUB_QUEUE_DELAY_US=400000", "JETRPC_EVENT_LOOP_NUM=1",
+                          "JETRPC_URMA_PREPARED_JETTY_CNT=0", NULL};
+    jt_child_t c;
+    JT_REQUIRE(jt_child_start(&c, NULL, envs) == 0);
+    JT_REQUIRE(jet_flag_set("urma_prepared_jetty_cnt", "0") == 0);
+    jet_channel_t *a = channel(c.port, 30000, 0);
+    JT_REQUIRE(a);
+    int64_t t0 = (int64_t)jt_now_us();
+    JT_CHECK_EQ(jt_echo_bytes(a, 1000, 1, "warm"), 0);
+    int64_t first_us = (int64_t)jt_now_us() - t0;
+    gap_arg_t g = {.ch = a};
+    pthread_t th;
+    JT_REQUIRE(pthread_create(&th, NULL, gap_main, &g) == 0);
+    JT_WAIT_UNTIL(atomic_load(&g.calls) >= 100, 20000000);
+    atomic_store(&g.worst_us, 0);
+    jet_channel_t *ch[N];
+    jet_call_t *call[N];
+    Example__EchoRequest req = EXAMPLE__ECHO_REQUEST__INIT;
+    req.message = "together";
+    for (int i = 0; i < N; i++) {
+        ch[i] = channel(c.port, 30000, 0);
+        call[i] = jet_call_create();
+        JT_REQUIRE(ch[i] && call[i]);
+    }
+    t0 = (int64_t)jt_now_us();
+    for (int i = 0; i < N; i++)
+        JT_CHECK_EQ(jet_channel_call(ch[i], &example__echo_service__descriptor, 0, call[i],
+                                     &req.base, noop_done, NULL),
+                    0);
+    for (int i = 0; i < N; i++) {
+        jet_call_join(call[i]);
+        JT_CHECK_AT(jet_call_error_text(call[i]), !jet_call_failed(call[i]));
+    }
+    int64_t open_us = (int64_t)jt_now_us() - t0;
+    atomic_store(&g.stop, true);
+    pthread_join(th, NULL);
+    int64_t worst = atomic_load(&g.worst_us);
+    uint64_t before = urma_answers();
+    for (int i = 0; i < N; i++)
+        JT_CHECK_EQ(jt_echo_bytes(ch[i], 1000, (uint64_t)i, "again"), 0);
+    uint64_t got = urma_answers() - before;
+    child_stats_t st = {.pooled = 9};
+    JT_CHECK(child_pool(a, &st));
+    fprintf(stderr,
+            "  first connection %lld us; %d more at once %lld us; the longest call of the first "
+            "meanwhile %lld us; answers over URMA %llu of %d; server endpoints %u, pooled %u\n",
+            (long long)first_us, N, (long long)open_us, (long long)worst,
+            (unsigned long long)got, N, st.endpoints, st.pooled);
+    JT_CHECK(first_us >= 2 * DELAY_MS * 1000LL); /* the queue, then the set: both waited for */
+    JT_CHECK(worst < DELAY_MS * 1000LL / 2);
+    JT_CHECK_EQ(atomic_load(&g.bad), 0);
+    JT_CHECK(got >= N);
+    JT_CHECK_EQ(st.endpoints, (unsigned)N + 1);
+    JT_CHECK_EQ(st.pooled, 0u);
+    for (int i = 0; i < N; i++) {
+        jet_call_destroy(call[i]);
+        jet_channel_destroy(ch[i]);
+    }
+    jet_channel_destroy(a);
+    JT_CHECK_EQ(jet_flag_set("urma_prepared_jetty_cnt", "8"), 0);
+    JT_CHECK_EQ(jt_child_stop(&c), 0);
+}
+
+/* A jetty that cannot be stopped (SOFTUB_CLOSE_FAIL: its move to ERROR
+ * fails, so its queues never drain) is destroyed without the drain, off the
+ * loop (400 ms here), and the buffers its queues held are released after
+ * it. Meanwhile the server's one loop keeps answering an established
+ * connection at full speed. */
+static void test_undrained_set_destroyed_off_loop(void)
+{
+    enum { DELAY_MS = 400, N = 3 };
+    const char *envs[] = {"SOFTUB_CLOSE_FAIL=1", "SOFTUB_QUEUE_DELAY_US=400000",
+                          "JETRPC_EVENT_LOOP_NUM=1", "JETRPC_URMA_PREPARED_JETTY_CNT=4", NULL};
+    jt_child_t c;
+    JT_REQUIRE(jt_child_start(&c, NULL, envs) == 0);
+    jet_channel_t *a = channel(c.port, 30000, 0);
+    JT_REQUIRE(a);
+    JT_CHECK_EQ(jt_echo_bytes(a, 1000, 1, "warm"), 0);
+    child_stats_t st = {0};
+    JT_CHECK(JT_WAIT_UNTIL(child_pool(a, &st) && st.pooled == 4, 30000000));
+    size_t blocks_before = st.blocks;
+    gap_arg_t g = {.ch = a};
+    pthread_t th;
+    JT_REQUIRE(pthread_create(&th, NULL, gap_main, &g) == 0);
+    JT_WAIT_UNTIL(atomic_load(&g.calls) >= 100, 20000000);
+    atomic_store(&g.worst_us, 0);
+    for (int i = 0; i < N; i++) {
+        jet_channel_t *b = channel(c.port, 30000, 0);
+        JT_REQUIRE(b);
+        uint64_t before = urma_answers();
+        JT_CHECK_EQ(jt_echo_bytes(b, 300000, (uint64_t)i + 2, "doomed"), 0);
+        JT_CHECK(urma_answers() > before);
+        jet_channel_destroy(b);
+        /* The server's set goes: its destruction, then the next. */
+        JT_CHECK(JT_WAIT_UNTIL(child_pool(a, &st) && st.endpoints == 1, 30000000));
+    }
+    atomic_store(&g.stop, true);
+    pthread_join(th, NULL);
+    int64_t worst = atomic_load(&g.worst_us);
+    fprintf(stderr,
+            "  %d connections closed without a drain; the longest call of the established one "
+            "meanwhile %lld us; recycled %llu; server blocks in use %zu, before %zu\n",
+            N, (long long)worst, st.recycled, st.blocks, blocks_before);
+    JT_CHECK(worst < DELAY_MS * 1000LL / 2);
+    JT_CHECK_EQ(atomic_load(&g.bad), 0);
+    JT_CHECK_EQ(st.recycled, 0ull); /* none drained: none reused */
+    /* Their receive buffers came back once their sets were gone (each
+     * connection held 32): a few may still be in flight for the calls. */
+    JT_CHECK(JT_WAIT_UNTIL(child_pool(a, &st) && st.blocks <= blocks_before + 4, 10000000));
+    /* And the server still takes connections. */
+    jet_channel_t *last = channel(c.port, 30000, 0);
+    JT_REQUIRE(last);
+    JT_CHECK_EQ(jt_echo_bytes(last, 300000, 99, "last"), 0);
+    jet_channel_destroy(last);
+    jet_channel_destroy(a);
+    JT_CHECK_EQ(jt_child_stop(&c), 0);
+}
+
 int main(int argc, char **argv)
 {
     jt_urma_main_setup(&argc, &argv, "faults");
@@ -473,5 +614,7 @@ int main(int argc, char **argv)
     JT_RUN(test_concurrent_slow_imports);
     JT_RUN(test_pool_filled_off_loop);
     JT_RUN(test_closed_sets_recycled);
+    JT_RUN(test_sets_made_off_loop);
+    JT_RUN(test_undrained_set_destroyed_off_loop);
     return jt_finish();
 }

@@ -7,8 +7,10 @@
  * - An echo service: the response carries the request's message and
  *   attachment; message "sleep:<ms>" answers after that long (from a thread),
  *   "close" makes the server process exit at once (a killed peer), "pool"
- *   answers "<pooled> <recycled>": the server's prepared jetty sets waiting,
- *   and those of closed connections reset and pooled again.
+ *   answers "<pooled> <recycled> <endpoints> <blocks>": the server's
+ *   prepared jetty sets waiting, those of closed connections reset and
+ *   pooled again, its URMA endpoints (connections on URMA or setting it up,
+ *   and closed ones still draining), and its iobuf blocks in use.
  * - Server children (testutil_transport's jt_child_*): the test binary
  *   re-executed with "role=server" and flag arguments serves that echo
  *   service; client children ("role=client") make echo calls.
@@ -261,7 +263,13 @@ static void *ut_pool_main(void *arg)
     ut_later_t *l = arg;
     jet_urma_loop_stats_t st = ut_urma_totals(NULL);
     char text[64];
-    snprintf(text, sizeof text, "%u %llu", st.pooled, (unsigned long long)st.recycled);
+    jet_block_pool_stats_t bp;
+    jet__block_pool_stats(&bp);
+    size_t blocks = 0;
+    for (int i = 0; i < JET_BLOCK_NCLASS; i++)
+        blocks += bp.blocks_in_use[i];
+    snprintf(text, sizeof text, "%u %llu %u %zu", st.pooled, (unsigned long long)st.recycled,
+             st.endpoints, blocks);
     Example__EchoResponse resp = EXAMPLE__ECHO_RESPONSE__INIT;
     resp.message = text;
     l->closure(&resp, l->closure_data);
