@@ -26,6 +26,10 @@ JET_FLAG_DEFINE_INT32(event_max_events, 256, "Most epoll events fetched by one e
 JET_FLAG_DEFINE_INT32(event_busy_epoll_us, 20,
                       "A busy-poll loop (one with pollers) looks at its file descriptors at most "
                       "this often, in microseconds; its pollers, tasks and timers run every pass");
+JET_FLAG_DEFINE_INT32(event_busy_epoll_watch_us, 200,
+                      "A busy-poll loop whose file descriptors are all watch-only (listeners, "
+                      "connections whose data runs over URMA or UBRing: their TCP only tells that "
+                      "the peer is gone) looks at them at most this often, in microseconds");
 JET_FLAG_DEFINE_BOOL(event_guest_drive, true,
                      "A thread waiting for a synchronous call runs its busy-poll loop's "
                      "iterations itself while the loop thread sleeps (one spinning thread instead "
@@ -83,6 +87,7 @@ struct jet_loop {
     /* Busy-poll pollers registered: read by would-be guests on any thread. */
     _Atomic int npollers;
     _Atomic int nio;       /* registered fds (io_add - io_del) */
+    _Atomic int neager;    /* of which neither internal nor watch-only */
     int64_t last_epoll_us; /* busy-poll: when the fds were last looked at */
     uint32_t idle_passes; /* busy-poll passes in a row that found no work */
     int64_t now_us;        /* the current iteration's clock */
@@ -106,6 +111,7 @@ struct jet_loop {
      * on it (jet_loop_kick), whose answers nobody waits for by driving. */
     _Atomic int64_t shared_until_us;
     _Atomic uint64_t looks;    /* parks the loop thread woke from (jet__loop_looks) */
+    _Atomic uint64_t epolls;   /* epoll_wait calls (jet__loop_epolls) */
     _Alignas(64) jet_mpsc_t inbox;
 };
 
@@ -324,6 +330,11 @@ void jet_loop_post_deferred(jet_loop_t *loop, jet_task_t *task)
     loop_rouse(loop);
 }
 
+uint64_t jet__loop_epolls(jet_loop_t *loop)
+{
+    return atomic_load_explicit(&loop->epolls, memory_order_relaxed);
+}
+
 uint64_t jet__loop_looks(jet_loop_t *loop)
 {
     return atomic_load_explicit(&loop->looks, memory_order_relaxed);
@@ -386,9 +397,21 @@ int jet_loop_io_add(jet_loop_t *loop, jet_io_t *io)
     }
     /* No longer solitary: a thread parked behind guests for the long
      * solitary time must look again at the shorter pace from now on. */
+    if (!io->internal && !io->watch_only)
+        atomic_fetch_add_explicit(&loop->neager, 1, memory_order_relaxed);
     if (!io->internal && atomic_fetch_add_explicit(&loop->nio, 1, memory_order_relaxed) == 1)
         loop_unpark(loop);
     return 0;
+}
+
+void jet_loop_io_watch_only(jet_io_t *io, bool on)
+{
+    if (io->watch_only == on) return;
+    io->watch_only = on;
+    jet_loop_t *loop = io->loop;
+    if (!loop || io->internal) return;
+    LOOP_ASSERT_OWNER(loop);
+    atomic_fetch_add_explicit(&loop->neager, on ? -1 : 1, memory_order_relaxed);
 }
 
 int jet_loop_io_mod(jet_io_t *io, uint32_t events)
@@ -413,6 +436,8 @@ int jet_loop_io_del(jet_io_t *io)
         if (loop->events[i].data.ptr == io) loop->events[i].data.ptr = NULL;
     io->loop = NULL;
     if (!io->internal) atomic_fetch_sub_explicit(&loop->nio, 1, memory_order_relaxed);
+    if (!io->internal && !io->watch_only)
+        atomic_fetch_sub_explicit(&loop->neager, 1, memory_order_relaxed);
     return rc;
 }
 
@@ -520,7 +545,10 @@ static void loop_iterate(jet_loop_t *loop, bool guest)
      * epoll_wait is a system call (about a microsecond on a VM), ten times a
      * poller's pass, and would set the pace at which the pollers see their
      * rings. Tasks and timers are still served every pass. */
-    if ((guest || loop->pollers) && now - loop->last_epoll_us < JET_FLAG(event_busy_epoll_us)) {
+    int64_t every = atomic_load_explicit(&loop->neager, memory_order_relaxed) > 0
+                        ? JET_FLAG(event_busy_epoll_us)
+                        : JET_FLAG(event_busy_epoll_watch_us);
+    if ((guest || loop->pollers) && now - loop->last_epoll_us < every) {
         loop_poll_pass(loop, guest, work);
         return;
     }
@@ -548,6 +576,7 @@ static void loop_iterate(jet_loop_t *loop, bool guest)
     }
     int n = epoll_wait(loop->epfd, loop->events, loop->max_events, timeout);
     if (armed) atomic_store_explicit(&loop->sleeping, 0, memory_order_relaxed);
+    atomic_fetch_add_explicit(&loop->epolls, 1, memory_order_relaxed);
     if (n < 0) {
         if (errno != EINTR) JET_LOG_ONCE(JET_LOG_ERROR, "epoll_wait: %s", strerror(errno));
         n = 0;
@@ -822,6 +851,7 @@ int jet_loop_create(jet_loop_t **loop_p)
     atomic_init(&loop->baton, LOOP_RUN);
     atomic_init(&loop->npollers, 0);
     atomic_init(&loop->nio, 0);
+    atomic_init(&loop->neager, 0);
     atomic_init(&loop->left_us, 0);
     atomic_init(&loop->timer_due_us, INT64_MAX);
     atomic_init(&loop->park_until_us, 0);

@@ -17,7 +17,8 @@
  * Busy-poll: while any poller is registered, the loop never sleeps in
  * epoll_wait; each iteration runs timers, tasks and every poller once, and
  * checks epoll with a zero timeout at most every event_busy_epoll_us (a
- * system call per pass would set the pollers' pace). With the flag
+ * system call per pass would set the pollers' pace), or every
+ * event_busy_epoll_watch_us while all its fds are watch-only. With the flag
  * event_poll_yield it calls sched_yield() when an iteration found nothing to
  * do. */
 #ifndef JET_EVENT_LOOP_H
@@ -44,6 +45,13 @@ typedef struct jet_io {
      * connection: it does not make a loop lose its "solitary" standing
      * (see jet_loop_drive). */
     bool internal;
+    /* Its events are not on a message path (a listener; the TCP side of a
+     * connection whose data runs over URMA or UBRing, which only tells that
+     * the peer is gone): a busy-poll loop whose fds are all internal or
+     * watch-only looks at them every event_busy_epoll_watch_us instead of
+     * every event_busy_epoll_us. Set before io_add, or with
+     * jet_loop_io_watch_only. */
+    bool watch_only;
 } jet_io_t;
 
 typedef struct jet_task {
@@ -93,6 +101,9 @@ int64_t jet_loop_now_us(const jet_loop_t *loop);
 int jet_loop_index(const jet_loop_t *loop);
 
 int jet_loop_io_add(jet_loop_t *loop, jet_io_t *io);
+/* Changes io->watch_only (see jet_io_t). Loop thread of a registered io, or
+ * before io_add. */
+void jet_loop_io_watch_only(jet_io_t *io, bool on);
 int jet_loop_io_mod(jet_io_t *io, uint32_t events);
 int jet_loop_io_del(jet_io_t *io);
 
@@ -125,6 +136,8 @@ void jet_loop_kick(jet_loop_t *loop);
 /* How many times the loop thread woke from a park behind guests (each costs
  * the machine a wake-up): for tests and diagnostics. */
 uint64_t jet__loop_looks(jet_loop_t *loop);
+/* How many times the loop looked at its fds (epoll_wait calls): for tests. */
+uint64_t jet__loop_epolls(jet_loop_t *loop);
 
 /* Arms (or re-arms) t to fire at t->deadline_us. Loop thread only. */
 void jet_loop_timer_start(jet_loop_t *loop, jet_timer_t *t, int64_t deadline_us);

@@ -115,6 +115,8 @@ void jet__hello_go_off(jet_socket_t *s, jet_hello_ts_t *h)
 void jet__hello_set_on(jet_socket_t *s, jet_hello_ts_t *h)
 {
     jet_loop_timer_stop(s->loop, &h->timer);
+    /* From now on TCP only tells that the peer is gone. */
+    jet_loop_io_watch_only(&s->io, true);
     h->hs = JET_HELLO_HS_NONE;
     atomic_store_explicit(&h->mode, JET_HELLO_ON, memory_order_release);
 }

@@ -14,6 +14,8 @@
 #include "testutil_loop.h"
 
 JET_FLAG_DECLARE_BOOL(event_poll_yield);
+JET_FLAG_DECLARE_INT32(event_busy_epoll_us);
+JET_FLAG_DECLARE_INT32(event_busy_epoll_watch_us);
 
 #define GUARD_US (5 * 1000 * 1000)
 
@@ -181,6 +183,65 @@ static void test_busy_poll_yield_serves_io_and_tasks(void)
     busy_poll_serves(true);
 }
 
+static void watch_only_on(void *arg)
+{
+    jet_loop_io_watch_only(arg, true);
+}
+static void watch_only_off(void *arg)
+{
+    jet_loop_io_watch_only(arg, false);
+}
+
+/* The fds' looks of a busy-poll loop over ms milliseconds. */
+static uint64_t epolls_during(int ms)
+{
+    uint64_t a = jet__loop_epolls(loop);
+    usleep((useconds_t)ms * 1000);
+    return jet__loop_epolls(loop) - a;
+}
+
+/* A busy-poll loop whose fds are all watch-only looks at them every
+ * event_busy_epoll_watch_us (here 20 ms), one with an ordinary fd every
+ * event_busy_epoll_us; a watch-only fd's events are still delivered. */
+static void test_busy_poll_watch_only(void)
+{
+    int32_t old_us = JET_FLAG(event_busy_epoll_us), old_watch = JET_FLAG(event_busy_epoll_watch_us);
+    JET_FLAG(event_busy_epoll_us) = 20;
+    JET_FLAG(event_busy_epoll_watch_us) = 20000;
+    JT_REQUIRE(jt_loop_up(&loop) == 0);
+    count_poller_t idle = {.p.poll = count_poll};
+    jt_loop_run_on(loop, add_poller, &idle.p);
+    int p[2];
+    JT_REQUIRE(pipe2(p, O_NONBLOCK | O_CLOEXEC) == 0);
+    read_io_t r = {.io = {.fd = p[0], .events = EPOLLIN, .cb = read_cb, .watch_only = true}};
+    JT_CHECK_EQ(jet_loop_io_add(loop, &r.io), 0);
+
+    /* 300 ms: at most 15 looks, plus slack for the start. */
+    uint64_t lazy = epolls_during(300);
+    JT_CHECK_EQ(write(p[1], "z", 1), 1);
+    JT_CHECK(jt_wait_at_least(&r.bytes, 1, GUARD_US));
+    jt_loop_run_on(loop, watch_only_off, &r.io);
+    uint64_t eager = epolls_during(300); /* up to 15000 on an idle machine */
+    jt_loop_run_on(loop, watch_only_on, &r.io);
+    uint64_t lazy_again = epolls_during(300);
+    fprintf(stderr, "  looks in 300 ms: watch-only %llu, ordinary %llu, watch-only again %llu\n",
+            (unsigned long long)lazy, (unsigned long long)eager,
+            (unsigned long long)lazy_again);
+    JT_CHECK(lazy <= 20);
+    JT_CHECK(lazy_again <= 20);
+    JT_CHECK(eager >= 100);
+    JT_CHECK_EQ(write(p[1], "y", 1), 1);
+    JT_CHECK(jt_wait_at_least(&r.bytes, 2, GUARD_US));
+
+    jt_loop_run_on(loop, io_del_fn, &r.io);
+    jt_loop_run_on(loop, del_poller, &idle.p);
+    jt_loop_down(loop);
+    close(p[0]);
+    close(p[1]);
+    JET_FLAG(event_busy_epoll_us) = old_us;
+    JET_FLAG(event_busy_epoll_watch_us) = old_watch;
+}
+
 /* ---- the group --------------------------------------------------------- */
 
 typedef struct where {
@@ -263,6 +324,7 @@ int main(void)
     JT_RUN(test_poller_removes_itself_and_next);
     JT_RUN(test_busy_poll_serves_io_and_tasks);
     JT_RUN(test_busy_poll_yield_serves_io_and_tasks);
+    JT_RUN(test_busy_poll_watch_only);
     JT_RUN(test_group_concurrent_start);
     JT_RUN(test_group);
     return jt_finish();
