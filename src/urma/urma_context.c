@@ -307,6 +307,12 @@ jet_loop_t *jet__urma_pick_loop(void)
 
 /* ---- per-loop resources ------------------------------------------------------ */
 
+/* A connection waiting for the loop's JFC, with the sizes it attached with. */
+struct ul_wait {
+    struct jet_urma_ep *ep;
+    uint32_t sq, rq, max_sge;
+};
+
 struct jet_urma_loop {
     jet_loop_t *loop;
     const jet_urma_ctx_t *ctx;
@@ -324,12 +330,10 @@ struct jet_urma_loop {
     jet_urma_jset_t *pool;
     uint32_t npool;
     uint32_t nfilling;   /* fill jobs on the import threads (0 or 1) */
-    uint32_t nmaking;    /* sets made for connections that found the pool empty */
     bool cq_making;      /* the JFC (and JFCE) are being created off the loop */
-    bool cq_failed;      /* the last attempt failed: the next connection tries again */
     /* Connections attached before the JFC existed: each gets a set made
      * once it does (or none, when it cannot be created). */
-    struct jet_urma_ep **waiting;
+    struct ul_wait *waiting;
     uint32_t nwaiting;
     uint32_t nrecycling; /* closed connections' sets being reset for the pool */
     uint64_t recycled;   /* sets of closed connections reset and pooled */
@@ -617,12 +621,13 @@ typedef struct ul_job {
     jet_urma_jset_t *js; /* the set (a fill's once made); NULL when none or destroyed */
     uint32_t sq, rq, max_sge;
     struct jet_urma_ep *ep; /* MAKE: the connection that waits for the set */
-    /* DESTROY of a set that did not drain: blocks released once it is gone,
-     * and its JFC share, held until then (it may still complete). */
-    jet_block_t **blocks;
-    uint32_t nblocks;
+    /* DESTROY of a set that did not drain: what it may still use, released
+     * once it is gone, and its JFC share, held until then (it may still
+     * complete). */
+    jet_urma_leftovers_t left;
     uint32_t share;
     int64_t gone_idx; /* its table entry (UL_EP_GONE), or -1 */
+    bool destroyed;
     urma_jfce_t *jfce; /* CQ */
     urma_jfc_t *jfc;
     int err; /* CQ: errno of a failure */
@@ -711,12 +716,10 @@ static void ul_job_run(jet_urma_work_t *w)
         /* A set that cannot be reset is destroyed. */
         __attribute__((fallthrough));
     case UL_JOB_DESTROY:
-        if (jet__urma_jset_destroy(c, j->js)) {
-            /* Gone: nothing writes into its receive buffers any more. */
-            for (uint32_t i = 0; i < j->nblocks; i++)
-                jet__block_unref(j->blocks[i]);
-        }
+        j->destroyed = jet__urma_jset_destroy(c, j->js);
         j->js = NULL;
+        if (j->left.tjetty) JET_URMA_FN(c, urma_unimport_jetty)(j->left.tjetty);
+        if (j->left.tseg) JET_URMA_FN(c, urma_unimport_seg)(j->left.tseg);
         break;
     case UL_JOB_CQ:
         errno = 0;
@@ -746,7 +749,11 @@ static void ul_job_done(jet_task_t *t)
         ul->eps[j->gone_idx] = NULL;
         ul->free_idx[ul->nfree++] = (uint32_t)j->gone_idx;
     }
-    free(j->blocks);
+    /* Released here, on the loop (thread caches, user blocks' callbacks),
+     * once nothing can use them any more; leaked with a set that stayed. */
+    for (uint32_t i = 0; j->destroyed && i < j->left.nblocks; i++)
+        jet__block_unref(j->left.blocks[i]);
+    free(j->left.blocks);
     if (kind == UL_JOB_CQ) {
         urma_jfce_t *jfce = j->jfce;
         urma_jfc_t *jfc = j->jfc;
@@ -757,7 +764,6 @@ static void ul_job_done(jet_task_t *t)
     }
     free(j);
     if (kind == UL_JOB_MAKE) {
-        ul->nmaking--;
         jet__urma_ep_set_arrived(ep, js);
         return;
     }
@@ -770,7 +776,8 @@ static void ul_job_done(jet_task_t *t)
 }
 
 /* Loop thread: a job of kind for js (FILL, MAKE: NULL) on the import
- * threads, its fields set by the caller before ul_job_go. NULL on -ENOMEM. */
+ * threads, its fields set by the caller before ul_job_go (a fill's sizes
+ * are the current ones). NULL on -ENOMEM. */
 static ul_job_t *ul_job_new(jet_urma_loop_t *ul, ul_job_kind_t kind, jet_urma_jset_t *js)
 {
     ul_job_t *j = calloc(1, sizeof *j);
@@ -779,7 +786,7 @@ static ul_job_t *ul_job_new(jet_urma_loop_t *ul, ul_job_kind_t kind, jet_urma_js
     j->kind = kind;
     j->js = js;
     j->gone_idx = -1;
-    if (kind == UL_JOB_FILL || kind == UL_JOB_MAKE) ul_sizes(ul, &j->sq, &j->rq, &j->max_sge);
+    if (kind == UL_JOB_FILL) ul_sizes(ul, &j->sq, &j->rq, &j->max_sge);
     j->w.task.fn = ul_job_done;
     j->w.loop = ul->loop;
     j->w.run = ul_job_run;
@@ -797,7 +804,6 @@ static bool ul_job_go(jet_urma_loop_t *ul, ul_job_t *j)
     }
     ul->jfc_used += j->share;
     if (j->kind == UL_JOB_FILL) ul->nfilling++;
-    if (j->kind == UL_JOB_MAKE) ul->nmaking++;
     if (j->kind == UL_JOB_RESET) ul->nrecycling++;
     if (j->kind == UL_JOB_CQ) ul->cq_making = true;
     return true;
@@ -829,30 +835,29 @@ static int64_t ul_unlist(jet_urma_loop_t *ul, struct jet_urma_ep *ep)
     return -1;
 }
 
-void jet__urma_loop_discard(jet_urma_loop_t *ul, struct jet_urma_ep *ep, jet_urma_jset_t *js,
-                            jet_block_t **blocks, uint32_t nblocks)
+void jet__urma_loop_discard(jet_urma_loop_t *ul, struct jet_urma_ep *ep, uint32_t sq, uint32_t rq,
+                            jet_urma_jset_t *js, const jet_urma_leftovers_t *left)
 {
     int64_t idx = ul_unlist(ul, ep);
     ul->nattached--;
     ul_poller_sync(ul);
+    /* ep's share passes to the job (ul_job_go adds it again). */
+    uint32_t share = ul_reserve(sq, rq);
+    ul->jfc_used -= share;
     ul_job_t *j = ul_job_new(ul, UL_JOB_DESTROY, js);
     if (j) {
-        j->blocks = blocks;
-        j->nblocks = nblocks;
-        /* ep's share passes to the job (ul_job_go adds it again). */
-        j->share = ul_reserve(js->sq, js->rq);
-        ul->jfc_used -= j->share;
+        j->left = *left;
+        j->share = share;
         j->gone_idx = idx;
         if (idx >= 0) ul->eps[idx] = UL_EP_GONE;
         if (ul_job_go(ul, j)) return;
-        ul->jfc_used += ul_reserve(js->sq, js->rq);
     }
-    /* No thread: here, as the job would. */
-    ul_job_t here = {.ul = ul, .kind = UL_JOB_DESTROY, .js = js, .blocks = blocks,
-                     .nblocks = nblocks};
+    /* No thread (ul_job_go freed j): the same job, here. */
+    ul_job_t here = {.ul = ul, .kind = UL_JOB_DESTROY, .js = js, .left = *left, .gone_idx = -1};
     ul_job_run(&here.w);
-    free(blocks);
-    ul->jfc_used -= ul_reserve(js->sq, js->rq);
+    for (uint32_t i = 0; here.destroyed && i < here.left.nblocks; i++)
+        jet__block_unref(here.left.blocks[i]);
+    free(here.left.blocks);
     if (idx >= 0) {
         ul->eps[idx] = NULL;
         ul->free_idx[ul->nfree++] = (uint32_t)idx;
@@ -885,15 +890,17 @@ void jet__urma_loop_unused(jet_urma_loop_t *ul, jet_urma_jset_t *js)
     ul_pool_put(ul, js);
 }
 
-/* Loop thread: drops pooled sets of sizes no connection asks for any more
- * (flags changed), then starts the next fill when the pool is short. */
+/* Loop thread: drops pooled sets of sizes no connection asks for any more,
+ * and those past urma_prepared_jetty_cnt (flags changed), then starts the
+ * next fill when the pool is short. */
 static void ul_fill_maybe(jet_urma_loop_t *ul)
 {
-    uint32_t sq, rq, sge;
+    uint32_t sq, rq, sge, want = ul_pool_want(), kept = 0;
     ul_sizes(ul, &sq, &rq, &sge);
     for (jet_urma_jset_t **pp = &ul->pool; *pp;) {
         jet_urma_jset_t *js = *pp;
-        if (ul_jset_fits(js, sq, rq, sge)) {
+        if (ul_jset_fits(js, sq, rq, sge) && kept < want) {
+            kept++;
             pp = &js->next;
             continue;
         }
@@ -929,11 +936,14 @@ static void ul_poller_sync(jet_urma_loop_t *ul)
 
 /* Loop thread: a set for ep (which waits for jet__urma_ep_set_arrived),
  * made off the loop. False when no thread can take the job. */
-static bool ul_make_for(jet_urma_loop_t *ul, struct jet_urma_ep *ep)
+static bool ul_make_for(jet_urma_loop_t *ul, const struct ul_wait *w)
 {
     ul_job_t *j = ul_job_new(ul, UL_JOB_MAKE, NULL);
     if (!j) return false;
-    j->ep = ep;
+    j->ep = w->ep;
+    j->sq = w->sq;
+    j->rq = w->rq;
+    j->max_sge = w->max_sge;
     return ul_job_go(ul, j);
 }
 
@@ -957,7 +967,6 @@ static void ul_cq_arrived(jet_urma_loop_t *ul, urma_jfce_t *jfce, urma_jfc_t *jf
             jfc = NULL;
         }
     }
-    ul->cq_failed = jfc == NULL;
     if (jfc) {
         ul->jfce = jfce;
         ul->jfc = jfc;
@@ -969,12 +978,10 @@ static void ul_cq_arrived(jet_urma_loop_t *ul, urma_jfce_t *jfce, urma_jfc_t *jf
     ul_poller_sync(ul);
     /* Taken first: an endpoint told here may detach (and leave the list). */
     uint32_t n = ul->nwaiting;
-    struct jet_urma_ep **eps = ul->waiting;
     ul->nwaiting = 0;
     for (uint32_t i = 0; i < n; i++) {
-        struct jet_urma_ep *ep = eps[i];
-        eps[i] = NULL;
-        if (!jfc || !ul_make_for(ul, ep)) jet__urma_ep_set_arrived(ep, NULL);
+        struct ul_wait w = ul->waiting[i];
+        if (!jfc || !ul_make_for(ul, &w)) jet__urma_ep_set_arrived(w.ep, NULL);
     }
     ul_fill_maybe(ul);
 }
@@ -1035,7 +1042,7 @@ static int ul_grow(jet_urma_loop_t *ul)
     struct jet_urma_ep **d = realloc(ul->deferred, ncap * sizeof *d);
     if (!d) return -ENOMEM;
     ul->deferred = d;
-    struct jet_urma_ep **wt = realloc(ul->waiting, ncap * sizeof *wt);
+    struct ul_wait *wt = realloc(ul->waiting, ncap * sizeof *wt);
     if (!wt) return -ENOMEM;
     ul->waiting = wt;
     /* Pushed highest first so that low indices are handed out first. */
@@ -1073,16 +1080,17 @@ int jet__urma_loop_attach(jet_urma_loop_t *ul, struct jet_urma_ep *ep, uint32_t 
     if (pooled_p) *pooled_p = js != NULL;
     uint32_t idx = ul->free_idx[ul->nfree - 1];
     ul->eps[idx] = ep;
+    struct ul_wait w = {.ep = ep, .sq = sq, .rq = rq, .max_sge = max_sge};
     if (js) {
         js->next = NULL;
     } else if (ul->jfc) {
-        /* The pool is empty: a set is made for ep off the loop. */
-        if (!ul_make_for(ul, ep)) goto err_no_thread;
+        /* The pool is empty: a set of ep's sizes is made off the loop. */
+        if (!ul_make_for(ul, &w)) goto err_no_thread;
     } else {
         /* The loop's first connection (or the last attempt failed): its
          * JFC is made off the loop, then the set. */
         if (!ul->cq_making && !ul_job_start(ul, UL_JOB_CQ, NULL)) goto err_no_thread;
-        ul->waiting[ul->nwaiting++] = ep;
+        ul->waiting[ul->nwaiting++] = w;
     }
     ul->nfree--;
     ul->gens[idx]++;

@@ -119,11 +119,11 @@ jet_urma_loop_t *jet__urma_loop_peek(jet_loop_t *loop);
 
 /* Attaches ep: reserves its JFC share, gives it a table index and a
  * generation (*index_p, *gen_p, used in every user_ctx) and a jetty set of
- * the current flag sizes. 0: *js_p is a prepared set from the pool (unless
+ * the given sizes. 0: *js_p is a prepared set from the pool (unless
  * `fresh`, which skips the pool). 1: the pool had none (or the loop has no
- * JFC yet): *js_p is NULL, a set is made for ep off the loop, and
- * jet__urma_ep_set_arrived(ep, set or NULL) runs later on this thread (never
- * before this returns). *pooled_p (optional) tells whether a pooled set was
+ * JFC yet): *js_p is NULL, a set of these sizes is made for ep off the
+ * loop, and jet__urma_ep_set_arrived(ep, set or NULL) runs later on this
+ * thread (never before this returns). *pooled_p (optional) tells whether a pooled set was
  * taken. -EBUSY when the loop JFC is full, -ENOMEM, -EAGAIN when no import
  * thread can be started. */
 int jet__urma_loop_attach(jet_urma_loop_t *ul, struct jet_urma_ep *ep, uint32_t sq, uint32_t rq,
@@ -145,14 +145,23 @@ void jet__urma_loop_recycle(jet_urma_loop_t *ul, jet_urma_jset_t *js);
 /* Loop thread: js was made for a connection that closed before it came
  * (never used, READY): pooled, or destroyed off the loop. */
 void jet__urma_loop_unused(jet_urma_loop_t *ul, jet_urma_jset_t *js);
+/* What a connection's set may still use until it is destroyed. */
+typedef struct jet_urma_leftovers {
+    jet_block_t **blocks; /* a malloc'd array, or NULL */
+    uint32_t nblocks;
+    urma_target_jetty_t *tjetty; /* the imported peer, or NULL */
+    urma_target_seg_t *tseg;
+} jet_urma_leftovers_t;
+
 /* Loop thread: ep's set js did not drain (buffers may still be written,
- * completions may still come): ep is detached at once, js destroyed on the
- * import threads, and then blocks (n entries, a malloc'd array taken over;
- * may be NULL) are released; they are leaked with it when the provider
- * refuses. Until it is gone, ep's JFC share stays reserved and its table
- * entry is kept, so that late completions are dropped quietly. */
-void jet__urma_loop_discard(jet_urma_loop_t *ul, struct jet_urma_ep *ep, jet_urma_jset_t *js,
-                            jet_block_t **blocks, uint32_t nblocks);
+ * completions may still come): ep (attached with sq, rq) is detached at
+ * once, js destroyed on the import threads (here when none can be started),
+ * then the peer unimported and the blocks released on this thread (leaked
+ * with js when the provider refuses to destroy it); all of *left is taken
+ * over. Until js is gone, ep's JFC share stays reserved and its table entry
+ * is kept, so that late completions are dropped quietly. */
+void jet__urma_loop_discard(jet_urma_loop_t *ul, struct jet_urma_ep *ep, uint32_t sq, uint32_t rq,
+                            jet_urma_jset_t *js, const jet_urma_leftovers_t *left);
 /* Destroys a set (its queues must hold no buffer the caller still needs).
  * Returns false when the provider refused (the set is then leaked). */
 bool jet__urma_jset_destroy(const jet_urma_ctx_t *ctx, jet_urma_jset_t *js);

@@ -892,34 +892,30 @@ static void ep_finish(jet_urma_ep_t *ep, bool reuse)
     ep->cnt->data_wrs += ep->wcnt.data_wrs;
     ep->cnt->signalled_wrs += ep->wcnt.signalled_wrs;
     ep->cnt->send_bounced += ep->wcnt.send_bounced;
-    if (ep->tjetty) JET_URMA_FN(ctx, urma_unimport_jetty)(ep->tjetty);
-    if (ep->tseg) JET_URMA_FN(ctx, urma_unimport_seg)(ep->tseg);
-    ep->tjetty = NULL;
-    ep->tseg = NULL;
     jet_urma_jset_t *js = ep->js;
     ep->js = NULL;
     bool quiet = reuse && !ep->no_reuse && ep->posted == 0 && ep->sq_flushed;
-    if (js && quiet) {
-        /* Drained: nothing can complete or be written any more; the set is
-         * reset for the pool off the loop. */
+    jet_urma_leftovers_t left = {.tjetty = ep->tjetty, .tseg = ep->tseg};
+    ep->tjetty = NULL;
+    ep->tseg = NULL;
+    if (js && !quiet && ep_take_busy(ep, &left.blocks, &left.nblocks)) {
+        /* Buffers still posted may be written, and sends read (toward the
+         * imported peer), until the queues are gone: they go with the set
+         * to its destruction, off the loop. */
+        jet__urma_loop_discard(ul, ep, ep->sq, ep->rq, js, &left);
+        quiet = true; /* what is left in ep is not the queues' */
+    } else if (js && !quiet) {
+        /* Memory is short: here. */
+        quiet = jet__urma_jset_destroy(ctx, js);
         jet__urma_loop_detach(ul, ep, ep->sq, ep->rq);
-        jet__urma_loop_recycle(ul, js);
-    } else if (js) {
-        /* Buffers still posted may be written, and sends read, until the
-         * queues are gone: they go with the set to its destruction, off the
-         * loop (here when memory is short). */
-        uint32_t n = 0;
-        jet_block_t **busy = NULL;
-        if (ep_take_busy(ep, &busy, &n)) {
-            jet__urma_loop_discard(ul, ep, js, busy, n);
-            quiet = true; /* what is left in ep is not the queues' */
-        } else {
-            quiet = jet__urma_jset_destroy(ctx, js);
-            jet__urma_loop_detach(ul, ep, ep->sq, ep->rq);
-        }
+        jet__urma_unimport_later(jet__urma_loop_of(ul), left.tjetty, left.tseg);
     } else {
+        /* Drained (nothing can complete or be written any more: the set is
+         * reset for the pool off the loop), or no set ever came. */
         jet__urma_loop_detach(ul, ep, ep->sq, ep->rq);
-        quiet = true; /* no set ever came: nothing was posted */
+        if (js) jet__urma_loop_recycle(ul, js);
+        jet__urma_unimport_later(jet__urma_loop_of(ul), left.tjetty, left.tseg);
+        quiet = true;
     }
     ep_release_all(ep);
     for (uint32_t i = 0; i < ep->rq; i++) {

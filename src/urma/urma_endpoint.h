@@ -58,8 +58,9 @@ typedef void (*jet_urma_ep_ready_t)(struct jet_socket *s, int rc);
  * receive queue (brpc posts before sending its hello: the peer may send as
  * soon as it has imported). 0: ready. 1: the loop has no set ready (its
  * pool is empty, or it has no completion queue yet): one is made off the
- * loop, *ep_p is set, and ready(s, rc) follows. -EBUSY/-ENOMEM/-EIO/-EAGAIN:
- * URMA cannot be used for this connection (the caller falls back to TCP). */
+ * loop, *ep_p is set, and ready(s, rc) follows. -ENOTSUP/-EBUSY/-ENOMEM/
+ * -EIO/-EAGAIN: URMA cannot be used for this connection (the caller falls
+ * back to TCP). */
 int jet__urma_ep_create(struct jet_socket *s, jet_urma_ep_ready_t ready, jet_urma_ep_t **ep_p);
 
 /* Fills the hello this side sends (version 2 or 3). */

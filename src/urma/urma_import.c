@@ -184,11 +184,50 @@ int jet__urma_import_start(jet_socket_t *s, void *tag, const jet_urma_hello_t *p
     return rc;
 }
 
-void jet__urma_import_free(jet_urma_import_t *job)
+typedef struct imp_undo {
+    jet_urma_work_t w;
+    urma_target_jetty_t *tjetty;
+    urma_target_seg_t *tseg;
+} imp_undo_t;
+
+static void imp_undo(urma_target_jetty_t *tjetty, urma_target_seg_t *tseg)
 {
     const jet_urma_ctx_t *ctx = jet__urma_ctx_get();
-    if (job->tjetty) JET_URMA_FN(ctx, urma_unimport_jetty)(job->tjetty);
-    if (job->tseg) JET_URMA_FN(ctx, urma_unimport_seg)(job->tseg);
+    if (tjetty) JET_URMA_FN(ctx, urma_unimport_jetty)(tjetty);
+    if (tseg) JET_URMA_FN(ctx, urma_unimport_seg)(tseg);
+}
+
+static void imp_undo_run(jet_urma_work_t *w)
+{
+    imp_undo_t *u = (imp_undo_t *)w;
+    imp_undo(u->tjetty, u->tseg);
+}
+
+static void imp_undo_done(jet_task_t *t)
+{
+    free(t);
+}
+
+void jet__urma_unimport_later(jet_loop_t *loop, urma_target_jetty_t *tjetty,
+                              urma_target_seg_t *tseg)
+{
+    if (!tjetty && !tseg) return;
+    imp_undo_t *u = calloc(1, sizeof *u);
+    if (u) {
+        u->w.task.fn = imp_undo_done;
+        u->w.loop = loop;
+        u->w.run = imp_undo_run;
+        u->tjetty = tjetty;
+        u->tseg = tseg;
+        if (jet__urma_work_start(&u->w) == 0) return;
+        free(u);
+    }
+    imp_undo(tjetty, tseg); /* no thread: here */
+}
+
+void jet__urma_import_free(jet_urma_import_t *job)
+{
+    jet__urma_unimport_later(job->work.loop, job->tjetty, job->tseg);
     jet__socket_unref(job->s);
     free(job);
 }

@@ -65,7 +65,13 @@ int jet__urma_import_peer(const jet_urma_ctx_t *ctx, const jet_urma_hello_t *pee
 int jet__urma_import_start(jet_socket_t *s, void *tag, const jet_urma_hello_t *peer,
                            jet_urma_import_done_t done);
 
-/* Unimports what job still holds, drops its socket reference, frees it. */
+/* Unimports what job still holds (off the loop), drops its socket
+ * reference, frees it. Loop thread of job->s. */
 void jet__urma_import_free(jet_urma_import_t *job);
+
+/* Loop thread of loop: unimports tjetty and tseg (either may be NULL) on the
+ * import threads, as background work (here when none can be started). */
+void jet__urma_unimport_later(jet_loop_t *loop, urma_target_jetty_t *tjetty,
+                              urma_target_seg_t *tseg);
 
 #endif

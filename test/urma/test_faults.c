@@ -339,7 +339,7 @@ static void test_pool_filled_off_loop(void)
 
 /* The server's "pool" answer (urma_test.h). */
 typedef struct child_stats {
-    unsigned pooled, endpoints;
+    unsigned pooled, endpoints, jfc_used;
     unsigned long long recycled;
     size_t blocks;
 } child_stats_t;
@@ -355,8 +355,8 @@ static bool child_pool(jet_channel_t *ch, child_stats_t *st)
               !jet_call_failed(call);
     const Example__EchoResponse *resp = (const Example__EchoResponse *)jet_call_response(call);
     ok = ok && resp &&
-         sscanf(resp->message, "%u %llu %u %zu", &st->pooled, &st->recycled, &st->endpoints,
-                &st->blocks) == 4;
+         sscanf(resp->message, "%u %llu %u %zu %u", &st->pooled, &st->recycled, &st->endpoints,
+                &st->blocks, &st->jfc_used) == 5;
     jet_call_destroy(call);
     return ok;
 }
@@ -476,7 +476,8 @@ static uint64_t urma_answers(void)
  * connection's jetty set (400 ms each) on the import threads, and keeps
  * answering an established connection at full speed while three
  * connections open at once; all of them run over URMA. The client, its
- * pool disabled too, makes its sets the same way. */
+ * pool disabled too, drops the sets it had prepared (when a connection
+ * attaches to the loop) and makes the others the same way. */
 static void test_sets_made_off_loop(void)
 {
     enum { DELAY_MS = 400, N = 3 };
@@ -484,6 +485,8 @@ static void test_sets_made_off_loop(void)
                           "JETRPC_URMA_PREPARED_JETTY_CNT=0", NULL};
     jt_child_t c;
     JT_REQUIRE(jt_child_start(&c, NULL, envs) == 0);
+    char old_cnt[16];
+    snprintf(old_cnt, sizeof old_cnt, "%d", (int)JET_FLAG(urma_prepared_jetty_cnt));
     JT_REQUIRE(jet_flag_set("urma_prepared_jetty_cnt", "0") == 0);
     jet_channel_t *a = channel(c.port, 30000, 0);
     JT_REQUIRE(a);
@@ -521,6 +524,7 @@ static void test_sets_made_off_loop(void)
     for (int i = 0; i < N; i++)
         JT_CHECK_EQ(jt_echo_bytes(ch[i], 1000, (uint64_t)i, "again"), 0);
     uint64_t got = urma_answers() - before;
+    JT_CHECK_EQ(ut_urma_totals(NULL).pooled, 0u);
     child_stats_t st = {.pooled = 9};
     JT_CHECK(child_pool(a, &st));
     fprintf(stderr,
@@ -539,7 +543,7 @@ static void test_sets_made_off_loop(void)
         jet_channel_destroy(ch[i]);
     }
     jet_channel_destroy(a);
-    JT_CHECK_EQ(jet_flag_set("urma_prepared_jetty_cnt", "8"), 0);
+    JT_CHECK_EQ(jet_flag_set("urma_prepared_jetty_cnt", old_cnt), 0);
     JT_CHECK_EQ(jt_child_stop(&c), 0);
 }
 
@@ -561,6 +565,7 @@ static void test_undrained_set_destroyed_off_loop(void)
     child_stats_t st = {0};
     JT_CHECK(JT_WAIT_UNTIL(child_pool(a, &st) && st.pooled == 4, 30000000));
     size_t blocks_before = st.blocks;
+    unsigned jfc_before = st.jfc_used;
     gap_arg_t g = {.ch = a};
     pthread_t th;
     JT_REQUIRE(pthread_create(&th, NULL, gap_main, &g) == 0);
@@ -573,7 +578,8 @@ static void test_undrained_set_destroyed_off_loop(void)
         JT_CHECK_EQ(jt_echo_bytes(b, 300000, (uint64_t)i + 2, "doomed"), 0);
         JT_CHECK(urma_answers() > before);
         jet_channel_destroy(b);
-        /* The server's set goes: its destruction, then the next. */
+        /* The server's connection is gone (its set's destruction may still
+         * run): then the next. */
         JT_CHECK(JT_WAIT_UNTIL(child_pool(a, &st) && st.endpoints == 1, 30000000));
     }
     atomic_store(&g.stop, true);
@@ -587,14 +593,44 @@ static void test_undrained_set_destroyed_off_loop(void)
     JT_CHECK_EQ(atomic_load(&g.bad), 0);
     JT_CHECK_EQ(st.recycled, 0ull); /* none drained: none reused */
     /* Their receive buffers came back once their sets were gone (each
-     * connection held 32): a few may still be in flight for the calls. */
+     * connection held 32), and their completion-queue shares: a few blocks
+     * may still be in flight for the calls. */
     JT_CHECK(JT_WAIT_UNTIL(child_pool(a, &st) && st.blocks <= blocks_before + 4, 10000000));
+    JT_CHECK(JT_WAIT_UNTIL(child_pool(a, &st) && st.jfc_used == jfc_before, 10000000));
     /* And the server still takes connections. */
     jet_channel_t *last = channel(c.port, 30000, 0);
     JT_REQUIRE(last);
     JT_CHECK_EQ(jt_echo_bytes(last, 300000, 99, "last"), 0);
     jet_channel_destroy(last);
     jet_channel_destroy(a);
+    JT_CHECK_EQ(jt_child_stop(&c), 0);
+}
+
+/* The server's handshake deadline (200 ms) passes while the set of a new
+ * connection is made (400 ms): the connection fails there; the set that
+ * comes back for it is not used (the pool is off: destroyed) and its
+ * completion-queue share is returned; the client, whose hello the server
+ * closed on, goes on over TCP and its call succeeds. */
+static void test_closed_while_set_made(void)
+{
+    const char *envs[] = {"SOFTUB_QUEUE_DELAY_US=400000", "JETRPC_URMA_HANDSHAKE_TIMEOUT_MS=200",
+                          "JETRPC_EVENT_LOOP_NUM=1", "JETRPC_URMA_PREPARED_JETTY_CNT=0", NULL};
+    jt_child_t c;
+    JT_REQUIRE(jt_child_start(&c, NULL, envs) == 0);
+    jet_channel_t *ch = channel(c.port, 30000, 1);
+    JT_REQUIRE(ch);
+    uint64_t before = urma_answers();
+    JT_CHECK_EQ(jt_echo_bytes(ch, 1000, 1, "first"), 0);
+    JT_CHECK_EQ(jt_echo_bytes(ch, 200000, 2, "second"), 0);
+    JT_CHECK_EQ(urma_answers(), before); /* over TCP */
+    child_stats_t st = {0};
+    /* The abandoned sets come back (each 400 ms after its connection). */
+    JT_CHECK(JT_WAIT_UNTIL(child_pool(ch, &st) && st.endpoints == 0 && st.jfc_used == 0,
+                           10000000));
+    fprintf(stderr, "  server: endpoints %u, completion-queue entries held %u, pooled %u\n",
+            st.endpoints, st.jfc_used, st.pooled);
+    JT_CHECK_EQ(st.pooled, 0u);
+    jet_channel_destroy(ch);
     JT_CHECK_EQ(jt_child_stop(&c), 0);
 }
 
@@ -616,5 +652,6 @@ int main(int argc, char **argv)
     JT_RUN(test_closed_sets_recycled);
     JT_RUN(test_sets_made_off_loop);
     JT_RUN(test_undrained_set_destroyed_off_loop);
+    JT_RUN(test_closed_while_set_made);
     return jt_finish();
 }

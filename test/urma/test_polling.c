@@ -161,7 +161,7 @@ static void *first_waiter_main(void *arg)
  * not when the parked loop thread would look again on its own (100 ms after
  * the first took the loop: event_guest_park_us, raised to 100 ms here).
  * Guarded, not timed: the bound, 60 ms, is twice the expected 30 ms and well
- * under the ~95 ms it takes without the kick. */
+ * under the ~95 ms it takes without the kick (best of three attempts). */
 static void test_refused_waiter_answered(void)
 {
     const char *args[] = {"--urma_use_polling=true", NULL};
@@ -173,20 +173,25 @@ static void test_refused_waiter_answered(void)
     JT_REQUIRE(a && b);
     JT_CHECK_EQ(jt_echo_bytes(a, 100, 1, "warm-a"), 0);
     JT_CHECK_EQ(jt_echo_bytes(b, 100, 2, "warm-b"), 0);
+    /* Up to three attempts of three rounds: a machine loaded by other tests
+     * can stretch one attempt; without the kick every attempt takes ~95 ms. */
     int64_t worst = 0;
-    for (int round = 0; round < 3; round++) {
-        first_waiter_t w = {.ch = a};
-        pthread_t th;
-        JT_REQUIRE(pthread_create(&th, NULL, first_waiter_main, &w) == 0);
-        usleep(5000);
-        int64_t took = 0;
-        JT_CHECK_EQ(call_once(b, "sleep:30", &took), 0);
-        pthread_join(th, NULL);
-        JT_CHECK_EQ(w.rc, 0);
-        if (took > worst) worst = took;
+    for (int attempt = 0; attempt < 3 && (attempt == 0 || worst >= 60000); attempt++) {
+        worst = 0;
+        for (int round = 0; round < 3; round++) {
+            first_waiter_t w = {.ch = a};
+            pthread_t th;
+            JT_REQUIRE(pthread_create(&th, NULL, first_waiter_main, &w) == 0);
+            usleep(5000);
+            int64_t took = 0;
+            JT_CHECK_EQ(call_once(b, "sleep:30", &took), 0);
+            pthread_join(th, NULL);
+            JT_CHECK_EQ(w.rc, 0);
+            if (took > worst) worst = took;
+        }
+        fprintf(stderr, "  the second waiter's 30 ms call took at most %lld ms\n",
+                (long long)(worst / 1000));
     }
-    fprintf(stderr, "  the second waiter's 30 ms call took at most %lld ms\n",
-            (long long)(worst / 1000));
     JT_CHECK(worst < 60000);
     jet_channel_destroy(a);
     jet_channel_destroy(b);

@@ -7,10 +7,11 @@
  * - An echo service: the response carries the request's message and
  *   attachment; message "sleep:<ms>" answers after that long (from a thread),
  *   "close" makes the server process exit at once (a killed peer), "pool"
- *   answers "<pooled> <recycled> <endpoints> <blocks>": the server's
- *   prepared jetty sets waiting, those of closed connections reset and
- *   pooled again, its URMA endpoints (connections on URMA or setting it up,
- *   and closed ones still draining), and its iobuf blocks in use.
+ *   answers "<pooled> <recycled> <endpoints> <blocks> <jfc_used>": the
+ *   server's prepared jetty sets waiting, those of closed connections reset
+ *   and pooled again, its URMA endpoints (connections on URMA or setting it
+ *   up, and closed ones still draining), its iobuf blocks in use, and the
+ *   completion-queue entries its connections hold.
  * - Server children (testutil_transport's jt_child_*): the test binary
  *   re-executed with "role=server" and flag arguments serves that echo
  *   service; client children ("role=client") make echo calls.
@@ -242,6 +243,7 @@ static UT_UNUSED jet_urma_loop_stats_t ut_urma_totals(int *spinning_p)
         if (!p.exists) continue;
         sum.endpoints += p.st.endpoints;
         sum.pooled += p.st.pooled;
+        sum.jfc_used += p.st.jfc_used;
         sum.recycled += p.st.recycled;
         sum.completions += p.st.completions;
         sum.events += p.st.events;
@@ -268,8 +270,8 @@ static void *ut_pool_main(void *arg)
     size_t blocks = 0;
     for (int i = 0; i < JET_BLOCK_NCLASS; i++)
         blocks += bp.blocks_in_use[i];
-    snprintf(text, sizeof text, "%u %llu %u %zu", st.pooled, (unsigned long long)st.recycled,
-             st.endpoints, blocks);
+    snprintf(text, sizeof text, "%u %llu %u %zu %u", st.pooled, (unsigned long long)st.recycled,
+             st.endpoints, blocks, st.jfc_used);
     Example__EchoResponse resp = EXAMPLE__ECHO_RESPONSE__INIT;
     resp.message = text;
     l->closure(&resp, l->closure_data);
