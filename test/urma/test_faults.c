@@ -634,6 +634,28 @@ static void test_closed_while_set_made(void)
     JT_CHECK_EQ(jt_child_stop(&c), 0);
 }
 
+/* A flag that sizes the queues changes while a connection waits for its
+ * set (here the client's loop makes its completion queue, 400 ms, when
+ * urma_rq_size changes at 150 ms): the set is made at the sizes the
+ * connection was built and charged with, so the connection runs over URMA
+ * and gives back exactly its share when it closes (the client child checks
+ * both). */
+static void test_flags_change_while_set_made(void)
+{
+    jt_child_t c;
+    JT_REQUIRE(jt_child_start(&c, NULL, NULL) == 0);
+    char pa[32];
+    snprintf(pa, sizeof pa, "port=%d", c.port);
+    const char *envs[] = {"SOFTUB_QUEUE_DELAY_US=400000", NULL};
+    for (int i = 0; i < 2; i++) {
+        const char *rq = i == 0 ? "set=urma_rq_size=16" : "set=urma_rq_size=64";
+        const char *args[] = {pa, "calls=3", "size=100000", "set_after_ms=150", rq,
+                              "expect_urma=1", NULL};
+        JT_CHECK_EQ(ut_client_run(args, envs), 0);
+    }
+    JT_CHECK_EQ(jt_child_stop(&c), 0);
+}
+
 int main(int argc, char **argv)
 {
     jt_urma_main_setup(&argc, &argv, "faults");
@@ -653,5 +675,6 @@ int main(int argc, char **argv)
     JT_RUN(test_sets_made_off_loop);
     JT_RUN(test_undrained_set_destroyed_off_loop);
     JT_RUN(test_closed_while_set_made);
+    JT_RUN(test_flags_change_while_set_made);
     return jt_finish();
 }

@@ -182,10 +182,31 @@ static UT_UNUSED jet_channel_t *ut_channel(int port, jet_socket_mode_t mode, int
 /* The "role=client port=<p> [mode=<m>] [calls=<n>] [size=<bytes>]" entry:
  * n synchronous echoes through one channel; exit 0 when all came back
  * byte-exact, else the first error code (1 for wrong bytes). */
+typedef struct ut_flag_later {
+    int ms;
+    char name[64], value[64];
+} ut_flag_later_t;
+
+static UT_UNUSED void *ut_flag_later_main(void *arg)
+{
+    ut_flag_later_t *f = arg;
+    usleep((useconds_t)f->ms * 1000);
+    jet_flag_set(f->name, f->value);
+    return NULL;
+}
+
+static UT_UNUSED jet_urma_loop_stats_t ut_urma_totals(int *spinning_p);
+
+/* Args: port=, calls=, size=, mode=; set=<flag>=<value> and set_after_ms=<ms>
+ * (a thread sets the flag that long after the start); expect_urma=1 (the
+ * answers must come over URMA, and after the channel is gone no endpoint
+ * and no completion-queue share may stay: exit 6 and 7 otherwise). */
 static UT_UNUSED int ut_client_role(int argc, char **argv)
 {
     int port = 0, calls = 3;
     size_t size = 1000;
+    bool expect_urma = false;
+    ut_flag_later_t later = {.ms = -1};
     jet_socket_mode_t mode = JET_SOCKET_MODE_URMA;
     for (int i = 2; i < argc; i++) {
         if (strncmp(argv[i], "port=", 5) == 0) port = atoi(argv[i] + 5);
@@ -193,13 +214,28 @@ static UT_UNUSED int ut_client_role(int argc, char **argv)
         if (strncmp(argv[i], "size=", 5) == 0) size = (size_t)atol(argv[i] + 5);
         if (strncmp(argv[i], "mode=", 5) == 0 && jet_socket_mode_parse(argv[i] + 5, &mode) < 0)
             return 3;
+        if (strncmp(argv[i], "expect_urma=", 12) == 0) expect_urma = atoi(argv[i] + 12) != 0;
+        if (strncmp(argv[i], "set_after_ms=", 13) == 0) later.ms = atoi(argv[i] + 13);
+        if (strncmp(argv[i], "set=", 4) == 0 &&
+            sscanf(argv[i] + 4, "%63[^=]=%63s", later.name, later.value) != 2)
+            return 3;
     }
+    pthread_t th;
+    if (later.ms >= 0 && pthread_create(&th, NULL, ut_flag_later_main, &later) != 0) return 3;
     jet_channel_t *ch = ut_channel(port, mode, 10000, JET_CONNECTION_SINGLE);
     if (!ch) return 4;
     int rc = 0;
     for (int i = 0; i < calls && rc == 0; i++)
         rc = jt_echo_bytes(ch, size, (uint64_t)i * 77, "child");
+    jet_urma_loop_stats_t st = ut_urma_totals(NULL);
     jet_channel_destroy(ch);
+    if (later.ms >= 0) pthread_join(th, NULL);
+    if (rc == 0 && expect_urma) {
+        if (st.c.recv_copied + st.c.recv_zerocopy < (uint64_t)calls) return 6;
+        if (!JT_WAIT_UNTIL((st = ut_urma_totals(NULL), st.endpoints == 0 && st.jfc_used == 0),
+                           10000000))
+            return 7;
+    }
     return rc < 0 ? 1 : rc > 255 ? rc % 250 + 5 : rc;
 }
 
