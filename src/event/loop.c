@@ -27,9 +27,9 @@ JET_FLAG_DEFINE_INT32(event_busy_epoll_us, 20,
                       "A busy-poll loop (one with pollers) looks at its file descriptors at most "
                       "this often, in microseconds; its pollers, tasks and timers run every pass");
 JET_FLAG_DEFINE_INT32(event_busy_epoll_watch_us, 200,
-                      "A busy-poll loop whose file descriptors are all watch-only (listeners, "
-                      "connections whose data runs over URMA or UBRing: their TCP only tells that "
-                      "the peer is gone) looks at them at most this often, in microseconds");
+                      "A busy-poll loop whose file descriptors are all watch-only (connections "
+                      "whose data runs over URMA or UBRing: their TCP only tells that the peer is "
+                      "gone) looks at them at most this often, in microseconds");
 JET_FLAG_DEFINE_BOOL(event_guest_drive, true,
                      "A thread waiting for a synchronous call runs its busy-poll loop's "
                      "iterations itself while the loop thread sleeps (one spinning thread instead "
@@ -87,7 +87,7 @@ struct jet_loop {
     /* Busy-poll pollers registered: read by would-be guests on any thread. */
     _Atomic int npollers;
     _Atomic int nio;       /* registered fds (io_add - io_del) */
-    _Atomic int neager;    /* of which neither internal nor watch-only */
+    _Atomic int neager;    /* registered fds not watch-only (internal ones included) */
     int64_t last_epoll_us; /* busy-poll: when the fds were last looked at */
     uint32_t idle_passes; /* busy-poll passes in a row that found no work */
     int64_t now_us;        /* the current iteration's clock */
@@ -388,17 +388,18 @@ int jet_loop_io_add(jet_loop_t *loop, jet_io_t *io)
     if (!loop || !io || !io->cb || io->fd < 0) return -EINVAL;
     struct epoll_event ev = {.events = io->events | EPOLLET, .data.ptr = io};
     /* Set first: the loop thread may deliver an event (and the callback use
-     * io->loop) before epoll_ctl even returns here. */
+     * io->loop, or make the io watch-only) before epoll_ctl even returns. */
     io->loop = loop;
+    bool eager = !io->watch_only;
+    if (eager) atomic_fetch_add_explicit(&loop->neager, 1, memory_order_relaxed);
     if (epoll_ctl(loop->epfd, EPOLL_CTL_ADD, io->fd, &ev) < 0) {
         int err = -errno;
+        if (eager) atomic_fetch_sub_explicit(&loop->neager, 1, memory_order_relaxed);
         io->loop = NULL;
         return err;
     }
     /* No longer solitary: a thread parked behind guests for the long
      * solitary time must look again at the shorter pace from now on. */
-    if (!io->internal && !io->watch_only)
-        atomic_fetch_add_explicit(&loop->neager, 1, memory_order_relaxed);
     if (!io->internal && atomic_fetch_add_explicit(&loop->nio, 1, memory_order_relaxed) == 1)
         loop_unpark(loop);
     return 0;
@@ -409,7 +410,7 @@ void jet_loop_io_watch_only(jet_io_t *io, bool on)
     if (io->watch_only == on) return;
     io->watch_only = on;
     jet_loop_t *loop = io->loop;
-    if (!loop || io->internal) return;
+    if (!loop) return;
     LOOP_ASSERT_OWNER(loop);
     atomic_fetch_add_explicit(&loop->neager, on ? -1 : 1, memory_order_relaxed);
 }
@@ -436,8 +437,7 @@ int jet_loop_io_del(jet_io_t *io)
         if (loop->events[i].data.ptr == io) loop->events[i].data.ptr = NULL;
     io->loop = NULL;
     if (!io->internal) atomic_fetch_sub_explicit(&loop->nio, 1, memory_order_relaxed);
-    if (!io->internal && !io->watch_only)
-        atomic_fetch_sub_explicit(&loop->neager, 1, memory_order_relaxed);
+    if (!io->watch_only) atomic_fetch_sub_explicit(&loop->neager, 1, memory_order_relaxed);
     return rc;
 }
 

@@ -45,12 +45,11 @@ typedef struct jet_io {
      * connection: it does not make a loop lose its "solitary" standing
      * (see jet_loop_drive). */
     bool internal;
-    /* Its events are not on a message path (a listener; the TCP side of a
-     * connection whose data runs over URMA or UBRing, which only tells that
-     * the peer is gone): a busy-poll loop whose fds are all internal or
-     * watch-only looks at them every event_busy_epoll_watch_us instead of
-     * every event_busy_epoll_us. Set before io_add, or with
-     * jet_loop_io_watch_only. */
+    /* Its events are not on a message path (the TCP side of a connection
+     * whose data runs over URMA or UBRing, which only tells that the peer is
+     * gone): a busy-poll loop whose fds are all watch-only looks at them
+     * every event_busy_epoll_watch_us instead of every event_busy_epoll_us.
+     * Set before io_add, or with jet_loop_io_watch_only. */
     bool watch_only;
 } jet_io_t;
 

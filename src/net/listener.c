@@ -79,7 +79,6 @@ int jet__listener_create(const jet_addr_t *addr, jet_accept_cb_t cb, void *arg,
     l->io.events = EPOLLIN;
     l->io.cb = listener_io_cb;
     l->io.arg = l;
-    l->io.watch_only = true; /* a new connection is not on a message path */
     rc = jet_loop_io_add(l->loop, &l->io);
     if (rc < 0) goto err_close;
     *l_p = l;

@@ -301,8 +301,11 @@ jet_loop_t *jet__urma_pick_loop(void)
     int k = JET_FLAG(urma_poller_num);
     if (k < 1) k = 1;
     if (k > n) k = n;
-    return jet_loop_at(
-        (int)(atomic_fetch_add_explicit(&rr, 1, memory_order_relaxed) % (unsigned)k));
+    /* The last k loops: the first ones take the listeners (jet_loop_pick
+     * starts at 0), whose fds keep a polled loop looking at epoll at the
+     * short pace (event_busy_epoll_us). */
+    return jet_loop_at(n - k + (int)(atomic_fetch_add_explicit(&rr, 1, memory_order_relaxed) %
+                                     (unsigned)k));
 }
 
 /* ---- per-loop resources ------------------------------------------------------ */
@@ -337,6 +340,7 @@ struct jet_urma_loop {
     uint32_t nwaiting;
     uint32_t nrecycling; /* closed connections' sets being reset for the pool */
     uint64_t recycled;   /* sets of closed connections reset and pooled */
+    uint64_t attaches;   /* connections ever attached */
     struct jet_urma_ep **eps; /* by index; NULL = free */
     uint8_t *gens;
     uint32_t *free_idx;
@@ -718,6 +722,7 @@ static void ul_job_run(jet_urma_work_t *w)
     case UL_JOB_DESTROY:
         j->destroyed = jet__urma_jset_destroy(c, j->js);
         j->js = NULL;
+        if (!j->destroyed) break; /* the peer stays imported for the set that stays */
         if (j->left.tjetty) JET_URMA_FN(c, urma_unimport_jetty)(j->left.tjetty);
         if (j->left.tseg) JET_URMA_FN(c, urma_unimport_seg)(j->left.tseg);
         break;
@@ -1096,6 +1101,7 @@ int jet__urma_loop_attach(jet_urma_loop_t *ul, struct jet_urma_ep *ep, uint32_t 
     ul->gens[idx]++;
     ul->jfc_used += need;
     ul->nattached++;
+    ul->attaches++;
     ul_poller_sync(ul);
     *index_p = idx;
     *gen_p = ul->gens[idx];
@@ -1131,6 +1137,7 @@ void jet__urma_loop_detach(jet_urma_loop_t *ul, struct jet_urma_ep *ep, uint32_t
 void jet__urma_loop_stats(jet_urma_loop_t *ul, jet_urma_loop_stats_t *out)
 {
     out->endpoints = ul->nattached;
+    out->attaches = ul->attaches;
     out->pooled = ul->npool;
     out->recycled = ul->recycled;
     out->jfc_used = ul->jfc_used;

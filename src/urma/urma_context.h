@@ -91,7 +91,7 @@ uint32_t jet__urma_send_sge(const jet_urma_ctx_t *ctx);
 /* Bytes of one receive buffer (urma_recv_block_size: 8192 or 65536). */
 uint32_t jet__urma_recv_size(void);
 
-/* Polling mode: the loop a new URMA socket should join (one of the first
+/* Polling mode: the loop a new URMA socket should join (one of the last
  * urma_poller_num loops of the group, round-robin); NULL in event mode or
  * when the group is not started. */
 jet_loop_t *jet__urma_pick_loop(void);
@@ -156,9 +156,9 @@ typedef struct jet_urma_leftovers {
 /* Loop thread: ep's set js did not drain (buffers may still be written,
  * completions may still come): ep (attached with sq, rq) is detached at
  * once, js destroyed on the import threads (here when none can be started),
- * then the peer unimported and the blocks released on this thread (leaked
- * with js when the provider refuses to destroy it); all of *left is taken
- * over. Until js is gone, ep's JFC share stays reserved and its table entry
+ * then the peer unimported and the blocks released on this thread (both
+ * leaked with js when the provider refuses to destroy it); all of *left is
+ * taken over. Until js is gone, ep's JFC share stays reserved and its table entry
  * is kept, so that late completions are dropped quietly. */
 void jet__urma_loop_discard(jet_urma_loop_t *ul, struct jet_urma_ep *ep, uint32_t sq, uint32_t rq,
                             jet_urma_jset_t *js, const jet_urma_leftovers_t *left);
@@ -180,6 +180,7 @@ typedef struct jet_urma_counters {
 /* Counts of a loop, for tests and debug lines. */
 typedef struct jet_urma_loop_stats {
     uint32_t endpoints; /* attached, draining included */
+    uint64_t attaches;  /* connections ever attached */
     uint32_t pooled;    /* prepared jetty sets waiting */
     uint64_t recycled;  /* sets of closed connections reset and pooled again */
     uint32_t jfc_used;  /* reserved JFC entries */

@@ -199,8 +199,9 @@ static UT_UNUSED jet_urma_loop_stats_t ut_urma_totals(int *spinning_p);
 
 /* Args: port=, calls=, size=, mode=; set=<flag>=<value> and set_after_ms=<ms>
  * (a thread sets the flag that long after the start); expect_urma=1 (the
- * answers must come over URMA, and after the channel is gone no endpoint
- * and no completion-queue share may stay: exit 6 and 7 otherwise). */
+ * answers must come over URMA on the one connection the child opens, and
+ * after the channel is gone no endpoint and no completion-queue share may
+ * stay: exit 6, 8 and 7 otherwise). */
 static UT_UNUSED int ut_client_role(int argc, char **argv)
 {
     int port = 0, calls = 3;
@@ -223,7 +224,10 @@ static UT_UNUSED int ut_client_role(int argc, char **argv)
     pthread_t th;
     if (later.ms >= 0 && pthread_create(&th, NULL, ut_flag_later_main, &later) != 0) return 3;
     jet_channel_t *ch = ut_channel(port, mode, 10000, JET_CONNECTION_SINGLE);
-    if (!ch) return 4;
+    if (!ch) {
+        if (later.ms >= 0) pthread_join(th, NULL);
+        return 4;
+    }
     int rc = 0;
     for (int i = 0; i < calls && rc == 0; i++)
         rc = jt_echo_bytes(ch, size, (uint64_t)i * 77, "child");
@@ -232,6 +236,7 @@ static UT_UNUSED int ut_client_role(int argc, char **argv)
     if (later.ms >= 0) pthread_join(th, NULL);
     if (rc == 0 && expect_urma) {
         if (st.c.recv_copied + st.c.recv_zerocopy < (uint64_t)calls) return 6;
+        if (st.attaches != 1) return 8; /* it failed and reconnected */
         if (!JT_WAIT_UNTIL((st = ut_urma_totals(NULL), st.endpoints == 0 && st.jfc_used == 0),
                            10000000))
             return 7;
@@ -278,6 +283,7 @@ static UT_UNUSED jet_urma_loop_stats_t ut_urma_totals(int *spinning_p)
         if (!jt_wait_at_least(&p.done, 1, 5000000)) abort();
         if (!p.exists) continue;
         sum.endpoints += p.st.endpoints;
+        sum.attaches += p.st.attaches;
         sum.pooled += p.st.pooled;
         sum.jfc_used += p.st.jfc_used;
         sum.recycled += p.st.recycled;
