@@ -656,6 +656,70 @@ static void test_flags_change_while_set_made(void)
     JT_CHECK_EQ(jt_child_stop(&c), 0);
 }
 
+typedef struct churn_arg {
+    int port, rounds, index;
+    _Atomic int *bad;
+} churn_arg_t;
+
+static void *churn_main(void *arg)
+{
+    churn_arg_t *a = arg;
+    for (int r = 0; r < a->rounds; r++) {
+        jet_channel_t *ch = channel(a->port, 30000, 1);
+        int rc = ch ? jt_echo_bytes(ch, 1000 + (size_t)r * 997, (uint64_t)(a->index * 100 + r),
+                                    "churn")
+                    : -1;
+        if (rc != 0) atomic_fetch_add(a->bad, 1);
+        if (ch) jet_channel_destroy(ch);
+    }
+    return NULL;
+}
+
+/* Connections open and close in a churn while the server makes every set
+ * off the loop (pool off, 15 ms per set) and its handshake deadline (40 ms)
+ * catches some of them still waiting: every call succeeds (over URMA, or
+ * over TCP after a hello the server closed on), and in the end the server
+ * holds no endpoint and no completion-queue entry, its blocks are back, and
+ * it exits cleanly (leak-checked under ASan). Event mode, then polling. */
+static void test_churn_while_sets_made(void)
+{
+    enum { T = 6, ROUNDS = 12 };
+    for (int polling = 0; polling < 2; polling++) {
+        const char *args[] = {polling ? "--urma_use_polling=true" : "--urma_use_polling=false",
+                              NULL};
+        const char *envs[] = {"SOFTUB_QUEUE_DELAY_US=15000",
+                              "JETRPC_URMA_HANDSHAKE_TIMEOUT_MS=40",
+                              "JETRPC_URMA_PREPARED_JETTY_CNT=0", NULL};
+        jt_child_t c;
+        JT_REQUIRE(jt_child_start(&c, args, envs) == 0);
+        jet_channel_t *ctl = ut_channel(c.port, JET_SOCKET_MODE_TCP, 30000, JET_CONNECTION_SINGLE);
+        JT_REQUIRE(ctl);
+        child_stats_t st = {0};
+        JT_REQUIRE(child_pool(ctl, &st));
+        size_t blocks_before = st.blocks;
+        _Atomic int bad = 0;
+        pthread_t th[T];
+        churn_arg_t a[T];
+        for (int i = 0; i < T; i++) {
+            a[i] = (churn_arg_t){.port = c.port, .rounds = ROUNDS, .index = i, .bad = &bad};
+            JT_REQUIRE(pthread_create(&th[i], NULL, churn_main, &a[i]) == 0);
+        }
+        for (int i = 0; i < T; i++)
+            pthread_join(th[i], NULL);
+        JT_CHECK_EQ(atomic_load(&bad), 0);
+        JT_CHECK(JT_WAIT_UNTIL(child_pool(ctl, &st) && st.endpoints == 0 && st.jfc_used == 0 &&
+                                   st.blocks <= blocks_before + 8,
+                               20000000));
+        fprintf(stderr,
+                "  %s: %d connections; server endpoints %u, completion-queue entries %u, blocks "
+                "%zu (before %zu)\n",
+                polling ? "polling" : "event", T * ROUNDS, st.endpoints, st.jfc_used, st.blocks,
+                blocks_before);
+        jet_channel_destroy(ctl);
+        JT_CHECK_EQ(jt_child_stop(&c), 0);
+    }
+}
+
 int main(int argc, char **argv)
 {
     jt_urma_main_setup(&argc, &argv, "faults");
@@ -676,5 +740,6 @@ int main(int argc, char **argv)
     JT_RUN(test_undrained_set_destroyed_off_loop);
     JT_RUN(test_closed_while_set_made);
     JT_RUN(test_flags_change_while_set_made);
+    JT_RUN(test_churn_while_sets_made);
     return jt_finish();
 }
