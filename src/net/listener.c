@@ -70,7 +70,9 @@ int jet__listener_create(const jet_addr_t *addr, jet_accept_cb_t cb, void *arg,
     getsockname(l->fd, &l->addr.u.sa, &l->addr.len);
     if (addr->u.sa.sa_family == AF_UNIX) l->addr = *addr;
     jet__addr_format(&l->addr, l->name, sizeof l->name);
-    l->loop = jet_loop_pick();
+    /* Loop 0 (jet_loop_pick starts the group): polled transports keep their
+     * connections on the last loops, whose pace a listener would set. */
+    l->loop = jet_loop_pick() ? jet_loop_at(0) : NULL;
     if (!l->loop) {
         rc = -ENOMEM;
         goto err_close;

@@ -301,9 +301,8 @@ jet_loop_t *jet__urma_pick_loop(void)
     int k = JET_FLAG(urma_poller_num);
     if (k < 1) k = 1;
     if (k > n) k = n;
-    /* The last k loops: the first ones take the listeners (jet_loop_pick
-     * starts at 0), whose fds keep a polled loop looking at epoll at the
-     * short pace (event_busy_epoll_us). */
+    /* The last k loops: listeners are on loop 0, and their fds would keep a
+     * polled loop looking at epoll at the short pace (event_busy_epoll_us). */
     return jet_loop_at(n - k + (int)(atomic_fetch_add_explicit(&rr, 1, memory_order_relaxed) %
                                      (unsigned)k));
 }
@@ -523,6 +522,8 @@ static bool ul_rearm(jet_urma_loop_t *ul)
 static void ul_spin_start(jet_urma_loop_t *ul)
 {
     ul->spinning = true;
+    /* Unarmed while it spins: its fd brings nothing the poller does not. */
+    jet_loop_io_watch_only(&ul->io, true);
     ul->spins++;
     ul->last_cr_us = jet_now_us();
     if (!ul->poller_on) {
@@ -590,6 +591,7 @@ static int ul_poll_cb(jet_poller_t *p)
                 return n;
             }
             ul->spinning = false;
+            jet_loop_io_watch_only(&ul->io, false);
             ul->poller_on = false;
             jet_loop_poller_del(ul->loop, &ul->poller);
         }

@@ -905,10 +905,10 @@ static void ep_finish(jet_urma_ep_t *ep, bool reuse)
         jet__urma_loop_discard(ul, ep, ep->sq, ep->rq, js, &left);
         quiet = true; /* what is left in ep is not the queues' */
     } else if (js && !quiet) {
-        /* Memory is short: here. */
+        /* Memory is short: here. A set that stays keeps its peer imported. */
         quiet = jet__urma_jset_destroy(ctx, js);
         jet__urma_loop_detach(ul, ep, ep->sq, ep->rq);
-        jet__urma_unimport_later(jet__urma_loop_of(ul), left.tjetty, left.tseg);
+        if (quiet) jet__urma_unimport_later(jet__urma_loop_of(ul), left.tjetty, left.tseg);
     } else {
         /* Drained (nothing can complete or be written any more: the set is
          * reset for the pool off the loop), or no set ever came. */

@@ -217,10 +217,6 @@ void jet__urma_unimport_later(jet_loop_t *loop, urma_target_jetty_t *tjetty,
         u->w.task.fn = imp_undo_done;
         u->w.loop = loop;
         u->w.run = imp_undo_run;
-        /* Ahead of the background work and in order with the imports that
-         * later connections queue: a provider that shares or limits imports
-         * of one peer sees them undone in the order they were made. */
-        u->w.urgent = true;
         u->tjetty = tjetty;
         u->tseg = tseg;
         if (jet__urma_work_start(&u->w) == 0) return;

@@ -70,7 +70,7 @@ int jet__urma_import_start(jet_socket_t *s, void *tag, const jet_urma_hello_t *p
 void jet__urma_import_free(jet_urma_import_t *job);
 
 /* Loop thread of loop: unimports tjetty and tseg (either may be NULL) on the
- * import threads, queued with the imports (here when no thread can be
+ * import threads, as background work (here when no thread can be
  * started). */
 void jet__urma_unimport_later(jet_loop_t *loop, urma_target_jetty_t *tjetty,
                               urma_target_seg_t *tseg);

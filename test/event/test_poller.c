@@ -196,8 +196,8 @@ static void watch_only_off(void *arg)
  * how long that really was. */
 static uint64_t epolls_during(int ms, int64_t *us_p)
 {
-    uint64_t a = jet__loop_epolls(loop);
     int64_t t0 = (int64_t)jt_now_us();
+    uint64_t a = jet__loop_epolls(loop);
     usleep((useconds_t)ms * 1000);
     uint64_t n = jet__loop_epolls(loop) - a;
     *us_p = (int64_t)jt_now_us() - t0;
