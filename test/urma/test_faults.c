@@ -421,6 +421,35 @@ static void noop_done(jet_call_t *call, void *arg)
     (void)arg;
 }
 
+/* Answers received over URMA by this process so far. */
+static uint64_t urma_answers(void)
+{
+    jet_urma_loop_stats_t st = ut_urma_totals(NULL);
+    return st.c.recv_copied + st.c.recv_zerocopy;
+}
+
+/* Opens n URMA channels to port and makes one asynchronous call on each at
+ * once; returns when every call has ended (each must have succeeded). The
+ * channels and calls are the caller's. */
+static void open_together(int port, int n, jet_channel_t **ch, jet_call_t **call)
+{
+    Example__EchoRequest req = EXAMPLE__ECHO_REQUEST__INIT;
+    req.message = "together";
+    for (int i = 0; i < n; i++) {
+        ch[i] = channel(port, 30000, 0);
+        call[i] = jet_call_create();
+        JT_REQUIRE(ch[i] && call[i]);
+    }
+    for (int i = 0; i < n; i++)
+        JT_CHECK_EQ(jet_channel_call(ch[i], &example__echo_service__descriptor, 0, call[i],
+                                     &req.base, noop_done, NULL),
+                    0);
+    for (int i = 0; i < n; i++) {
+        jet_call_join(call[i]);
+        JT_CHECK_AT(jet_call_error_text(call[i]), !jet_call_failed(call[i]));
+    }
+}
+
 /* Four connections at once to a server whose imports take 0.6 s each: they
  * import side by side, so every handshake ends within its 1.5 s deadline
  * and every connection runs over URMA (one import at a time would take the
@@ -434,27 +463,11 @@ static void test_concurrent_slow_imports(void)
     JT_REQUIRE(jt_child_start(&c, NULL, envs) == 0);
     jet_channel_t *ch[N];
     jet_call_t *call[N];
-    Example__EchoRequest req = EXAMPLE__ECHO_REQUEST__INIT;
-    req.message = "together";
-    for (int i = 0; i < N; i++) {
-        ch[i] = channel(c.port, 30000, 0);
-        call[i] = jet_call_create();
-        JT_REQUIRE(ch[i] && call[i]);
-    }
-    for (int i = 0; i < N; i++)
-        JT_CHECK_EQ(jet_channel_call(ch[i], &example__echo_service__descriptor, 0, call[i],
-                                     &req.base, noop_done, NULL),
-                    0);
-    for (int i = 0; i < N; i++) {
-        jet_call_join(call[i]);
-        JT_CHECK_AT(jet_call_error_text(call[i]), !jet_call_failed(call[i]));
-    }
-    jet_urma_loop_stats_t before = ut_urma_totals(NULL);
+    open_together(c.port, N, ch, call);
+    uint64_t before = urma_answers();
     for (int i = 0; i < N; i++)
         JT_CHECK_EQ(jt_echo_bytes(ch[i], 1000, (uint64_t)i, "again"), 0);
-    jet_urma_loop_stats_t after = ut_urma_totals(NULL);
-    uint64_t got = after.c.recv_copied + after.c.recv_zerocopy - before.c.recv_copied -
-                   before.c.recv_zerocopy;
+    uint64_t got = urma_answers() - before;
     fprintf(stderr, "  answers received over URMA: %llu of %d\n", (unsigned long long)got, N);
     JT_CHECK(got >= N);
     for (int i = 0; i < N; i++) {
@@ -462,13 +475,6 @@ static void test_concurrent_slow_imports(void)
         jet_channel_destroy(ch[i]);
     }
     JT_CHECK_EQ(jt_child_stop(&c), 0);
-}
-
-/* Answers received over URMA by this process so far. */
-static uint64_t urma_answers(void)
-{
-    jet_urma_loop_stats_t st = ut_urma_totals(NULL);
-    return st.c.recv_copied + st.c.recv_zerocopy;
 }
 
 /* Queues are made off the loop: a server with one event loop and no
@@ -500,22 +506,8 @@ static void test_sets_made_off_loop(void)
     atomic_store(&g.worst_us, 0);
     jet_channel_t *ch[N];
     jet_call_t *call[N];
-    Example__EchoRequest req = EXAMPLE__ECHO_REQUEST__INIT;
-    req.message = "together";
-    for (int i = 0; i < N; i++) {
-        ch[i] = channel(c.port, 30000, 0);
-        call[i] = jet_call_create();
-        JT_REQUIRE(ch[i] && call[i]);
-    }
     t0 = (int64_t)jt_now_us();
-    for (int i = 0; i < N; i++)
-        JT_CHECK_EQ(jet_channel_call(ch[i], &example__echo_service__descriptor, 0, call[i],
-                                     &req.base, noop_done, NULL),
-                    0);
-    for (int i = 0; i < N; i++) {
-        jet_call_join(call[i]);
-        JT_CHECK_AT(jet_call_error_text(call[i]), !jet_call_failed(call[i]));
-    }
+    open_together(c.port, N, ch, call);
     int64_t open_us = (int64_t)jt_now_us() - t0;
     atomic_store(&g.stop, true);
     pthread_join(th, NULL);
