@@ -828,7 +828,8 @@ static void ul_destroy_later(jet_urma_loop_t *ul, jet_urma_jset_t *js)
     if (!ul_job_start(ul, UL_JOB_DESTROY, js)) jet__urma_jset_destroy(ul->ctx, js);
 }
 
-/* Takes ep out of the table: index p, or -1 when it is not there. */
+/* Drops ep from the deferred list; returns its table index (the caller
+ * clears or marks the entry), or -1 when it is not in the table. */
 static int64_t ul_unlist(jet_urma_loop_t *ul, struct jet_urma_ep *ep)
 {
     for (uint32_t i = 0; i < ul->ndeferred; i++) {
