@@ -24,6 +24,8 @@
  * SOFTUB_CLOSE_FAIL        1: modify_jetty to ERROR fails (URMA_FAIL) after
  *                          that sleep: a jetty that cannot be stopped, whose
  *                          user must destroy it without a drain.
+ * SOFTUB_JFC_FAIL          the first this many create_jfc calls of the
+ *                          process fail (ENOMEM), after their sleep.
  * SOFTUB_NO_PIDFD          1: never duplicate a peer's eventfd with
  *                          pidfd_getfd; wake its progress thread through the
  *                          region doorbell instead (the fallback used when
@@ -81,6 +83,7 @@ static void fault_load_once(void)
     f->queue_delay_us = (uint32_t)fault_u64("SOFTUB_QUEUE_DELAY_US", 0, 60000000);
     f->close_delay_us = (uint32_t)fault_u64("SOFTUB_CLOSE_DELAY_US", 0, 60000000);
     f->close_fail = fault_u64("SOFTUB_CLOSE_FAIL", 0, 1) != 0;
+    atomic_store(&f->jfc_fail, (uint32_t)fault_u64("SOFTUB_JFC_FAIL", 0, 1000000));
     f->no_pidfd = fault_u64("SOFTUB_NO_PIDFD", 0, 1) != 0;
     f->ptracer_any = fault_u64("SOFTUB_PTRACER_ANY", 1, 1) != 0;
     uint64_t mb = fault_u64("SOFTUB_REGION_MB", SUB_REGION_DEFAULT >> 20, 1ull << 20);

@@ -314,6 +314,7 @@ struct sub_fault {
     uint32_t queue_delay_us;
     uint32_t close_delay_us;
     int close_fail;
+    _Atomic uint32_t jfc_fail; /* create_jfc calls left to fail */
     int no_pidfd;
     int ptracer_any;
     uint64_t region_size;

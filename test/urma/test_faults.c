@@ -715,6 +715,39 @@ static void test_churn_while_sets_made(void)
     }
 }
 
+/* The provider refuses a loop's completion queue (SOFTUB_JFC_FAIL=1: the
+ * first create_jfc of the process fails): the connection that waited for it
+ * goes on over TCP (the server declines its hello), and the next connection
+ * of that loop makes it again and runs over URMA. A client whose first
+ * completion queue is refused sends no hello: its calls go over TCP. */
+static void test_jfc_creation_fails(void)
+{
+    const char *envs[] = {"SOFTUB_JFC_FAIL=1", "JETRPC_EVENT_LOOP_NUM=1", NULL};
+    jt_child_t c;
+    JT_REQUIRE(jt_child_start(&c, NULL, envs) == 0);
+    jet_channel_t *a = channel(c.port, 30000, 0);
+    JT_REQUIRE(a);
+    uint64_t before = urma_answers();
+    JT_CHECK_EQ(jt_echo_bytes(a, 1000, 1, "declined"), 0);
+    JT_CHECK_EQ(urma_answers(), before);
+    jet_channel_t *b = channel(c.port, 30000, 0);
+    JT_REQUIRE(b);
+    before = urma_answers();
+    JT_CHECK_EQ(jt_echo_bytes(b, 1000, 2, "second"), 0);
+    JT_CHECK(urma_answers() > before);
+    jet_channel_destroy(a);
+    jet_channel_destroy(b);
+    JT_CHECK_EQ(jt_child_stop(&c), 0);
+
+    JT_REQUIRE(jt_child_start(&c, NULL, NULL) == 0);
+    char pa[32];
+    snprintf(pa, sizeof pa, "port=%d", c.port);
+    const char *args[] = {pa, "calls=3", "expect_urma=0", NULL};
+    const char *cenvs[] = {"SOFTUB_JFC_FAIL=1", NULL};
+    JT_CHECK_EQ(ut_client_run(args, cenvs), 0);
+    JT_CHECK_EQ(jt_child_stop(&c), 0);
+}
+
 int main(int argc, char **argv)
 {
     jt_urma_main_setup(&argc, &argv, "faults");
@@ -736,5 +769,6 @@ int main(int argc, char **argv)
     JT_RUN(test_closed_while_set_made);
     JT_RUN(test_flags_change_while_set_made);
     JT_RUN(test_churn_while_sets_made);
+    JT_RUN(test_jfc_creation_fails);
     return jt_finish();
 }

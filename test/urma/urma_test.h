@@ -201,12 +201,12 @@ static UT_UNUSED jet_urma_loop_stats_t ut_urma_totals(int *spinning_p);
  * (a thread sets the flag that long after the start); expect_urma=1 (the
  * answers must come over URMA on the one connection the child opens, and
  * after the channel is gone no endpoint and no completion-queue share may
- * stay: exit 6, 8 and 7 otherwise). */
+ * stay: exit 6, 8 and 7 otherwise) or expect_urma=0 (none may: exit 9). */
 static UT_UNUSED int ut_client_role(int argc, char **argv)
 {
     int port = 0, calls = 3;
     size_t size = 1000;
-    bool expect_urma = false;
+    int expect_urma = -1;
     ut_flag_later_t later = {.ms = -1};
     jet_socket_mode_t mode = JET_SOCKET_MODE_URMA;
     for (int i = 2; i < argc; i++) {
@@ -216,6 +216,7 @@ static UT_UNUSED int ut_client_role(int argc, char **argv)
         if (strncmp(argv[i], "mode=", 5) == 0 && jet_socket_mode_parse(argv[i] + 5, &mode) < 0)
             return 3;
         if (strncmp(argv[i], "expect_urma=", 12) == 0) expect_urma = atoi(argv[i] + 12) != 0;
+
         if (strncmp(argv[i], "set_after_ms=", 13) == 0) later.ms = atoi(argv[i] + 13);
         if (strncmp(argv[i], "set=", 4) == 0 &&
             sscanf(argv[i] + 4, "%63[^=]=%63s", later.name, later.value) != 2)
@@ -234,7 +235,8 @@ static UT_UNUSED int ut_client_role(int argc, char **argv)
     jet_urma_loop_stats_t st = ut_urma_totals(NULL);
     jet_channel_destroy(ch);
     if (later.ms >= 0) pthread_join(th, NULL);
-    if (rc == 0 && expect_urma) {
+    if (rc == 0 && expect_urma == 0 && st.c.recv_copied + st.c.recv_zerocopy > 0) return 9;
+    if (rc == 0 && expect_urma == 1) {
         if (st.c.recv_copied + st.c.recv_zerocopy < (uint64_t)calls) return 6;
         if (st.attaches != 1) return 8; /* it failed and reconnected */
         if (!JT_WAIT_UNTIL((st = ut_urma_totals(NULL), st.endpoints == 0 && st.jfc_used == 0),
