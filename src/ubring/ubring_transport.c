@@ -452,8 +452,10 @@ static jet_loop_t *ub_pick_loop(void)
     int k = JET_FLAG(ub_poller_num);
     if (k < 1) k = 1;
     if (k > n) k = n;
-    return jet_loop_at(
-        (int)(atomic_fetch_add_explicit(&rr, 1, memory_order_relaxed) % (unsigned)k));
+    /* The last k loops: listeners are on loop 0, and their fds would keep a
+     * polling loop looking at epoll at the short pace (event_busy_epoll_us). */
+    return jet_loop_at(n - k + (int)(atomic_fetch_add_explicit(&rr, 1, memory_order_relaxed) %
+                                     (unsigned)k));
 }
 
 static int ub_init(jet_socket_t *s)

@@ -26,7 +26,7 @@
  * Both sides unlink their own name once ON and on every failure path.
  *
  * Polling: rings are read on the socket's loop thread (connections gather on
- * the first ub_poller_num loops) by a loop poller that spins while there is
+ * the last ub_poller_num loops) by a loop poller that spins while there is
  * traffic and removes itself after ub_poller_idle_us without any; an idle
  * loop looks at its rings from a timer (about every millisecond), which also
  * runs heartbeats (the peer's byte written every second; ours checked every
