@@ -234,6 +234,21 @@ static void *gap_main(void *arg)
     return NULL;
 }
 
+/* Starts g's thread of back-to-back calls; returns once it is under way,
+ * its longest call reset. */
+static void gap_start(gap_arg_t *g, pthread_t *th)
+{
+    JT_REQUIRE(pthread_create(th, NULL, gap_main, g) == 0);
+    JT_WAIT_UNTIL(atomic_load(&g->calls) >= 100, 20000000);
+    atomic_store(&g->worst_us, 0);
+}
+
+static void gap_stop(gap_arg_t *g, pthread_t th)
+{
+    atomic_store(&g->stop, true);
+    pthread_join(th, NULL);
+}
+
 /* Imports that take long (on UB hardware a transport path is set up with the
  * peer; here SOFTUB_IMPORT_DELAY_US) do not stall the loop: a server with one
  * event loop keeps answering an established connection at full speed while
@@ -249,17 +264,14 @@ static void test_slow_import_keeps_loop_serving(void)
     JT_CHECK_EQ(jt_echo_bytes(a, 1000, 1, "warm"), 0);
     gap_arg_t g = {.ch = a};
     pthread_t th;
-    JT_REQUIRE(pthread_create(&th, NULL, gap_main, &g) == 0);
-    JT_WAIT_UNTIL(atomic_load(&g.calls) >= 100, 20000000);
-    atomic_store(&g.worst_us, 0);
+    gap_start(&g, &th);
     int before = atomic_load(&g.calls);
     jet_channel_t *b = channel(c.port, 30000, 0);
     JT_REQUIRE(b);
     int64_t t0 = (int64_t)jt_now_us();
     JT_CHECK_EQ(jt_echo_bytes(b, 1000, 2, "new"), 0);
     int64_t b_us = (int64_t)jt_now_us() - t0;
-    atomic_store(&g.stop, true);
-    pthread_join(th, NULL);
+    gap_stop(&g, th);
     int during = atomic_load(&g.calls) - before;
     int64_t worst = atomic_load(&g.worst_us);
     fprintf(stderr, "  new connection's first call %lld ms; meanwhile %d calls on the other, the "
@@ -300,9 +312,7 @@ static void test_pool_filled_off_loop(void)
     usleep(3 * DELAY_MS * 1000); /* the first fill (two sets) */
     gap_arg_t g = {.ch = a};
     pthread_t th;
-    JT_REQUIRE(pthread_create(&th, NULL, gap_main, &g) == 0);
-    JT_WAIT_UNTIL(atomic_load(&g.calls) >= 100, 20000000);
-    atomic_store(&g.worst_us, 0);
+    gap_start(&g, &th);
     enum { N = 4 };
     jet_channel_t *more[N];
     for (int i = 0; i < N; i++) {
@@ -319,8 +329,7 @@ static void test_pool_filled_off_loop(void)
         jet_channel_destroy(more[i]);
         usleep(3 * DELAY_MS * 1000); /* the server closes, drains and resets its set */
     }
-    atomic_store(&g.stop, true);
-    pthread_join(th, NULL);
+    gap_stop(&g, th);
     int64_t worst_close = atomic_load(&g.worst_us);
     fprintf(stderr, "  %d connections opened, then closed, one at a time; the longest call of the "
                     "first: %lld us while they opened, %lld us while they closed\n",
@@ -501,16 +510,13 @@ static void test_sets_made_off_loop(void)
     int64_t first_us = (int64_t)jt_now_us() - t0;
     gap_arg_t g = {.ch = a};
     pthread_t th;
-    JT_REQUIRE(pthread_create(&th, NULL, gap_main, &g) == 0);
-    JT_WAIT_UNTIL(atomic_load(&g.calls) >= 100, 20000000);
-    atomic_store(&g.worst_us, 0);
+    gap_start(&g, &th);
     jet_channel_t *ch[N];
     jet_call_t *call[N];
     t0 = (int64_t)jt_now_us();
     open_together(c.port, N, ch, call);
     int64_t open_us = (int64_t)jt_now_us() - t0;
-    atomic_store(&g.stop, true);
-    pthread_join(th, NULL);
+    gap_stop(&g, th);
     int64_t worst = atomic_load(&g.worst_us);
     uint64_t before = urma_answers();
     for (int i = 0; i < N; i++)
@@ -560,9 +566,7 @@ static void test_undrained_set_destroyed_off_loop(void)
     unsigned jfc_before = st.jfc_used;
     gap_arg_t g = {.ch = a};
     pthread_t th;
-    JT_REQUIRE(pthread_create(&th, NULL, gap_main, &g) == 0);
-    JT_WAIT_UNTIL(atomic_load(&g.calls) >= 100, 20000000);
-    atomic_store(&g.worst_us, 0);
+    gap_start(&g, &th);
     for (int i = 0; i < N; i++) {
         jet_channel_t *b = channel(c.port, 30000, 0);
         JT_REQUIRE(b);
@@ -574,8 +578,7 @@ static void test_undrained_set_destroyed_off_loop(void)
          * run): then the next. */
         JT_CHECK(JT_WAIT_UNTIL(child_pool(a, &st) && st.endpoints == 1, 30000000));
     }
-    atomic_store(&g.stop, true);
-    pthread_join(th, NULL);
+    gap_stop(&g, th);
     int64_t worst = atomic_load(&g.worst_us);
     fprintf(stderr,
             "  %d connections closed without a drain; the longest call of the established one "
