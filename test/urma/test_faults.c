@@ -234,6 +234,29 @@ static void *gap_main(void *arg)
     return NULL;
 }
 
+/* A server child (envs) and a URMA channel to it that has made one call;
+ * NULL (the child stopped) when either fails. */
+static jet_channel_t *warm_child(jt_child_t *c, const char *const *envs)
+{
+    if (jt_child_start(c, NULL, envs) != 0) return NULL;
+    jet_channel_t *ch = channel(c->port, 30000, 0);
+    if (ch && jt_echo_bytes(ch, 1000, 1, "warm") == 0) return ch;
+    if (ch) jet_channel_destroy(ch);
+    jt_child_stop(c);
+    return NULL;
+}
+
+/* The server still takes connections (one carries a 300 000-byte echo);
+ * then a and the child go. */
+static void end_child(jt_child_t *c, jet_channel_t *a)
+{
+    jet_channel_t *last = channel(c->port, 30000, 0);
+    JT_CHECK(last && jt_echo_bytes(last, 300000, 99, "last") == 0);
+    if (last) jet_channel_destroy(last);
+    jet_channel_destroy(a);
+    JT_CHECK_EQ(jt_child_stop(c), 0);
+}
+
 /* Starts g's thread of back-to-back calls; returns once it is under way,
  * its longest call reset. */
 static void gap_start(gap_arg_t *g, pthread_t *th)
@@ -258,10 +281,8 @@ static void test_slow_import_keeps_loop_serving(void)
     enum { DELAY_MS = 1500 };
     const char *envs[] = {"SOFTUB_IMPORT_DELAY_US=1500000", "JETRPC_EVENT_LOOP_NUM=1", NULL};
     jt_child_t c;
-    JT_REQUIRE(jt_child_start(&c, NULL, envs) == 0);
-    jet_channel_t *a = channel(c.port, 30000, 0);
+    jet_channel_t *a = warm_child(&c, envs);
     JT_REQUIRE(a);
-    JT_CHECK_EQ(jt_echo_bytes(a, 1000, 1, "warm"), 0);
     gap_arg_t g = {.ch = a};
     pthread_t th;
     gap_start(&g, &th);
@@ -305,10 +326,8 @@ static void test_pool_filled_off_loop(void)
     const char *envs[] = {"SOFTUB_QUEUE_DELAY_US=400000", "SOFTUB_CLOSE_DELAY_US=400000",
                           "JETRPC_EVENT_LOOP_NUM=1", "JETRPC_URMA_PREPARED_JETTY_CNT=2", NULL};
     jt_child_t c;
-    JT_REQUIRE(jt_child_start(&c, NULL, envs) == 0);
-    jet_channel_t *a = channel(c.port, 30000, 0);
+    jet_channel_t *a = warm_child(&c, envs);
     JT_REQUIRE(a);
-    JT_CHECK_EQ(jt_echo_bytes(a, 1000, 1, "warm"), 0);
     usleep(3 * DELAY_MS * 1000); /* the first fill (two sets) */
     gap_arg_t g = {.ch = a};
     pthread_t th;
@@ -337,13 +356,7 @@ static void test_pool_filled_off_loop(void)
     JT_CHECK(worst_open < DELAY_MS * 1000LL / 2);
     JT_CHECK(worst_close < DELAY_MS * 1000LL / 2);
     JT_CHECK_EQ(atomic_load(&g.bad), 0);
-    /* And the server still takes connections. */
-    jet_channel_t *last = channel(c.port, 30000, 0);
-    JT_REQUIRE(last);
-    JT_CHECK_EQ(jt_echo_bytes(last, 300000, 99, "last"), 0);
-    jet_channel_destroy(last);
-    jet_channel_destroy(a);
-    JT_CHECK_EQ(jt_child_stop(&c), 0);
+    end_child(&c, a);
 }
 
 /* The server's "pool" answer (urma_test.h). */
@@ -381,10 +394,8 @@ static void test_closed_sets_recycled(void)
     const char *envs[] = {"SOFTUB_QUEUE_DELAY_US=2000000", "JETRPC_EVENT_LOOP_NUM=1",
                           "JETRPC_URMA_PREPARED_JETTY_CNT=2", NULL};
     jt_child_t c;
-    JT_REQUIRE(jt_child_start(&c, NULL, envs) == 0);
-    jet_channel_t *a = channel(c.port, 30000, 0);
+    jet_channel_t *a = warm_child(&c, envs);
     JT_REQUIRE(a);
-    JT_CHECK_EQ(jt_echo_bytes(a, 1000, 1, "warm"), 0);
     child_stats_t st = {0};
     JT_CHECK(JT_WAIT_UNTIL(child_pool(a, &st) && st.pooled == 2, 30000000));
     JT_CHECK_EQ(st.recycled, 0ull);
@@ -556,10 +567,8 @@ static void test_undrained_set_destroyed_off_loop(void)
     const char *envs[] = {"SOFTUB_CLOSE_FAIL=1", "SOFTUB_QUEUE_DELAY_US=400000",
                           "JETRPC_EVENT_LOOP_NUM=1", "JETRPC_URMA_PREPARED_JETTY_CNT=4", NULL};
     jt_child_t c;
-    JT_REQUIRE(jt_child_start(&c, NULL, envs) == 0);
-    jet_channel_t *a = channel(c.port, 30000, 0);
+    jet_channel_t *a = warm_child(&c, envs);
     JT_REQUIRE(a);
-    JT_CHECK_EQ(jt_echo_bytes(a, 1000, 1, "warm"), 0);
     child_stats_t st = {0};
     JT_CHECK(JT_WAIT_UNTIL(child_pool(a, &st) && st.pooled == 4, 30000000));
     size_t blocks_before = st.blocks;
@@ -592,13 +601,7 @@ static void test_undrained_set_destroyed_off_loop(void)
      * may still be in flight for the calls. */
     JT_CHECK(JT_WAIT_UNTIL(child_pool(a, &st) && st.blocks <= blocks_before + 4, 10000000));
     JT_CHECK(JT_WAIT_UNTIL(child_pool(a, &st) && st.jfc_used == jfc_before, 10000000));
-    /* And the server still takes connections. */
-    jet_channel_t *last = channel(c.port, 30000, 0);
-    JT_REQUIRE(last);
-    JT_CHECK_EQ(jt_echo_bytes(last, 300000, 99, "last"), 0);
-    jet_channel_destroy(last);
-    jet_channel_destroy(a);
-    JT_CHECK_EQ(jt_child_stop(&c), 0);
+    end_child(&c, a);
 }
 
 /* The server's handshake deadline (200 ms) passes while the set of a new
