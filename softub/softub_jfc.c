@@ -222,17 +222,17 @@ SUB_API urma_jfc_t *urma_create_jfc(urma_context_t *ctx, urma_jfc_cfg_t *jfc_cfg
         errno = EINVAL;
         return NULL;
     }
+    struct sub_ctx *c = softub__ctx_check(ctx);
+    if (c == NULL) {
+        errno = EINVAL;
+        return NULL;
+    }
     softub__fault_sleep_us(softub__fault.queue_delay_us);
     uint32_t left = atomic_load(&softub__fault.jfc_fail);
     while (left > 0 && !atomic_compare_exchange_weak(&softub__fault.jfc_fail, &left, left - 1))
         ;
     if (left > 0) {
         errno = ENOMEM;
-        return NULL;
-    }
-    struct sub_ctx *c = softub__ctx_check(ctx);
-    if (c == NULL) {
-        errno = EINVAL;
         return NULL;
     }
     const urma_device_cap_t *cap = &softub__device_attr()->dev_cap;

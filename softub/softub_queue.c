@@ -541,11 +541,11 @@ SUB_API urma_status_t urma_delete_jetty(urma_jetty_t *jetty)
     struct sub_jetty *j = softub__jetty_check(jetty);
     if (j == NULL)
         return URMA_EINVAL;
-    softub__fault_sleep_us(softub__fault.queue_delay_us);
     if (jetty->jetty_cfg.jfs_cfg.trans_mode == URMA_TM_RC && jetty->remote_jetty != NULL) {
         SUB_INFO("Failed to delete jetty because it has remote jetty, try unbind first\n");
         return URMA_ENOPERM;
     }
+    softub__fault_sleep_us(softub__fault.queue_delay_us);
     if (softub__async_busy(&j->obj))
         return URMA_EAGAIN;
     atomic_store(&j->sh->qstate, URMA_JETTY_STATE_ERROR);

@@ -338,6 +338,7 @@ struct jet_urma_loop {
     struct ul_wait *waiting;
     uint32_t nwaiting;
     uint32_t nrecycling; /* closed connections' sets being reset for the pool */
+    uint32_t ndiscarding; /* sets being destroyed without a drain (may still complete) */
     uint64_t recycled;   /* sets of closed connections reset and pooled */
     uint64_t attaches;   /* connections ever attached */
     struct jet_urma_ep **eps; /* by index; NULL = free */
@@ -756,6 +757,10 @@ static void ul_job_done(jet_task_t *t)
         ul->eps[j->gone_idx] = NULL;
         ul->free_idx[ul->nfree++] = (uint32_t)j->gone_idx;
     }
+    if (kind == UL_JOB_DESTROY && j->share) {
+        ul->ndiscarding--;
+        ul_poller_sync(ul);
+    }
     /* Released here, on the loop (thread caches, user blocks' callbacks),
      * once nothing can use them any more; leaked with a set that stayed. */
     for (uint32_t i = 0; j->destroyed && i < j->left.nblocks; i++)
@@ -848,7 +853,6 @@ void jet__urma_loop_discard(jet_urma_loop_t *ul, struct jet_urma_ep *ep, uint32_
 {
     int64_t idx = ul_unlist(ul, ep);
     ul->nattached--;
-    ul_poller_sync(ul);
     /* ep's share passes to the job (ul_job_go adds it again). */
     uint32_t share = ul_reserve(sq, rq);
     ul->jfc_used -= share;
@@ -858,7 +862,9 @@ void jet__urma_loop_discard(jet_urma_loop_t *ul, struct jet_urma_ep *ep, uint32_
         j->share = share;
         j->gone_idx = idx;
         if (idx >= 0) ul->eps[idx] = UL_EP_GONE;
+        ul->ndiscarding++;
         if (ul_job_go(ul, j)) return;
+        ul->ndiscarding--;
     }
     /* No thread (ul_job_go freed j): the same job, here. */
     ul_job_t here = {.ul = ul, .kind = UL_JOB_DESTROY, .js = js, .left = *left, .gone_idx = -1};
@@ -870,6 +876,7 @@ void jet__urma_loop_discard(jet_urma_loop_t *ul, struct jet_urma_ep *ep, uint32_
         ul->eps[idx] = NULL;
         ul->free_idx[ul->nfree++] = (uint32_t)idx;
     }
+    ul_poller_sync(ul);
 }
 
 /* Room left in the pool, counting the sets on their way to it. */
@@ -936,7 +943,8 @@ void jet__urma_loop_recycle(jet_urma_loop_t *ul, jet_urma_jset_t *js)
 static void ul_poller_sync(jet_urma_loop_t *ul)
 {
     if (!ul->polling) return;
-    bool want = ul->jfc && ul->nattached > 0;
+    /* A set destroyed without a drain may still complete until it is gone. */
+    bool want = ul->jfc && ul->nattached + ul->ndiscarding > 0;
     if (want && !ul->poller_on) jet_loop_poller_add(ul->loop, &ul->poller);
     if (!want && ul->poller_on) jet_loop_poller_del(ul->loop, &ul->poller);
     ul->poller_on = want;
@@ -984,13 +992,23 @@ static void ul_cq_arrived(jet_urma_loop_t *ul, urma_jfce_t *jfce, urma_jfc_t *jf
                  jet_loop_index(ul->loop), strerror(err ? err : EIO));
     }
     ul_poller_sync(ul);
-    /* Taken first: an endpoint told here may detach (and leave the list). */
+    /* Taken out first: an endpoint told here may close, and a connection
+     * that attaches meanwhile would wait in the list again. */
     uint32_t n = ul->nwaiting;
-    ul->nwaiting = 0;
-    for (uint32_t i = 0; i < n; i++) {
-        struct ul_wait w = ul->waiting[i];
-        if (!jfc || !ul_make_for(ul, &w)) jet__urma_ep_set_arrived(w.ep, NULL);
+    struct ul_wait *ws = n ? malloc(n * sizeof *ws) : NULL;
+    if (n && !ws) {
+        /* No memory to take them out: tell them there is no set. */
+        while (ul->nwaiting > 0) {
+            struct ul_wait w = ul->waiting[--ul->nwaiting];
+            jet__urma_ep_set_arrived(w.ep, NULL);
+        }
+        n = 0;
     }
+    if (ws) memcpy(ws, ul->waiting, n * sizeof *ws);
+    ul->nwaiting = 0;
+    for (uint32_t i = 0; i < n; i++)
+        if (!jfc || !ul_make_for(ul, &ws[i])) jet__urma_ep_set_arrived(ws[i].ep, NULL);
+    free(ws);
     ul_fill_maybe(ul);
 }
 

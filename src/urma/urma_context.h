@@ -124,8 +124,8 @@ jet_urma_loop_t *jet__urma_loop_peek(jet_loop_t *loop);
  * JFC yet): *js_p is NULL, a set of these sizes is made for ep off the
  * loop, and jet__urma_ep_set_arrived(ep, set or NULL) runs later on this
  * thread (never before this returns). *pooled_p (optional) tells whether a pooled set was
- * taken. -EBUSY when the loop JFC is full, -ENOMEM, -EAGAIN when no import
- * thread can be started. */
+ * taken. -EBUSY when the loop JFC is full, -ENOMEM, -EAGAIN when the work
+ * cannot be queued (no import thread can be started, or no memory for it). */
 int jet__urma_loop_attach(jet_urma_loop_t *ul, struct jet_urma_ep *ep, uint32_t sq, uint32_t rq,
                           uint32_t max_sge, bool fresh, uint32_t *index_p, uint8_t *gen_p,
                           jet_urma_jset_t **js_p, bool *pooled_p);
