@@ -992,23 +992,18 @@ static void ul_cq_arrived(jet_urma_loop_t *ul, urma_jfce_t *jfce, urma_jfc_t *jf
                  jet_loop_index(ul->loop), strerror(err ? err : EIO));
     }
     ul_poller_sync(ul);
-    /* Taken out first: an endpoint told here may close, and a connection
-     * that attaches meanwhile would wait in the list again. */
+    /* The first n entries are told; an endpoint told here may close, and a
+     * connection that attaches meanwhile (after a failure: a new JFC job) is
+     * appended behind them, and stays. Entries are read by value each time:
+     * an attach may grow (move) the array. */
     uint32_t n = ul->nwaiting;
-    struct ul_wait *ws = n ? malloc(n * sizeof *ws) : NULL;
-    if (n && !ws) {
-        /* No memory to take them out: tell them there is no set. */
-        while (ul->nwaiting > 0) {
-            struct ul_wait w = ul->waiting[--ul->nwaiting];
-            jet__urma_ep_set_arrived(w.ep, NULL);
-        }
-        n = 0;
+    for (uint32_t i = 0; i < n; i++) {
+        struct ul_wait w = ul->waiting[i];
+        if (!jfc || !ul_make_for(ul, &w)) jet__urma_ep_set_arrived(w.ep, NULL);
     }
-    if (ws) memcpy(ws, ul->waiting, n * sizeof *ws);
-    ul->nwaiting = 0;
-    for (uint32_t i = 0; i < n; i++)
-        if (!jfc || !ul_make_for(ul, &ws[i])) jet__urma_ep_set_arrived(ws[i].ep, NULL);
-    free(ws);
+    ul->nwaiting -= n;
+    if (n && ul->nwaiting)
+        memmove(ul->waiting, ul->waiting + n, ul->nwaiting * sizeof *ul->waiting);
     ul_fill_maybe(ul);
 }
 
