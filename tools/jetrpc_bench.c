@@ -1101,8 +1101,10 @@ int main(int argc, char **argv)
     msg[msg_size] = '\0';
     bench_request.message = msg;
 
-    if (!getenv("SOFTUB_FABRIC")) {
-        /* Our own softub fabric, inherited by every process of this run. */
+    if (!getenv("SOFTUB_FABRIC") && !JET_FLAG(server)[0]) {
+        /* Our own softub fabric, inherited by every process of this run. An
+         * external server (--server) is on the fabric of the environment:
+         * on another fabric its jetty ids would name our own queues. */
         char fab[64];
         snprintf(fab, sizeof fab, "jetrpc-bench-%d", (int)getpid());
         setenv("SOFTUB_FABRIC", fab, 1);
