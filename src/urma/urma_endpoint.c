@@ -257,6 +257,12 @@ void jet__urma_ep_hello(const jet_urma_ep_t *ep, int version, jet_urma_hello_t *
     }
 }
 
+bool jet__urma_ep_is_own(const jet_urma_ep_t *ep, const jet_urma_hello_t *peer)
+{
+    return peer->jetty_id == ep->js->jetty->jetty_id.id &&
+           memcmp(peer->eid, ep->ctx->uctx->eid.raw, 16) == 0;
+}
+
 void jet__urma_ep_connect_peer(jet_urma_ep_t *ep, const jet_urma_hello_t *peer,
                                urma_target_seg_t *tseg, urma_target_jetty_t *tjetty)
 {

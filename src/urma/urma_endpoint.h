@@ -66,6 +66,12 @@ int jet__urma_ep_create(struct jet_socket *s, jet_urma_ep_ready_t ready, jet_urm
 /* Fills the hello this side sends (version 2 or 3). */
 void jet__urma_ep_hello(const jet_urma_ep_t *ep, int version, jet_urma_hello_t *h);
 
+/* True when the peer's hello names this endpoint's own jetty (same EID and
+ * jetty id). Jetty ids are unique on a UB device, so no real peer does: the
+ * hello comes from a process on another fabric (whose ids overlap ours) or
+ * is forged, and importing it would send this side's messages to itself. */
+bool jet__urma_ep_is_own(const jet_urma_ep_t *ep, const jet_urma_hello_t *peer);
+
 /* Takes the peer's imported segment and jetty (jet__urma_import_peer; owned
  * by ep from here on) and sets the windows from its hello. Loop thread. */
 void jet__urma_ep_connect_peer(jet_urma_ep_t *ep, const jet_urma_hello_t *peer,

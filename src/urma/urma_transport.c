@@ -215,6 +215,13 @@ static void ut_client_step(jet_socket_t *s, jet_hello_ts_t *hts)
         return;
     case JET_URMA_HELLO_OK:
         jet_iobuf_pop_front(&hts->hs_buf, used);
+        if (jet__urma_ep_is_own(ts->ep, &h)) {
+            JET_WARN("URMA: %s advertises this connection's own jetty %u (a peer on another "
+                     "fabric, or a forged hello): this connection uses TCP",
+                     s->peer, h.jetty_id);
+            jet__hello_client_finish(s, hts, false);
+            return;
+        }
         if (jet__urma_import_start(s, ts->ep, &h, ut_client_imported) < 0) {
             JET_INFO("URMA with %s could not be set up: this connection uses TCP", s->peer);
             jet__hello_client_finish(s, hts, false);
@@ -277,6 +284,15 @@ static void ut_server_imported(jet_urma_import_t *job)
  * the loop, then answered (ut_server_imported). Else declined, over TCP. */
 static void ut_server_import(jet_socket_t *s, urma_ts_t *ts, int rc)
 {
+    if (rc == 0 && jet__urma_ep_is_own(ts->ep, &ts->peer)) {
+        JET_WARN("URMA: %s advertises this connection's own jetty %u (a peer on another "
+                 "fabric, or a forged hello): declined, using TCP",
+                 s->peer, ts->peer.jetty_id);
+        jet__urma_ep_close(ts->ep);
+        ts->ep = NULL;
+        ut_server_decline(s, ts, ts->peer.version);
+        return;
+    }
     if (rc == 0) {
         rc = jet__urma_import_start(s, ts->ep, &ts->peer, ut_server_imported);
         if (rc == 0) {

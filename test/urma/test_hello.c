@@ -386,6 +386,7 @@ typedef enum sscript {
     SS_VALID,
     SS_VALID_THEN_CLOSE,
     SS_VALID_THEN_TCP_BYTE,
+    SS_MIRROR,
 } sscript_t;
 
 typedef struct sarg {
@@ -456,9 +457,14 @@ static void server_fn(int fd, int index, void *arg)
         n = pack(&mine, b);
         jt_send_all(fd, b, n);
         break;
+    case SS_MIRROR:
+        /* The client's own hello back: its EID and jetty id. */
+        n = pack(&h, b);
+        jt_send_all(fd, b, n);
+        break;
     }
     if (sa->sc == SS_DECLINE || sa->sc == SS_VALID || sa->sc == SS_VALID_THEN_CLOSE ||
-        sa->sc == SS_VALID_THEN_TCP_BYTE) {
+        sa->sc == SS_VALID_THEN_TCP_BYTE || sa->sc == SS_MIRROR) {
         uint8_t ack[4];
         if (jt_read_n(fd, ack, 4, 5000) == 4)
             atomic_store(&sa->ack, (int)jet__urma_ack_parse(ack) + 1);
@@ -584,6 +590,12 @@ static void test_client_ack_rules(void)
     JT_CHECK(jt_now_ms() - t0 < 15000);
     /* TCP bytes after the ACK: EPROTO. */
     JT_CHECK_EQ(client_against(SS_VALID_THEN_TCP_BYTE, &sa, 20000), EPROTO);
+    /* A hello naming the client's own jetty (a server on another fabric):
+     * ACK 0 and TCP (the fake ignores the request). Imported, the request
+     * would come back to the client as its own answer: a call that
+     * "succeeds" with no server. */
+    JT_CHECK_EQ(client_against(SS_MIRROR, &sa, 400), JET_ERPCTIMEDOUT);
+    JT_CHECK_EQ(atomic_load(&sa.ack), 0 + 1);
 }
 
 int main(int argc, char **argv)
