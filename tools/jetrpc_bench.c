@@ -64,8 +64,8 @@ JET_FLAG_DEFINE_INT32(idle_seconds, 0,
                       "After each run, keep its connections open and silent this many seconds "
                       "and report the CPU the server and the client use meanwhile (%% of a core)");
 JET_FLAG_DEFINE_BOOL(matrix, false,
-                     "Run the standard set (1x1 and 8x8 at 16 B; 1x1 and 1x2 with a 1 MiB "
-                     "attachment)");
+                     "Run the standard set (1x1 and 8x8 with a 64 B message; 1x1 and 1x2 with a "
+                     "1 MiB attachment), and softub's raw floor right before each URMA mode");
 JET_FLAG_DEFINE_BOOL(async, false, "Asynchronous calls even when queue_depth is 1");
 JET_FLAG_DEFINE_BOOL(share_channel, false, "All threads call through one channel");
 JET_FLAG_DEFINE_INT32(rpc_timeout_ms, 2000, "RPC call timeout");
@@ -78,6 +78,7 @@ JET_FLAG_DEFINE_STRING(softub_perf, "",
                        "<build>/softub/tools/softub_perf next to this binary; none: skip)");
 
 #define BENCH_MAX_SLOTS   4096 /* a 10 KiB histogram each */
+#define BENCH_MATRIX_MSG  64   /* --matrix: the message, as softub_perf's 64 B ping-pong */
 #define BENCH_MIB         (1024.0 * 1024.0)
 #define BENCH_REF_LABEL   "brpc (reference, quiet machine)"
 #define BENCH_REF_UBRING_LABEL "brpc ubring (reference)"
@@ -773,10 +774,20 @@ static const bench_row_t bench_refs[] = {
  * mode of a run gets a fresh client: this program again with that one mode
  * and --json, its rows read back from a pipe. */
 
+typedef struct bench_floor {
+    double rtt_p50_us, rtt_p99_us; /* polling SEND_IMM ping-pong, round trip */
+    double send_mbps;              /* 1 MiB SEND, one direction */
+} bench_floor_t;
+
 typedef struct bench_entry {
     bench_row_t row;
     const bench_result_t *res; /* NULL for a row read from a child */
     char *json;                /* the child's line, printed as is with --json */
+    /* --matrix, URMA rows: softub's floor measured right before the mode ran
+     * (the host may place the two vCPUs differently from one minute to the
+     * next, which moves the floor and the RPC figures together). */
+    bool has_floor;
+    bench_floor_t floor;
 } bench_entry_t;
 
 /* The number after "key": in a JSON line of ours; -1 when absent or null. */
@@ -884,11 +895,6 @@ static int bench_mode_child(const char *mode_name, bench_entry_t *entries, int *
 
 /* ---- softub_perf's raw floor (--matrix) -------------------------------------- */
 
-typedef struct bench_floor {
-    double rtt_p50_us, rtt_p99_us; /* polling SEND_IMM ping-pong, round trip */
-    double send_mbps;              /* 1 MiB SEND, one direction */
-} bench_floor_t;
-
 /* The number after the first "key": following anchor in text; -1 if none. */
 static double bench_text_num(const char *text, const char *anchor, const char *key)
 {
@@ -939,50 +945,60 @@ static int bench_floor_run(bench_floor_t *fl)
     return 0;
 }
 
-static void bench_floor_print(const bench_floor_t *fl, const bench_entry_t *e, int n)
+/* The floor rows, then each URMA row of the standard set as a ratio to the
+ * floor measured right before its mode ran. */
+static void bench_floor_print(const bench_entry_t *e, int n)
 {
-    /* softub_perf reports one-way latency (half the round trip); an RPC's
-     * latency is a round trip, so the floor row shows the round trip. */
-    bench_row_t lat = {"softub raw SEND_IMM ping-pong", 1, 1, true, 64, 0, -1, -1,
-                       fl->rtt_p50_us, fl->rtt_p99_us, -1, -1, -1, -1, -1, -1, -1, 1};
-    bench_row_t bw = {"softub raw SEND 1 MiB (one way)", 1, 2, false, 0, 1 << 20, -1, -1, -1, -1,
-                      -1, fl->send_mbps / 1.048576, -1, -1, -1, -1, -1, 1};
     double tcp_p50 = -1;
     for (int i = 0; i < n; i++)
         if (strcmp(e[i].row.label, "tcp") == 0 && e[i].row.threads == 1 && e[i].row.att == 0)
             tcp_p50 = e[i].row.p50;
-    if (JET_FLAG(json)) {
-        printf("{\"label\":\"softub floor\",\"rtt_p50_us\":%.2f,\"rtt_p99_us\":%.2f,"
-               "\"send_1MiB_MBps\":%.1f}\n",
-               fl->rtt_p50_us, fl->rtt_p99_us, fl->send_mbps);
-    } else {
-        bench_print_row(&lat);
-        bench_print_row(&bw);
-        printf("\n");
-    }
-    for (int i = 0; i < n; i++) {
-        const bench_row_t *r = &e[i].row;
-        if (strncmp(r->label, "urma", 4) != 0 || r->threads != 1) continue;
-        if (r->att == 0 && r->depth == 1 && r->p50 > 0) {
-            if (JET_FLAG(json))
-                printf("{\"label\":\"%s\",\"p50_over_floor\":%.2f,\"p99_over_floor\":%.2f,"
-                       "\"tcp_p50_over_this\":%.2f}\n",
-                       r->label, r->p50 / fl->rtt_p50_us, r->p99 / fl->rtt_p99_us,
-                       tcp_p50 > 0 ? tcp_p50 / r->p50 : -1.0);
-            else
-                printf("%-10s 1x1 16 B: p50 %.1f us = %.2fx the raw round trip (%.2f us), p99 "
-                       "%.2fx; TCP p50 / this p50 = %.2f\n",
-                       r->label, r->p50, r->p50 / fl->rtt_p50_us, fl->rtt_p50_us,
-                       r->p99 / fl->rtt_p99_us, tcp_p50 > 0 ? tcp_p50 / r->p50 : -1.0);
-        } else if (r->att == 1 << 20 && r->mbps > 0) {
-            double mbps = r->mbps * 1.048576; /* MiB/s → MB/s as softub_perf counts */
-            if (JET_FLAG(json))
-                printf("{\"label\":\"%s\",\"depth\":%d,\"mb_1MiB_over_floor\":%.3f}\n",
-                       r->label, r->depth, mbps / fl->send_mbps);
-            else
-                printf("%-10s 1x%d 1 MiB echo: %.0f MB/s (request + response) = %.0f%% of the raw "
-                       "1 MiB SEND bandwidth (%.0f MB/s, 2 in flight)\n",
-                       r->label, r->depth, mbps, 100 * mbps / fl->send_mbps, fl->send_mbps);
+    for (int i = 0, j; i < n; i = j) {
+        j = i + 1;
+        if (!e[i].has_floor) continue;
+        while (j < n && e[j].has_floor && strcmp(e[j].row.label, e[i].row.label) == 0)
+            j++;
+        const bench_floor_t *fl = &e[i].floor;
+        /* softub_perf reports one-way latency (half the round trip); an
+         * RPC's latency is a round trip, so the floor row shows the round
+         * trip. */
+        bench_row_t lat = {"softub raw SEND_IMM ping-pong", 1, 1, true, 64, 0, -1, -1,
+                           fl->rtt_p50_us, fl->rtt_p99_us, -1, -1, -1, -1, -1, -1, -1, 1};
+        bench_row_t bw = {"softub raw SEND 1 MiB (one way)", 1, 2, false, 0, 1 << 20, -1, -1, -1,
+                          -1, -1, fl->send_mbps / 1.048576, -1, -1, -1, -1, -1, 1};
+        if (JET_FLAG(json)) {
+            printf("{\"label\":\"softub floor\",\"before\":\"%s\",\"rtt_p50_us\":%.2f,"
+                   "\"rtt_p99_us\":%.2f,\"send_1MiB_MBps\":%.1f}\n",
+                   e[i].row.label, fl->rtt_p50_us, fl->rtt_p99_us, fl->send_mbps);
+        } else {
+            printf("\nsoftub's raw floor, measured right before %s:\n", e[i].row.label);
+            bench_print_row(&lat);
+            bench_print_row(&bw);
+        }
+        for (int k = i; k < j; k++) {
+            const bench_row_t *r = &e[k].row;
+            if (r->threads != 1) continue;
+            if (r->att == 0 && r->depth == 1 && r->p50 > 0) {
+                if (JET_FLAG(json))
+                    printf("{\"label\":\"%s\",\"p50_over_floor\":%.2f,\"p99_over_floor\":%.2f,"
+                           "\"tcp_p50_over_this\":%.2f}\n",
+                           r->label, r->p50 / fl->rtt_p50_us, r->p99 / fl->rtt_p99_us,
+                           tcp_p50 > 0 ? tcp_p50 / r->p50 : -1.0);
+                else
+                    printf("%-10s 1x1 %d B: p50 %.1f us = %.2fx the raw round trip (%.2f us), p99 "
+                           "%.2fx; TCP p50 / this p50 = %.2f\n",
+                           r->label, r->msg, r->p50, r->p50 / fl->rtt_p50_us, fl->rtt_p50_us,
+                           r->p99 / fl->rtt_p99_us, tcp_p50 > 0 ? tcp_p50 / r->p50 : -1.0);
+            } else if (r->att == 1 << 20 && r->mbps > 0) {
+                double mbps = r->mbps * 1.048576; /* MiB/s → MB/s as softub_perf counts */
+                if (JET_FLAG(json))
+                    printf("{\"label\":\"%s\",\"depth\":%d,\"mb_1MiB_over_floor\":%.3f}\n",
+                           r->label, r->depth, mbps / fl->send_mbps);
+                else
+                    printf("%-10s 1x%d 1 MiB echo: %.0f MB/s (request + response) = %.0f%% of the "
+                           "raw 1 MiB SEND bandwidth (%.0f MB/s, 2 in flight)\n",
+                           r->label, r->depth, mbps, 100 * mbps / fl->send_mbps, fl->send_mbps);
+            }
         }
     }
 }
@@ -1024,13 +1040,13 @@ static int bench_mode(const char *mode_name, bench_result_t *results, int *n, in
     bench_cfg_t cfgs[4];
     int ncfg = 0;
     if (JET_FLAG(matrix)) {
-        cfgs[ncfg++] = (bench_cfg_t){NULL, mode, 1, 1, true, 16, 0};
-        cfgs[ncfg++] = (bench_cfg_t){NULL, mode, 8, 8, false, 16, 0};
-        cfgs[ncfg++] = (bench_cfg_t){NULL, mode, 1, 1, true, 16, 1 << 20};
+        cfgs[ncfg++] = (bench_cfg_t){NULL, mode, 1, 1, true, BENCH_MATRIX_MSG, 0};
+        cfgs[ncfg++] = (bench_cfg_t){NULL, mode, 8, 8, false, BENCH_MATRIX_MSG, 0};
+        cfgs[ncfg++] = (bench_cfg_t){NULL, mode, 1, 1, true, BENCH_MATRIX_MSG, 1 << 20};
         /* Two in flight, as softub_perf's raw SEND bandwidth is measured:
          * the request of one call travels while the answer of the other
          * does. */
-        cfgs[ncfg++] = (bench_cfg_t){NULL, mode, 1, 2, false, 16, 1 << 20};
+        cfgs[ncfg++] = (bench_cfg_t){NULL, mode, 1, 2, false, BENCH_MATRIX_MSG, 1 << 20};
     } else {
         int depth = JET_FLAG(queue_depth);
         cfgs[ncfg++] = (bench_cfg_t){.mode = mode,
@@ -1094,7 +1110,7 @@ int main(int argc, char **argv)
     bench_exe[exe_len] = '\0';
     signal(SIGPIPE, SIG_IGN);
 
-    int msg_size = JET_FLAG(matrix) ? 16 : JET_FLAG(message_size);
+    int msg_size = JET_FLAG(matrix) ? BENCH_MATRIX_MSG : JET_FLAG(message_size);
     char *msg = malloc((size_t)msg_size + 1);
     if (!msg) return 1;
     memset(msg, 'x', (size_t)msg_size);
@@ -1118,7 +1134,14 @@ int main(int argc, char **argv)
     if (!modes) return 1;
     for (char *m = strtok_r(modes, ",", &save); m && rc == 0; m = strtok_r(NULL, ",", &save)) {
         if (bench_mode_is_urma(m) && !JET_FLAG(bench_child)) {
+            bench_floor_t fl = {0, 0, 0};
+            bool floor = JET_FLAG(matrix) && bench_floor_run(&fl) == 0;
+            int first = nent;
             rc = bench_mode_child(m, entries, &nent, MAX_RESULTS);
+            for (int i = first; floor && i < nent; i++) {
+                entries[i].has_floor = true;
+                entries[i].floor = fl;
+            }
             continue;
         }
         int first = nres;
@@ -1151,8 +1174,7 @@ int main(int argc, char **argv)
             else
                 bench_print_row(&bench_refs[i]);
         }
-        bench_floor_t fl = {0, 0, 0};
-        if (bench_floor_run(&fl) == 0) bench_floor_print(&fl, entries, nent);
+        bench_floor_print(entries, nent);
     }
     for (int i = 0; i < nent; i++)
         free(entries[i].json);
