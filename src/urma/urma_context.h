@@ -175,6 +175,7 @@ typedef struct jet_urma_counters {
     uint64_t data_wrs;      /* data WRs posted */
     uint64_t signalled_wrs; /* of which signalled */
     uint64_t send_bounced;  /* SGEs copied because their memory was not registered */
+    uint64_t window_waits;  /* writes held back: the SQ window or the peer's RQ window was empty */
 } jet_urma_counters_t;
 
 /* Counts of a loop, for tests and debug lines. */

@@ -467,7 +467,9 @@ ssize_t jet__urma_ep_cut(jet_urma_ep_t *ep, jet_iobuf_t *const *bufs, int n)
         if (window_empty || k < EP_CHAIN) break;
     }
     if (total > 0) return total;
-    return window_empty ? -EAGAIN : 0;
+    if (!window_empty) return 0;
+    ep->wcnt.window_waits++;
+    return -EAGAIN;
 }
 
 int jet__urma_ep_wait_writable(jet_urma_ep_t *ep)
@@ -898,6 +900,7 @@ static void ep_finish(jet_urma_ep_t *ep, bool reuse)
     ep->cnt->data_wrs += ep->wcnt.data_wrs;
     ep->cnt->signalled_wrs += ep->wcnt.signalled_wrs;
     ep->cnt->send_bounced += ep->wcnt.send_bounced;
+    ep->cnt->window_waits += ep->wcnt.window_waits;
     jet_urma_jset_t *js = ep->js;
     ep->js = NULL;
     bool quiet = reuse && !ep->no_reuse && ep->posted == 0 && ep->sq_flushed;

@@ -14,6 +14,7 @@ static void test_inprocess_echo(void)
     int port = 0;
     jet_server_t *srv = ut_server_start(JET_SOCKET_MODE_URMA, &port);
     JT_REQUIRE(srv);
+    ut_urma_mark_t m = ut_urma_mark();
     jet_channel_t *ch = ut_channel(port, JET_SOCKET_MODE_URMA, 10000, JET_CONNECTION_SINGLE);
     JT_REQUIRE(ch);
     static const size_t sizes[] = {0, 1, 100, 511, 512, 8191, 8192, 8193, 65536, 1 << 20};
@@ -23,12 +24,17 @@ static void test_inprocess_echo(void)
         JT_CHECK_EQ(rc, 0);
     }
     JT_CHECK_EQ(jt_async_batch(ch, 300, 3000, 0, GUARD_US, NULL), 0);
+    /* Both ends are ours: the client's and the server's connection; each
+     * synchronous call is a receive on each side, a batch at least one. */
+    ut_expect_urma(m, 2 * (10 + 1), 2);
     jet_channel_destroy(ch);
     jet_server_destroy(srv);
 }
 
+/* 15 calls, the answers over URMA on the channel's one connection. */
 static void run_sizes(jet_channel_t *ch)
 {
+    ut_urma_mark_t m = ut_urma_mark();
     static const size_t sizes[] = {1,     2,     100,   4095,    4096,    8191,     8192,    8193,
                                    65535, 65536, 65537, 1 << 20, 3 << 20, 16 << 20, 64 << 20};
     for (size_t i = 0; i < sizeof sizes / sizeof sizes[0]; i++) {
@@ -36,6 +42,7 @@ static void run_sizes(jet_channel_t *ch)
         if (rc) fprintf(stderr, "  size %zu: %d\n", sizes[i], rc);
         JT_CHECK_EQ(rc, 0);
     }
+    ut_expect_urma(m, sizeof sizes / sizeof sizes[0], -1);
 }
 
 static void test_two_process_sizes(void)
@@ -56,10 +63,12 @@ static void test_two_process_polling_server(void)
     const char *args[] = {max_body_arg, "--urma_use_polling=true", "--urma_poller_num=1", NULL};
     jt_child_t c;
     JT_REQUIRE(jt_child_start(&c, args, NULL) == 0);
+    ut_urma_mark_t m = ut_urma_mark();
     jet_channel_t *ch = ut_channel(c.port, JET_SOCKET_MODE_URMA, 60000, JET_CONNECTION_SINGLE);
     JT_REQUIRE(ch);
     run_sizes(ch);
     JT_CHECK_EQ(jt_async_batch(ch, 500, 1000, 0, GUARD_US, NULL), 0);
+    ut_expect_urma(m, 15 + 1, 1);
     jet_channel_destroy(ch);
     JT_CHECK_EQ(jt_child_stop(&c), 0);
 }
@@ -76,6 +85,8 @@ static void windows(const char *server_sq, const char *server_rq, int client_sq,
     jet_flag_set("urma_sq_size", v);
     snprintf(v, sizeof v, "%d", client_rq);
     jet_flag_set("urma_rq_size", v);
+    ut_urma_mark_t m = ut_urma_mark();
+    uint64_t waits = ut_urma_totals(NULL).c.window_waits;
     jet_channel_t *ch = ut_channel(c.port, JET_SOCKET_MODE_URMA, 60000, JET_CONNECTION_SINGLE);
     JT_REQUIRE(ch);
     int err = 0;
@@ -83,7 +94,15 @@ static void windows(const char *server_sq, const char *server_rq, int client_sq,
     JT_CHECK_EQ(jt_async_batch(ch, 64, 100000, 0, GUARD_US, &err), 0);
     JT_CHECK_EQ(jt_echo_bytes(ch, 8 << 20, 5, "big"), 0);
     if (err) fprintf(stderr, "  first error %d\n", err);
+    ut_expect_urma(m, 1 + 1 + 1, 1);
     jet_channel_destroy(ch);
+    /* With a small send window (its SQ, or the server's RQ) the client's
+     * writes ran dry and went on (an endpoint's counts join its loop's when
+     * it ends). */
+    jet_urma_loop_stats_t st;
+    JT_CHECK(JT_WAIT_UNTIL((st = ut_urma_totals(NULL), st.endpoints == 0), 10000000));
+    if (client_sq < 128 || strcmp(server_rq, "--urma_rq_size=16") == 0)
+        JT_CHECK(st.c.window_waits > waits);
     jet_flag_set("urma_sq_size", "128");
     jet_flag_set("urma_rq_size", "128");
     JT_CHECK_EQ(jt_child_stop(&c), 0);
@@ -110,10 +129,12 @@ static void test_brpc_envelope(void)
                           "--urma_rq_size=32", NULL};
     jt_child_t c;
     JT_REQUIRE(jt_child_start(&c, args, NULL) == 0);
+    ut_urma_mark_t m = ut_urma_mark();
     jet_channel_t *ch = ut_channel(c.port, JET_SOCKET_MODE_URMA, 60000, JET_CONNECTION_SINGLE);
     JT_REQUIRE(ch);
     JT_CHECK_EQ(jt_async_batch(ch, 300, 2000, 0, GUARD_US, NULL), 0);
     JT_CHECK_EQ(jt_echo_bytes(ch, 4 << 20, 9, "big"), 0);
+    ut_expect_urma(m, 1 + 1, 1);
     jet_channel_destroy(ch);
     JT_CHECK_EQ(jt_child_stop(&c), 0);
 }
@@ -127,10 +148,12 @@ static void test_large_receive_buffers(void)
     JT_REQUIRE(jt_child_start(&c, args, NULL) == 0);
     jet_channel_t *ch = ut_channel(c.port, JET_SOCKET_MODE_URMA, 60000, JET_CONNECTION_SINGLE);
     JT_REQUIRE(ch);
+    ut_urma_mark_t m = ut_urma_mark();
     static const size_t sizes[] = {1, 8192, 65535, 65536, 65537, 1 << 20, 16 << 20};
     for (size_t i = 0; i < sizeof sizes / sizeof sizes[0]; i++)
         JT_CHECK_EQ(jt_echo_bytes(ch, sizes[i], i + 17, "big-buffers"), 0);
     JT_CHECK_EQ(jt_async_batch(ch, 100, 100000, 0, GUARD_US, NULL), 0);
+    ut_expect_urma(m, 7 + 1, 1);
     jet_channel_destroy(ch);
     JT_CHECK_EQ(jt_child_stop(&c), 0);
 }
@@ -162,6 +185,7 @@ static void test_many_connections(void)
     enum { N = 48 };
     jt_child_t c;
     JT_REQUIRE(jt_child_start(&c, NULL, NULL) == 0);
+    ut_urma_mark_t m = ut_urma_mark();
     _Atomic int bad = 0;
     pthread_t th[N];
     conn_arg_t a[N];
@@ -172,6 +196,8 @@ static void test_many_connections(void)
     for (int i = 0; i < N; i++)
         pthread_join(th[i], NULL);
     JT_CHECK_EQ(atomic_load(&bad), 0);
+    ut_expect_urma(m, N * 5, N);
+    m = ut_urma_mark();
     /* Short connections: every call on a new connection, so jetty sets are
      * reset and reused over and over on both sides. */
     jet_channel_t *ch = ut_channel(c.port, JET_SOCKET_MODE_URMA, 30000, JET_CONNECTION_SHORT);
@@ -179,6 +205,8 @@ static void test_many_connections(void)
     for (int i = 0; i < 60; i++)
         JT_CHECK_EQ(jt_echo_bytes(ch, (size_t)i * 97, (uint64_t)i, "short"), 0);
     JT_CHECK_EQ(jt_async_batch(ch, 40, 5000, 0, GUARD_US, NULL), 0);
+    /* A connection per call, each over URMA. */
+    ut_expect_urma(m, 60 + 40, 60 + 40);
     jet_channel_destroy(ch);
     JT_CHECK_EQ(jt_child_stop(&c), 0);
 }

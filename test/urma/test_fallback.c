@@ -34,20 +34,30 @@ static void test_urma_client_tcp_server(void)
     int port = 0;
     jet_server_t *srv = ut_server_start(JET_SOCKET_MODE_TCP, &port);
     JT_REQUIRE(srv);
+    ut_urma_mark_t m = ut_urma_mark();
     jet_channel_t *ch = channel_retry(port, JET_CONNECTION_SINGLE, 0);
     JT_REQUIRE(ch);
     for (int i = 0; i < 3; i++)
         JT_CHECK_EQ(jt_echo_bytes(ch, 5000 + (size_t)i, (uint64_t)i, "tcp"), 0);
     JT_CHECK_EQ(jt_async_batch(ch, 100, 3000, 0, GUARD_US, NULL), 0);
     jet_channel_destroy(ch);
+    /* The client offered URMA (a set attached for its hello), the server
+     * declined it and the calls ran over TCP on that same connection: not
+     * closed and opened again. */
+    jet_server_stats_t st;
+    jet_server_get_stats(srv, &st);
+    JT_CHECK_EQ(st.connections_accepted, 1);
+    ut_urma_mark_t now = ut_urma_mark();
+    JT_CHECK_EQ(now.attaches - m.attaches, 1);
+    JT_CHECK_EQ(now.recv, m.recv);
     /* Every connection type, each connection declined on its own. */
     ch = channel_retry(port, JET_CONNECTION_SHORT, 0);
     JT_REQUIRE(ch);
     for (int i = 0; i < 5; i++)
         JT_CHECK_EQ(jt_echo_bytes(ch, 100, (uint64_t)i, "short"), 0);
     jet_channel_destroy(ch);
-    jet_server_stats_t st;
     jet_server_get_stats(srv, &st);
+    JT_CHECK_EQ(st.connections_accepted, 1 + 5);
     JT_CHECK_EQ(st.requests_failed, 0);
     jet_server_destroy(srv);
 }
@@ -195,9 +205,11 @@ static void test_tcp_client_urma_server(void)
     JT_CHECK_EQ(jt_async_batch(ch, 100, 2000, 0, GUARD_US, NULL), 0);
     jet_channel_destroy(ch);
     /* The same server keeps serving URMA clients. */
+    ut_urma_mark_t m = ut_urma_mark();
     ch = ut_channel(port, JET_SOCKET_MODE_URMA, 10000, JET_CONNECTION_SINGLE);
     JT_REQUIRE(ch);
     JT_CHECK_EQ(jt_echo_bytes(ch, 100000, 5, "urma-client"), 0);
+    ut_expect_urma(m, 2, 2); /* both ends are in this process */
     jet_channel_destroy(ch);
     jet_server_destroy(srv);
 }
@@ -211,13 +223,13 @@ static void test_client_urma_unavailable(void)
     JT_REQUIRE(srv);
     char p[32];
     snprintf(p, sizeof p, "port=%d", port);
-    const char *args[] = {p, "calls=4", "size=20000", missing_lib, NULL};
+    const char *args[] = {p, "calls=4", "size=20000", missing_lib, "expect_urma=0", NULL};
     JT_CHECK_EQ(ut_client_run(args, NULL), 0);
     /* A library without the URMA symbols is as good as none. */
-    const char *args2[] = {p, "calls=2", "--urma_lib=libz.so.1", NULL};
+    const char *args2[] = {p, "calls=2", "--urma_lib=libz.so.1", "expect_urma=0", NULL};
     JT_CHECK_EQ(ut_client_run(args2, NULL), 0);
     /* Another block-pool registrar in the client process. */
-    const char *args3[] = {p, "calls=2", "registrar=other", NULL};
+    const char *args3[] = {p, "calls=2", "registrar=other", "expect_urma=0", NULL};
     JT_CHECK_EQ(ut_client_run(args3, NULL), 0);
     jet_server_destroy(srv);
 }
@@ -229,10 +241,16 @@ static void test_server_urma_unavailable(void)
     JT_REQUIRE(jt_child_start(&c, sargs, NULL) == 0);
     for (int v = 2; v <= 3; v++) {
         jet_flag_set("urma_client_handshake_version", v == 3 ? "3" : "2");
+        ut_urma_mark_t m = ut_urma_mark();
         jet_channel_t *ch = channel_retry(c.port, JET_CONNECTION_SINGLE, 0);
         JT_REQUIRE(ch);
         JT_CHECK_EQ(jt_echo_bytes(ch, 30000, 6, "srv-unavailable"), 0);
         JT_CHECK_EQ(jt_async_batch(ch, 20, 500, 0, GUARD_US, NULL), 0);
+        /* One connection that offered URMA, was declined and carried the
+         * calls over TCP. */
+        ut_urma_mark_t now = ut_urma_mark();
+        JT_CHECK_EQ(now.attaches - m.attaches, 1);
+        JT_CHECK_EQ(now.recv, m.recv);
         jet_channel_destroy(ch);
     }
     jet_flag_set("urma_client_handshake_version", "2");

@@ -37,9 +37,11 @@ static void test_server_killed_mid_transfer(void)
 {
     jt_child_t c;
     JT_REQUIRE(jt_child_start(&c, NULL, NULL) == 0);
+    ut_urma_mark_t m = ut_urma_mark();
     jet_channel_t *ch = channel(c.port, 30000, 0);
     JT_REQUIRE(ch);
     JT_CHECK_EQ(jt_echo_bytes(ch, 1000, 1, "warm"), 0);
+    ut_expect_urma(m, 1, 1); /* the transfer the kill cuts runs over URMA */
     enum { N = 24 }; /* 48 MiB: under the socket's 64 MiB write limit */
     jt_batch_t b = {0};
     jt_slot_t *sl = jt_slots_new(&b, N, "big", 2 << 20, 0, 0);
@@ -142,6 +144,9 @@ static void test_completion_errors_client(void)
     JT_CHECK(rc == 0 || connection_error(rc));
     jet_server_stats_t st;
     JT_CHECK(JT_WAIT_UNTIL((jet_server_get_stats(srv, &st), st.connections_open == 0), 20000000));
+    /* The errors did happen: a failed completion fails its connection, and
+     * the client came back on a new one. */
+    JT_CHECK(st.connections_accepted > 1);
     jet_channel_t *ch = channel(port, 30000, 0);
     JT_REQUIRE(ch);
     JT_CHECK_EQ(jt_echo_bytes(ch, 10000, 4, "survivor"), 0);
@@ -201,6 +206,7 @@ static void test_jfc_full_falls_back(void)
     _Atomic int bad = 0;
     pthread_t th[N];
     conn_arg_t a[N];
+    ut_urma_mark_t m = ut_urma_mark();
     for (int i = 0; i < N; i++) {
         a[i] = (conn_arg_t){.port = c.port, .bad = &bad};
         JT_REQUIRE(pthread_create(&th[i], NULL, conn_main, &a[i]) == 0);
@@ -208,6 +214,13 @@ static void test_jfc_full_falls_back(void)
     for (int i = 0; i < N; i++)
         pthread_join(th[i], NULL);
     JT_CHECK_EQ(atomic_load(&bad), 0);
+    /* A connection over URMA receives its two answers in three receives
+     * (5000 B, then 70000 B in two 64 KiB buffers): at least two of them did
+     * (the server holds two per loop), and not all. */
+    uint64_t recvs = ut_urma_mark().recv - m.recv;
+    fprintf(stderr, "  %llu receives over URMA for %d connections\n", (unsigned long long)recvs, N);
+    JT_CHECK(recvs >= 2 * 3);
+    JT_CHECK(recvs <= (N - 1) * 3);
     JT_CHECK_EQ(jt_child_stop(&c), 0);
 }
 
@@ -329,6 +342,7 @@ static void test_pool_filled_off_loop(void)
     jet_channel_t *a = warm_child(&c, envs);
     JT_REQUIRE(a);
     usleep(3 * DELAY_MS * 1000); /* the first fill (two sets) */
+    ut_urma_mark_t m = ut_urma_mark();
     gap_arg_t g = {.ch = a};
     pthread_t th;
     gap_start(&g, &th);
@@ -345,6 +359,7 @@ static void test_pool_filled_off_loop(void)
     for (int i = 0; i < N; i++) {
         /* Every one of them carries URMA-sized payloads (a set was there). */
         JT_CHECK_EQ(jt_echo_bytes(more[i], 300000, (uint64_t)i + 20, "after"), 0);
+        if (i == N - 1) ut_expect_urma(m, N * 5, N);
         jet_channel_destroy(more[i]);
         usleep(3 * DELAY_MS * 1000); /* the server closes, drains and resets its set */
     }

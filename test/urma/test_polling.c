@@ -11,6 +11,7 @@
 
 static void echo_suite(int port)
 {
+    ut_urma_mark_t m = ut_urma_mark();
     jet_channel_t *ch = ut_channel(port, JET_SOCKET_MODE_URMA, 30000, JET_CONNECTION_SINGLE);
     JT_REQUIRE(ch);
     static const size_t sizes[] = {1, 511, 512, 8192, 8193, 100000, 1 << 20, 16 << 20};
@@ -20,6 +21,7 @@ static void echo_suite(int port)
         JT_CHECK_EQ(rc, 0);
     }
     JT_CHECK_EQ(jt_async_batch(ch, 400, 4000, 0, GUARD_US, NULL), 0);
+    ut_expect_urma(m, 8 + 1, 1);
     jet_channel_destroy(ch);
 }
 
@@ -171,8 +173,10 @@ static void test_refused_waiter_answered(void)
     jet_channel_t *a = ut_channel(c.port, JET_SOCKET_MODE_URMA, 30000, JET_CONNECTION_SINGLE);
     jet_channel_t *b = ut_channel(c.port, JET_SOCKET_MODE_URMA, 30000, JET_CONNECTION_SINGLE);
     JT_REQUIRE(a && b);
+    ut_urma_mark_t m = ut_urma_mark();
     JT_CHECK_EQ(jt_echo_bytes(a, 100, 1, "warm-a"), 0);
     JT_CHECK_EQ(jt_echo_bytes(b, 100, 2, "warm-b"), 0);
+    ut_expect_urma(m, 2, 2); /* both waiters drive the polled loop */
     /* Up to three attempts of three rounds: a machine loaded by other tests
      * can stretch one attempt; without the kick every attempt takes ~95 ms. */
     int64_t worst = 0;
@@ -222,6 +226,7 @@ static void test_sync_deadline_while_driving(void)
     jt_child_t c;
     jet_channel_t *ch = polled_channel(&c);
     JT_REQUIRE(ch);
+    ut_urma_mark_t m = ut_urma_mark();
     for (int round = 0; round < 3; round++) {
         jet_call_t *call = jet_call_create();
         JT_REQUIRE(call);
@@ -238,6 +243,8 @@ static void test_sync_deadline_while_driving(void)
         jet_call_destroy(call);
         JT_CHECK_EQ(jt_echo_bytes(ch, 1000, (uint64_t)round + 2, "after"), 0);
     }
+    /* Over URMA on the same connection: the late answers were dropped. */
+    ut_expect_urma(m, 3, 0);
     jet_channel_destroy(ch);
     JT_CHECK_EQ(jt_child_stop(&c), 0);
 }

@@ -136,11 +136,14 @@ static void test_sizes_both_ways(void)
     const char *spins[] = {"0", "50", "5000"};
     for (size_t k = 0; k < sizeof spins / sizeof spins[0]; k++) {
         jet_flag_set("urma_event_spin_us", spins[k]);
+        ut_urma_mark_t m = ut_urma_mark();
         jet_channel_t *ch = ut_channel(g_port, JET_SOCKET_MODE_URMA, 30000, JET_CONNECTION_SINGLE);
         JT_REQUIRE(ch);
         for (size_t i = 0; i < sizeof sizes / sizeof sizes[0]; i++)
             JT_CHECK_EQ(echo_calls(ch, 3, sizes[i], "size"), 0);
         JT_CHECK_EQ(jt_async_batch(ch, 64, 2000, 0, GUARD_US, NULL), 0);
+        /* In-process: both ends' receives and connections count. */
+        ut_expect_urma(m, 2 * (3 * sizeof sizes / sizeof sizes[0] + 1), 2);
         jet_channel_destroy(ch);
     }
     jet_flag_set("urma_event_spin_us", "0");

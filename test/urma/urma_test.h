@@ -299,10 +299,37 @@ static UT_UNUSED jet_urma_loop_stats_t ut_urma_totals(int *spinning_p)
         sum.c.data_wrs += p.st.c.data_wrs;
         sum.c.signalled_wrs += p.st.c.signalled_wrs;
         sum.c.send_bounced += p.st.c.send_bounced;
+        sum.c.window_waits += p.st.c.window_waits;
     }
     if (spinning_p) *spinning_p = spinning;
     return sum;
 }
+
+/* What this process's URMA loops have carried so far: a test takes a mark
+ * before its calls and ut_expect_urma after them, so that it fails when the
+ * calls went over TCP (the fallback makes every echo succeed either way). */
+typedef struct ut_urma_mark {
+    uint64_t recv;     /* receives that carried bytes (answers, and requests in-process) */
+    uint64_t attaches; /* connections attached to a URMA loop */
+} ut_urma_mark_t;
+
+static UT_UNUSED ut_urma_mark_t ut_urma_mark(void)
+{
+    jet_urma_loop_stats_t st = ut_urma_totals(NULL);
+    return (ut_urma_mark_t){.recv = st.c.recv_copied + st.c.recv_zerocopy,
+                            .attaches = st.attaches};
+}
+
+/* At least `recvs` receives over URMA since m (a synchronous call's answer
+ * is at least one; the sends of calls in flight together may share one) and,
+ * when conns >= 0, exactly that many connections attached since m (more: one
+ * failed and the channel reconnected). */
+#define ut_expect_urma(m, recvs, conns)                                                    \
+    do {                                                                                   \
+        ut_urma_mark_t now_ = ut_urma_mark();                                              \
+        JT_CHECK(now_.recv - (m).recv >= (uint64_t)(recvs));                               \
+        if ((conns) >= 0) JT_CHECK_EQ(now_.attaches - (m).attaches, (uint64_t)(conns));    \
+    } while (0)
 
 static void *ut_pool_main(void *arg)
 {
