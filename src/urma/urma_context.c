@@ -105,7 +105,7 @@ static void ctx_dereg(void *arg, void *reg)
     JET_URMA_FN(c, urma_unregister_seg)(reg);
 }
 
-static uint8_t ctx_priority(const urma_device_attr_t *a, bool master, uint32_t tp)
+uint8_t jet__urma_priority(const urma_device_attr_t *a, bool master, uint32_t tp)
 {
     /* brpc: the priority whose transport-path mask is exactly ours, else 6.
      * The table exists only in the master layout. */
@@ -185,7 +185,7 @@ static int ctx_open(jet_urma_ctx_t *c, char *why, size_t why_len)
                  c->max_jfs_sge, c->max_jfr_sge);
         return -ENOTSUP;
     }
-    c->priority = ctx_priority(&attr.a, c->lib.master_layout, c->tp_type);
+    c->priority = jet__urma_priority(&attr.a, c->lib.master_layout, c->tp_type);
 
     uint32_t neid = 0;
     urma_eid_info_t *eids = JET_URMA_FN(c, urma_get_eid_list)(c->dev, &neid);

@@ -199,4 +199,10 @@ void jet__urma_loop_stats(jet_urma_loop_t *ul, jet_urma_loop_stats_t *out);
 
 jet_loop_t *jet__urma_loop_of(const jet_urma_loop_t *ul);
 
+/* The JFS priority for transport path tp (URMA_CTP, URMA_RTP) on a device
+ * with attributes a, as brpc picks it: the priority whose transport-path mask
+ * is exactly that path, else 6. The table exists only in the master layout
+ * (master false: 6). */
+uint8_t jet__urma_priority(const urma_device_attr_t *a, bool master, uint32_t tp);
+
 #endif

@@ -231,6 +231,12 @@ static void test_client_urma_unavailable(void)
     /* Another block-pool registrar in the client process. */
     const char *args3[] = {p, "calls=2", "registrar=other", "expect_urma=0", NULL};
     JT_CHECK_EQ(ut_client_run(args3, NULL), 0);
+    /* A transport path URMA connections cannot use (brpc's: CTP; RTP also
+     * works): URMA is unavailable, with the reason logged. */
+    const char *args4[] = {p, "calls=2", "--urma_tp_type=utp", "expect_urma=0", NULL};
+    JT_CHECK_EQ(ut_client_run(args4, NULL), 0);
+    const char *args5[] = {p, "calls=2", "--urma_tp_type=rtp", "expect_urma=1", NULL};
+    JT_CHECK_EQ(ut_client_run(args5, NULL), 0);
     jet_server_destroy(srv);
 }
 

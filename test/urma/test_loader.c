@@ -7,6 +7,7 @@
 #include <string.h>
 
 #include "testutil.h"
+#include "urma/urma_context.h"
 #include "urma/urma_loader.h"
 
 static void test_loads_softub(void)
@@ -79,11 +80,37 @@ static void test_generations(void)
     }
 }
 
+/* brpc's choice of the JFS priority: the entry whose transport-path mask is
+ * exactly the path used (a mask with more paths does not count), else 6; a
+ * provider of the older layout has no table. */
+static void test_priority_for_path(void)
+{
+    urma_device_attr_t a;
+    memset(&a, 0, sizeof a);
+    JT_CHECK_EQ(jet__urma_priority(&a, true, URMA_CTP), 6);
+    a.dev_cap.priority_info[1].tp_type.bs.ctp = 1;
+    a.dev_cap.priority_info[1].tp_type.bs.rtp = 1; /* both: not exactly CTP */
+    a.dev_cap.priority_info[3].tp_type.bs.ctp = 1;
+    a.dev_cap.priority_info[4].tp_type.bs.rtp = 1;
+    a.dev_cap.priority_info[9].tp_type.bs.utp = 1;
+    JT_CHECK_EQ(jet__urma_priority(&a, true, URMA_CTP), 3);
+    JT_CHECK_EQ(jet__urma_priority(&a, true, URMA_RTP), 4);
+    JT_CHECK_EQ(jet__urma_priority(&a, true, URMA_UTP), 9);
+    JT_CHECK_EQ(jet__urma_priority(&a, false, URMA_CTP), 6);
+    /* The last entry counts too; the first match wins. */
+    memset(&a, 0, sizeof a);
+    a.dev_cap.priority_info[URMA_MAX_PRIORITY].tp_type.bs.ctp = 1;
+    JT_CHECK_EQ(jet__urma_priority(&a, true, URMA_CTP), URMA_MAX_PRIORITY);
+    a.dev_cap.priority_info[0].tp_type.bs.ctp = 1;
+    JT_CHECK_EQ(jet__urma_priority(&a, true, URMA_CTP), 0);
+}
+
 int main(void)
 {
     JT_RUN(test_loads_softub);
     JT_RUN(test_missing_file);
     JT_RUN(test_library_without_symbols);
     JT_RUN(test_generations);
+    JT_RUN(test_priority_for_path);
     return jt_finish();
 }
