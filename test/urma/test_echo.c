@@ -211,10 +211,26 @@ static void test_many_connections(void)
     JT_CHECK_EQ(jt_child_stop(&c), 0);
 }
 
+/* Eight threads of a fresh client process make its first URMA calls at
+ * once (the context, the loops' completion queues and the pools are set up
+ * under their feet): every channel gets its one URMA connection. */
+static void test_concurrent_first_use(void)
+{
+    jt_child_t c;
+    JT_REQUIRE(jt_child_start(&c, NULL, NULL) == 0);
+    char p[32];
+    snprintf(p, sizeof p, "port=%d", c.port);
+    const char *args[] = {p, "threads=8", "calls=3", "size=3000", "expect_urma=1", NULL};
+    for (int round = 0; round < 3; round++)
+        JT_CHECK_EQ(ut_client_run(args, NULL), 0);
+    JT_CHECK_EQ(jt_child_stop(&c), 0);
+}
+
 int main(int argc, char **argv)
 {
     jt_urma_main_setup(&argc, &argv, "echo");
     if (argc > 1 && strcmp(argv[1], "role=server") == 0) return ut_server_role(argc, argv);
+    if (argc > 1 && strcmp(argv[1], "role=client") == 0) return ut_client_role(argc, argv);
     jet_flag_set("max_body_size", "134217728");
     JT_RUN(test_inprocess_echo);
     JT_RUN(test_two_process_sizes);
@@ -224,5 +240,6 @@ int main(int argc, char **argv)
     JT_RUN(test_brpc_envelope);
     JT_RUN(test_large_receive_buffers);
     JT_RUN(test_many_connections);
+    JT_RUN(test_concurrent_first_use);
     return jt_finish();
 }

@@ -197,14 +197,37 @@ static UT_UNUSED void *ut_flag_later_main(void *arg)
 
 static UT_UNUSED jet_urma_loop_stats_t ut_urma_totals(int *spinning_p);
 
-/* Args: port=, calls=, size=, mode=; set=<flag>=<value> and set_after_ms=<ms>
- * (a thread sets the flag that long after the start); expect_urma=1 (the
- * answers must come over URMA on the one connection the child opens, and
- * after the channel is gone no endpoint and no completion-queue share may
+typedef struct ut_client_thread {
+    int port, calls, rc;
+    size_t size;
+    jet_socket_mode_t mode;
+    _Atomic int *go; /* 1: call; -1: give up */
+    jet_channel_t *ch;
+} ut_client_thread_t;
+
+/* One channel of a client child: its calls begin when every thread's do
+ * (the process's first use of URMA comes from all of them at once). */
+static UT_UNUSED void *ut_client_thread_main(void *arg)
+{
+    ut_client_thread_t *t = arg;
+    t->ch = ut_channel(t->port, t->mode, 10000, JET_CONNECTION_SINGLE);
+    while (atomic_load(t->go) == 0)
+        usleep(100);
+    t->rc = t->ch && atomic_load(t->go) > 0 ? 0 : 4;
+    for (int i = 0; i < t->calls && t->rc == 0; i++)
+        t->rc = jt_echo_bytes(t->ch, t->size, (uint64_t)i * 77, "child");
+    return NULL;
+}
+
+/* Args: port=, calls=, size=, mode=, threads= (that many channels, one per
+ * thread, calling at once); set=<flag>=<value> and set_after_ms=<ms> (a
+ * thread sets the flag that long after the start); expect_urma=1 (the
+ * answers must come over URMA on the one connection each channel opens, and
+ * after the channels are gone no endpoint and no completion-queue share may
  * stay: exit 6, 8 and 7 otherwise) or expect_urma=0 (none may: exit 9). */
 static UT_UNUSED int ut_client_role(int argc, char **argv)
 {
-    int port = 0, calls = 3;
+    int port = 0, calls = 3, threads = 1;
     size_t size = 1000;
     int expect_urma = -1;
     ut_flag_later_t later = {.ms = -1};
@@ -216,29 +239,41 @@ static UT_UNUSED int ut_client_role(int argc, char **argv)
         if (strncmp(argv[i], "mode=", 5) == 0 && jet_socket_mode_parse(argv[i] + 5, &mode) < 0)
             return 3;
         if (strncmp(argv[i], "expect_urma=", 12) == 0) expect_urma = atoi(argv[i] + 12) != 0;
+        if (strncmp(argv[i], "threads=", 8) == 0) threads = atoi(argv[i] + 8);
 
         if (strncmp(argv[i], "set_after_ms=", 13) == 0) later.ms = atoi(argv[i] + 13);
         if (strncmp(argv[i], "set=", 4) == 0 &&
             sscanf(argv[i] + 4, "%63[^=]=%63s", later.name, later.value) != 2)
             return 3;
     }
+    if (threads < 1 || threads > 64) return 3;
     pthread_t th;
     if (later.ms >= 0 && pthread_create(&th, NULL, ut_flag_later_main, &later) != 0) return 3;
-    jet_channel_t *ch = ut_channel(port, mode, 10000, JET_CONNECTION_SINGLE);
-    if (!ch) {
-        if (later.ms >= 0) pthread_join(th, NULL);
-        return 4;
+    _Atomic int go = 0;
+    ut_client_thread_t t[64];
+    pthread_t tt[64];
+    int started = 1; /* t[0] is this thread */
+    for (int i = 0; i < threads; i++) {
+        t[i] = (ut_client_thread_t){
+            .port = port, .calls = calls, .size = size, .mode = mode, .go = &go};
+        if (i > 0 && pthread_create(&tt[i], NULL, ut_client_thread_main, &t[i]) != 0) break;
+        if (i > 0) started++;
     }
-    int rc = 0;
-    for (int i = 0; i < calls && rc == 0; i++)
-        rc = jt_echo_bytes(ch, size, (uint64_t)i * 77, "child");
+    atomic_store(&go, started == threads ? 1 : -1);
+    ut_client_thread_main(&t[0]);
+    int rc = started == threads ? 0 : 3;
+    for (int i = 1; i < started; i++)
+        pthread_join(tt[i], NULL);
+    for (int i = 0; i < started && rc == 0; i++)
+        rc = t[i].rc;
     jet_urma_loop_stats_t st = ut_urma_totals(NULL);
-    jet_channel_destroy(ch);
+    for (int i = 0; i < started; i++)
+        if (t[i].ch) jet_channel_destroy(t[i].ch);
     if (later.ms >= 0) pthread_join(th, NULL);
     if (rc == 0 && expect_urma == 0 && st.c.recv_copied + st.c.recv_zerocopy > 0) return 9;
     if (rc == 0 && expect_urma == 1) {
-        if (st.c.recv_copied + st.c.recv_zerocopy < (uint64_t)calls) return 6;
-        if (st.attaches != 1) return 8; /* it failed and reconnected */
+        if (st.c.recv_copied + st.c.recv_zerocopy < (uint64_t)calls * (uint64_t)threads) return 6;
+        if (st.attaches != (uint64_t)threads) return 8; /* one failed and reconnected */
         if (!JT_WAIT_UNTIL((st = ut_urma_totals(NULL), st.endpoints == 0 && st.jfc_used == 0),
                            10000000))
             return 7;
