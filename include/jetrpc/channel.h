@@ -19,8 +19,11 @@
  * connection's error (EEOF, ECONNREFUSED...) once max_retry retries on new
  * connections are used up.
  *
- * Threads: any number of threads may call through one channel. Destroy only
- * when no call is in flight. */
+ * Threads: any number of threads may call through one channel. Destroying a
+ * channel closes its connections: calls still in flight on it end with
+ * ECLOSE (not retried), their done callbacks run as for any completion, and
+ * the channel's memory goes with the last of them. No new call may be made
+ * on a destroyed channel. */
 #ifndef JETRPC_CHANNEL_H
 #define JETRPC_CHANNEL_H
 

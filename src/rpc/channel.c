@@ -31,6 +31,11 @@ struct jet_channel {
     /* Until this time (monotonic µs) new connections use TCP: the server
      * closed on our transport's hello. 0: use the channel's transport. */
     _Atomic int64_t tcp_until_us;
+    /* The user's reference and one per call in flight: a destroyed channel
+     * lives until its last call has ended. */
+    _Atomic int refs;
+    bool closed; /* destroyed: no new connection (under lock) */
+    struct cli_conn *out; /* pooled and short connections in use by calls */
 };
 
 JET_FLAG_DEFINE_INT32(transport_reprobe_s, 60,
@@ -43,6 +48,12 @@ typedef struct cli_conn {
     jet_call_t *pending; /* calls written on this connection, not answered */
     bool dead;
     uint32_t max_body;
+    /* On the channel's `out` list (under the channel's lock), which holds a
+     * reference to the socket, so that destroying the channel can close a
+     * pooled or short connection while a call uses it. */
+    jet_socket_t *s;
+    struct cli_conn *out_prev, *out_next;
+    bool out;
 } cli_conn_t;
 
 static void cli_on_read(jet_socket_t *s);
@@ -96,6 +107,7 @@ int jet_channel_create(const char *addr, const jet_channel_options_t *opts, jet_
     jet__addr_format(&ch->addr, ch->name, sizeof ch->name);
     ch->max_body = jet__max_body_size(ch->opts.max_body_size);
     pthread_mutex_init(&ch->lock, NULL);
+    atomic_init(&ch->refs, 1);
     *ch_p = ch;
     return 0;
 err_free:
@@ -103,22 +115,76 @@ err_free:
     return rc;
 }
 
-void jet_channel_destroy(jet_channel_t *ch)
+static void ch_unref(jet_channel_t *ch)
 {
-    if (!ch) return;
-    pthread_mutex_lock(&ch->lock);
-    if (ch->single) {
-        jet__socket_set_failed(ch->single, -JET_ECLOSE);
-        jet__socket_unref(ch->single);
-    }
-    for (int i = 0; i < ch->nidle; i++) {
-        jet__socket_set_failed(ch->idle[i], -JET_ECLOSE);
-        jet__socket_unref(ch->idle[i]);
-    }
-    pthread_mutex_unlock(&ch->lock);
+    if (atomic_fetch_sub_explicit(&ch->refs, 1, memory_order_acq_rel) != 1) return;
     pthread_mutex_destroy(&ch->lock);
     free(ch);
 }
+
+/* ch->lock held: s (a pooled or short connection) is lent to a call. */
+static void ch_out_add_locked(jet_channel_t *ch, jet_socket_t *s)
+{
+    cli_conn_t *conn = s->owner;
+    jet__socket_ref(s);
+    conn->s = s;
+    conn->out = true;
+    conn->out_prev = NULL;
+    conn->out_next = ch->out;
+    if (ch->out) ch->out->out_prev = conn;
+    ch->out = conn;
+}
+
+/* ch->lock held: true when s was lent (the list's reference is the
+ * caller's to drop, outside the lock). */
+static bool ch_out_del_locked(jet_channel_t *ch, jet_socket_t *s)
+{
+    cli_conn_t *conn = s->owner;
+    if (!conn->out) return false;
+    if (conn->out_prev)
+        conn->out_prev->out_next = conn->out_next;
+    else
+        ch->out = conn->out_next;
+    if (conn->out_next) conn->out_next->out_prev = conn->out_prev;
+    conn->out = false;
+    return true;
+}
+
+void jet_channel_destroy(jet_channel_t *ch)
+{
+    if (!ch) return;
+    /* Its connections close: the calls still on them end with ECLOSE (not
+     * retried), and the channel goes with the last of them. */
+    pthread_mutex_lock(&ch->lock);
+    ch->closed = true;
+    jet_socket_t *single = ch->single;
+    ch->single = NULL;
+    int nidle = ch->nidle;
+    jet_socket_t *idle[CH_POOL_MAX_IDLE];
+    memcpy(idle, ch->idle, (size_t)nidle * sizeof idle[0]);
+    ch->nidle = 0;
+    /* Connections lent to calls: closed here (a failure posts its handler to
+     * the loop), the list's references dropped (the calls hold their own). */
+    while (ch->out) {
+        jet_socket_t *s = ch->out->s;
+        ch_out_del_locked(ch, s);
+        jet__socket_set_failed(s, -JET_ECLOSE);
+        jet__socket_unref(s);
+    }
+    pthread_mutex_unlock(&ch->lock);
+    /* Outside the lock: a failure handler may end calls, whose retries
+     * (refused: closed) take it. */
+    if (single) {
+        jet__socket_set_failed(single, -JET_ECLOSE);
+        jet__socket_unref(single);
+    }
+    for (int i = 0; i < nidle; i++) {
+        jet__socket_set_failed(idle[i], -JET_ECLOSE);
+        jet__socket_unref(idle[i]);
+    }
+    ch_unref(ch);
+}
+
 
 /* ---- connections ------------------------------------------------------------ */
 
@@ -147,6 +213,10 @@ static int ch_get_socket(jet_channel_t *ch, jet_socket_t **s_p)
     switch (ch->opts.connection_type) {
     case JET_CONNECTION_SINGLE:
         pthread_mutex_lock(&ch->lock);
+        if (ch->closed) {
+            pthread_mutex_unlock(&ch->lock);
+            return -JET_ECLOSE;
+        }
         s = ch->single;
         if (s && jet__socket_failed(s)) {
             /* Reconnect on the next call after a failure. */
@@ -162,6 +232,10 @@ static int ch_get_socket(jet_channel_t *ch, jet_socket_t **s_p)
         break;
     case JET_CONNECTION_POOLED:
         pthread_mutex_lock(&ch->lock);
+        if (ch->closed) {
+            pthread_mutex_unlock(&ch->lock);
+            return -JET_ECLOSE;
+        }
         while (ch->nidle > 0) {
             s = ch->idle[--ch->nidle];
             if (!jet__socket_failed(s)) break;
@@ -175,22 +249,37 @@ static int ch_get_socket(jet_channel_t *ch, jet_socket_t **s_p)
         rc = ch_connect(ch, &s);
         break;
     }
+    if (rc == 0 && ch->opts.connection_type != JET_CONNECTION_SINGLE) {
+        pthread_mutex_lock(&ch->lock);
+        bool closed = ch->closed;
+        if (!closed) ch_out_add_locked(ch, s);
+        pthread_mutex_unlock(&ch->lock);
+        if (closed) {
+            /* Destroyed meanwhile. */
+            jet__socket_set_failed(s, -JET_ECLOSE);
+            jet__socket_unref(s);
+            return -JET_ECLOSE;
+        }
+    }
     if (rc == 0) *s_p = s;
     return rc;
 }
 
 static void ch_put_socket(jet_channel_t *ch, jet_socket_t *s)
 {
-    if (ch->opts.connection_type == JET_CONNECTION_POOLED && !jet__socket_failed(s)) {
-        pthread_mutex_lock(&ch->lock);
-        if (ch->nidle < CH_POOL_MAX_IDLE) {
-            ch->idle[ch->nidle++] = s;
-            s = NULL;
-        }
-        pthread_mutex_unlock(&ch->lock);
-        if (!s) return;
+    if (ch->opts.connection_type == JET_CONNECTION_SINGLE) {
+        jet__socket_unref(s);
+        return;
     }
-    if (ch->opts.connection_type != JET_CONNECTION_SINGLE) jet__socket_set_failed(s, -JET_ECLOSE);
+    pthread_mutex_lock(&ch->lock);
+    bool lent = ch_out_del_locked(ch, s);
+    bool idle = ch->opts.connection_type == JET_CONNECTION_POOLED && !jet__socket_failed(s) &&
+                !ch->closed && ch->nidle < CH_POOL_MAX_IDLE;
+    if (idle) ch->idle[ch->nidle++] = s;
+    pthread_mutex_unlock(&ch->lock);
+    if (lent) jet__socket_unref(s);
+    if (idle) return;
+    jet__socket_set_failed(s, -JET_ECLOSE);
     jet__socket_unref(s);
 }
 
@@ -244,8 +333,10 @@ static void ch_notify(jet_call_t *call)
 {
     uint32_t slot = call->slot;
     bool joinable = call->joinable;
+    jet_channel_t *ch = call->channel;
     if (call->done) call->done(call, call->done_arg);
     if (joinable) jet__cid_free(slot);
+    ch_unref(ch); /* the call's */
 }
 
 /* The caller owns the call (claimed it). Ends it with code (0 = success). */
@@ -266,7 +357,8 @@ static void ch_issue(jet_call_t *call);
 
 static bool ch_retriable(int err)
 {
-    return err != -JET_ERPCTIMEDOUT && err != -EMSGSIZE && err != -JET_EOVERCROWDED;
+    return err != -JET_ERPCTIMEDOUT && err != -EMSGSIZE && err != -JET_EOVERCROWDED &&
+           err != -JET_ECLOSE;
 }
 
 /* The caller owns the call; its attempt failed with err (negative). */
@@ -468,6 +560,7 @@ int jet_channel_call(jet_channel_t *ch, const ProtobufCServiceDescriptor *servic
     call->service = service;
     call->method = m;
     call->channel = ch;
+    atomic_fetch_add_explicit(&ch->refs, 1, memory_order_relaxed); /* until ch_notify */
     call->done = done;
     call->done_arg = arg;
     call->attempts = 0;

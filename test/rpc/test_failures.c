@@ -772,6 +772,45 @@ static void test_attempt_ends_while_issuing(void)
     JT_CHECK_EQ(atomic_load(&done2.n), (uint32_t)N);
 }
 
+/* A channel destroyed while its calls wait for answers (held by the
+ * server): every call ends once with ECLOSE, not retried on a new
+ * connection, whatever the connection type; the server goes on. */
+static void test_channel_destroyed_in_flight(void)
+{
+    enum { N = 20 };
+    int port = 0;
+    jet_server_t *srv = start_server_port(0, NULL, &port);
+    JT_REQUIRE(srv);
+    for (int type = JET_CONNECTION_SINGLE; type <= JET_CONNECTION_SHORT; type++) {
+        jet_channel_t *ch = jt_channel_open_port(port, (jet_connection_type_t)type, 10000, 3);
+        JT_REQUIRE(ch);
+        jet_call_t *calls[N];
+        jt_counter_t done = {0};
+        for (int i = 0; i < N; i++) {
+            calls[i] = jet_call_create();
+            JT_REQUIRE(calls[i]);
+            JT_CHECK_EQ(jt_echo_call(ch, calls[i], "hold", jt_count_done, &done), 0);
+        }
+        JT_CHECK(wait_held(N));
+        jet_channel_destroy(ch);
+        JT_CHECK(wait_count(&done, N));
+        for (int i = 0; i < N; i++) {
+            JT_CHECK_EQ(jet_call_error_code(calls[i]), JET_ECLOSE);
+            JT_CHECK_EQ(jet_call_attempts(calls[i]), 1);
+        }
+        JT_CHECK_EQ(release_held(), N); /* answers to closed connections */
+        usleep(20000);
+        JT_CHECK_EQ(atomic_load(&done.n), (uint32_t)N); /* once each */
+        for (int i = 0; i < N; i++)
+            jet_call_destroy(calls[i]);
+    }
+    jet_channel_t *ch = jt_channel_open_port(port, JET_CONNECTION_SINGLE, 10000, 0);
+    JT_REQUIRE(ch);
+    JT_CHECK(echo_ok(ch, "after destroyed channels"));
+    jet_channel_destroy(ch);
+    jt_server_stop(srv);
+}
+
 /* RPC_CASE=<substring> runs only the matching cases (for debugging). */
 #define RUN(fn)                                                                                    \
     do {                                                                                           \
@@ -794,6 +833,7 @@ int main(int argc, char **argv)
     RUN(test_peer_never_answers);
     RUN(test_max_concurrency);
     RUN(test_attempt_ends_while_issuing);
+    RUN(test_channel_destroyed_in_flight);
     release_held(); /* anything a failed case left behind */
     return jt_finish();
 }
