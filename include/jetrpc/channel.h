@@ -23,7 +23,8 @@
  * channel closes its connections: calls still in flight on it end with
  * ECLOSE (not retried), their done callbacks run as for any completion, and
  * the channel's memory goes with the last of them. No new call may be made
- * on a destroyed channel. */
+ * on a destroyed channel, except from the done callback of one of its calls,
+ * where jet_channel_call returns -JET_ECLOSE (and runs no callback). */
 #ifndef JETRPC_CHANNEL_H
 #define JETRPC_CHANNEL_H
 
@@ -47,7 +48,8 @@ void jet_channel_destroy(jet_channel_t *ch);
  * serialised before the function returns (the caller may free it then). The
  * call's own settings override the channel's. Returns 0 when the call was
  * issued (for a synchronous call: completed; check jet_call_failed), or a
- * negative code for misuse (-EINVAL: bad index, call in flight). */
+ * negative code for misuse (-EINVAL: bad index, call in flight; -JET_ECLOSE:
+ * the channel was destroyed, see above). */
 int jet_channel_call(jet_channel_t *ch, const ProtobufCServiceDescriptor *service,
                      unsigned method_index, jet_call_t *call, const ProtobufCMessage *request,
                      jet_call_done_cb_t done, void *arg);

@@ -3,6 +3,7 @@
 #include <errno.h>
 #include <limits.h>
 #include <pthread.h>
+#include <sched.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -34,7 +35,7 @@ struct jet_channel {
     /* The user's reference and one per call in flight: a destroyed channel
      * lives until its last call has ended. */
     _Atomic int refs;
-    bool closed; /* destroyed: no new connection (under lock) */
+    _Atomic bool closed; /* destroyed: no new connection or call (set under lock) */
     struct cli_conn *out; /* pooled and short connections in use by calls */
 };
 
@@ -172,8 +173,6 @@ void jet_channel_destroy(jet_channel_t *ch)
         jet__socket_unref(s);
     }
     pthread_mutex_unlock(&ch->lock);
-    /* Outside the lock: a failure handler may end calls, whose retries
-     * (refused: closed) take it. */
     if (single) {
         jet__socket_set_failed(single, -JET_ECLOSE);
         jet__socket_unref(single);
@@ -366,7 +365,9 @@ static bool ch_retriable(int err)
 static void ch_attempt_failed(jet_call_t *call, int err, const char *why)
 {
     if (call->sock) {
-        jet__socket_unref(call->sock);
+        /* Back to the channel: a pooled connection that still works goes to
+         * the idle list, any other closes (and leaves the lent list). */
+        ch_put_socket(call->channel, call->sock);
         call->sock = NULL;
     }
     if (err == -JET__EHELLO_REFUSED) {
@@ -546,6 +547,9 @@ int jet_channel_call(jet_channel_t *ch, const ProtobufCServiceDescriptor *servic
 {
     if (!ch || !service || !call || method_index >= service->n_methods || call->in_flight)
         return -EINVAL;
+    /* A done callback that reissues its call while the channel is being
+     * destroyed (the call's reference keeps the channel until it returns). */
+    if (atomic_load_explicit(&ch->closed, memory_order_relaxed)) return -JET_ECLOSE;
     const ProtobufCMethodDescriptor *m = &service->methods[method_index];
     if (request && request->descriptor != m->input) return -EINVAL;
     /* The outcome of a previous use goes; the settings and attachment stay. */
@@ -755,31 +759,32 @@ static void cli_on_refused(jet_socket_t *s, jet_iobuf_t *msg)
 static void cli_on_failed(jet_socket_t *s, int err)
 {
     cli_conn_t *conn = s->owner;
-    uint64_t small[64], *cids = small;
-    size_t n = 0, cap = 64;
     pthread_mutex_lock(&conn->lock);
-    conn->dead = true;
-    for (jet_call_t *c = conn->pending; c; c = c->sock_next) {
-        if (n == cap) {
-            uint64_t *bigger = malloc(cap * 2 * sizeof *bigger);
-            if (!bigger) break; /* the rest end at their deadlines */
-            memcpy(bigger, cids, n * sizeof *cids);
-            if (cids != small) free(cids);
-            cids = bigger;
-            cap *= 2;
-        }
-        cids[n++] = c->cid;
-    }
+    conn->dead = true; /* no new call links itself to it */
     pthread_mutex_unlock(&conn->lock);
-    for (size_t i = 0; i < n; i++) {
-        uint64_t next;
-        jet_call_t *call = jet__cid_claim(cids[i], &next);
-        if (!call) continue; /* answered or timed out meanwhile */
-        conn_unlink(conn, call);
-        call->cid = next;
-        ch_attempt_failed(call, err, NULL);
+    /* The linked calls, a bounded batch at a time (no allocation here): each
+     * one this thread claims it unlinks; one claimed elsewhere (its answer,
+     * its deadline) is unlinked by that thread, right after its claim. */
+    for (;;) {
+        uint64_t cids[64];
+        size_t n = 0;
+        pthread_mutex_lock(&conn->lock);
+        for (jet_call_t *c = conn->pending; c && n < 64; c = c->sock_next)
+            cids[n++] = c->cid;
+        pthread_mutex_unlock(&conn->lock);
+        if (n == 0) break;
+        size_t ended = 0;
+        for (size_t i = 0; i < n; i++) {
+            uint64_t next;
+            jet_call_t *call = jet__cid_claim(cids[i], &next);
+            if (!call) continue; /* answered or timed out meanwhile */
+            conn_unlink(conn, call);
+            call->cid = next;
+            ch_attempt_failed(call, err, NULL);
+            ended++;
+        }
+        if (ended == 0) sched_yield(); /* the claimers are between claim and unlink */
     }
-    if (cids != small) free(cids);
 }
 
 static void cli_on_release(jet_socket_t *s)

@@ -13,6 +13,7 @@
  * The killed server runs in a child process started by re-executing this
  * program with "--hang-server <fd>" (a fork of a threaded process could not
  * start its own event loops). */
+#include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <limits.h>
@@ -811,6 +812,115 @@ static void test_channel_destroyed_in_flight(void)
     jt_server_stop(srv);
 }
 
+static int open_fds(void)
+{
+    int n = 0;
+    DIR *d = opendir("/proc/self/fd");
+    if (!d) return -1;
+    while (readdir(d))
+        n++;
+    closedir(d);
+    return n;
+}
+
+typedef struct closer {
+    int lfd;
+    _Atomic bool stop;
+} closer_t;
+
+/* Accepts connections and closes them at once (after the request came). */
+static void *closer_main(void *arg)
+{
+    closer_t *c = arg;
+    while (!atomic_load(&c->stop)) {
+        struct pollfd p = {.fd = c->lfd, .events = POLLIN};
+        if (poll(&p, 1, 50) <= 0) continue;
+        int fd = accept(c->lfd, NULL, NULL);
+        if (fd < 0) continue;
+        char buf[256];
+        (void)!read(fd, buf, sizeof buf);
+        close(fd);
+    }
+    return NULL;
+}
+
+/* Failed attempts on pooled and short connections give their connections
+ * back (closed): a channel retrying against a server that closes every
+ * connection keeps no file descriptor per attempt until it is destroyed. */
+static void test_failed_attempts_release_connections(void)
+{
+    enum { N = 30 };
+    int port = 0;
+    closer_t cl = {.lfd = jt_tcp_listen(64, &port)};
+    JT_REQUIRE(cl.lfd >= 0);
+    pthread_t th;
+    JT_REQUIRE(pthread_create(&th, NULL, closer_main, &cl) == 0);
+    for (int type = JET_CONNECTION_POOLED; type <= JET_CONNECTION_SHORT; type++) {
+        jet_channel_t *ch = jt_channel_open_port(port, (jet_connection_type_t)type, 10000, 3);
+        JT_REQUIRE(ch);
+        int before = open_fds();
+        for (int i = 0; i < N; i++) {
+            jet_call_t *call = jet_call_create();
+            JT_CHECK_EQ(jt_echo_call(ch, call, "closed on", NULL, NULL), 0);
+            JT_CHECK_EQ(jet_call_error_code(call), JET_EEOF);
+            JT_CHECK_EQ(jet_call_attempts(call), 4);
+            jet_call_destroy(call);
+        }
+        /* Closes finish on the loops (each connection's last reference). */
+        int after = open_fds();
+        for (int i = 0; i < 200 && after > before + 4; i++) {
+            usleep(10000);
+            after = open_fds();
+        }
+        fprintf(stderr, "  %d descriptors before, %d after %d calls of 4 attempts\n", before, after,
+                N);
+        JT_CHECK(after <= before + 4);
+        jet_channel_destroy(ch);
+    }
+    atomic_store(&cl.stop, true);
+    pthread_join(th, NULL);
+    close(cl.lfd);
+}
+
+typedef struct reissuer {
+    jet_channel_t *ch;
+    _Atomic int ended, refused;
+} reissuer_t;
+
+/* Reissues its call whatever the outcome, until jet_channel_call refuses. */
+static void reissue_done(jet_call_t *call, void *arg)
+{
+    reissuer_t *r = arg;
+    if (jet_call_error_code(call) == JET_ECLOSE) atomic_fetch_add(&r->ended, 1);
+    int rc = jt_echo_call(r->ch, call, "hold", reissue_done, r);
+    if (rc == -JET_ECLOSE) atomic_fetch_add(&r->refused, 1);
+}
+
+/* A done callback that reissues its call as its channel is destroyed: the
+ * reissue is refused with ECLOSE, and the chain ends there. */
+static void test_reissue_on_destroyed_channel(void)
+{
+    enum { N = 8 };
+    int port = 0;
+    jet_server_t *srv = start_server_port(0, NULL, &port);
+    JT_REQUIRE(srv);
+    reissuer_t r = {.ch = jt_channel_open_port(port, JET_CONNECTION_SINGLE, 10000, 3)};
+    JT_REQUIRE(r.ch);
+    jet_call_t *calls[N];
+    for (int i = 0; i < N; i++) {
+        calls[i] = jet_call_create();
+        JT_CHECK_EQ(jt_echo_call(r.ch, calls[i], "hold", reissue_done, &r), 0);
+    }
+    JT_CHECK(wait_held(N));
+    jet_channel_destroy(r.ch);
+    JT_CHECK(JT_WAIT_UNTIL(atomic_load(&r.refused) == N, WAIT_LIMIT_US));
+    JT_CHECK_EQ(atomic_load(&r.ended), N);
+    JT_CHECK_EQ(release_held(), N);
+    for (int i = 0; i < N; i++)
+        jet_call_destroy(calls[i]);
+    jt_server_stop(srv);
+}
+
 /* RPC_CASE=<substring> runs only the matching cases (for debugging). */
 #define RUN(fn)                                                                                    \
     do {                                                                                           \
@@ -834,6 +944,8 @@ int main(int argc, char **argv)
     RUN(test_max_concurrency);
     RUN(test_attempt_ends_while_issuing);
     RUN(test_channel_destroyed_in_flight);
+    RUN(test_failed_attempts_release_connections);
+    RUN(test_reissue_on_destroyed_channel);
     release_held(); /* anything a failed case left behind */
     return jt_finish();
 }
