@@ -33,8 +33,14 @@
  * SOFTUB_PTRACER_ANY       0: do not call prctl(PR_SET_PTRACER_ANY) when the
  *                          process joins (default 1: under Yama ptrace_scope
  *                          1, peers need it for process_vm_* and
- *                          pidfd_getfd on this process). */
+ *                          pidfd_getfd on this process).
+ * SOFTUB_SLOW_TRACE        a file: each delay injected by the *_DELAY_US
+ *                          knobs appends "<pid> <thread name> <call>", so a
+ *                          test can tell which threads made the slow calls. */
 #include <errno.h>
+#include <stdio.h>
+#include <unistd.h>
+#include <fcntl.h>
 #include <pthread.h>
 #include <stdlib.h>
 #include <string.h>
@@ -93,6 +99,7 @@ static void fault_load_once(void)
     fault_str("SOFTUB_EID", f->eid, sizeof(f->eid), "");
     fault_str("SOFTUB_DEVICE", f->device, sizeof(f->device), SUB_DEFAULT_DEVICE);
     fault_str("SOFTUB_FABRIC", f->fabric, sizeof(f->fabric), "default");
+    fault_str("SOFTUB_SLOW_TRACE", f->slow_trace, sizeof(f->slow_trace), "");
     /* The fabric name becomes part of a /dev/shm file name. */
     for (char *c = f->fabric; *c != '\0'; c++) {
         if (*c == '/')
@@ -105,10 +112,29 @@ void softub__fault_load(void)
     (void)pthread_once(&fault_once, fault_load_once);
 }
 
-void softub__fault_sleep_us(uint32_t us)
+/* One line per delay, written whole with O_APPEND: lines of several
+ * threads and processes do not mix. */
+static void fault_note_slow(const char *what)
+{
+    if (softub__fault.slow_trace[0] == '\0')
+        return;
+    char name[32] = "?";
+    (void)pthread_getname_np(pthread_self(), name, sizeof(name));
+    char line[128];
+    int n = snprintf(line, sizeof(line), "%d %s %s\n", (int)getpid(), name, what);
+    int fd = open(softub__fault.slow_trace, O_WRONLY | O_APPEND | O_CREAT | O_CLOEXEC, 0600);
+    if (fd < 0)
+        return;
+    if (n > 0)
+        (void)!write(fd, line, (size_t)n < sizeof(line) ? (size_t)n : sizeof(line) - 1);
+    close(fd);
+}
+
+void softub__fault_sleep_us(uint32_t us, const char *what)
 {
     if (us == 0)
         return;
+    fault_note_slow(what);
     struct timespec ts = {us / 1000000, (long)(us % 1000000) * 1000};
     while (nanosleep(&ts, &ts) != 0 && errno == EINTR)
         ;

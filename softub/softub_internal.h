@@ -321,11 +321,13 @@ struct sub_fault {
     char eid[64];
     char device[URMA_MAX_NAME];
     char fabric[64];
+    char slow_trace[256]; /* SOFTUB_SLOW_TRACE: the file injected delays are noted in */
 };
 extern struct sub_fault softub__fault;
 void softub__fault_load(void);
-/* Sleeps us microseconds (0: returns at once): the injected delays. */
-void softub__fault_sleep_us(uint32_t us);
+/* Sleeps us microseconds (0: returns at once): the injected delays, each
+ * noted with the calling thread's name and `what` in SOFTUB_SLOW_TRACE. */
+void softub__fault_sleep_us(uint32_t us, const char *what);
 
 /* A memory mapping of a peer's backing file (memfd, shm file). */
 struct sub_pmap {

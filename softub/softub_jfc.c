@@ -227,7 +227,7 @@ SUB_API urma_jfc_t *urma_create_jfc(urma_context_t *ctx, urma_jfc_cfg_t *jfc_cfg
         errno = EINVAL;
         return NULL;
     }
-    softub__fault_sleep_us(softub__fault.queue_delay_us);
+    softub__fault_sleep_us(softub__fault.queue_delay_us, "create_jfc");
     uint32_t left = atomic_load(&softub__fault.jfc_fail);
     while (left > 0 && !atomic_compare_exchange_weak(&softub__fault.jfc_fail, &left, left - 1))
         ;

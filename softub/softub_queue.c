@@ -420,7 +420,7 @@ SUB_API urma_jetty_t *urma_create_jetty(urma_context_t *ctx, urma_jetty_cfg_t *j
         errno = EINVAL;
         return NULL;
     }
-    softub__fault_sleep_us(softub__fault.queue_delay_us);
+    softub__fault_sleep_us(softub__fault.queue_delay_us, "create_jetty");
     urma_jetty_cfg_t *cfg = jetty_cfg;
     /* urma_create_jetty_check_jfc */
     struct sub_jfr *jfr = NULL;
@@ -545,7 +545,7 @@ SUB_API urma_status_t urma_delete_jetty(urma_jetty_t *jetty)
         SUB_INFO("Failed to delete jetty because it has remote jetty, try unbind first\n");
         return URMA_ENOPERM;
     }
-    softub__fault_sleep_us(softub__fault.queue_delay_us);
+    softub__fault_sleep_us(softub__fault.queue_delay_us, "delete_jetty");
     if (softub__async_busy(&j->obj))
         return URMA_EAGAIN;
     atomic_store(&j->sh->qstate, URMA_JETTY_STATE_ERROR);
@@ -575,9 +575,9 @@ SUB_API urma_status_t urma_modify_jetty(urma_jetty_t *jetty, urma_jetty_attr_t *
     if (j == NULL || (attr->mask & JETTY_STATE) == 0)
         return URMA_EINVAL;
     if (attr->state == URMA_JETTY_STATE_RESET)
-        softub__fault_sleep_us(softub__fault.queue_delay_us);
+        softub__fault_sleep_us(softub__fault.queue_delay_us, "modify_jetty(RESET)");
     if (attr->state == URMA_JETTY_STATE_ERROR) {
-        softub__fault_sleep_us(softub__fault.close_delay_us);
+        softub__fault_sleep_us(softub__fault.close_delay_us, "modify_jetty(ERROR)");
         if (softub__fault.close_fail)
             return URMA_FAIL;
     }
@@ -665,7 +665,7 @@ SUB_API void urma_put_rjetty(urma_rjetty_t *rjetty)
 
 static void q_import_delay(void)
 {
-    softub__fault_sleep_us(softub__fault.import_delay_us);
+    softub__fault_sleep_us(softub__fault.import_delay_us, "import_jetty");
 }
 
 /* Resolves a remote jetty/JFR id to its owner and descriptor. */

@@ -539,11 +539,7 @@ SUB_API urma_target_seg_t *urma_import_seg(urma_context_t *ctx, urma_seg_t *seg,
         errno = EINVAL;
         return NULL;
     }
-    if (softub__fault.import_delay_us != 0) {
-        struct timespec ts = {softub__fault.import_delay_us / 1000000,
-                              (long)(softub__fault.import_delay_us % 1000000) * 1000};
-        nanosleep(&ts, NULL);
-    }
+    softub__fault_sleep_us(softub__fault.import_delay_us, "import_seg");
     struct sub_tseg *t = calloc(1, sizeof(*t));
     if (t == NULL) {
         errno = ENOMEM;

@@ -224,6 +224,44 @@ static void test_jfc_full_falls_back(void)
     JT_CHECK_EQ(jt_child_stop(&c), 0);
 }
 
+/* ---- which threads made the slow provider calls ------------------------------
+ * The children of the off-loop cases run with SOFTUB_SLOW_TRACE: softub notes
+ * each injected delay with its thread's name. None may be an event loop's
+ * (jet_loop_<n>): that is what "off the loop" means, whatever the timing. */
+
+static char g_slow_path[64];
+static char g_slow_env[96];
+
+static void slow_trace_reset(void)
+{
+    snprintf(g_slow_path, sizeof g_slow_path, "/tmp/jt-slow-%d", (int)getpid());
+    snprintf(g_slow_env, sizeof g_slow_env, "SOFTUB_SLOW_TRACE=%s", g_slow_path);
+    unlink(g_slow_path);
+}
+
+static void slow_trace_check(void)
+{
+    FILE *f = fopen(g_slow_path, "r");
+    JT_REQUIRE(f);
+    char line[160];
+    int n = 0, on_loop = 0;
+    while (fgets(line, sizeof line, f)) {
+        int pid;
+        char thread[32], call[64];
+        if (sscanf(line, "%d %31s %63s", &pid, thread, call) != 3) continue;
+        n++;
+        if (strncmp(thread, "jet_loop", 8) == 0) {
+            on_loop++;
+            fprintf(stderr, "  %s made on event loop %s (pid %d)\n", call, thread, pid);
+        }
+    }
+    fclose(f);
+    unlink(g_slow_path);
+    fprintf(stderr, "  %d slow provider calls, %d of them on an event loop\n", n, on_loop);
+    JT_CHECK(n > 0);
+    JT_CHECK_EQ(on_loop, 0);
+}
+
 /* ---- a slow import -------------------------------------------------------------- */
 
 typedef struct gap_arg {
@@ -291,8 +329,10 @@ static void gap_stop(gap_arg_t *g, pthread_t th)
  * a new connection's handshake waits 1.5 s for its import. */
 static void test_slow_import_keeps_loop_serving(void)
 {
+    slow_trace_reset();
     enum { DELAY_MS = 1500 };
-    const char *envs[] = {"SOFTUB_IMPORT_DELAY_US=1500000", "JETRPC_EVENT_LOOP_NUM=1", NULL};
+    const char *envs[] = {g_slow_env,
+                          "SOFTUB_IMPORT_DELAY_US=1500000", "JETRPC_EVENT_LOOP_NUM=1", NULL};
     jt_child_t c;
     jet_channel_t *a = warm_child(&c, envs);
     JT_REQUIRE(a);
@@ -322,6 +362,7 @@ static void test_slow_import_keeps_loop_serving(void)
     jet_channel_destroy(b);
     jet_channel_destroy(a);
     JT_CHECK_EQ(jt_child_stop(&c), 0);
+    slow_trace_check();
 }
 
 /* Creating a jetty set, moving one to ERROR at close and resetting it for
@@ -335,8 +376,10 @@ static void test_slow_import_keeps_loop_serving(void)
  * would. */
 static void test_pool_filled_off_loop(void)
 {
+    slow_trace_reset();
     enum { DELAY_MS = 400 };
-    const char *envs[] = {"SOFTUB_QUEUE_DELAY_US=400000", "SOFTUB_CLOSE_DELAY_US=400000",
+    const char *envs[] = {g_slow_env,
+                          "SOFTUB_QUEUE_DELAY_US=400000", "SOFTUB_CLOSE_DELAY_US=400000",
                           "JETRPC_EVENT_LOOP_NUM=1", "JETRPC_URMA_PREPARED_JETTY_CNT=2", NULL};
     jt_child_t c;
     jet_channel_t *a = warm_child(&c, envs);
@@ -372,6 +415,7 @@ static void test_pool_filled_off_loop(void)
     JT_CHECK(worst_close < DELAY_MS * 1000LL / 2);
     JT_CHECK_EQ(atomic_load(&g.bad), 0);
     end_child(&c, a);
+    slow_trace_check();
 }
 
 /* The server's "pool" answer (urma_test.h). */
@@ -406,7 +450,9 @@ static bool child_pool(jet_channel_t *ch, child_stats_t *st)
  * ends with exactly two sets, one of them recycled. */
 static void test_closed_sets_recycled(void)
 {
-    const char *envs[] = {"SOFTUB_QUEUE_DELAY_US=2000000", "JETRPC_EVENT_LOOP_NUM=1",
+    slow_trace_reset();
+    const char *envs[] = {g_slow_env,
+                          "SOFTUB_QUEUE_DELAY_US=2000000", "JETRPC_EVENT_LOOP_NUM=1",
                           "JETRPC_URMA_PREPARED_JETTY_CNT=2", NULL};
     jt_child_t c;
     jet_channel_t *a = warm_child(&c, envs);
@@ -428,6 +474,7 @@ static void test_closed_sets_recycled(void)
     JT_CHECK_EQ(st.recycled, 1ull);
     jet_channel_destroy(a);
     JT_CHECK_EQ(jt_child_stop(&c), 0);
+    slow_trace_check();
 }
 
 /* The server's handshake deadline passes while the import runs: the
@@ -437,7 +484,9 @@ static void test_closed_sets_recycled(void)
  * goes on serving. */
 static void test_import_outlived_by_handshake(void)
 {
-    const char *envs[] = {"SOFTUB_IMPORT_DELAY_US=700000", "JETRPC_URMA_HANDSHAKE_TIMEOUT_MS=300",
+    slow_trace_reset();
+    const char *envs[] = {g_slow_env,
+                          "SOFTUB_IMPORT_DELAY_US=700000", "JETRPC_URMA_HANDSHAKE_TIMEOUT_MS=300",
                           NULL};
     jt_child_t c;
     JT_REQUIRE(jt_child_start(&c, NULL, envs) == 0);
@@ -448,6 +497,7 @@ static void test_import_outlived_by_handshake(void)
     JT_CHECK_EQ(jt_echo_bytes(ch, 200000, 2, "second"), 0);
     jet_channel_destroy(ch);
     JT_CHECK_EQ(jt_child_stop(&c), 0);
+    slow_trace_check();
 }
 
 static void noop_done(jet_call_t *call, void *arg)
@@ -491,8 +541,10 @@ static void open_together(int port, int n, jet_channel_t **ch, jet_call_t **call
  * third and fourth past it, and their channels to TCP). */
 static void test_concurrent_slow_imports(void)
 {
+    slow_trace_reset();
     enum { N = 4 };
-    const char *envs[] = {"SOFTUB_IMPORT_DELAY_US=300000", "JETRPC_URMA_HANDSHAKE_TIMEOUT_MS=1500",
+    const char *envs[] = {g_slow_env,
+                          "SOFTUB_IMPORT_DELAY_US=300000", "JETRPC_URMA_HANDSHAKE_TIMEOUT_MS=1500",
                           NULL};
     jt_child_t c;
     JT_REQUIRE(jt_child_start(&c, NULL, envs) == 0);
@@ -510,6 +562,7 @@ static void test_concurrent_slow_imports(void)
         jet_channel_destroy(ch[i]);
     }
     JT_CHECK_EQ(jt_child_stop(&c), 0);
+    slow_trace_check();
 }
 
 /* Queues are made off the loop: a server with one event loop and no
@@ -521,8 +574,10 @@ static void test_concurrent_slow_imports(void)
  * attaches to the loop) and makes the others the same way. */
 static void test_sets_made_off_loop(void)
 {
+    slow_trace_reset();
     enum { DELAY_MS = 400, N = 3 };
-    const char *envs[] = {"SOFTUB_QUEUE_DELAY_US=400000", "JETRPC_EVENT_LOOP_NUM=1",
+    const char *envs[] = {g_slow_env,
+                          "SOFTUB_QUEUE_DELAY_US=400000", "JETRPC_EVENT_LOOP_NUM=1",
                           "JETRPC_URMA_PREPARED_JETTY_CNT=0", NULL};
     jt_child_t c;
     JT_REQUIRE(jt_child_start(&c, NULL, envs) == 0);
@@ -569,6 +624,7 @@ static void test_sets_made_off_loop(void)
     jet_channel_destroy(a);
     JT_CHECK_EQ(jet_flag_set("urma_prepared_jetty_cnt", old_cnt), 0);
     JT_CHECK_EQ(jt_child_stop(&c), 0);
+    slow_trace_check();
 }
 
 /* A jetty that cannot be stopped (SOFTUB_CLOSE_FAIL: its move to ERROR
@@ -578,8 +634,10 @@ static void test_sets_made_off_loop(void)
  * connection at full speed. */
 static void test_undrained_set_destroyed_off_loop(void)
 {
+    slow_trace_reset();
     enum { DELAY_MS = 400, N = 3 };
-    const char *envs[] = {"SOFTUB_CLOSE_FAIL=1", "SOFTUB_QUEUE_DELAY_US=400000",
+    const char *envs[] = {g_slow_env,
+                          "SOFTUB_CLOSE_FAIL=1", "SOFTUB_QUEUE_DELAY_US=400000",
                           "JETRPC_EVENT_LOOP_NUM=1", "JETRPC_URMA_PREPARED_JETTY_CNT=4", NULL};
     jt_child_t c;
     jet_channel_t *a = warm_child(&c, envs);
@@ -617,6 +675,7 @@ static void test_undrained_set_destroyed_off_loop(void)
     JT_CHECK(JT_WAIT_UNTIL(child_pool(a, &st) && st.blocks <= blocks_before + 4, 10000000));
     JT_CHECK(JT_WAIT_UNTIL(child_pool(a, &st) && st.jfc_used == jfc_before, 10000000));
     end_child(&c, a);
+    slow_trace_check();
 }
 
 /* The server's handshake deadline (200 ms) passes while the set of a new
@@ -626,7 +685,9 @@ static void test_undrained_set_destroyed_off_loop(void)
  * the server closed on, goes on over TCP and its call succeeds. */
 static void test_closed_while_set_made(void)
 {
-    const char *envs[] = {"SOFTUB_QUEUE_DELAY_US=400000", "JETRPC_URMA_HANDSHAKE_TIMEOUT_MS=200",
+    slow_trace_reset();
+    const char *envs[] = {g_slow_env,
+                          "SOFTUB_QUEUE_DELAY_US=400000", "JETRPC_URMA_HANDSHAKE_TIMEOUT_MS=200",
                           "JETRPC_EVENT_LOOP_NUM=1", "JETRPC_URMA_PREPARED_JETTY_CNT=0", NULL};
     jt_child_t c;
     JT_REQUIRE(jt_child_start(&c, NULL, envs) == 0);
@@ -644,6 +705,7 @@ static void test_closed_while_set_made(void)
             st.endpoints, st.jfc_used, st.pooled);
     jet_channel_destroy(ch);
     JT_CHECK_EQ(jt_child_stop(&c), 0);
+    slow_trace_check();
 }
 
 /* A flag that sizes the queues changes while a connection waits for its
@@ -655,11 +717,13 @@ static void test_closed_while_set_made(void)
  * exactly its share when it closes (the client child checks all three). */
 static void test_flags_change_while_set_made(void)
 {
+    slow_trace_reset();
     jt_child_t c;
     JT_REQUIRE(jt_child_start(&c, NULL, NULL) == 0);
     char pa[32];
     snprintf(pa, sizeof pa, "port=%d", c.port);
-    const char *envs[] = {"SOFTUB_QUEUE_DELAY_US=400000", NULL};
+    const char *envs[] = {g_slow_env,
+                          "SOFTUB_QUEUE_DELAY_US=400000", NULL};
     for (int i = 0; i < 2; i++) {
         const char *rq = i == 0 ? "set=urma_rq_size=16" : "set=urma_max_sge=1";
         const char *args[] = {pa, "calls=3", "size=100000", "set_after_ms=150", rq,
@@ -667,6 +731,7 @@ static void test_flags_change_while_set_made(void)
         JT_CHECK_EQ(ut_client_run(args, envs), 0);
     }
     JT_CHECK_EQ(jt_child_stop(&c), 0);
+    slow_trace_check();
 }
 
 typedef struct churn_arg {
@@ -699,11 +764,13 @@ static void *churn_main(void *arg)
  * it exits cleanly (leak-checked under ASan). Event mode, then polling. */
 static void test_churn_while_sets_made(void)
 {
+    slow_trace_reset();
     enum { T = 6, ROUNDS = 12 };
     for (int polling = 0; polling < 2; polling++) {
         const char *args[] = {polling ? "--urma_use_polling=true" : "--urma_use_polling=false",
                               NULL};
-        const char *envs[] = {"SOFTUB_QUEUE_DELAY_US=15000",
+        const char *envs[] = {g_slow_env,
+                              "SOFTUB_QUEUE_DELAY_US=15000",
                               "JETRPC_URMA_HANDSHAKE_TIMEOUT_MS=40",
                               "JETRPC_URMA_PREPARED_JETTY_CNT=0", NULL};
         jt_child_t c;
@@ -734,6 +801,7 @@ static void test_churn_while_sets_made(void)
         jet_channel_destroy(ctl);
         JT_CHECK_EQ(jt_child_stop(&c), 0);
     }
+    slow_trace_check();
 }
 
 /* The provider refuses a loop's completion queue (SOFTUB_JFC_FAIL=1: the
