@@ -418,29 +418,6 @@ static void test_pool_filled_off_loop(void)
     slow_trace_check();
 }
 
-/* The server's "pool" answer (urma_test.h). */
-typedef struct child_stats {
-    unsigned pooled, endpoints, jfc_used;
-    unsigned long long recycled;
-    size_t blocks;
-} child_stats_t;
-
-static bool child_pool(jet_channel_t *ch, child_stats_t *st)
-{
-    jet_call_t *call = jet_call_create();
-    if (!call) return false;
-    Example__EchoRequest req = EXAMPLE__ECHO_REQUEST__INIT;
-    req.message = "pool";
-    bool ok = jet_channel_call(ch, &example__echo_service__descriptor, 0, call, &req.base, NULL,
-                               NULL) == 0 &&
-              !jet_call_failed(call);
-    const Example__EchoResponse *resp = (const Example__EchoResponse *)jet_call_response(call);
-    ok = ok && resp &&
-         sscanf(resp->message, "%u %llu %u %zu %u", &st->pooled, &st->recycled, &st->endpoints,
-                &st->blocks, &st->jfc_used) == 5;
-    jet_call_destroy(call);
-    return ok;
-}
 
 /* Closed connections' sets go back to the pool, which never ends over its
  * size: two connections take the server's two prepared sets and close at
@@ -457,8 +434,8 @@ static void test_closed_sets_recycled(void)
     jt_child_t c;
     jet_channel_t *a = warm_child(&c, envs);
     JT_REQUIRE(a);
-    child_stats_t st = {0};
-    JT_CHECK(JT_WAIT_UNTIL(child_pool(a, &st) && st.pooled == 2, 30000000));
+    ut_child_stats_t st = {0};
+    JT_CHECK(JT_WAIT_UNTIL(ut_child_pool(a, &st) && st.pooled == 2, 30000000));
     JT_CHECK_EQ(st.recycled, 0ull);
     jet_channel_t *b = channel(c.port, 30000, 0), *d = channel(c.port, 30000, 0);
     JT_REQUIRE(b && d);
@@ -466,9 +443,9 @@ static void test_closed_sets_recycled(void)
     JT_CHECK_EQ(jt_echo_bytes(d, 1000, 3, "d"), 0);
     jet_channel_destroy(b);
     jet_channel_destroy(d);
-    JT_CHECK(JT_WAIT_UNTIL(child_pool(a, &st) && st.recycled >= 1, 30000000));
+    JT_CHECK(JT_WAIT_UNTIL(ut_child_pool(a, &st) && st.recycled >= 1, 30000000));
     usleep(5000000); /* whatever else was on its way has arrived */
-    JT_CHECK(child_pool(a, &st));
+    JT_CHECK(ut_child_pool(a, &st));
     fprintf(stderr, "  pooled %u, recycled %llu\n", st.pooled, st.recycled);
     JT_CHECK_EQ(st.pooled, 2u);
     JT_CHECK_EQ(st.recycled, 1ull);
@@ -604,8 +581,8 @@ static void test_sets_made_off_loop(void)
         JT_CHECK_EQ(jt_echo_bytes(ch[i], 1000, (uint64_t)i, "again"), 0);
     uint64_t got = urma_answers() - before;
     JT_CHECK_EQ(ut_urma_totals(NULL).pooled, 0u);
-    child_stats_t st = {.pooled = 9};
-    JT_CHECK(child_pool(a, &st));
+    ut_child_stats_t st = {.pooled = 9};
+    JT_CHECK(ut_child_pool(a, &st));
     fprintf(stderr,
             "  first connection %lld us; %d more at once %lld us; the longest call of the first "
             "meanwhile %lld us; answers over URMA %llu of %d; server endpoints %u, pooled %u\n",
@@ -642,8 +619,8 @@ static void test_undrained_set_destroyed_off_loop(void)
     jt_child_t c;
     jet_channel_t *a = warm_child(&c, envs);
     JT_REQUIRE(a);
-    child_stats_t st = {0};
-    JT_CHECK(JT_WAIT_UNTIL(child_pool(a, &st) && st.pooled == 4, 30000000));
+    ut_child_stats_t st = {0};
+    JT_CHECK(JT_WAIT_UNTIL(ut_child_pool(a, &st) && st.pooled == 4, 30000000));
     size_t blocks_before = st.blocks;
     unsigned jfc_before = st.jfc_used;
     gap_arg_t g = {.ch = a};
@@ -658,7 +635,7 @@ static void test_undrained_set_destroyed_off_loop(void)
         jet_channel_destroy(b);
         /* The server's connection is gone (its set's destruction may still
          * run): then the next. */
-        JT_CHECK(JT_WAIT_UNTIL(child_pool(a, &st) && st.endpoints == 1, 30000000));
+        JT_CHECK(JT_WAIT_UNTIL(ut_child_pool(a, &st) && st.endpoints == 1, 30000000));
     }
     gap_stop(&g, th);
     int64_t worst = atomic_load(&g.worst_us);
@@ -672,8 +649,8 @@ static void test_undrained_set_destroyed_off_loop(void)
     /* Their receive buffers came back once their sets were gone (each
      * connection held 32), and their completion-queue shares: a few blocks
      * may still be in flight for the calls. */
-    JT_CHECK(JT_WAIT_UNTIL(child_pool(a, &st) && st.blocks <= blocks_before + 4, 10000000));
-    JT_CHECK(JT_WAIT_UNTIL(child_pool(a, &st) && st.jfc_used == jfc_before, 10000000));
+    JT_CHECK(JT_WAIT_UNTIL(ut_child_pool(a, &st) && st.blocks <= blocks_before + 4, 10000000));
+    JT_CHECK(JT_WAIT_UNTIL(ut_child_pool(a, &st) && st.jfc_used == jfc_before, 10000000));
     end_child(&c, a);
     slow_trace_check();
 }
@@ -697,9 +674,9 @@ static void test_closed_while_set_made(void)
     JT_CHECK_EQ(jt_echo_bytes(ch, 1000, 1, "first"), 0);
     JT_CHECK_EQ(jt_echo_bytes(ch, 200000, 2, "second"), 0);
     JT_CHECK_EQ(urma_answers(), before); /* over TCP */
-    child_stats_t st = {0};
+    ut_child_stats_t st = {0};
     /* The abandoned sets come back (each 400 ms after its connection). */
-    JT_CHECK(JT_WAIT_UNTIL(child_pool(ch, &st) && st.endpoints == 0 && st.jfc_used == 0,
+    JT_CHECK(JT_WAIT_UNTIL(ut_child_pool(ch, &st) && st.endpoints == 0 && st.jfc_used == 0,
                            10000000));
     fprintf(stderr, "  server: endpoints %u, completion-queue entries held %u, pooled %u\n",
             st.endpoints, st.jfc_used, st.pooled);
@@ -777,8 +754,8 @@ static void test_churn_while_sets_made(void)
         JT_REQUIRE(jt_child_start(&c, args, envs) == 0);
         jet_channel_t *ctl = ut_channel(c.port, JET_SOCKET_MODE_TCP, 30000, JET_CONNECTION_SINGLE);
         JT_REQUIRE(ctl);
-        child_stats_t st = {0};
-        JT_REQUIRE(child_pool(ctl, &st));
+        ut_child_stats_t st = {0};
+        JT_REQUIRE(ut_child_pool(ctl, &st));
         size_t blocks_before = st.blocks;
         _Atomic int bad = 0;
         pthread_t th[T];
@@ -790,7 +767,7 @@ static void test_churn_while_sets_made(void)
         for (int i = 0; i < T; i++)
             pthread_join(th[i], NULL);
         JT_CHECK_EQ(atomic_load(&bad), 0);
-        JT_CHECK(JT_WAIT_UNTIL(child_pool(ctl, &st) && st.endpoints == 0 && st.jfc_used == 0 &&
+        JT_CHECK(JT_WAIT_UNTIL(ut_child_pool(ctl, &st) && st.endpoints == 0 && st.jfc_used == 0 &&
                                    st.blocks <= blocks_before + 8,
                                20000000));
         fprintf(stderr,

@@ -174,29 +174,6 @@ static jet_channel_t *lc_channel(int port, jet_connection_type_t type, int32_t t
     return jet_channel_create(addr, &o, &ch) == 0 ? ch : NULL;
 }
 
-/* The server child's state ("pool" message of ut_echo); 0 or the call's code. */
-typedef struct lc_pool {
-    unsigned pooled, endpoints, jfc_used;
-    unsigned long long recycled;
-    size_t blocks;
-} lc_pool_t;
-
-static int lc_pool(jet_channel_t *ch, lc_pool_t *p)
-{
-    jet_call_t *call = jet_call_create();
-    if (!call) return ENOMEM;
-    Example__EchoRequest req = EXAMPLE__ECHO_REQUEST__INIT;
-    req.message = "pool";
-    jet_channel_call(ch, &example__echo_service__descriptor, 0, call, &req.base, NULL, NULL);
-    int rc = jet_call_error_code(call);
-    const Example__EchoResponse *resp = (const Example__EchoResponse *)jet_call_response(call);
-    if (rc == 0 && (!resp || !resp->message ||
-                    sscanf(resp->message, "%u %llu %u %zu %u", &p->pooled, &p->recycled,
-                           &p->endpoints, &p->blocks, &p->jfc_used) != 5))
-        rc = EPROTO;
-    jet_call_destroy(call);
-    return rc;
-}
 
 /* Runs case name in a child of its own (args: flags); 0 when it passed. */
 static int lc_run_case(const char *name, const char *const *flags)
@@ -438,8 +415,8 @@ static void test_server_iobuf_exhausted(void)
     JT_REQUIRE(jt_child_start(&c, args, NULL) == 0);
     jet_channel_t *probe = lc_channel(c.port, JET_CONNECTION_SINGLE, 30000, -1);
     JT_REQUIRE(probe);
-    lc_pool_t p0, p;
-    JT_REQUIRE(lc_pool(probe, &p0) == 0);
+    ut_child_stats_t p0, p;
+    JT_REQUIRE(ut_child_pool_rc(probe, &p0) == 0);
     jet_channel_t *ch = lc_channel(c.port, JET_CONNECTION_SINGLE, 45000, 0);
     JT_REQUIRE(ch);
     ut_urma_mark_t m = ut_urma_mark();
@@ -470,7 +447,7 @@ static void test_server_iobuf_exhausted(void)
     /* The loaded connection's memory returns: with only the probe's
      * connection left, the child holds the blocks it held before. */
     int rc = 0;
-    JT_CHECK(JT_WAIT_EVERY((rc = lc_pool(probe, &p)) == 0 && p.endpoints == p0.endpoints &&
+    JT_CHECK(JT_WAIT_EVERY((rc = ut_child_pool_rc(probe, &p)) == 0 && p.endpoints == p0.endpoints &&
                                p.blocks <= p0.blocks,
                            10000000, 50000));
     fprintf(stderr, "  server blocks in use: %zu before, %zu after (endpoints %u, %u)\n", p0.blocks,

@@ -366,6 +366,37 @@ static UT_UNUSED ut_urma_mark_t ut_urma_mark(void)
         if ((conns) >= 0) JT_CHECK_EQ(now_.attaches - (m).attaches, (uint64_t)(conns));    \
     } while (0)
 
+/* A server child's state, from its "pool" answer (ut_pool_main). */
+typedef struct ut_child_stats {
+    unsigned pooled, endpoints, jfc_used;
+    unsigned long long recycled;
+    size_t blocks; /* iobuf blocks in use */
+} ut_child_stats_t;
+
+/* 0, or the call's error code (EPROTO: an answer that does not parse). */
+static UT_UNUSED int ut_child_pool_rc(jet_channel_t *ch, ut_child_stats_t *st)
+{
+    jet_call_t *call = jet_call_create();
+    if (!call) return ENOMEM;
+    Example__EchoRequest req = EXAMPLE__ECHO_REQUEST__INIT;
+    req.message = "pool";
+    int rc = jet_channel_call(ch, &example__echo_service__descriptor, 0, call, &req.base, NULL,
+                              NULL);
+    if (rc == 0) rc = jet_call_error_code(call);
+    const Example__EchoResponse *resp = (const Example__EchoResponse *)jet_call_response(call);
+    if (rc == 0 && (!resp || !resp->message ||
+                    sscanf(resp->message, "%u %llu %u %zu %u", &st->pooled, &st->recycled,
+                           &st->endpoints, &st->blocks, &st->jfc_used) != 5))
+        rc = EPROTO;
+    jet_call_destroy(call);
+    return rc < 0 ? -rc : rc;
+}
+
+static UT_UNUSED bool ut_child_pool(jet_channel_t *ch, ut_child_stats_t *st)
+{
+    return ut_child_pool_rc(ch, st) == 0;
+}
+
 static void *ut_pool_main(void *arg)
 {
     ut_later_t *l = arg;
