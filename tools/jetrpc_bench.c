@@ -787,6 +787,7 @@ typedef struct bench_entry {
      * (the host may place the two vCPUs differently from one minute to the
      * next, which moves the floor and the RPC figures together). */
     bool has_floor;
+    int floor_seq; /* which floor measurement (a mode may run twice) */
     bench_floor_t floor;
 } bench_entry_t;
 
@@ -956,7 +957,7 @@ static void bench_floor_print(const bench_entry_t *e, int n)
     for (int i = 0, j; i < n; i = j) {
         j = i + 1;
         if (!e[i].has_floor) continue;
-        while (j < n && e[j].has_floor && strcmp(e[j].row.label, e[i].row.label) == 0)
+        while (j < n && e[j].has_floor && e[j].floor_seq == e[i].floor_seq)
             j++;
         const bench_floor_t *fl = &e[i].floor;
         /* softub_perf reports one-way latency (half the round trip); an
@@ -1134,12 +1135,15 @@ int main(int argc, char **argv)
     if (!modes) return 1;
     for (char *m = strtok_r(modes, ",", &save); m && rc == 0; m = strtok_r(NULL, ",", &save)) {
         if (bench_mode_is_urma(m) && !JET_FLAG(bench_child)) {
+            static int floor_seq;
             bench_floor_t fl = {0, 0, 0};
             bool floor = JET_FLAG(matrix) && bench_floor_run(&fl) == 0;
+            floor_seq++;
             int first = nent;
             rc = bench_mode_child(m, entries, &nent, MAX_RESULTS);
             for (int i = first; floor && i < nent; i++) {
                 entries[i].has_floor = true;
+                entries[i].floor_seq = floor_seq;
                 entries[i].floor = fl;
             }
             continue;

