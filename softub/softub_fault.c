@@ -34,9 +34,10 @@
  *                          process joins (default 1: under Yama ptrace_scope
  *                          1, peers need it for process_vm_* and
  *                          pidfd_getfd on this process).
- * SOFTUB_SLOW_TRACE        a file: each delay injected by the *_DELAY_US
- *                          knobs appends "<pid> <thread name> <call>", so a
- *                          test can tell which threads made the slow calls. */
+ * SOFTUB_SLOW_TRACE        a file: each delay injected by SOFTUB_IMPORT_,
+ *                          _QUEUE_ or _CLOSE_DELAY_US appends "<pid> <thread
+ *                          name> <call>", so a test can tell which threads
+ *                          made the slow calls. */
 #include <errno.h>
 #include <stdio.h>
 #include <unistd.h>

@@ -663,9 +663,10 @@ SUB_API void urma_put_rjetty(urma_rjetty_t *rjetty)
 /* Import                                                                    */
 /* ------------------------------------------------------------------------ */
 
-static void q_import_delay(void)
+static void q_import_delay(urma_target_type_t type)
 {
-    softub__fault_sleep_us(softub__fault.import_delay_us, "import_jetty");
+    softub__fault_sleep_us(softub__fault.import_delay_us,
+                           type == URMA_JETTY ? "import_jetty" : "import_jfr");
 }
 
 /* Resolves a remote jetty/JFR id to its owner and descriptor. */
@@ -680,7 +681,7 @@ static urma_target_jetty_t *q_import(struct sub_ctx *c, const urma_jetty_id_t *r
         return NULL;
     }
     uint32_t want = type == URMA_JETTY ? SUB_T_JETTY : SUB_T_JFR;
-    q_import_delay();
+    q_import_delay(type);
     struct sub_tjetty *t = calloc(1, sizeof(*t));
     if (t == NULL) {
         errno = ENOMEM;
