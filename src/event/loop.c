@@ -84,7 +84,9 @@ struct jet_loop {
     int max_events;
     struct epoll_event *events;
 
-    /* Busy-poll pollers registered: read by would-be guests on any thread. */
+    /* Busy-poll pollers registered that a guest may drive the loop for
+     * (no_guest ones are not counted): read by would-be guests on any
+     * thread; 0 also means the loop's own thread must run it. */
     _Atomic int npollers;
     _Atomic int nio;       /* registered fds (io_add - io_del) */
     _Atomic int neager;    /* registered fds not watch-only (internal ones included) */
@@ -481,7 +483,7 @@ void jet_loop_poller_add(jet_loop_t *loop, jet_poller_t *p)
      * next pass. */
     p->next = loop->pollers;
     loop->pollers = p;
-    atomic_fetch_add_explicit(&loop->npollers, 1, memory_order_relaxed);
+    if (!p->no_guest) atomic_fetch_add_explicit(&loop->npollers, 1, memory_order_relaxed);
 }
 
 void jet_loop_poller_del(jet_loop_t *loop, jet_poller_t *p)
@@ -492,7 +494,7 @@ void jet_loop_poller_del(jet_loop_t *loop, jet_poller_t *p)
             *pp = p->next;
             if (loop->poll_next == p) loop->poll_next = p->next;
             p->next = NULL;
-            atomic_fetch_sub_explicit(&loop->npollers, 1, memory_order_relaxed);
+            if (!p->no_guest) atomic_fetch_sub_explicit(&loop->npollers, 1, memory_order_relaxed);
             return;
         }
     }

@@ -69,6 +69,11 @@ typedef struct jet_poller {
     int (*poll)(struct jet_poller *p);
     struct jet_poller *next; /* owned by the loop */
     void *arg;
+    /* Run by the loop's own thread only: a thread waiting for a synchronous
+     * call does not drive the loop for it (jet_loop_drive), but sleeps until
+     * the answer wakes it. For short spells of polling that a waiting thread
+     * would only double on a small machine. Set before jet_loop_poller_add. */
+    bool no_guest;
 } jet_poller_t;
 
 /* --- the process-wide loop group (what servers and channels use) -------- */

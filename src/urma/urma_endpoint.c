@@ -736,10 +736,10 @@ void jet__urma_ep_run_deferred(jet_urma_ep_t *ep)
     ep_send_credits(ep);
 }
 
-void jet__urma_ep_batch_end(jet_urma_ep_t *ep)
+bool jet__urma_ep_batch_end(jet_urma_ep_t *ep)
 {
     ep->touched = false;
-    if (!ep->s || ep->draining) return;
+    if (!ep->s || ep->draining) return false;
     jet_socket_t *s = ep->s;
     /* The bytes first: their receives are re-posted after the handlers they
      * reach have run (and answered), so that no post delays the answer. The
@@ -748,7 +748,7 @@ void jet__urma_ep_batch_end(jet_urma_ep_t *ep)
         ep->got_bytes = false;
         jet__socket_deliver(s);
     }
-    if (!ep->s || ep->draining) return; /* the held blocks go with ep_finish */
+    if (!ep->s || ep->draining) return false; /* the held blocks go with ep_finish */
     if (ep->nrepost > 0 && !ep->repost_deferred && ep_repost_may_wait(ep))
         ep->repost_deferred = jet__urma_loop_defer(ep->ul, ep);
     if (!ep->repost_deferred) ep_repost_held(ep);
@@ -758,6 +758,7 @@ void jet__urma_ep_batch_end(jet_urma_ep_t *ep)
         ep->want_wake = false;
         jet__socket_writable(s);
     }
+    return ep->s && ep->started && !jet__socket_failed(ep->s) && !jet_iobuf_empty(&ep->s->read_buf);
 }
 
 uint32_t jet__urma_ep_flush_id(const jet_urma_ep_t *ep)

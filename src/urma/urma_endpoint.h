@@ -143,8 +143,10 @@ bool jet__urma_ep_on_cr(jet_urma_ep_t *ep, const urma_cr_t *cr);
 void jet__urma_ep_on_flush_done(jet_urma_ep_t *ep);
 /* The jetty id the FLUSH_ERR_DONE of ep carries, 0 when ep waits for none. */
 uint32_t jet__urma_ep_flush_id(const jet_urma_ep_t *ep);
-/* After a poll batch: returns credits, delivers bytes, wakes the writer. */
-void jet__urma_ep_batch_end(jet_urma_ep_t *ep);
+/* After a poll batch: returns credits, delivers bytes, wakes the writer.
+ * True when the parser left bytes behind: a message is partly received and
+ * its sender is still sending the rest. */
+bool jet__urma_ep_batch_end(jet_urma_ep_t *ep);
 /* Loop thread: the receives a batch end left for the next poller pass
  * (jet__urma_loop_defer) are posted, and credits sent as they pile up. */
 void jet__urma_ep_run_deferred(jet_urma_ep_t *ep);

@@ -565,6 +565,47 @@ static void test_kick_while_driven(void)
  * if a synchronous caller then drives and leaves before the answer came,
  * the loop counts as shared for a while and its thread looks at the short
  * pace (200 us), not the solitary one (1 s here). */
+/* A poller marked no_guest is its loop thread's alone: a waiting thread is
+ * refused (it would only add a spinning thread), the loop thread keeps
+ * running the poller meanwhile, and an ordinary poller added next to it
+ * makes the loop drivable again (the guest then runs both). */
+static void test_no_guest_poller(void)
+{
+    JT_REQUIRE(jt_loop_up(&loop) == 0);
+    who_poller_t own = {.p.poll = who_poll, .p.no_guest = true};
+    jt_loop_run_on(loop, add_poller, &own.p);
+    JT_CHECK(jt_wait_at_least(&own.runs, 100, GUARD_US));
+    /* Bounded: a loop that let us drive would keep us until `never` gives
+     * up (10 s), and the check fails instead of hanging. */
+    int64_t end_ms = 0;
+    JT_REQUIRE(!jet_loop_drive(loop, never, &end_ms));
+    _Atomic int zero = 0;
+    until_t u = {&zero, 1, NULL};
+    for (int i = 0; i < 100; i++)
+        JT_CHECK(!jet_loop_drive(loop, reached, &u));
+    int before = atomic_load(&own.runs);
+    JT_CHECK(jt_wait_at_least(&own.runs, before + 1000, GUARD_US));
+
+    pthread_t me = pthread_self();
+    who_poller_t w = {.p.poll = who_poll};
+    jt_loop_run_on(loop, add_poller, &w.p);
+    atomic_store(&w.expect, &me);
+    atomic_store(&own.expect, &me);
+    until_t u2 = {&w.runs, atomic_load(&w.runs) + 5000, &w};
+    JT_CHECK(jet_loop_drive(loop, reached, &u2));
+    JT_CHECK(atomic_load(&w.guest_seen));
+    JT_CHECK(atomic_load(&own.guest_seen));
+    atomic_store(&own.expect, NULL);
+    jt_loop_run_on(loop, del_poller, &w.p);
+    /* Only the no_guest poller again: refused, and still run. */
+    end_ms = 0;
+    JT_CHECK(!jet_loop_drive(loop, never, &end_ms));
+    before = atomic_load(&own.runs);
+    JT_CHECK(jt_wait_at_least(&own.runs, before + 1000, GUARD_US));
+    jt_loop_run_on(loop, del_poller, &own.p);
+    jt_loop_down(loop);
+}
+
 static void test_async_answer_after_a_guest_turn(void)
 {
     who_poller_t w = {.p.poll = who_poll};
@@ -595,5 +636,6 @@ int main(void)
     JT_RUN(test_timer_and_kick_wake_a_solitary_loop);
     JT_RUN(test_kick_while_driven);
     JT_RUN(test_async_answer_after_a_guest_turn);
+    JT_RUN(test_no_guest_poller);
     return jt_finish();
 }

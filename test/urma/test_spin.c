@@ -129,6 +129,36 @@ static void test_spin_yields_to_load(void)
     jet_flag_set("urma_event_spin_us", "0");
 }
 
+/* Pure event mode polls while a message is partly received (its 8 MiB come
+ * in 128 pieces of 64 KiB) instead of sleeping between the pieces, and goes
+ * back to sleeping once it is whole; with urma_event_partial_spin_us=0 it
+ * sleeps between them, as brpc. */
+static void test_partial_message_spin(void)
+{
+    jet_flag_set("urma_event_spin_us", "0");
+    jet_channel_t *ch = ut_channel(g_port, JET_SOCKET_MODE_URMA, 30000, JET_CONNECTION_SINGLE);
+    JT_REQUIRE(ch);
+    JT_CHECK_EQ(echo_calls(ch, 1, 100, "warm"), 0);
+    jet_flag_set("urma_event_partial_spin_us", "0");
+    sums_t a = totals();
+    JT_CHECK_EQ(echo_calls(ch, 3, 8 << 20, "whole"), 0);
+    sums_t b = totals();
+    JT_CHECK_EQ(b.spins - a.spins, 0);
+    jet_flag_set("urma_event_partial_spin_us", "50");
+    JT_CHECK_EQ(echo_calls(ch, 3, 8 << 20, "pieces"), 0);
+    sums_t c = totals();
+    fprintf(stderr, "  spells of polling for partial messages: %llu\n",
+            (unsigned long long)(c.spins - b.spins));
+    JT_CHECK(c.spins > b.spins);
+    sums_t d;
+    JT_CHECK(JT_WAIT_UNTIL((d = totals(), d.spinning == 0), 5000000));
+    /* Small calls after it: events again, no spell. */
+    JT_CHECK_EQ(echo_calls(ch, 20, 100, "small"), 0);
+    sums_t e = totals();
+    JT_CHECK_EQ(e.spins, d.spins);
+    jet_channel_destroy(ch);
+}
+
 /* Byte-exact echoes of every size class while spinning, and while not. */
 static void test_sizes_both_ways(void)
 {
@@ -160,6 +190,7 @@ int main(int argc, char **argv)
     JT_RUN(test_pure_events);
     JT_RUN(test_spin_then_sleep);
     JT_RUN(test_spin_yields_to_load);
+    JT_RUN(test_partial_message_spin);
     JT_RUN(test_sizes_both_ways);
     jet_server_destroy(srv);
     unlink(g_load);
