@@ -88,6 +88,7 @@ struct jet_loop {
      * (no_guest ones are not counted): read by would-be guests on any
      * thread; 0 also means the loop's own thread must run it. */
     _Atomic int npollers;
+    _Atomic int nown;      /* no_guest pollers registered: the thread must run */
     _Atomic int nio;       /* registered fds (io_add - io_del) */
     _Atomic int neager;    /* registered fds not watch-only (internal ones included) */
     int64_t last_epoll_us; /* busy-poll: when the fds were last looked at */
@@ -483,7 +484,8 @@ void jet_loop_poller_add(jet_loop_t *loop, jet_poller_t *p)
      * next pass. */
     p->next = loop->pollers;
     loop->pollers = p;
-    if (!p->no_guest) atomic_fetch_add_explicit(&loop->npollers, 1, memory_order_relaxed);
+    p->counted_ = !p->no_guest;
+    atomic_fetch_add_explicit(p->counted_ ? &loop->npollers : &loop->nown, 1, memory_order_relaxed);
 }
 
 void jet_loop_poller_del(jet_loop_t *loop, jet_poller_t *p)
@@ -494,7 +496,8 @@ void jet_loop_poller_del(jet_loop_t *loop, jet_poller_t *p)
             *pp = p->next;
             if (loop->poll_next == p) loop->poll_next = p->next;
             p->next = NULL;
-            if (!p->no_guest) atomic_fetch_sub_explicit(&loop->npollers, 1, memory_order_relaxed);
+            atomic_fetch_sub_explicit(p->counted_ ? &loop->npollers : &loop->nown, 1,
+                                      memory_order_relaxed);
             return;
         }
     }
@@ -655,7 +658,8 @@ static void loop_park(jet_loop_t *loop)
 /* The loop thread found the loop undriven. A solitary loop that its guest
  * left a moment ago (the caller is between two calls, and takes it again at
  * once) is left alone a while longer, unless the thread is wanted (a post,
- * a kick), the loop has no poller left or something is due before the next
+ * a kick), the loop has no drivable poller left or a no_guest one (which
+ * only its thread runs), or something is due before the next
  * look. True when the thread parked. */
 static bool loop_idle_park(jet_loop_t *loop)
 {
@@ -664,6 +668,7 @@ static bool loop_idle_park(jet_loop_t *loop)
     if (!loop_solitary(loop) || atomic_load_explicit(&loop->want_thread, memory_order_relaxed) ||
         atomic_load_explicit(&loop->stop, memory_order_relaxed) ||
         atomic_load_explicit(&loop->npollers, memory_order_relaxed) == 0 ||
+        atomic_load_explicit(&loop->nown, memory_order_relaxed) > 0 ||
         now - atomic_load_explicit(&loop->left_us, memory_order_relaxed) >= loop_park_base_us() ||
         atomic_load_explicit(&loop->timer_due_us, memory_order_relaxed) < now + us)
         return false;
@@ -787,8 +792,9 @@ static bool loop_drive(jet_loop_t *loop, bool (*done)(void *arg), void *arg, boo
      * goes IDLE and, after a fence, we read what asks for the thread (Dekker
      * with loop_want_thread: it stores want_thread, then reads the baton)
      * and when the thread looks again (it publishes park_until_us, then
-     * reads timer_due_us). Without pollers the loop must also go back to
-     * sleeping in epoll, which only its own thread does. Not when stopping:
+     * reads timer_due_us). Without drivable pollers the loop must also go
+     * back to sleeping in epoll, which only its own thread does, and
+     * no_guest pollers are its thread's to run. Not when stopping:
      * the loop thread leaves on its own. */
     int64_t due = loop->heap_len > 0 ? loop->heap[0]->deadline_us : INT64_MAX;
     atomic_store_explicit(&loop->left_us, loop->now_us, memory_order_relaxed);
@@ -801,6 +807,7 @@ static bool loop_drive(jet_loop_t *loop, bool (*done)(void *arg), void *arg, boo
     atomic_thread_fence(memory_order_seq_cst);
     bool wake = !atomic_load_explicit(&loop->stop, memory_order_acquire) &&
                 (atomic_load_explicit(&loop->npollers, memory_order_relaxed) == 0 ||
+                 atomic_load_explicit(&loop->nown, memory_order_relaxed) > 0 ||
                  atomic_load_explicit(&loop->want_thread, memory_order_seq_cst) ||
                  due < atomic_load_explicit(&loop->park_until_us, memory_order_relaxed));
     if (wake) loop_unpark(loop);
@@ -852,6 +859,7 @@ int jet_loop_create(jet_loop_t **loop_p)
     atomic_init(&loop->sleeping, 0);
     atomic_init(&loop->baton, LOOP_RUN);
     atomic_init(&loop->npollers, 0);
+    atomic_init(&loop->nown, 0);
     atomic_init(&loop->nio, 0);
     atomic_init(&loop->neager, 0);
     atomic_init(&loop->left_us, 0);

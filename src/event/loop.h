@@ -69,11 +69,14 @@ typedef struct jet_poller {
     int (*poll)(struct jet_poller *p);
     struct jet_poller *next; /* owned by the loop */
     void *arg;
-    /* Run by the loop's own thread only: a thread waiting for a synchronous
-     * call does not drive the loop for it (jet_loop_drive), but sleeps until
-     * the answer wakes it. For short spells of polling that a waiting thread
-     * would only double on a small machine. Set before jet_loop_poller_add. */
+    /* Run by the loop's own thread: a thread waiting for a synchronous call
+     * does not drive the loop for it (jet_loop_drive), but sleeps until the
+     * answer wakes it, and the loop thread never parks while it is
+     * registered (a guest driving for another poller runs it too). For short
+     * spells of polling that a waiting thread would only double on a small
+     * machine. Set before jet_loop_poller_add. */
     bool no_guest;
+    bool counted_; /* the loop's: counted as drivable when added */
 } jet_poller_t;
 
 /* --- the process-wide loop group (what servers and channels use) -------- */
@@ -164,12 +167,13 @@ void jet_loop_poller_del(jet_loop_t *loop, jet_poller_t *p);
  * call's answer) runs the loop's iterations itself, and the loop thread
  * sleeps meanwhile, so that one thread spins instead of two and the answer
  * needs no wake-up. Any thread that is not a loop thread may call it; it
- * returns false at once when the loop has no poller (it sleeps in epoll:
- * the ordinary wake-up is cheap enough), another guest drives it, the flag
- * event_guest_drive is off, or the loop is stopping. Otherwise it iterates
- * (epoll with a zero timeout, timers, tasks, pollers; callbacks see
- * jet_loop_in_thread(loop) true) until done(arg) holds, the loop stops or
- * loses its last poller, and returns done(arg). done is called between
+ * returns false at once when the loop has no poller a guest may drive (it
+ * sleeps in epoll, or spins for no_guest pollers only: the ordinary wake-up
+ * is cheap enough), another guest drives it, the flag event_guest_drive is
+ * off, or the loop is stopping. Otherwise it iterates (epoll with a zero
+ * timeout, timers, tasks, pollers; callbacks see jet_loop_in_thread(loop)
+ * true) until done(arg) holds, the loop stops or loses its last drivable
+ * poller, and returns done(arg). done is called between
  * iterations and must be cheap and thread-safe. The loop thread takes the
  * loop back within event_guest_park_us after the guest left, at once when a
  * task is posted. */

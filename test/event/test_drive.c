@@ -561,10 +561,6 @@ static void test_kick_while_driven(void)
     parked_loop_down(&w, old);
 }
 
-/* An asynchronous call's kick is used up when the thread takes the loop;
- * if a synchronous caller then drives and leaves before the answer came,
- * the loop counts as shared for a while and its thread looks at the short
- * pace (200 us), not the solitary one (1 s here). */
 /* A poller marked no_guest is its loop thread's alone: a waiting thread is
  * refused (it would only add a spinning thread), the loop thread keeps
  * running the poller meanwhile, and an ordinary poller added next to it
@@ -596,6 +592,20 @@ static void test_no_guest_poller(void)
     JT_CHECK(atomic_load(&w.guest_seen));
     JT_CHECK(atomic_load(&own.guest_seen));
     atomic_store(&own.expect, NULL);
+    /* The guest left with the drivable poller still there: the loop thread
+     * takes the loop back at once for the no_guest one, not after its park
+     * (a solitary loop's, 1 s here). */
+    int32_t solitary = JET_FLAG(event_guest_park_solitary_us);
+    jet_flag_set("event_guest_park_solitary_us", "1000000");
+    for (int round = 0; round < 3; round++) {
+        until_t u3 = {&w.runs, atomic_load(&w.runs) + 1000, NULL};
+        JT_CHECK(jet_loop_drive(loop, reached, &u3));
+        before = atomic_load(&own.runs);
+        JT_CHECK(jt_wait_at_least(&own.runs, before + 100, 300 * 1000));
+    }
+    char v[16];
+    snprintf(v, sizeof v, "%d", (int)solitary);
+    jet_flag_set("event_guest_park_solitary_us", v);
     jt_loop_run_on(loop, del_poller, &w.p);
     /* Only the no_guest poller again: refused, and still run. */
     end_ms = 0;
@@ -606,6 +616,10 @@ static void test_no_guest_poller(void)
     jt_loop_down(loop);
 }
 
+/* An asynchronous call's kick is used up when the thread takes the loop;
+ * if a synchronous caller then drives and leaves before the answer came,
+ * the loop counts as shared for a while and its thread looks at the short
+ * pace (200 us), not the solitary one (1 s here). */
 static void test_async_answer_after_a_guest_turn(void)
 {
     who_poller_t w = {.p.poll = who_poll};
