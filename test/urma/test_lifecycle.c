@@ -161,17 +161,7 @@ static int lc_outcomes(lc_call_t *cs, int n, bool (*allowed)(int code, size_t le
 static jet_channel_t *lc_channel(int port, jet_connection_type_t type, int32_t timeout_ms,
                                  int32_t max_retry)
 {
-    jet_channel_options_t o;
-    jet_channel_options_init(&o);
-    o.socket_mode = JET_SOCKET_MODE_URMA;
-    o.connection_type = type;
-    o.timeout_ms = timeout_ms;
-    o.connect_timeout_ms = 30000;
-    if (max_retry >= 0) o.max_retry = max_retry;
-    char addr[64];
-    snprintf(addr, sizeof addr, "127.0.0.1:%d", port);
-    jet_channel_t *ch = NULL;
-    return jet_channel_create(addr, &o, &ch) == 0 ? ch : NULL;
+    return ut_channel_retry(port, JET_SOCKET_MODE_URMA, timeout_ms, type, max_retry);
 }
 
 

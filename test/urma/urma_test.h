@@ -161,8 +161,10 @@ static UT_UNUSED int ut_server_role(int argc, char **argv)
 
 /* ---- clients ------------------------------------------------------------------ */
 
-static UT_UNUSED jet_channel_t *ut_channel(int port, jet_socket_mode_t mode, int32_t timeout_ms,
-                                           jet_connection_type_t type)
+/* max_retry < 0: the default. */
+static UT_UNUSED jet_channel_t *ut_channel_retry(int port, jet_socket_mode_t mode,
+                                                 int32_t timeout_ms, jet_connection_type_t type,
+                                                 int32_t max_retry)
 {
     jet_channel_options_t o;
     jet_channel_options_init(&o);
@@ -170,11 +172,18 @@ static UT_UNUSED jet_channel_t *ut_channel(int port, jet_socket_mode_t mode, int
     o.timeout_ms = timeout_ms;
     o.connect_timeout_ms = timeout_ms;
     o.connection_type = type;
+    if (max_retry >= 0) o.max_retry = max_retry;
     char addr[64];
     snprintf(addr, sizeof addr, "127.0.0.1:%d", port);
     jet_channel_t *ch = NULL;
     if (jet_channel_create(addr, &o, &ch) < 0) return NULL;
     return ch;
+}
+
+static UT_UNUSED jet_channel_t *ut_channel(int port, jet_socket_mode_t mode, int32_t timeout_ms,
+                                           jet_connection_type_t type)
+{
+    return ut_channel_retry(port, mode, timeout_ms, type, -1);
 }
 
 /* ---- client children ----------------------------------------------------------- */
