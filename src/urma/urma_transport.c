@@ -288,22 +288,17 @@ static void ut_server_import(jet_socket_t *s, urma_ts_t *ts, int rc)
         JET_WARN("URMA: %s advertises this connection's own jetty %u (a peer on another "
                  "fabric, or a forged hello): declined, using TCP",
                  s->peer, ts->peer.jetty_id);
-        jet__urma_ep_close(ts->ep);
-        ts->ep = NULL;
-        ut_server_decline(s, ts, ts->peer.version);
-        return;
-    }
-    if (rc == 0) {
-        rc = jet__urma_import_start(s, ts->ep, &ts->peer, ut_server_imported);
+    } else {
+        if (rc == 0) rc = jet__urma_import_start(s, ts->ep, &ts->peer, ut_server_imported);
         if (rc == 0) {
             ts->h.hs = JET_HELLO_HS_PENDING;
             return;
         }
+        JET_INFO("URMA: no resources for the connection from %s (%s): declined, using TCP",
+                 s->peer, jet_strerror(rc));
     }
     if (ts->ep) jet__urma_ep_close(ts->ep);
     ts->ep = NULL;
-    JET_INFO("URMA: no resources for the connection from %s (%s): declined, using TCP", s->peer,
-             jet_strerror(rc));
     ut_server_decline(s, ts, ts->peer.version);
 }
 
