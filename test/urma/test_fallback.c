@@ -62,6 +62,28 @@ static void test_urma_client_tcp_server(void)
     jet_server_destroy(srv);
 }
 
+/* A jetrpc UBRing-mode server declines a URMA hello like a TCP one: the
+ * calls go over TCP on the connection that offered URMA. */
+static void test_urma_client_ubring_server(void)
+{
+    int port = 0;
+    jet_server_t *srv = ut_server_start(JET_SOCKET_MODE_UBRING, &port);
+    JT_REQUIRE(srv);
+    ut_urma_mark_t m = ut_urma_mark();
+    jet_channel_t *ch = channel_retry(port, JET_CONNECTION_SINGLE, 0);
+    JT_REQUIRE(ch);
+    for (int i = 0; i < 3; i++)
+        JT_CHECK_EQ(jt_echo_bytes(ch, 3000 + (size_t)i, (uint64_t)i, "ubring-port"), 0);
+    jet_channel_destroy(ch);
+    jet_server_stats_t st;
+    jet_server_get_stats(srv, &st);
+    JT_CHECK_EQ(st.connections_accepted, 1);
+    ut_urma_mark_t now = ut_urma_mark();
+    JT_CHECK_EQ(now.attaches - m.attaches, 1);
+    JT_CHECK_EQ(now.recv, m.recv);
+    jet_server_destroy(srv);
+}
+
 /* ---- a brpc TCP-only server: closes on a URMA hello ---------------------------------- */
 
 static void test_urma_client_brpc_tcp_server(void)
@@ -324,6 +346,7 @@ int main(int argc, char **argv)
     if (argc > 1 && strcmp(argv[1], "role=server") == 0) return ut_server_role(argc, argv);
     if (argc > 1 && strcmp(argv[1], "role=client") == 0) return client_role(argc, argv);
     JT_RUN(test_urma_client_tcp_server);
+    JT_RUN(test_urma_client_ubring_server);
     JT_RUN(test_urma_client_brpc_tcp_server);
     JT_RUN(test_urma_client_declining_server_v2);
     JT_RUN(test_urma_client_declining_server_v3);
