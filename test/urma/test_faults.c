@@ -418,7 +418,6 @@ static void test_pool_filled_off_loop(void)
     slow_trace_check();
 }
 
-
 /* Closed connections' sets go back to the pool, which never ends over its
  * size: two connections take the server's two prepared sets and close at
  * once, while the fill that replaces the first (2 s) still runs. The first

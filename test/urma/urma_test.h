@@ -375,6 +375,15 @@ static UT_UNUSED ut_urma_mark_t ut_urma_mark(void)
         if ((conns) >= 0) JT_CHECK_EQ(now_.attaches - (m).attaches, (uint64_t)(conns));    \
     } while (0)
 
+/* Since m: conns connections offered URMA (a set attached for each hello)
+ * and nothing came over URMA (declined: the calls ran over TCP). */
+#define ut_expect_declined(m, conns)                                                       \
+    do {                                                                                   \
+        ut_urma_mark_t now_ = ut_urma_mark();                                              \
+        JT_CHECK_EQ(now_.attaches - (m).attaches, (uint64_t)(conns));                      \
+        JT_CHECK_EQ(now_.recv, (m).recv);                                                  \
+    } while (0)
+
 /* A server child's state, from its "pool" answer (ut_pool_main). */
 typedef struct ut_child_stats {
     unsigned pooled, endpoints, jfc_used;
