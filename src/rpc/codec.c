@@ -43,7 +43,8 @@ static int codec_front_holds(const jet_iobuf_t *buf, size_t n)
  * separately; with the default allocator that is 4-8 mallocs per frame. The
  * arena serves them all from one chunk sized from meta_size (overflow goes to
  * malloc, linked so it is freed with the chunk) and frees nothing one by one:
- * frame_fini drops the whole arena. Every allocation carries the arena's
+ * frame_fini drops the whole arena. The chunk of an ordinary meta (up to
+ * JET_FRAME_META_INLINE bytes) is the frame's own meta_room. Every allocation carries the arena's
  * address just before it, so frame_fini finds the arena from f->meta alone
  * and jet_baidu_frame_t needs no extra field. Consequently a frame's meta must
  * never be freed with protobuf_c_message_free_unpacked. */
@@ -60,7 +61,7 @@ typedef struct arena {
     arena_big_t *big;
     size_t used;
     size_t cap;
-    size_t pad_;
+    size_t in_frame; /* lives in a frame's meta_room: nothing to give back */
     alignas(16) unsigned char data[];
 } arena_t;
 
@@ -72,6 +73,20 @@ _Static_assert(offsetof(arena_big_t, data) % ARENA_HDR == 0, "arena big alignmen
  * Only pooled arenas have exactly this capacity. */
 #define ARENA_POOLED_CAP 1024
 static jet_pool_t arena_pool = JET_POOL_INIT("meta_arena", sizeof(arena_t) + ARENA_POOLED_CAP);
+
+_Static_assert(sizeof(arena_t) + 512 + JET_FRAME_META_INLINE * 3 / 2 <= JET_FRAME_META_ROOM,
+              "a frame's meta_room holds the arena of an inline meta");
+
+/* The arena of a frame's meta: in the frame itself for an ordinary meta. */
+static arena_t *arena_in_frame(jet_baidu_frame_t *f)
+{
+    arena_t *a = (arena_t *)f->meta_room;
+    a->big = NULL;
+    a->used = 0;
+    a->cap = JET_FRAME_META_ROOM - sizeof(arena_t);
+    a->in_frame = 1;
+    return a;
+}
 
 static arena_t *arena_create(size_t cap)
 {
@@ -86,6 +101,7 @@ static arena_t *arena_create(size_t cap)
     a->big = NULL;
     a->used = 0;
     a->cap = cap;
+    a->in_frame = 0;
     return a;
 }
 
@@ -97,7 +113,9 @@ static void arena_destroy(arena_t *a)
         free(b);
         b = next;
     }
-    if (a->cap == ARENA_POOLED_CAP)
+    if (a->in_frame)
+        a->big = NULL;
+    else if (a->cap == ARENA_POOLED_CAP)
         jet__pool_put(&arena_pool, a);
     else
         free(a);
@@ -227,7 +245,8 @@ jet_parse_result_t jet__baidu_peek(const jet_iobuf_t *in, uint32_t max_body_size
 
 /* Decodes header + meta from the front of in; NULL if it does not decode
  * (or on out of memory: the frame is dropped either way). */
-static Brpc__Policy__RpcMeta *codec_decode_meta(const jet_iobuf_t *in, uint32_t meta_size)
+static Brpc__Policy__RpcMeta *codec_decode_meta(const jet_iobuf_t *in, uint32_t meta_size,
+                                                jet_baidu_frame_t *f)
 {
     uint8_t stack[CODEC_STACK_META];
     size_t n = JET_BAIDU_HEADER_SIZE + (size_t)meta_size;
@@ -238,7 +257,9 @@ static Brpc__Policy__RpcMeta *codec_decode_meta(const jet_iobuf_t *in, uint32_t 
     }
     Brpc__Policy__RpcMeta *meta = NULL;
     const uint8_t *p = jet_iobuf_fetch(in, tmp, n);
-    arena_t *a = p ? arena_create(arena_size_for(meta_size)) : NULL;
+    arena_t *a = !p                                 ? NULL
+                 : meta_size <= JET_FRAME_META_INLINE ? arena_in_frame(f)
+                                                      : arena_create(arena_size_for(meta_size));
     if (!a) goto out_free_tmp;
 
     ProtobufCAllocator alloc = {.alloc = arena_alloc, .free = arena_free, .allocator_data = a};
@@ -266,7 +287,7 @@ jet_parse_result_t jet__baidu_cut(jet_iobuf_t *in, uint32_t max_body_size, jet_b
         jet_iobuf_pop_front(in, frame_len);
         return JET_PARSE_META_SIZE;
     }
-    Brpc__Policy__RpcMeta *meta = codec_decode_meta(in, meta_size);
+    Brpc__Policy__RpcMeta *meta = codec_decode_meta(in, meta_size, f);
     if (!meta) {
         jet_iobuf_pop_front(in, frame_len);
         return JET_PARSE_BAD_META;

@@ -28,10 +28,18 @@ typedef enum jet_parse_result {
                                 frame and keeps the connection */
 } jet_parse_result_t;
 
+/* Room in the frame for the decoded meta of an ordinary frame (the structs
+ * and strings of a meta of up to JET_FRAME_META_INLINE bytes), so that
+ * cutting a frame allocates nothing; larger metas get memory of their own.
+ * The meta may point into the frame: a frame is never copied or moved. */
+#define JET_FRAME_META_ROOM   768
+#define JET_FRAME_META_INLINE 128
+
 typedef struct jet_baidu_frame {
     Brpc__Policy__RpcMeta *meta; /* decoded meta; free with jet__baidu_frame_fini */
     jet_iobuf_t body;            /* message bytes (still compressed, if they are) */
     jet_iobuf_t attachment;
+    _Alignas(16) unsigned char meta_room[JET_FRAME_META_ROOM];
 } jet_baidu_frame_t;
 
 void jet__baidu_frame_init(jet_baidu_frame_t *f);
