@@ -34,6 +34,11 @@ JET_FLAG_DEFINE_BOOL(event_guest_drive, true,
                      "A thread waiting for a synchronous call runs its busy-poll loop's "
                      "iterations itself while the loop thread sleeps (one spinning thread instead "
                      "of two)");
+JET_FLAG_DEFINE_BOOL(event_guest_block, true,
+                     "A thread waiting for a synchronous call on a loop that sleeps in epoll and "
+                     "serves only that call's connection waits in the loop's epoll itself while "
+                     "the loop thread sleeps: the answer wakes the waiting thread directly (one "
+                     "wake-up instead of two); needs event_guest_drive");
 JET_FLAG_DEFINE_INT32(event_guest_park_us, 200,
                       "Longest a busy-poll loop that serves other connections or timers stays "
                       "undriven after a waiting thread returned it, before the loop thread takes "
@@ -94,6 +99,7 @@ struct jet_loop {
     int64_t last_epoll_us; /* busy-poll: when the fds were last looked at */
     uint32_t idle_passes; /* busy-poll passes in a row that found no work */
     int64_t now_us;        /* the current iteration's clock */
+    int64_t guest_until_us; /* a blocking guest's deadline (its epoll waits end by then) */
 
     /* Written by posters, read by the loop: kept away from the loop-private
      * fields above and from the inbox head that posters swap. */
@@ -359,8 +365,11 @@ void jet_loop_kick(jet_loop_t *loop)
         now + LOOP_SHARED_AFTER_KICK_US / 2)
         atomic_store_explicit(&loop->shared_until_us, now + LOOP_SHARED_AFTER_KICK_US,
                               memory_order_relaxed);
-    /* Only busy-poll loops park their thread behind guests. */
-    if (atomic_load_explicit(&loop->npollers, memory_order_relaxed) > 0) loop_want_thread(loop);
+    /* Busy-poll loops, and with event_guest_block the others, park their
+     * thread behind guests. */
+    if (atomic_load_explicit(&loop->npollers, memory_order_relaxed) > 0 ||
+        JET_FLAG(event_guest_block))
+        loop_want_thread(loop);
 }
 
 static void loop_wake(jet_loop_t *loop)
@@ -369,6 +378,8 @@ static void loop_wake(jet_loop_t *loop)
     ssize_t w = write(loop->wakefd, &one, sizeof one);
     (void)w;
 }
+
+void jet_loop_interrupt(jet_loop_t *loop) { loop_wake(loop); }
 
 static int loop_run_tasks(jet_loop_t *loop, int limit)
 {
@@ -538,7 +549,7 @@ static void loop_poll_pass(jet_loop_t *loop, bool guest, int work)
 
 static void loop_iterate(jet_loop_t *loop, bool guest)
 {
-    int64_t now = (guest || loop->pollers) && loop->idle_passes % LOOP_CLOCK_EVERY != 0
+    int64_t now = loop->pollers && loop->idle_passes % LOOP_CLOCK_EVERY != 0
                       ? loop->now_us
                       : jet_now_us();
     loop->now_us = now;
@@ -553,18 +564,23 @@ static void loop_iterate(jet_loop_t *loop, bool guest)
     int64_t every = atomic_load_explicit(&loop->neager, memory_order_relaxed) > 0
                         ? JET_FLAG(event_busy_epoll_us)
                         : JET_FLAG(event_busy_epoll_watch_us);
-    if ((guest || loop->pollers) && now - loop->last_epoll_us < every) {
+    if (loop->pollers && now - loop->last_epoll_us < every) {
         loop_poll_pass(loop, guest, work);
         return;
     }
     loop->last_epoll_us = now;
 
+    /* A guest of a loop without pollers blocks like the thread, but no
+     * longer than its own deadline, and not after timers or tasks ran: what
+     * it waits for may have happened in them. */
+    int64_t due = loop->heap_len > 0 ? loop->heap[0]->deadline_us : INT64_MAX;
+    if (guest && loop->guest_until_us < due) due = loop->guest_until_us;
     int timeout = -1;
-    if (guest || ran == LOOP_TASK_BATCH || loop->pollers ||
+    if (ran == LOOP_TASK_BATCH || loop->pollers || (guest && work > 0) ||
         atomic_load_explicit(&loop->stop, memory_order_acquire) || !jet__mpsc_empty(&loop->inbox)) {
         timeout = 0;
-    } else if (loop->heap_len > 0) {
-        int64_t wait = loop->heap[0]->deadline_us - jet_now_us();
+    } else if (due != INT64_MAX) {
+        int64_t wait = due - jet_now_us();
         /* Rounded up: waking before the deadline would only spin. */
         timeout = wait <= 0                         ? 0
                   : wait >= (int64_t)INT_MAX * 1000 ? INT_MAX
@@ -667,7 +683,8 @@ static bool loop_idle_park(jet_loop_t *loop)
     int64_t us = loop_park_time_us(loop);
     if (!loop_solitary(loop) || atomic_load_explicit(&loop->want_thread, memory_order_relaxed) ||
         atomic_load_explicit(&loop->stop, memory_order_relaxed) ||
-        atomic_load_explicit(&loop->npollers, memory_order_relaxed) == 0 ||
+        (atomic_load_explicit(&loop->npollers, memory_order_relaxed) == 0 &&
+         !JET_FLAG(event_guest_block)) ||
         atomic_load_explicit(&loop->nown, memory_order_relaxed) > 0 ||
         now - atomic_load_explicit(&loop->left_us, memory_order_relaxed) >= loop_park_base_us() ||
         atomic_load_explicit(&loop->timer_due_us, memory_order_relaxed) < now + us)
@@ -702,8 +719,10 @@ static bool loop_hold(jet_loop_t *loop)
          * (WANT -> RUN, its wait ended first) since our load; a store would
          * hand the loop to a guest that is gone and park this thread for
          * good. Release: the guest sees everything this thread did. */
-        (void)atomic_compare_exchange_strong_explicit(&loop->baton, &b, LOOP_GUEST,
-                                                      memory_order_release, memory_order_relaxed);
+        if (atomic_compare_exchange_strong_explicit(&loop->baton, &b, LOOP_GUEST,
+                                                    memory_order_release, memory_order_relaxed) &&
+            atomic_load_explicit(&loop->npollers, memory_order_relaxed) == 0)
+            jet__futex_wake(&loop->baton, 1); /* a blocking guest sleeps for it */
         return false;
     case LOOP_GUEST:
         loop_park(loop);
@@ -721,23 +740,75 @@ static bool loop_hold(jet_loop_t *loop)
     }
 }
 
-static bool loop_drive(jet_loop_t *loop, bool (*done)(void *arg), void *arg, bool *drove);
+static bool loop_drive(jet_loop_t *loop, bool (*done)(void *arg), void *arg, int64_t until_us,
+                       bool *drove);
 
-bool jet_loop_drive(jet_loop_t *loop, bool (*done)(void *arg), void *arg)
+bool jet_loop_drive(jet_loop_t *loop, bool (*done)(void *arg), void *arg, int64_t until_us)
 {
     bool drove = false;
     bool owed = loop && loop_tls_deferred == loop;
     if (owed) loop_tls_deferred = NULL; /* ours to run if we drive */
-    bool r = loop_drive(loop, done, arg, &drove);
+    bool r = loop_drive(loop, done, arg, until_us, &drove);
     if (owed && !drove) loop_rouse(loop);
     return r;
 }
 
-static bool loop_drive(jet_loop_t *loop, bool (*done)(void *arg), void *arg, bool *drove)
+/* A loop without pollers may have a blocking guest: one that serves only
+ * the waiting threads' connection (see loop_solitary) and nothing only its
+ * thread may run. */
+static bool loop_blocking_guest_ok(jet_loop_t *loop)
 {
-    if (!loop || !loop->started || loop_tls_current != NULL || !JET_FLAG(event_guest_drive) ||
-        atomic_load_explicit(&loop->npollers, memory_order_relaxed) == 0)
+    return JET_FLAG(event_guest_block) &&
+           atomic_load_explicit(&loop->nown, memory_order_relaxed) == 0 && loop_solitary(loop);
+}
+
+/* Asks the loop thread, asleep in epoll, for the loop (baton LOOP_WANT, set
+ * by the caller) and sleeps until it is handed over: the thread hands it
+ * over after the iteration the kick ends, or after the one that brings the
+ * answer, which then ends the wait at once. True when the loop is ours
+ * (LOOP_GUEST), false when the request was withdrawn (done, or the
+ * deadline passed; the loop thread keeps the loop). */
+static bool loop_wait_handover(jet_loop_t *loop, bool (*done)(void *arg), void *arg,
+                               int64_t until_us)
+{
+    loop_wake(loop);
+    for (;;) {
+        uint32_t b = atomic_load_explicit(&loop->baton, memory_order_acquire);
+        if (b != LOOP_WANT) return b == LOOP_GUEST;
+        int64_t left = until_us == INT64_MAX ? INT64_MAX : until_us - jet_now_us();
+        if (done(arg) || left <= 0) {
+            b = LOOP_WANT;
+            /* Acquire on failure: the hand-over (a release) made the loop
+             * ours, and we then touch its private state. */
+            if (atomic_compare_exchange_strong_explicit(&loop->baton, &b, LOOP_RUN,
+                                                        memory_order_acquire,
+                                                        memory_order_acquire))
+                return false;
+            return b == LOOP_GUEST;
+        }
+        /* Bounded: a handover is never lost, but a stop may come instead. */
+        (void)jet__futex_wait(&loop->baton, LOOP_WANT, left < 10000 ? left : 10000);
+        if (atomic_load_explicit(&loop->stop, memory_order_acquire) &&
+            atomic_load_explicit(&loop->baton, memory_order_acquire) == LOOP_WANT) {
+            b = LOOP_WANT;
+            if (atomic_compare_exchange_strong_explicit(&loop->baton, &b, LOOP_RUN,
+                                                        memory_order_acquire,
+                                                        memory_order_acquire))
+                return false;
+            return b == LOOP_GUEST;
+        }
+    }
+}
+
+static bool loop_drive(jet_loop_t *loop, bool (*done)(void *arg), void *arg, int64_t until_us,
+                       bool *drove)
+{
+    if (!loop || !loop->started || loop_tls_current != NULL || !JET_FLAG(event_guest_drive))
         return false;
+    /* Busy-poll loops are driven by spinning, loops without pollers by a
+     * guest that blocks in their epoll (loop_iterate). */
+    bool poll = atomic_load_explicit(&loop->npollers, memory_order_relaxed) > 0;
+    if (!poll && !loop_blocking_guest_ok(loop)) return false;
     uint32_t b = atomic_load_explicit(&loop->baton, memory_order_relaxed);
     if (b == LOOP_IDLE) {
         if (!atomic_compare_exchange_strong_explicit(&loop->baton, &b, LOOP_GUEST,
@@ -745,6 +816,11 @@ static bool loop_drive(jet_loop_t *loop, bool (*done)(void *arg), void *arg, boo
             return false;
         /* Driven again: posts need not wake the parked thread. */
         atomic_store_explicit(&loop->sleeping, 0, memory_order_relaxed);
+    } else if (b == LOOP_RUN && !poll) {
+        if (!atomic_compare_exchange_strong_explicit(&loop->baton, &b, LOOP_WANT,
+                                                     memory_order_relaxed, memory_order_relaxed))
+            return false;
+        if (!loop_wait_handover(loop, done, arg, until_us)) return done(arg);
     } else if (b == LOOP_RUN) {
         if (!atomic_compare_exchange_strong_explicit(&loop->baton, &b, LOOP_WANT,
                                                      memory_order_relaxed, memory_order_relaxed))
@@ -779,10 +855,15 @@ static bool loop_drive(jet_loop_t *loop, bool (*done)(void *arg), void *arg, boo
     }
     loop_tls_current = loop;
     *drove = true;
+    loop->guest_until_us = until_us;
     /* Our timers are ours to run while we drive (see the exit below). */
     atomic_store_explicit(&loop->timer_due_us, INT64_MAX, memory_order_relaxed);
-    while (!done(arg) && !atomic_load_explicit(&loop->stop, memory_order_acquire) &&
-           atomic_load_explicit(&loop->npollers, memory_order_relaxed) > 0)
+    /* A busy-poll pass reads the clock itself; its last reading, however old, is not past. */
+    if (!poll) loop->now_us = jet_now_us();
+    while (!done(arg) && loop->now_us < until_us &&
+           !atomic_load_explicit(&loop->stop, memory_order_acquire) &&
+           (atomic_load_explicit(&loop->npollers, memory_order_relaxed) > 0) == poll &&
+           (poll || loop_blocking_guest_ok(loop)))
         loop_iterate(loop, true);
     loop_tls_current = NULL;
     /* Leaving the loop undriven. From now on a post must wake the parked
@@ -806,7 +887,8 @@ static bool loop_drive(jet_loop_t *loop, bool (*done)(void *arg), void *arg, boo
     atomic_store_explicit(&loop->baton, LOOP_IDLE, memory_order_seq_cst);
     atomic_thread_fence(memory_order_seq_cst);
     bool wake = !atomic_load_explicit(&loop->stop, memory_order_acquire) &&
-                (atomic_load_explicit(&loop->npollers, memory_order_relaxed) == 0 ||
+                ((atomic_load_explicit(&loop->npollers, memory_order_relaxed) == 0 &&
+                  !loop_blocking_guest_ok(loop)) ||
                  atomic_load_explicit(&loop->nown, memory_order_relaxed) > 0 ||
                  atomic_load_explicit(&loop->want_thread, memory_order_seq_cst) ||
                  due < atomic_load_explicit(&loop->park_until_us, memory_order_relaxed));

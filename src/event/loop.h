@@ -162,21 +162,36 @@ static inline void jet_timer_init(jet_timer_t *t, void (*fn)(jet_timer_t *))
 void jet_loop_poller_add(jet_loop_t *loop, jet_poller_t *p);
 void jet_loop_poller_del(jet_loop_t *loop, jet_poller_t *p);
 
-/* Guest driving (leader/follower) of a busy-poll loop: a thread that has
- * nothing to do but wait for something the loop will produce (a synchronous
- * call's answer) runs the loop's iterations itself, and the loop thread
- * sleeps meanwhile, so that one thread spins instead of two and the answer
- * needs no wake-up. Any thread that is not a loop thread may call it; it
- * returns false at once when the loop has no poller a guest may drive (it
- * sleeps in epoll, or spins for no_guest pollers only: the ordinary wake-up
- * is cheap enough), another guest drives it, the flag event_guest_drive is
- * off, or the loop is stopping. Otherwise it iterates (epoll with a zero
- * timeout, timers, tasks, pollers; callbacks see jet_loop_in_thread(loop)
- * true) until done(arg) holds, the loop stops or loses its last drivable
- * poller, and returns done(arg). done is called between
- * iterations and must be cheap and thread-safe. The loop thread takes the
- * loop back within event_guest_park_us after the guest left, at once when a
- * task is posted. */
-bool jet_loop_drive(jet_loop_t *loop, bool (*done)(void *arg), void *arg);
+/* Guest driving (leader/follower): a thread that has nothing to do but wait
+ * for something the loop will produce (a synchronous call's answer) runs
+ * the loop's iterations itself while the loop thread sleeps. On a busy-poll
+ * loop one thread spins instead of two and the answer needs no wake-up. On
+ * a loop without pollers (event_guest_block) the guest sleeps in the loop's
+ * epoll itself, so the answer wakes the thread that waits for it instead of
+ * the loop thread, which would then wake it: one wake-up instead of two.
+ * That is done only while the loop is solitary (its only fd is the waiting
+ * threads' connection, no asynchronous call was issued on it lately); if
+ * its thread is asleep in epoll then, it is woken once and hands the loop
+ * over after that iteration.
+ *
+ * Any thread that is not a loop thread may call it; it returns false at
+ * once when the loop may not be driven (a loop without pollers that is not
+ * solitary or has no_guest pollers, another guest drives it, the flag
+ * event_guest_drive is off, or the loop is stopping). Otherwise it iterates
+ * (timers, tasks, pollers, epoll: with a zero timeout on a busy-poll loop,
+ * else blocking until an event, a post, a timer or until_us, the caller's
+ * deadline, INT64_MAX for none; callbacks see jet_loop_in_thread(loop)
+ * true) until done(arg) holds, until_us passes, the loop stops or stops
+ * being drivable that way, and returns done(arg). done is called between
+ * iterations and must be cheap and thread-safe; whatever makes it true on
+ * another thread must call jet_loop_interrupt(loop), which ends a blocking
+ * guest's epoll wait. The loop thread takes the loop back within event_guest_park_us after the
+ * guest left (event_guest_park_solitary_us for a solitary loop), at once
+ * when a task is posted. */
+bool jet_loop_drive(jet_loop_t *loop, bool (*done)(void *arg), void *arg, int64_t until_us);
+
+/* Ends the current or next epoll wait of whoever runs the loop (its thread
+ * or a guest). Any thread; one write to the loop's eventfd. */
+void jet_loop_interrupt(jet_loop_t *loop);
 
 #endif

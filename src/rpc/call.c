@@ -28,10 +28,15 @@ typedef struct cid_slot {
     jet_call_t *call;
     /* Joiners wait on free_seq (bumped when the slot is freed, i.e. after the
      * call's done callback returned); waiting says whether one sleeps, so
-     * that a completion nobody waits for makes no system call. */
+     * that a completion nobody waits for makes no system call:
+     * CID_WAIT_FUTEX on free_seq, CID_WAIT_LOOP driving wake_loop (possibly
+     * asleep in its epoll). */
     _Atomic uint32_t free_seq;
     _Atomic uint32_t waiting;
+    jet_loop_t *wake_loop;
 } cid_slot_t;
+
+enum { CID_WAIT_NONE = 0, CID_WAIT_FUTEX = 1, CID_WAIT_LOOP = 2 };
 
 static _Atomic(cid_slot_t *) cid_chunks[CID_MAX_CHUNKS];
 /* Free slots: a lock-free stack whose head carries a tag against ABA
@@ -142,8 +147,15 @@ void jet__cid_free(uint32_t idx)
     /* seq_cst pairs with the joiner's store of waiting then load of free_seq:
      * one of the two sides sees the other, so no wake-up is lost. */
     atomic_fetch_add_explicit(&slot->free_seq, 1, memory_order_seq_cst);
-    if (atomic_exchange_explicit(&slot->waiting, 0, memory_order_seq_cst))
+    uint32_t waiting = atomic_exchange_explicit(&slot->waiting, CID_WAIT_NONE, memory_order_seq_cst);
+    if (waiting == CID_WAIT_FUTEX) {
         jet__futex_wake(&slot->free_seq, INT_MAX);
+    } else if (waiting == CID_WAIT_LOOP && !jet_loop_in_thread(slot->wake_loop)) {
+        /* The joiner drives that loop, and may sleep in its epoll (ended
+         * here); on the loop itself it is this thread, or waits for the
+         * loop to be handed over, which then ends the wait. */
+        jet_loop_interrupt(slot->wake_loop);
+    }
     cid_push_free(idx);
 }
 
@@ -185,9 +197,14 @@ static bool cid_done(void *arg)
 static bool cid_wait(cid_wait_t *w, int64_t spin_us, jet_loop_t *loop)
 {
     cid_slot_t *slot = w->slot;
-    /* A busy-polled connection: poll it ourselves rather than sleep while the
-     * loop thread spins, then wait for our wake-up. */
-    if (loop && jet_loop_drive(loop, cid_done, w)) return cid_freed(w);
+    /* Run the connection's loop ourselves (jet_loop_drive) rather than sleep
+     * while its thread spins, or sleeps in epoll and would have to wake us;
+     * a completion on another thread interrupts the loop (jet__cid_free). */
+    if (loop) {
+        slot->wake_loop = loop;
+        atomic_store_explicit(&slot->waiting, CID_WAIT_LOOP, memory_order_seq_cst);
+        if (jet_loop_drive(loop, cid_done, w, w->deadline_us)) return cid_freed(w);
+    }
     /* Not driving (another guest does, or this is a loop thread): a write
      * this thread left to the loop needs its thread, and so does the answer
      * once the other guest leaves. */
@@ -205,7 +222,7 @@ static bool cid_wait(cid_wait_t *w, int64_t spin_us, jet_loop_t *loop)
         } while (jet_now_us() < until);
     }
     for (;;) {
-        atomic_store_explicit(&slot->waiting, 1, memory_order_seq_cst);
+        atomic_store_explicit(&slot->waiting, CID_WAIT_FUTEX, memory_order_seq_cst);
         uint32_t now = atomic_load_explicit(&slot->free_seq, memory_order_seq_cst);
         if (now != w->free_seq) return true;
         int64_t left = -1;

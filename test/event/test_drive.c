@@ -1,6 +1,10 @@
-/* Guest driving of busy-poll loops (jet_loop_drive): the waiting thread runs
- * the iterations while the loop thread sleeps, hands the loop back, and
- * every refusal case (no poller, another guest, a loop thread, stop). */
+/* Guest driving (jet_loop_drive): the waiting thread runs a busy-poll
+ * loop's iterations while the loop thread sleeps, hands the loop back, and
+ * every refusal case (no poller, another guest, a loop thread, stop); and
+ * the blocking guest of a loop without pollers, which sleeps in the loop's
+ * epoll itself (hand-over from the thread's epoll, fd events, posts,
+ * interrupts, its deadline, refusal when the loop is not solitary). */
+#include <fcntl.h>
 #include <pthread.h>
 #include <sys/epoll.h>
 #include <stdatomic.h>
@@ -16,6 +20,7 @@
 #include "testutil_loop.h"
 
 JET_FLAG_DECLARE_BOOL(event_guest_drive);
+JET_FLAG_DECLARE_BOOL(event_guest_block);
 JET_FLAG_DECLARE_INT32(event_guest_park_us);
 JET_FLAG_DECLARE_INT32(event_guest_park_solitary_us);
 
@@ -112,7 +117,7 @@ static void test_guest_runs_the_loop(void)
         atomic_store(&w.expect, &me);
         until_t u = {&w.runs, atomic_load(&w.runs) + 20000, &w};
         JT_CHECK(!jet_loop_in_thread(loop));
-        JT_CHECK(jet_loop_drive(loop, reached, &u));
+        JT_CHECK(jet_loop_drive(loop, reached, &u, INT64_MAX));
         JT_CHECK(atomic_load(&w.runs) >= u.target);
         JT_CHECK(atomic_load(&w.guest_seen));
         JT_CHECK_EQ(atomic_load(&w.foreign), 0);
@@ -136,7 +141,7 @@ static void test_guest_runs_the_loop(void)
         jet_loop_post(loop, &tasks[i].task);
     }
     u = (until_t){&ran, N, NULL};
-    JT_CHECK(jet_loop_drive(loop, reached, &u) || atomic_load(&ran) == N);
+    JT_CHECK(jet_loop_drive(loop, reached, &u, INT64_MAX) || atomic_load(&ran) == N);
     JT_CHECK_EQ(atomic_load(&ran), N);
 
     /* A task posted after the guest left is run promptly by the loop thread
@@ -156,22 +161,25 @@ static void test_refusals(void)
     JT_REQUIRE(jt_loop_up(&loop) == 0);
     _Atomic int zero = 0;
     until_t u = {&zero, 1, NULL};
-    /* No poller: the loop sleeps in epoll, nothing to drive. */
-    JT_CHECK(!jet_loop_drive(loop, reached, &u));
-    JT_CHECK(!jet_loop_drive(NULL, reached, &u));
+    /* No poller and event_guest_block off: the loop sleeps in epoll,
+     * nothing to drive. */
+    JET_FLAG(event_guest_block) = false;
+    JT_CHECK(!jet_loop_drive(loop, reached, &u, INT64_MAX));
+    JET_FLAG(event_guest_block) = true;
+    JT_CHECK(!jet_loop_drive(NULL, reached, &u, INT64_MAX));
 
     who_poller_t w = {.p.poll = who_poll};
     jt_loop_run_on(loop, add_poller, &w.p);
     JT_CHECK(jt_wait_at_least(&w.runs, 10, GUARD_US));
     /* The flag turns it off. */
     JET_FLAG(event_guest_drive) = false;
-    JT_CHECK(!jet_loop_drive(loop, reached, &u));
+    JT_CHECK(!jet_loop_drive(loop, reached, &u, INT64_MAX));
     JET_FLAG(event_guest_drive) = true;
 
     /* Already done: returns true without keeping the loop. */
     _Atomic int one = 1;
     until_t done = {&one, 1, NULL};
-    JT_CHECK(jet_loop_drive(loop, reached, &done));
+    JT_CHECK(jet_loop_drive(loop, reached, &done, INT64_MAX));
     int before = atomic_load(&w.runs);
     JT_CHECK(jt_wait_at_least(&w.runs, before + 1000, GUARD_US));
 
@@ -179,7 +187,7 @@ static void test_refusals(void)
      * its thread serves posts again (sleeping in epoll). */
     atomic_store(&w.stop_at, atomic_load(&w.runs) + 500);
     int64_t end_ms = 0;
-    JT_CHECK(!jet_loop_drive(loop, never, &end_ms));
+    JT_CHECK(!jet_loop_drive(loop, never, &end_ms, INT64_MAX));
     JT_CHECK_EQ(atomic_load(&w.stop_at), 0);
     for (int i = 0; i < 5; i++)
         jt_loop_run_on(loop, NULL, NULL);
@@ -197,7 +205,7 @@ static void nested_fn(void *arg)
     nested_t *n = arg;
     _Atomic int zero = 0;
     until_t u = {&zero, 1, NULL};
-    n->refused = !jet_loop_drive(n->other, reached, &u) && !jet_loop_drive(loop, reached, &u);
+    n->refused = !jet_loop_drive(n->other, reached, &u, INT64_MAX) && !jet_loop_drive(loop, reached, &u, INT64_MAX);
 }
 
 static void test_loop_threads_do_not_drive(void)
@@ -226,7 +234,7 @@ static void *guest_main(void *arg)
     guest_arg_t *g = arg;
     atomic_store(&g->started, 1);
     int64_t end_ms = 0;
-    bool r = jet_loop_drive(loop, never, &end_ms);
+    bool r = jet_loop_drive(loop, never, &end_ms, INT64_MAX);
     atomic_store(&g->result, r ? 1 : 2);
     return NULL;
 }
@@ -251,7 +259,7 @@ static void test_second_guest_and_stop(void)
     JT_CHECK(atomic_load(&w.runs) > before);
     JT_CHECK_EQ(atomic_load(&w.foreign), 0);
     int64_t end_ms = jt_now_ms() + 1000;
-    JT_CHECK(!jet_loop_drive(loop, never, &end_ms)); /* taken */
+    JT_CHECK(!jet_loop_drive(loop, never, &end_ms, INT64_MAX)); /* taken */
     /* Stop: the guest leaves unfinished, the thread is joined. */
     atomic_store(&w.expect, NULL);
     jet_loop_stop(loop);
@@ -280,7 +288,7 @@ static void test_withdrawn_requests(void)
     jt_loop_run_on(loop, add_poller, &w.p);
     for (int i = 0; i < 300000; i++) {
         count_done_t c = {0, i % 5};
-        (void)jet_loop_drive(loop, done_after, &c);
+        (void)jet_loop_drive(loop, done_after, &c, INT64_MAX);
         if (i % 2000 == 0) jt_loop_run_on(loop, NULL, NULL); /* aborts if the loop is lost */
     }
     int before = atomic_load(&w.runs);
@@ -299,7 +307,7 @@ static void drive_turns(who_poller_t *w, int64_t ms)
     int64_t end = jt_now_ms() + ms;
     while (jt_now_ms() < end) {
         until_t u = {&w->runs, atomic_load(&w->runs) + 20, NULL};
-        (void)jet_loop_drive(loop, reached, &u);
+        (void)jet_loop_drive(loop, reached, &u, INT64_MAX);
     }
 }
 
@@ -405,7 +413,7 @@ static void test_deferred_post(void)
 
     /* A turn, so that the loop is left undriven with its thread parked. */
     until_t u = {&w.runs, atomic_load(&w.runs) + 10, NULL};
-    JT_CHECK(jet_loop_drive(loop, reached, &u));
+    JT_CHECK(jet_loop_drive(loop, reached, &u, INT64_MAX));
     uint64_t looks = jet__loop_looks(loop);
     for (int round = 0; round < 50; round++) {
         atomic_store(&ran, 0);
@@ -415,7 +423,7 @@ static void test_deferred_post(void)
         jet_loop_defer_begin();
         jet_loop_post_deferred(loop, &t.task);
         u = (until_t){&ran, 1, NULL};
-        JT_CHECK(jet_loop_drive(loop, reached, &u));
+        JT_CHECK(jet_loop_drive(loop, reached, &u, INT64_MAX));
         jet_loop_defer_end();
         /* Unless the parked thread's own look (once a second) came in
          * between and ran it. */
@@ -429,7 +437,7 @@ static void test_deferred_post(void)
     /* Not driven after all: the end of the scope wakes the loop thread,
      * which runs the task long before its park time (1 s) is over. */
     u = (until_t){&w.runs, atomic_load(&w.runs) + 10, NULL};
-    JT_CHECK(jet_loop_drive(loop, reached, &u));
+    JT_CHECK(jet_loop_drive(loop, reached, &u, INT64_MAX));
     atomic_store(&ran, 0);
     atomic_store(&on_guest, 0);
     flag_task_t t = {.task.fn = flag_task_fn, .counter = &ran, .on_guest = &on_guest, .guest = me};
@@ -443,7 +451,7 @@ static void test_deferred_post(void)
 
     /* Outside a scope a deferred post is an ordinary one. */
     u = (until_t){&w.runs, atomic_load(&w.runs) + 10, NULL};
-    JT_CHECK(jet_loop_drive(loop, reached, &u));
+    JT_CHECK(jet_loop_drive(loop, reached, &u, INT64_MAX));
     atomic_store(&ran, 0);
     jet_loop_post_deferred(loop, &t.task);
     JT_CHECK(jt_wait_at_least(&ran, 1, 500 * 1000));
@@ -498,7 +506,7 @@ static void test_timer_and_kick_wake_a_solitary_loop(void)
         jet_loop_defer_begin();
         jet_loop_post_deferred(loop, &x.arm);
         until_t u = {&x.armed, 1, NULL};
-        JT_CHECK(jet_loop_drive(loop, reached, &u));
+        JT_CHECK(jet_loop_drive(loop, reached, &u, INT64_MAX));
         jet_loop_defer_end();
         JT_CHECK(jt_wait_at_least(&x.fired, 1, 300 * 1000));
         if (!atomic_load(&x.fired)) jt_loop_run_on(loop, disarm_fn, &x);
@@ -527,7 +535,7 @@ typedef struct leaver {
 static void *leaver_main(void *arg)
 {
     leaver_t *l = arg;
-    (void)jet_loop_drive(loop, reached, &l->u);
+    (void)jet_loop_drive(loop, reached, &l->u, INT64_MAX);
     return NULL;
 }
 
@@ -549,7 +557,7 @@ static void test_kick_while_driven(void)
         JT_REQUIRE(atomic_load(&w.guest_seen));
         /* A second waiter is refused, and asks for the thread instead. */
         until_t never_u = {&l.go, 1, NULL};
-        JT_CHECK(!jet_loop_drive(loop, reached, &never_u));
+        JT_CHECK(!jet_loop_drive(loop, reached, &never_u, INT64_MAX));
         jet_loop_kick(loop);
         atomic_store(&w.expect, NULL);
         atomic_store(&l.go, 1);
@@ -574,11 +582,11 @@ static void test_no_guest_poller(void)
     /* Bounded: a loop that let us drive would keep us until `never` gives
      * up (10 s), and the check fails instead of hanging. */
     int64_t end_ms = 0;
-    JT_REQUIRE(!jet_loop_drive(loop, never, &end_ms));
+    JT_REQUIRE(!jet_loop_drive(loop, never, &end_ms, INT64_MAX));
     _Atomic int zero = 0;
     until_t u = {&zero, 1, NULL};
     for (int i = 0; i < 100; i++)
-        JT_CHECK(!jet_loop_drive(loop, reached, &u));
+        JT_CHECK(!jet_loop_drive(loop, reached, &u, INT64_MAX));
     int before = atomic_load(&own.runs);
     JT_CHECK(jt_wait_at_least(&own.runs, before + 1000, GUARD_US));
 
@@ -588,7 +596,7 @@ static void test_no_guest_poller(void)
     atomic_store(&w.expect, &me);
     atomic_store(&own.expect, &me);
     until_t u2 = {&w.runs, atomic_load(&w.runs) + 5000, &w};
-    JT_CHECK(jet_loop_drive(loop, reached, &u2));
+    JT_CHECK(jet_loop_drive(loop, reached, &u2, INT64_MAX));
     JT_CHECK(atomic_load(&w.guest_seen));
     JT_CHECK(atomic_load(&own.guest_seen));
     atomic_store(&own.expect, NULL);
@@ -599,7 +607,7 @@ static void test_no_guest_poller(void)
     jet_flag_set("event_guest_park_solitary_us", "1000000");
     for (int round = 0; round < 3; round++) {
         until_t u3 = {&w.runs, atomic_load(&w.runs) + 1000, NULL};
-        JT_CHECK(jet_loop_drive(loop, reached, &u3));
+        JT_CHECK(jet_loop_drive(loop, reached, &u3, INT64_MAX));
         before = atomic_load(&own.runs);
         JT_CHECK(jt_wait_at_least(&own.runs, before + 100, 300 * 1000));
     }
@@ -609,7 +617,7 @@ static void test_no_guest_poller(void)
     jt_loop_run_on(loop, del_poller, &w.p);
     /* Only the no_guest poller again: refused, and still run. */
     end_ms = 0;
-    JT_CHECK(!jet_loop_drive(loop, never, &end_ms));
+    JT_CHECK(!jet_loop_drive(loop, never, &end_ms, INT64_MAX));
     before = atomic_load(&own.runs);
     JT_CHECK(jt_wait_at_least(&own.runs, before + 1000, GUARD_US));
     jt_loop_run_on(loop, del_poller, &own.p);
@@ -631,11 +639,180 @@ static void test_async_answer_after_a_guest_turn(void)
         JT_CHECK(jt_wait_at_least(&w.runs, before + 100, 300 * 1000));
         /* A synchronous call's turn, then nobody drives. */
         until_t u = {&w.runs, atomic_load(&w.runs) + 20, NULL};
-        JT_CHECK(jet_loop_drive(loop, reached, &u));
+        JT_CHECK(jet_loop_drive(loop, reached, &u, INT64_MAX));
         before = atomic_load(&w.runs);
         JT_CHECK(jt_wait_at_least(&w.runs, before + 100, 300 * 1000));
     }
     parked_loop_down(&w, old);
+}
+
+/* ---- blocking guests (loops without pollers) ---------------------------- */
+
+/* A pipe whose readable end is on the loop: counts the callback's runs and
+ * those on the thread in `guest`. */
+typedef struct pipe_io {
+    jet_io_t io;
+    int fds[2];
+    _Atomic int runs;
+    _Atomic int on_guest;
+    pthread_t guest;
+} pipe_io_t;
+
+static void pipe_cb(jet_io_t *io, uint32_t events)
+{
+    (void)events;
+    pipe_io_t *p = (pipe_io_t *)io;
+    if (!jet_loop_in_thread(loop)) abort();
+    char buf[64];
+    while (read(p->fds[0], buf, sizeof buf) > 0) {
+    }
+    if (pthread_equal(p->guest, pthread_self())) atomic_fetch_add(&p->on_guest, 1);
+    atomic_fetch_add(&p->runs, 1);
+}
+
+static void pipe_add(void *arg)
+{
+    pipe_io_t *p = arg;
+    if (jet_loop_io_add(loop, &p->io) != 0) abort();
+}
+static void pipe_del(void *arg)
+{
+    jet_loop_io_del(&((pipe_io_t *)arg)->io);
+}
+
+static void pipe_up(pipe_io_t *p)
+{
+    memset(p, 0, sizeof *p);
+    JT_REQUIRE(pipe(p->fds) == 0);
+    JT_REQUIRE(fcntl(p->fds[0], F_SETFL, O_NONBLOCK) == 0);
+    p->io = (jet_io_t){.fd = p->fds[0], .events = EPOLLIN, .cb = pipe_cb};
+    p->guest = pthread_self();
+    jt_loop_run_on(loop, pipe_add, p);
+}
+
+static void pipe_down(pipe_io_t *p)
+{
+    jt_loop_run_on(loop, pipe_del, p);
+    close(p->fds[0]);
+    close(p->fds[1]);
+}
+
+/* After delay_ms: writes a byte to fd, posts `task`, or interrupts the
+ * loop after setting *flag. */
+typedef struct later {
+    pthread_t t;
+    int delay_ms;
+    int fd;
+    jet_task_t *task;
+    _Atomic int *flag;
+} later_t;
+
+static void *later_main(void *arg)
+{
+    later_t *l = arg;
+    usleep((useconds_t)l->delay_ms * 1000);
+    if (l->fd >= 0 && write(l->fd, "x", 1) != 1) abort();
+    if (l->task) jet_loop_post(loop, l->task);
+    if (l->flag) {
+        atomic_store(l->flag, 1);
+        jet_loop_interrupt(loop);
+    }
+    return NULL;
+}
+
+static void later_start(later_t *l, int delay_ms, int fd, jet_task_t *task, _Atomic int *flag)
+{
+    *l = (later_t){.delay_ms = delay_ms, .fd = fd, .task = task, .flag = flag};
+    JT_REQUIRE(pthread_create(&l->t, NULL, later_main, l) == 0);
+}
+
+static void test_blocking_guest(void)
+{
+    JT_REQUIRE(jt_loop_up(&loop) == 0);
+    pipe_io_t p;
+    pipe_up(&p);
+    /* The loop thread sleeps in epoll: the first drive asks it for the loop,
+     * later ones find it parked. Each time the event is handled by us. */
+    for (int round = 0; round < 4; round++) {
+        later_t l;
+        later_start(&l, 30, p.fds[1], NULL, NULL);
+        until_t u = {&p.runs, round + 1, NULL};
+        JT_CHECK(jet_loop_drive(loop, reached, &u, INT64_MAX));
+        pthread_join(l.t, NULL);
+        JT_CHECK_EQ(atomic_load(&p.on_guest), round + 1);
+        if (round == 1) usleep(300 * 1000); /* the thread takes the loop back meanwhile */
+    }
+
+    /* A post while we sleep in the loop's epoll ends the wait; we run it. */
+    static flag_task_t posted;
+    static _Atomic int posted_ran, posted_on_guest;
+    posted = (flag_task_t){.task.fn = flag_task_fn, .counter = &posted_ran,
+                           .on_guest = &posted_on_guest, .guest = pthread_self()};
+    later_t l;
+    later_start(&l, 30, -1, &posted.task, NULL);
+    until_t u = {&posted_ran, 1, NULL};
+    JT_CHECK(jet_loop_drive(loop, reached, &u, INT64_MAX));
+    pthread_join(l.t, NULL);
+    JT_CHECK_EQ(atomic_load(&posted_on_guest), 1);
+
+    /* Made done on another thread: jet_loop_interrupt ends the wait. */
+    _Atomic int flag = 0;
+    later_start(&l, 30, -1, NULL, &flag);
+    until_t uf = {&flag, 1, NULL};
+    int64_t t0 = jt_now_ms();
+    JT_CHECK(jet_loop_drive(loop, reached, &uf, INT64_MAX));
+    JT_CHECK(jt_now_ms() - t0 < 2000);
+    pthread_join(l.t, NULL);
+
+    /* The deadline ends the wait with done still false. */
+    _Atomic int zero = 0;
+    until_t uz = {&zero, 1, NULL};
+    t0 = jt_now_ms();
+    JT_CHECK(!jet_loop_drive(loop, reached, &uz, (int64_t)jt_now_us() + 100 * 1000));
+    int64_t took = jt_now_ms() - t0;
+    JT_CHECK(took >= 99 && took < 2000);
+
+    /* Undriven again, the loop thread takes events in turn. */
+    int before = atomic_load(&p.runs);
+    JT_CHECK(write(p.fds[1], "x", 1) == 1);
+    JT_CHECK(jt_wait_at_least(&p.runs, before + 1, GUARD_US));
+    JT_CHECK_EQ(atomic_load(&p.on_guest), 4);
+
+    /* Not solitary (a second fd): refused, the thread keeps serving. */
+    pipe_io_t q;
+    pipe_up(&q);
+    int64_t end_ms = 0;
+    t0 = jt_now_ms();
+    JT_CHECK(!jet_loop_drive(loop, never, &end_ms, INT64_MAX));
+    JT_CHECK(jt_now_ms() - t0 < 2000);
+    JT_CHECK(write(q.fds[1], "x", 1) == 1);
+    JT_CHECK(jt_wait_at_least(&q.runs, 1, GUARD_US));
+    JT_CHECK_EQ(atomic_load(&q.on_guest), 0);
+    pipe_down(&q);
+
+    pipe_down(&p);
+    jt_loop_down(loop);
+}
+
+/* A guest sleeping in the epoll of a loop that is stopped leaves. */
+static void *stop_later(void *arg)
+{
+    usleep(50 * 1000);
+    jet_loop_stop(arg);
+    return NULL;
+}
+
+static void test_blocking_guest_and_stop(void)
+{
+    JT_REQUIRE(jt_loop_up(&loop) == 0);
+    pthread_t t;
+    JT_REQUIRE(pthread_create(&t, NULL, stop_later, loop) == 0);
+    int64_t end_ms = 0;
+    int64_t t0 = jt_now_ms();
+    JT_CHECK(!jet_loop_drive(loop, never, &end_ms, INT64_MAX));
+    JT_CHECK(jt_now_ms() - t0 < 2000);
+    pthread_join(t, NULL);
+    jet_loop_destroy(loop);
 }
 
 int main(void)
@@ -651,5 +828,7 @@ int main(void)
     JT_RUN(test_kick_while_driven);
     JT_RUN(test_async_answer_after_a_guest_turn);
     JT_RUN(test_no_guest_poller);
+    JT_RUN(test_blocking_guest);
+    JT_RUN(test_blocking_guest_and_stop);
     return jt_finish();
 }
