@@ -111,6 +111,7 @@ struct jet_loop {
     _Atomic int64_t timer_due_us;
     _Atomic int64_t park_until_us;
     _Atomic uint32_t park_seq; /* the parked thread's futex word: bumped by wakers */
+    _Atomic int handover_sleeps; /* a blocking guest sleeps on `baton` for the loop */
     /* Set by whoever needs the loop thread to drive the loop once nobody
      * else does (a post that found it undriven or being left, a guest that
      * leaves tasks behind, jet_loop_kick); cleared by the thread when it
@@ -354,6 +355,8 @@ uint64_t jet__loop_looks(jet_loop_t *loop)
  * solitary park time. */
 #define LOOP_SHARED_AFTER_KICK_US 1000000
 
+static void loop_wake(jet_loop_t *loop);
+
 void jet_loop_kick(jet_loop_t *loop)
 {
     if (!loop) return;
@@ -365,11 +368,17 @@ void jet_loop_kick(jet_loop_t *loop)
         now + LOOP_SHARED_AFTER_KICK_US / 2)
         atomic_store_explicit(&loop->shared_until_us, now + LOOP_SHARED_AFTER_KICK_US,
                               memory_order_relaxed);
-    /* Busy-poll loops, and with event_guest_block the others, park their
-     * thread behind guests. */
-    if (atomic_load_explicit(&loop->npollers, memory_order_relaxed) > 0 ||
-        JET_FLAG(event_guest_block))
+    /* Busy-poll loops park their thread behind guests. So does a loop
+     * without pollers behind a blocking guest, or after one left (IDLE); a
+     * guest asleep in its epoll is woken, finds the loop no longer solitary
+     * and leaves it to the thread. */
+    if (atomic_load_explicit(&loop->npollers, memory_order_relaxed) > 0) {
         loop_want_thread(loop);
+    } else if (JET_FLAG(event_guest_block)) {
+        uint32_t b = atomic_load_explicit(&loop->baton, memory_order_seq_cst);
+        if (b == LOOP_GUEST || b == LOOP_IDLE) loop_want_thread(loop);
+        if (b == LOOP_GUEST) loop_wake(loop);
+    }
 }
 
 static void loop_wake(jet_loop_t *loop)
@@ -720,9 +729,9 @@ static bool loop_hold(jet_loop_t *loop)
          * hand the loop to a guest that is gone and park this thread for
          * good. Release: the guest sees everything this thread did. */
         if (atomic_compare_exchange_strong_explicit(&loop->baton, &b, LOOP_GUEST,
-                                                    memory_order_release, memory_order_relaxed) &&
-            atomic_load_explicit(&loop->npollers, memory_order_relaxed) == 0)
-            jet__futex_wake(&loop->baton, 1); /* a blocking guest sleeps for it */
+                                                    memory_order_seq_cst, memory_order_relaxed) &&
+            atomic_exchange_explicit(&loop->handover_sleeps, 0, memory_order_seq_cst))
+            jet__futex_wake(&loop->baton, 1); /* loop_wait_handover */
         return false;
     case LOOP_GUEST:
         loop_park(loop);
@@ -748,7 +757,12 @@ bool jet_loop_drive(jet_loop_t *loop, bool (*done)(void *arg), void *arg, int64_
     bool drove = false;
     bool owed = loop && loop_tls_deferred == loop;
     if (owed) loop_tls_deferred = NULL; /* ours to run if we drive */
+    /* The loop's callbacks run outside the caller's defer scope: a deferred
+     * post of theirs to another loop must not wait for our call to end. */
+    int depth = loop_tls_defer_depth;
+    loop_tls_defer_depth = 0;
     bool r = loop_drive(loop, done, arg, until_us, &drove);
+    loop_tls_defer_depth = depth;
     if (owed && !drove) loop_rouse(loop);
     return r;
 }
@@ -771,6 +785,9 @@ static bool loop_blocking_guest_ok(jet_loop_t *loop)
 static bool loop_wait_handover(jet_loop_t *loop, bool (*done)(void *arg), void *arg,
                                int64_t until_us)
 {
+    /* Before the futex checks the baton: the thread's CAS then either came
+     * first (no sleep) or sees the flag and wakes us. */
+    atomic_store_explicit(&loop->handover_sleeps, 1, memory_order_seq_cst);
     loop_wake(loop);
     for (;;) {
         uint32_t b = atomic_load_explicit(&loop->baton, memory_order_acquire);

@@ -132,12 +132,15 @@ void jet_loop_defer_end(void);
 void jet_loop_defer_flush(void);
 void jet_loop_post_deferred(jet_loop_t *loop, jet_task_t *task);
 
-/* For a thread that started something a busy-poll loop must watch without
- * driving it (an asynchronous call, a synchronous one whose drive was
- * refused): asks for the loop's own thread, which is woken at once when
- * nobody drives the loop, or when the guest driving it leaves, so that the
- * loop is polled now rather than after the parked thread's next look. A few
- * atomic operations; no effect on a loop without pollers (or NULL). */
+/* For a thread that started something a loop must watch without driving
+ * it (an asynchronous call, a synchronous one whose drive was refused):
+ * asks for the loop's own thread, which is woken at once when nobody drives
+ * the loop, or when the guest driving it leaves, so that the loop is served
+ * now rather than after the parked thread's next look; the loop counts as
+ * shared (not solitary) for a second. A guest asleep in the epoll of a loop
+ * without pollers is woken and leaves. A few atomic operations, and an
+ * eventfd write in that last case; nothing for a loop whose thread runs it
+ * (or NULL). */
 void jet_loop_kick(jet_loop_t *loop);
 
 /* How many times the loop thread woke from a park behind guests (each costs

@@ -26,17 +26,29 @@ typedef struct cid_slot {
     _Atomic uint32_t version;
     _Atomic uint32_t next_free; /* index + 1 of the next free slot */
     jet_call_t *call;
-    /* Joiners wait on free_seq (bumped when the slot is freed, i.e. after the
-     * call's done callback returned); waiting says whether one sleeps, so
-     * that a completion nobody waits for makes no system call:
-     * CID_WAIT_FUTEX on free_seq, CID_WAIT_LOOP driving wake_loop (possibly
-     * asleep in its epoll). */
-    _Atomic uint32_t free_seq;
-    _Atomic uint32_t waiting;
-    jet_loop_t *wake_loop;
+    /* One word, so that a joiner's registration and the free that ends it
+     * are ordered on one location. Low half: the free count (bumped when the
+     * slot is freed, i.e. after the call's done callback returned), the
+     * futex word joiners sleep on. High half: how the joiner of the current
+     * count waits, so that a completion nobody waits for makes no system
+     * call: CID_WAIT_FUTEX, or CID_WAIT_LOOP with the index of the loop it
+     * drives (and may sleep in the epoll of). A joiner registers with a CAS
+     * that fails once the count moved on: a late joiner of a freed call
+     * cannot overwrite the registration of the slot's next call. */
+    _Atomic uint64_t state;
 } cid_slot_t;
 
+#if __BYTE_ORDER__ != __ORDER_LITTLE_ENDIAN__
+#error "cid_slot_t.state: the futex word is the low half of a little-endian word"
+#endif
+
 enum { CID_WAIT_NONE = 0, CID_WAIT_FUTEX = 1, CID_WAIT_LOOP = 2 };
+
+static inline uint32_t cid_seq(uint64_t state) { return (uint32_t)state; }
+static inline _Atomic uint32_t *cid_futex(cid_slot_t *slot)
+{
+    return (_Atomic uint32_t *)(void *)&slot->state;
+}
 
 static _Atomic(cid_slot_t *) cid_chunks[CID_MAX_CHUNKS];
 /* Free slots: a lock-free stack whose head carries a tag against ABA
@@ -115,7 +127,7 @@ int jet__cid_alloc(jet_call_t *call, uint64_t *cid_p)
     cid_slot_t *slot = cid_slot(idx);
     slot->call = call;
     call->slot = idx;
-    call->slot_free_seq = atomic_load_explicit(&slot->free_seq, memory_order_relaxed);
+    call->slot_free_seq = cid_seq(atomic_load_explicit(&slot->state, memory_order_relaxed));
     call->joinable = true;
     /* Publishes call before any claim can see this version (claims acquire). */
     uint32_t ver = atomic_load_explicit(&slot->version, memory_order_relaxed);
@@ -144,17 +156,21 @@ void jet__cid_free(uint32_t idx)
     slot->call = NULL;
     /* A version never reused by this slot's next call: claims of old ids fail. */
     atomic_fetch_add_explicit(&slot->version, 1, memory_order_release);
-    /* seq_cst pairs with the joiner's store of waiting then load of free_seq:
-     * one of the two sides sees the other, so no wake-up is lost. */
-    atomic_fetch_add_explicit(&slot->free_seq, 1, memory_order_seq_cst);
-    uint32_t waiting = atomic_exchange_explicit(&slot->waiting, CID_WAIT_NONE, memory_order_seq_cst);
-    if (waiting == CID_WAIT_FUTEX) {
-        jet__futex_wake(&slot->free_seq, INT_MAX);
-    } else if (waiting == CID_WAIT_LOOP && !jet_loop_in_thread(slot->wake_loop)) {
+    /* The next count with no registration; the old high half is the
+     * registration of this call's joiner, if it made one. */
+    uint64_t old = atomic_load_explicit(&slot->state, memory_order_relaxed);
+    while (!atomic_compare_exchange_weak_explicit(&slot->state, &old, (uint64_t)(cid_seq(old) + 1),
+                                                  memory_order_seq_cst, memory_order_relaxed)) {
+    }
+    uint32_t reg = (uint32_t)(old >> 32);
+    if ((reg & 3) == CID_WAIT_FUTEX) {
+        jet__futex_wake(cid_futex(slot), INT_MAX);
+    } else if ((reg & 3) == CID_WAIT_LOOP) {
         /* The joiner drives that loop, and may sleep in its epoll (ended
          * here); on the loop itself it is this thread, or waits for the
          * loop to be handed over, which then ends the wait. */
-        jet_loop_interrupt(slot->wake_loop);
+        jet_loop_t *loop = jet_loop_at((int)(reg >> 2));
+        if (loop && !jet_loop_in_thread(loop)) jet_loop_interrupt(loop);
     }
     cid_push_free(idx);
 }
@@ -170,7 +186,21 @@ typedef struct cid_wait {
 
 static bool cid_freed(const cid_wait_t *w)
 {
-    return atomic_load_explicit(&w->slot->free_seq, memory_order_acquire) != w->free_seq;
+    return cid_seq(atomic_load_explicit(&w->slot->state, memory_order_acquire)) != w->free_seq;
+}
+
+/* Records how this joiner waits; false when the slot was freed already. */
+static bool cid_register(const cid_wait_t *w, uint32_t how)
+{
+    uint64_t old = atomic_load_explicit(&w->slot->state, memory_order_relaxed);
+    for (;;) {
+        if (cid_seq(old) != w->free_seq) return false;
+        uint64_t want = (uint64_t)how << 32 | w->free_seq;
+        if (old == want ||
+            atomic_compare_exchange_weak_explicit(&w->slot->state, &old, want,
+                                                  memory_order_seq_cst, memory_order_acquire))
+            return true;
+    }
 }
 
 /* Freed, or the deadline passed. Asked after every pass of the loop this
@@ -200,9 +230,9 @@ static bool cid_wait(cid_wait_t *w, int64_t spin_us, jet_loop_t *loop)
     /* Run the connection's loop ourselves (jet_loop_drive) rather than sleep
      * while its thread spins, or sleeps in epoll and would have to wake us;
      * a completion on another thread interrupts the loop (jet__cid_free). */
-    if (loop) {
-        slot->wake_loop = loop;
-        atomic_store_explicit(&slot->waiting, CID_WAIT_LOOP, memory_order_seq_cst);
+    int index = jet_loop_index(loop);
+    if (index >= 0) {
+        if (!cid_register(w, CID_WAIT_LOOP | (uint32_t)index << 2)) return true;
         if (jet_loop_drive(loop, cid_done, w, w->deadline_us)) return cid_freed(w);
     }
     /* Not driving (another guest does, or this is a loop thread): a write
@@ -222,15 +252,13 @@ static bool cid_wait(cid_wait_t *w, int64_t spin_us, jet_loop_t *loop)
         } while (jet_now_us() < until);
     }
     for (;;) {
-        atomic_store_explicit(&slot->waiting, CID_WAIT_FUTEX, memory_order_seq_cst);
-        uint32_t now = atomic_load_explicit(&slot->free_seq, memory_order_seq_cst);
-        if (now != w->free_seq) return true;
+        if (!cid_register(w, CID_WAIT_FUTEX)) return true;
         int64_t left = -1;
         if (w->deadline_us != INT64_MAX) {
             left = w->deadline_us - jet_now_us();
             if (left <= 0) return false;
         }
-        jet__futex_wait(&slot->free_seq, now, left);
+        jet__futex_wait(cid_futex(slot), w->free_seq, left);
     }
 }
 

@@ -707,9 +707,21 @@ typedef struct later {
     _Atomic int *flag;
 } later_t;
 
+/* Set by guest_reached once the test thread drives the loop. */
+static _Atomic int guest_in;
+
+/* reached(), noting when it is asked from inside the drive. */
+static bool guest_reached(void *arg)
+{
+    if (jet_loop_in_thread(loop)) atomic_store(&guest_in, 1);
+    return reached(arg);
+}
+
 static void *later_main(void *arg)
 {
     later_t *l = arg;
+    /* Acts only once the test thread drives: its checks say who ran what. */
+    if (!jt_wait_at_least(&guest_in, 1, GUARD_US)) abort();
     usleep((useconds_t)l->delay_ms * 1000);
     if (l->fd >= 0 && write(l->fd, "x", 1) != 1) abort();
     if (l->task) jet_loop_post(loop, l->task);
@@ -722,8 +734,18 @@ static void *later_main(void *arg)
 
 static void later_start(later_t *l, int delay_ms, int fd, jet_task_t *task, _Atomic int *flag)
 {
+    atomic_store(&guest_in, 0);
     *l = (later_t){.delay_ms = delay_ms, .fd = fd, .task = task, .flag = flag};
     JT_REQUIRE(pthread_create(&l->t, NULL, later_main, l) == 0);
+}
+
+static void *kick_later(void *arg)
+{
+    (void)arg;
+    if (!jt_wait_at_least(&guest_in, 1, GUARD_US)) abort();
+    usleep(30 * 1000);
+    jet_loop_kick(loop);
+    return NULL;
 }
 
 static void test_blocking_guest(void)
@@ -737,9 +759,12 @@ static void test_blocking_guest(void)
         later_t l;
         later_start(&l, 30, p.fds[1], NULL, NULL);
         until_t u = {&p.runs, round + 1, NULL};
-        JT_CHECK(jet_loop_drive(loop, reached, &u, INT64_MAX));
+        uint64_t epolls = jet__loop_epolls(loop);
+        JT_CHECK(jet_loop_drive(loop, guest_reached, &u, (int64_t)jt_now_us() + GUARD_US));
         pthread_join(l.t, NULL);
         JT_CHECK_EQ(atomic_load(&p.on_guest), round + 1);
+        /* Asleep in epoll for 30 ms, not spinning on it. */
+        JT_CHECK(jet__loop_epolls(loop) - epolls < 20);
         if (round == 1) usleep(300 * 1000); /* the thread takes the loop back meanwhile */
     }
 
@@ -751,7 +776,7 @@ static void test_blocking_guest(void)
     later_t l;
     later_start(&l, 30, -1, &posted.task, NULL);
     until_t u = {&posted_ran, 1, NULL};
-    JT_CHECK(jet_loop_drive(loop, reached, &u, INT64_MAX));
+    JT_CHECK(jet_loop_drive(loop, guest_reached, &u, (int64_t)jt_now_us() + GUARD_US));
     pthread_join(l.t, NULL);
     JT_CHECK_EQ(atomic_load(&posted_on_guest), 1);
 
@@ -760,9 +785,27 @@ static void test_blocking_guest(void)
     later_start(&l, 30, -1, NULL, &flag);
     until_t uf = {&flag, 1, NULL};
     int64_t t0 = jt_now_ms();
-    JT_CHECK(jet_loop_drive(loop, reached, &uf, INT64_MAX));
+    JT_CHECK(jet_loop_drive(loop, guest_reached, &uf, (int64_t)jt_now_us() + GUARD_US));
     JT_CHECK(jt_now_ms() - t0 < 2000);
     pthread_join(l.t, NULL);
+
+    /* An asynchronous call's kick makes the loop shared: a guest asleep in
+     * its epoll is woken and leaves it to the thread. */
+    later_start(&l, 30, -1, NULL, NULL);
+    pthread_t kicker;
+    JT_REQUIRE(pthread_create(&kicker, NULL, kick_later, NULL) == 0);
+    _Atomic int none = 0;
+    until_t un = {&none, 1, NULL};
+    t0 = jt_now_ms();
+    JT_CHECK(!jet_loop_drive(loop, guest_reached, &un, (int64_t)jt_now_us() + GUARD_US));
+    JT_CHECK(jt_now_ms() - t0 < 2000);
+    pthread_join(l.t, NULL);
+    pthread_join(kicker, NULL);
+    /* Shared for a second: refused meanwhile. */
+    t0 = jt_now_ms();
+    JT_CHECK(!jet_loop_drive(loop, reached, &un, (int64_t)jt_now_us() + GUARD_US));
+    JT_CHECK(jt_now_ms() - t0 < 2000);
+    usleep(1100 * 1000);
 
     /* The deadline ends the wait with done still false. */
     _Atomic int zero = 0;
@@ -781,9 +824,8 @@ static void test_blocking_guest(void)
     /* Not solitary (a second fd): refused, the thread keeps serving. */
     pipe_io_t q;
     pipe_up(&q);
-    int64_t end_ms = 0;
     t0 = jt_now_ms();
-    JT_CHECK(!jet_loop_drive(loop, never, &end_ms, INT64_MAX));
+    JT_CHECK(!jet_loop_drive(loop, reached, &uz, (int64_t)jt_now_us() + GUARD_US));
     JT_CHECK(jt_now_ms() - t0 < 2000);
     JT_CHECK(write(q.fds[1], "x", 1) == 1);
     JT_CHECK(jt_wait_at_least(&q.runs, 1, GUARD_US));
@@ -807,9 +849,10 @@ static void test_blocking_guest_and_stop(void)
     JT_REQUIRE(jt_loop_up(&loop) == 0);
     pthread_t t;
     JT_REQUIRE(pthread_create(&t, NULL, stop_later, loop) == 0);
-    int64_t end_ms = 0;
+    _Atomic int zero = 0;
+    until_t u = {&zero, 1, NULL};
     int64_t t0 = jt_now_ms();
-    JT_CHECK(!jet_loop_drive(loop, never, &end_ms, INT64_MAX));
+    JT_CHECK(!jet_loop_drive(loop, reached, &u, (int64_t)jt_now_us() + GUARD_US));
     JT_CHECK(jt_now_ms() - t0 < 2000);
     pthread_join(t, NULL);
     jet_loop_destroy(loop);
