@@ -3,7 +3,8 @@
  * every refusal case (no poller, another guest, a loop thread, stop); and
  * the blocking guest of a loop without pollers, which sleeps in the loop's
  * epoll itself (hand-over from the thread's epoll, fd events, posts,
- * interrupts, its deadline, refusal when the loop is not solitary). */
+ * interrupts, kicks, its deadline, refusal when the loop is not solitary,
+ * callbacks outside the caller's defer scope). */
 #include <fcntl.h>
 #include <pthread.h>
 #include <sys/epoll.h>
@@ -656,6 +657,8 @@ typedef struct pipe_io {
     _Atomic int runs;
     _Atomic int on_guest;
     pthread_t guest;
+    jet_loop_t *defer_to; /* the callback makes a deferred post of defer_task there */
+    jet_task_t *defer_task;
 } pipe_io_t;
 
 static void pipe_cb(jet_io_t *io, uint32_t events)
@@ -667,6 +670,7 @@ static void pipe_cb(jet_io_t *io, uint32_t events)
     while (read(p->fds[0], buf, sizeof buf) > 0) {
     }
     if (pthread_equal(p->guest, pthread_self())) atomic_fetch_add(&p->on_guest, 1);
+    if (p->defer_to) jet_loop_post_deferred(p->defer_to, p->defer_task);
     atomic_fetch_add(&p->runs, 1);
 }
 
@@ -836,6 +840,45 @@ static void test_blocking_guest(void)
     jt_loop_down(loop);
 }
 
+/* Runs on another loop: makes the guest of `loop` done, so it interrupts
+ * it (jet_loop_drive's contract). */
+static void plain_task_fn(jet_task_t *t)
+{
+    atomic_fetch_add(((flag_task_t *)t)->counter, 1);
+    jet_loop_interrupt(loop);
+}
+
+/* A callback the guest runs is not in the caller's defer scope: its
+ * deferred post to another (sleeping) loop wakes that loop now, not when
+ * the caller's call ends. */
+static void test_guest_callbacks_outside_defer_scope(void)
+{
+    JT_REQUIRE(jt_loop_up(&loop) == 0);
+    jet_loop_t *other = NULL;
+    JT_REQUIRE(jt_loop_up(&other) == 0);
+    usleep(20 * 1000); /* the other loop is asleep in epoll */
+    static _Atomic int ran;
+    static flag_task_t t;
+    t = (flag_task_t){.task.fn = plain_task_fn, .counter = &ran};
+    pipe_io_t p;
+    pipe_up(&p);
+    p.defer_to = other;
+    p.defer_task = &t.task;
+    later_t l;
+    later_start(&l, 10, p.fds[1], NULL, NULL);
+    until_t u = {&ran, 1, NULL};
+    jet_loop_defer_begin();
+    int64_t t0 = jt_now_ms();
+    bool r = jet_loop_drive(loop, guest_reached, &u, (int64_t)jt_now_us() + GUARD_US);
+    jet_loop_defer_end();
+    JT_CHECK(r);
+    JT_CHECK(jt_now_ms() - t0 < 2000);
+    pthread_join(l.t, NULL);
+    pipe_down(&p);
+    jt_loop_down(other);
+    jt_loop_down(loop);
+}
+
 /* A guest sleeping in the epoll of a loop that is stopped leaves. */
 static void *stop_later(void *arg)
 {
@@ -872,6 +915,7 @@ int main(void)
     JT_RUN(test_async_answer_after_a_guest_turn);
     JT_RUN(test_no_guest_poller);
     JT_RUN(test_blocking_guest);
+    JT_RUN(test_guest_callbacks_outside_defer_scope);
     JT_RUN(test_blocking_guest_and_stop);
     return jt_finish();
 }
