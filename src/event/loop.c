@@ -776,6 +776,19 @@ static bool loop_blocking_guest_ok(jet_loop_t *loop)
            atomic_load_explicit(&loop->nown, memory_order_relaxed) == 0 && loop_solitary(loop);
 }
 
+/* Takes back a request for the loop (LOOP_WANT -> LOOP_RUN). True when the
+ * thread handed the loop over first: it is then ours (LOOP_GUEST). */
+static bool loop_withdraw(jet_loop_t *loop)
+{
+    uint32_t b = LOOP_WANT;
+    /* Acquire on failure: the hand-over (a release) made the loop ours, and
+     * we then touch its private state. */
+    if (atomic_compare_exchange_strong_explicit(&loop->baton, &b, LOOP_RUN, memory_order_acquire,
+                                                memory_order_acquire))
+        return false;
+    return b == LOOP_GUEST;
+}
+
 /* Asks the loop thread, asleep in epoll, for the loop (baton LOOP_WANT, set
  * by the caller) and sleeps until it is handed over: the thread hands it
  * over after the iteration the kick ends, or after the one that brings the
@@ -793,27 +806,10 @@ static bool loop_wait_handover(jet_loop_t *loop, bool (*done)(void *arg), void *
         uint32_t b = atomic_load_explicit(&loop->baton, memory_order_acquire);
         if (b != LOOP_WANT) return b == LOOP_GUEST;
         int64_t left = until_us == INT64_MAX ? INT64_MAX : until_us - jet_now_us();
-        if (done(arg) || left <= 0) {
-            b = LOOP_WANT;
-            /* Acquire on failure: the hand-over (a release) made the loop
-             * ours, and we then touch its private state. */
-            if (atomic_compare_exchange_strong_explicit(&loop->baton, &b, LOOP_RUN,
-                                                        memory_order_acquire,
-                                                        memory_order_acquire))
-                return false;
-            return b == LOOP_GUEST;
-        }
+        if (done(arg) || left <= 0) return loop_withdraw(loop);
         /* Bounded: a handover is never lost, but a stop may come instead. */
         (void)jet__futex_wait(&loop->baton, LOOP_WANT, left < 10000 ? left : 10000);
-        if (atomic_load_explicit(&loop->stop, memory_order_acquire) &&
-            atomic_load_explicit(&loop->baton, memory_order_acquire) == LOOP_WANT) {
-            b = LOOP_WANT;
-            if (atomic_compare_exchange_strong_explicit(&loop->baton, &b, LOOP_RUN,
-                                                        memory_order_acquire,
-                                                        memory_order_acquire))
-                return false;
-            return b == LOOP_GUEST;
-        }
+        if (atomic_load_explicit(&loop->stop, memory_order_acquire)) return loop_withdraw(loop);
     }
 }
 
@@ -845,22 +841,12 @@ static bool loop_drive(jet_loop_t *loop, bool (*done)(void *arg), void *arg, int
         /* A busy-poll iteration is short: the hand-over comes within one. */
         while ((b = atomic_load_explicit(&loop->baton, memory_order_acquire)) == LOOP_WANT) {
             if (done(arg)) {
-                b = LOOP_WANT;
-                /* Acquire on failure: the hand-over (a release) made the
-                 * loop ours, and we then touch its private state. */
-                if (atomic_compare_exchange_strong_explicit(&loop->baton, &b, LOOP_RUN,
-                                                            memory_order_acquire,
-                                                            memory_order_acquire))
-                    return true;
+                if (!loop_withdraw(loop)) return true;
                 break; /* handed over meanwhile: ours to give back */
             }
             if (atomic_load_explicit(&loop->npollers, memory_order_relaxed) == 0) {
                 /* Its thread may now sleep in epoll: withdraw. */
-                b = LOOP_WANT;
-                if (atomic_compare_exchange_strong_explicit(&loop->baton, &b, LOOP_RUN,
-                                                            memory_order_acquire,
-                                                            memory_order_acquire))
-                    return done(arg);
+                if (!loop_withdraw(loop)) return done(arg);
                 break;
             }
             jet__cpu_relax();
