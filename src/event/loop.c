@@ -375,9 +375,13 @@ void jet_loop_kick(jet_loop_t *loop)
     if (atomic_load_explicit(&loop->npollers, memory_order_relaxed) > 0) {
         loop_want_thread(loop);
     } else if (JET_FLAG(event_guest_block)) {
+        /* IDLE too: a guest may be taking it and have missed the loop
+         * going shared; the eventfd ends its first wait. */
         uint32_t b = atomic_load_explicit(&loop->baton, memory_order_seq_cst);
-        if (b == LOOP_GUEST || b == LOOP_IDLE) loop_want_thread(loop);
-        if (b == LOOP_GUEST) loop_wake(loop);
+        if (b == LOOP_GUEST || b == LOOP_IDLE) {
+            loop_want_thread(loop);
+            loop_wake(loop);
+        }
     }
 }
 
@@ -423,8 +427,13 @@ int jet_loop_io_add(jet_loop_t *loop, jet_io_t *io)
     }
     /* No longer solitary: a thread parked behind guests for the long
      * solitary time must look again at the shorter pace from now on. */
-    if (!io->internal && atomic_fetch_add_explicit(&loop->nio, 1, memory_order_relaxed) == 1)
+    if (!io->internal && atomic_fetch_add_explicit(&loop->nio, 1, memory_order_relaxed) == 1) {
         loop_unpark(loop);
+        /* A guest asleep in its epoll leaves the loop, no longer solitary. */
+        if (atomic_load_explicit(&loop->baton, memory_order_seq_cst) == LOOP_GUEST &&
+            atomic_load_explicit(&loop->npollers, memory_order_relaxed) == 0)
+            loop_wake(loop);
+    }
     return 0;
 }
 
@@ -803,7 +812,7 @@ static bool loop_wait_handover(jet_loop_t *loop, bool (*done)(void *arg), void *
     atomic_store_explicit(&loop->handover_sleeps, 1, memory_order_seq_cst);
     loop_wake(loop);
     for (;;) {
-        uint32_t b = atomic_load_explicit(&loop->baton, memory_order_acquire);
+        uint32_t b = atomic_load_explicit(&loop->baton, memory_order_seq_cst);
         if (b != LOOP_WANT) return b == LOOP_GUEST;
         int64_t left = until_us == INT64_MAX ? INT64_MAX : until_us - jet_now_us();
         if (done(arg) || left <= 0) return loop_withdraw(loop);

@@ -29,12 +29,14 @@ typedef struct cid_slot {
     /* One word, so that a joiner's registration and the free that ends it
      * are ordered on one location. Low half: the free count (bumped when the
      * slot is freed, i.e. after the call's done callback returned), the
-     * futex word joiners sleep on. High half: how the joiner of the current
-     * count waits, so that a completion nobody waits for makes no system
-     * call: CID_WAIT_FUTEX, or CID_WAIT_LOOP with the index of the loop it
-     * drives (and may sleep in the epoll of). A joiner registers with a CAS
-     * that fails once the count moved on: a late joiner of a freed call
-     * cannot overwrite the registration of the slot's next call. */
+     * futex word joiners sleep on. High half: how the joiners of the current
+     * count wait, so that a completion nobody waits for makes no system
+     * call: CID_WAIT_FUTEX when some sleep on the futex, CID_WAIT_LOOP with
+     * the index of the loop one of them drives (and may sleep in the epoll
+     * of; one loop at a time: a joiner that would drive another one sleeps
+     * on the futex instead). Joiners add themselves with a CAS that fails
+     * once the count moved on: a late joiner of a freed call cannot touch
+     * the registrations of the slot's next call. */
     _Atomic uint64_t state;
 } cid_slot_t;
 
@@ -163,9 +165,8 @@ void jet__cid_free(uint32_t idx)
                                                   memory_order_seq_cst, memory_order_relaxed)) {
     }
     uint32_t reg = (uint32_t)(old >> 32);
-    if ((reg & 3) == CID_WAIT_FUTEX) {
-        jet__futex_wake(cid_futex(slot), INT_MAX);
-    } else if ((reg & 3) == CID_WAIT_LOOP) {
+    if (reg & CID_WAIT_FUTEX) jet__futex_wake(cid_futex(slot), INT_MAX);
+    if (reg & CID_WAIT_LOOP) {
         /* The joiner drives that loop, and may sleep in its epoll (ended
          * here); on the loop itself it is this thread, or waits for the
          * loop to be handed over, which then ends the wait. */
@@ -189,17 +190,21 @@ static bool cid_freed(const cid_wait_t *w)
     return cid_seq(atomic_load_explicit(&w->slot->state, memory_order_acquire)) != w->free_seq;
 }
 
-/* Records how this joiner waits; false when the slot was freed already. */
-static bool cid_register(const cid_wait_t *w, uint32_t how)
+/* Adds how this joiner waits to the slot's registrations: 0, -1 when the
+ * slot was freed already, 1 (nothing added) when another joiner drives
+ * another loop. */
+static int cid_register(const cid_wait_t *w, uint32_t how)
 {
     uint64_t old = atomic_load_explicit(&w->slot->state, memory_order_relaxed);
     for (;;) {
-        if (cid_seq(old) != w->free_seq) return false;
-        uint64_t want = (uint64_t)how << 32 | w->free_seq;
+        if (cid_seq(old) != w->free_seq) return -1;
+        uint32_t reg = (uint32_t)(old >> 32);
+        if ((how & CID_WAIT_LOOP) && (reg & CID_WAIT_LOOP) && (reg >> 2) != (how >> 2)) return 1;
+        uint64_t want = (uint64_t)(reg | how) << 32 | w->free_seq;
         if (old == want ||
             atomic_compare_exchange_weak_explicit(&w->slot->state, &old, want,
                                                   memory_order_seq_cst, memory_order_acquire))
-            return true;
+            return 0;
     }
 }
 
@@ -232,8 +237,9 @@ static bool cid_wait(cid_wait_t *w, int64_t spin_us, jet_loop_t *loop)
      * a completion on another thread interrupts the loop (jet__cid_free). */
     int index = jet_loop_index(loop);
     if (index >= 0) {
-        if (!cid_register(w, CID_WAIT_LOOP | (uint32_t)index << 2)) return true;
-        if (jet_loop_drive(loop, cid_done, w, w->deadline_us)) return cid_freed(w);
+        int r = cid_register(w, CID_WAIT_LOOP | (uint32_t)index << 2);
+        if (r < 0) return true;
+        if (r == 0 && jet_loop_drive(loop, cid_done, w, w->deadline_us)) return cid_freed(w);
     }
     /* Not driving (another guest does, or this is a loop thread): a write
      * this thread left to the loop needs its thread, and so does the answer
@@ -252,7 +258,7 @@ static bool cid_wait(cid_wait_t *w, int64_t spin_us, jet_loop_t *loop)
         } while (jet_now_us() < until);
     }
     for (;;) {
-        if (!cid_register(w, CID_WAIT_FUTEX)) return true;
+        if (cid_register(w, CID_WAIT_FUTEX) < 0) return true;
         int64_t left = -1;
         if (w->deadline_us != INT64_MAX) {
             left = w->deadline_us - jet_now_us();

@@ -97,8 +97,8 @@ jet_call_t *jet__cid_claim(uint64_t cid, uint64_t *next_cid_p);
  * callback may already have destroyed or reissued it. */
 void jet__cid_free(uint32_t slot);
 /* Waits until slot has been freed more than free_seq times, driving loop
- * (a busy-poll loop) or spinning up to spin_us microseconds before
- * sleeping. Once deadline_us (monotonic; INT64_MAX: none) has passed,
+ * (see jet_loop_drive) or spinning up to spin_us microseconds before
+ * sleeping. Several threads may join one call. Once deadline_us (monotonic; INT64_MAX: none) has passed,
  * expire(arg) runs on this thread, and again every millisecond until the
  * slot is freed: it ends the call if nobody else owns it. */
 void jet__cid_join(uint32_t slot, uint32_t free_seq, int64_t spin_us, jet_loop_t *loop,

@@ -684,14 +684,20 @@ static void pipe_del(void *arg)
     jet_loop_io_del(&((pipe_io_t *)arg)->io);
 }
 
-static void pipe_up(pipe_io_t *p)
+/* add: registered on the loop's thread now, else left to the caller. */
+static void pipe_up_on(pipe_io_t *p, bool add)
 {
     memset(p, 0, sizeof *p);
     JT_REQUIRE(pipe(p->fds) == 0);
     JT_REQUIRE(fcntl(p->fds[0], F_SETFL, O_NONBLOCK) == 0);
     p->io = (jet_io_t){.fd = p->fds[0], .events = EPOLLIN, .cb = pipe_cb};
     p->guest = pthread_self();
-    jt_loop_run_on(loop, pipe_add, p);
+    if (add) jt_loop_run_on(loop, pipe_add, p);
+}
+
+static void pipe_up(pipe_io_t *p)
+{
+    pipe_up_on(p, true);
 }
 
 static void pipe_down(pipe_io_t *p)
@@ -709,6 +715,7 @@ typedef struct later {
     int fd;
     jet_task_t *task;
     _Atomic int *flag;
+    jet_io_t *add; /* registered from this thread (set after later_start) */
 } later_t;
 
 /* Set by guest_reached once the test thread drives the loop. */
@@ -729,6 +736,7 @@ static void *later_main(void *arg)
     usleep((useconds_t)l->delay_ms * 1000);
     if (l->fd >= 0 && write(l->fd, "x", 1) != 1) abort();
     if (l->task) jet_loop_post(loop, l->task);
+    if (l->add && jet_loop_io_add(loop, l->add) != 0) abort();
     if (l->flag) {
         atomic_store(l->flag, 1);
         jet_loop_interrupt(loop);
@@ -825,9 +833,17 @@ static void test_blocking_guest(void)
     JT_CHECK(jt_wait_at_least(&p.runs, before + 1, GUARD_US));
     JT_CHECK_EQ(atomic_load(&p.on_guest), 4);
 
-    /* Not solitary (a second fd): refused, the thread keeps serving. */
+    /* A second fd registered from another thread while a guest sleeps in
+     * the epoll: the loop is no longer solitary, the guest leaves it. */
     pipe_io_t q;
-    pipe_up(&q);
+    pipe_up_on(&q, false);
+    later_start(&l, 30, -1, NULL, NULL);
+    l.add = &q.io;
+    t0 = jt_now_ms();
+    JT_CHECK(!jet_loop_drive(loop, guest_reached, &un, (int64_t)jt_now_us() + GUARD_US));
+    JT_CHECK(jt_now_ms() - t0 < 2000);
+    pthread_join(l.t, NULL);
+    /* Not solitary (a second fd): refused, the thread keeps serving. */
     t0 = jt_now_ms();
     JT_CHECK(!jet_loop_drive(loop, reached, &uz, (int64_t)jt_now_us() + GUARD_US));
     JT_CHECK(jt_now_ms() - t0 < 2000);

@@ -1,7 +1,8 @@
 /* Joining calls (jet__cid_join): the registration of how a joiner waits
  * belongs to one call; a late joiner of a freed call must not take the wake-up
  * of the call that reuses its correlation slot; a completion on another
- * thread wakes a joiner asleep in its loop's epoll. */
+ * thread wakes a joiner asleep in its loop's epoll, and every joiner of a
+ * call however each waits. */
 #include <pthread.h>
 #include <stdatomic.h>
 #include <stdint.h>
@@ -98,9 +99,39 @@ static void test_free_on_another_thread_wakes_a_driving_joiner(void)
     }
 }
 
+/* Several joiners of one call, each waiting its own way (the futex, one
+ * loop, another loop): one free on another thread wakes them all. */
+static void test_every_joiner_wakes(void)
+{
+    JT_REQUIRE(jet_loop_pick() != NULL);
+    jet_loop_t *loops[3] = {NULL, jet_loop_at(0), jet_loop_at(jet_loops_count() > 1 ? 1 : 0)};
+    for (int order = 0; order < 2; order++) {
+        jet_call_t *c = jet_call_create();
+        JT_REQUIRE(c);
+        uint64_t cid;
+        JT_REQUIRE(jet__cid_alloc(c, &cid) == 0);
+        joiner_t j[3];
+        for (int i = 0; i < 3; i++) {
+            int k = order ? 2 - i : i;
+            j[i] = (joiner_t){.slot = c->slot, .seq = c->slot_free_seq, .loop = loops[k]};
+            JT_REQUIRE(pthread_create(&j[i].t, NULL, joiner_main, &j[i]) == 0);
+            usleep(20 * 1000); /* registered and asleep before the next one */
+        }
+        jet__cid_free(c->slot);
+        for (int i = 0; i < 3; i++) {
+            JT_CHECK(jt_wait_at_least(&j[i].returned, 1, 2 * GUARD_US));
+            pthread_join(j[i].t, NULL);
+            JT_CHECK(j[i].took_us < GUARD_US / 2);
+            JT_CHECK_EQ(atomic_load(&j[i].expired), 0);
+        }
+        jet_call_destroy(c);
+    }
+}
+
 int main(void)
 {
     JT_RUN(test_late_joiner_keeps_off_the_next_call);
     JT_RUN(test_free_on_another_thread_wakes_a_driving_joiner);
+    JT_RUN(test_every_joiner_wakes);
     return jt_finish();
 }
