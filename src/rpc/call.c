@@ -158,8 +158,8 @@ void jet__cid_free(uint32_t idx)
     slot->call = NULL;
     /* A version never reused by this slot's next call: claims of old ids fail. */
     atomic_fetch_add_explicit(&slot->version, 1, memory_order_release);
-    /* The next count with no registration; the old high half is the
-     * registration of this call's joiner, if it made one. */
+    /* The next count with no registration; the old high half holds the
+     * registrations of this call's joiners, if any. */
     uint64_t old = atomic_load_explicit(&slot->state, memory_order_relaxed);
     while (!atomic_compare_exchange_weak_explicit(&slot->state, &old, (uint64_t)(cid_seq(old) + 1),
                                                   memory_order_seq_cst, memory_order_relaxed)) {
@@ -167,7 +167,7 @@ void jet__cid_free(uint32_t idx)
     uint32_t reg = (uint32_t)(old >> 32);
     if (reg & CID_WAIT_FUTEX) jet__futex_wake(cid_futex(slot), INT_MAX);
     if (reg & CID_WAIT_LOOP) {
-        /* The joiner drives that loop, and may sleep in its epoll (ended
+        /* A joiner drives that loop, and may sleep in its epoll (ended
          * here); on the loop itself it is this thread, or waits for the
          * loop to be handed over, which then ends the wait. */
         jet_loop_t *loop = jet_loop_at((int)(reg >> 2));

@@ -98,9 +98,10 @@ jet_call_t *jet__cid_claim(uint64_t cid, uint64_t *next_cid_p);
 void jet__cid_free(uint32_t slot);
 /* Waits until slot has been freed more than free_seq times, driving loop
  * (see jet_loop_drive) or spinning up to spin_us microseconds before
- * sleeping. Several threads may join one call. Once deadline_us (monotonic; INT64_MAX: none) has passed,
- * expire(arg) runs on this thread, and again every millisecond until the
- * slot is freed: it ends the call if nobody else owns it. */
+ * sleeping; several threads may join one call. Once deadline_us
+ * (monotonic; INT64_MAX: none) has passed, expire(arg) runs on this thread,
+ * and again every millisecond until the slot is freed: it ends the call if
+ * nobody else owns it. */
 void jet__cid_join(uint32_t slot, uint32_t free_seq, int64_t spin_us, jet_loop_t *loop,
                    int64_t deadline_us, void (*expire)(void *arg), void *arg);
 
