@@ -71,10 +71,10 @@ WR_INLINE size_t str_len(const char *s)
     return s ? strlen(s) : 0;
 }
 
-WR_INLINE size_t request_size(const Brpc__Policy__RpcRequestMeta *r)
+/* sl, ml: the lengths of the service and method names. */
+WR_INLINE size_t request_size(const Brpc__Policy__RpcRequestMeta *r, size_t sl, size_t ml)
 {
     if (r->base.n_unknown_fields) return 0;
-    size_t sl = str_len(r->service_name), ml = str_len(r->method_name);
     size_t n = 1 + varint_size(sl) + sl + 1 + varint_size(ml) + ml;
     if (r->has_log_id) n += 1 + varint_size((uint64_t)r->log_id);
     if (r->has_trace_id) n += 1 + varint_size((uint64_t)r->trace_id);
@@ -109,7 +109,8 @@ size_t jet__meta_packed_size(const Brpc__Policy__RpcMeta *m)
         return 0;
     size_t n = 0;
     if (m->request) {
-        size_t r = request_size(m->request);
+        size_t r = request_size(m->request, str_len(m->request->service_name),
+                                str_len(m->request->method_name));
         if (r == 0) return 0; /* unknown fields (a request meta is never empty) */
         n += 1 + varint_size(r) + r;
     }
@@ -155,9 +156,10 @@ void jet__meta_pack(const Brpc__Policy__RpcMeta *m, uint8_t *out)
     size_t n = 0;
     if (m->request) {
         const Brpc__Policy__RpcRequestMeta *r = m->request;
-        n += put_int(out + n, TAG_META_REQUEST, request_size(r));
-        n += put_str(out + n, TAG_REQ_SERVICE, r->service_name);
-        n += put_str(out + n, TAG_REQ_METHOD, r->method_name);
+        size_t sl = str_len(r->service_name), ml = str_len(r->method_name);
+        n += put_int(out + n, TAG_META_REQUEST, request_size(r, sl, ml));
+        n += put_bytes(out + n, TAG_REQ_SERVICE, r->service_name, sl);
+        n += put_bytes(out + n, TAG_REQ_METHOD, r->method_name, ml);
         if (r->has_log_id) n += put_int(out + n, TAG_REQ_LOG, (uint64_t)r->log_id);
         if (r->has_trace_id) n += put_int(out + n, TAG_REQ_TRACE, (uint64_t)r->trace_id);
         if (r->has_span_id) n += put_int(out + n, TAG_REQ_SPAN, (uint64_t)r->span_id);
