@@ -46,6 +46,7 @@ struct jet_call {
     /* A synchronous call's plain request, packed at each attempt instead
      * (req_body empty); NULL otherwise. Valid while the call is issued. */
     const ProtobufCMessage *req_msg;
+    size_t req_msg_size; /* its packed size */
     uint64_t cid;
     uint32_t slot;
     int attempts;

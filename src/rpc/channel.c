@@ -453,7 +453,9 @@ static int ch_pack_request(jet_call_t *call, jet_iobuf_t *frame)
         meta.checksum_value.len = 4;
     }
     /* Body and attachment stay with the call: a retry sends them again. */
-    if (call->req_msg) return jet__baidu_pack_msg_shared(frame, &meta, call->req_msg, &call->req_att);
+    if (call->req_msg)
+        return jet__baidu_pack_msg_shared(frame, &meta, call->req_msg, call->req_msg_size,
+                                          &call->req_att);
     return jet__baidu_pack_shared(frame, &meta, &call->req_body, &call->req_att);
 }
 
@@ -595,7 +597,7 @@ int jet_channel_call(jet_channel_t *ch, const ProtobufCServiceDescriptor *servic
     size_t body_len;
     call->req_msg = !done && request && call->req_compress == 0 && !call->checksum ? request : NULL;
     if (call->req_msg) {
-        body_len = protobuf_c_message_get_packed_size(request);
+        body_len = call->req_msg_size = protobuf_c_message_get_packed_size(request);
     } else {
         rc = jet__encode_message(request, call->req_compress, &call->req_body);
         body_len = jet_iobuf_len(&call->req_body);

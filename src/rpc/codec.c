@@ -470,11 +470,12 @@ static int codec_append_frame(jet_iobuf_t *out, const uint8_t *piece, size_t len
     return rc;
 }
 
-/* The attachment is moved, or shared when `share` (then never written). */
+/* The attachment is moved, or shared when `share` (then never written).
+ * msz: msg's packed size (0 without msg). */
 static int codec_pack_msg(jet_iobuf_t *out, const Brpc__Policy__RpcMeta *meta,
-                          const ProtobufCMessage *msg, jet_iobuf_t *attachment, bool share)
+                          const ProtobufCMessage *msg, size_t msz, jet_iobuf_t *attachment,
+                          bool share)
 {
-    size_t msz = msg ? protobuf_c_message_get_packed_size(msg) : 0;
     size_t meta_size = jet__meta_packed_size(meta);
     size_t alen = attachment ? jet_iobuf_len(attachment) : 0;
     size_t head = JET_BAIDU_HEADER_SIZE + meta_size + msz;
@@ -497,14 +498,16 @@ static int codec_pack_msg(jet_iobuf_t *out, const Brpc__Policy__RpcMeta *meta,
 int jet__baidu_pack_msg(jet_iobuf_t *out, const Brpc__Policy__RpcMeta *meta,
                         const ProtobufCMessage *msg, jet_iobuf_t *attachment)
 {
-    return codec_pack_msg(out, meta, msg, attachment, false);
+    size_t msz = msg ? protobuf_c_message_get_packed_size(msg) : 0;
+    return codec_pack_msg(out, meta, msg, msz, attachment, false);
 }
 
 int jet__baidu_pack_msg_shared(jet_iobuf_t *out, const Brpc__Policy__RpcMeta *meta,
-                               const ProtobufCMessage *msg, const jet_iobuf_t *attachment)
+                               const ProtobufCMessage *msg, size_t msg_size,
+                               const jet_iobuf_t *attachment)
 {
     /* Shared, never written: the cast only serves the common helper. */
-    return codec_pack_msg(out, meta, msg, (jet_iobuf_t *)attachment, true);
+    return codec_pack_msg(out, meta, msg, msg ? msg_size : 0, (jet_iobuf_t *)attachment, true);
 }
 
 int jet__baidu_pack_shared(jet_iobuf_t *out, const Brpc__Policy__RpcMeta *meta,

@@ -84,9 +84,12 @@ int jet__baidu_pack_shared(jet_iobuf_t *out, const Brpc__Policy__RpcMeta *meta,
                            const jet_iobuf_t *body, const jet_iobuf_t *attachment);
 
 /* jet__baidu_pack_msg that leaves the attachment as it is (shared): a
- * synchronous call packs its request straight into each attempt's frame. */
+ * synchronous call packs its request straight into each attempt's frame.
+ * msg_size is protobuf_c_message_get_packed_size(msg), which the caller
+ * measured already (ignored when msg is NULL). */
 int jet__baidu_pack_msg_shared(jet_iobuf_t *out, const Brpc__Policy__RpcMeta *meta,
-                               const ProtobufCMessage *msg, const jet_iobuf_t *attachment);
+                               const ProtobufCMessage *msg, size_t msg_size,
+                               const jet_iobuf_t *attachment);
 
 /* Serialises a protobuf-c message at the end of out (no intermediate copy). */
 int jet__pb_pack_iobuf(const ProtobufCMessage *msg, jet_iobuf_t *out);
