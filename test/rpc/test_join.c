@@ -39,6 +39,15 @@ static void *joiner_main(void *arg)
     return NULL;
 }
 
+/* The joiner returned long before its deadline, without expiring its call. */
+static void joiner_end(joiner_t *j)
+{
+    JT_CHECK(jt_wait_at_least(&j->returned, 1, 2 * GUARD_US));
+    pthread_join(j->t, NULL);
+    JT_CHECK(j->took_us < GUARD_US / 2);
+    JT_CHECK_EQ(atomic_load(&j->expired), 0);
+}
+
 /* Call A ends before its owner joins; call X takes the same slot and its
  * joiner sleeps; A's owner joins late (driving a loop); X ends: X's joiner
  * wakes at once, not at its deadline. */
@@ -67,10 +76,7 @@ static void test_late_joiner_keeps_off_the_next_call(void)
         JT_CHECK_EQ(atomic_load(&late_expired), 0);
 
         jet__cid_free(x->slot);
-        JT_CHECK(jt_wait_at_least(&jx.returned, 1, 2 * GUARD_US));
-        pthread_join(jx.t, NULL);
-        JT_CHECK(jx.took_us < GUARD_US / 2);
-        JT_CHECK_EQ(atomic_load(&jx.expired), 0);
+        joiner_end(&jx);
         jet_call_destroy(a);
         jet_call_destroy(x);
     }
@@ -91,10 +97,7 @@ static void test_free_on_another_thread_wakes_a_driving_joiner(void)
         JT_REQUIRE(pthread_create(&j.t, NULL, joiner_main, &j) == 0);
         usleep(round % 2 ? 20 * 1000 : 100);
         jet__cid_free(c->slot);
-        JT_CHECK(jt_wait_at_least(&j.returned, 1, 2 * GUARD_US));
-        pthread_join(j.t, NULL);
-        JT_CHECK(j.took_us < GUARD_US / 2);
-        JT_CHECK_EQ(atomic_load(&j.expired), 0);
+        joiner_end(&j);
         jet_call_destroy(c);
     }
 }
@@ -118,12 +121,7 @@ static void test_every_joiner_wakes(void)
             usleep(20 * 1000); /* registered and asleep before the next one */
         }
         jet__cid_free(c->slot);
-        for (int i = 0; i < 3; i++) {
-            JT_CHECK(jt_wait_at_least(&j[i].returned, 1, 2 * GUARD_US));
-            pthread_join(j[i].t, NULL);
-            JT_CHECK(j[i].took_us < GUARD_US / 2);
-            JT_CHECK_EQ(atomic_load(&j[i].expired), 0);
-        }
+        for (int i = 0; i < 3; i++) joiner_end(&j[i]);
         jet_call_destroy(c);
     }
 }
