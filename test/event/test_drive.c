@@ -716,6 +716,7 @@ typedef struct later {
     jet_task_t *task;
     _Atomic int *flag;
     jet_io_t *add; /* registered from this thread (set after later_start) */
+    bool kick;     /* jet_loop_kick (set after later_start) */
 } later_t;
 
 /* Set by guest_reached once the test thread drives the loop. */
@@ -737,6 +738,7 @@ static void *later_main(void *arg)
     if (l->fd >= 0 && write(l->fd, "x", 1) != 1) abort();
     if (l->task) jet_loop_post(loop, l->task);
     if (l->add && jet_loop_io_add(loop, l->add) != 0) abort();
+    if (l->kick) jet_loop_kick(loop);
     if (l->flag) {
         atomic_store(l->flag, 1);
         jet_loop_interrupt(loop);
@@ -749,15 +751,6 @@ static void later_start(later_t *l, int delay_ms, int fd, jet_task_t *task, _Ato
     atomic_store(&guest_in, 0);
     *l = (later_t){.delay_ms = delay_ms, .fd = fd, .task = task, .flag = flag};
     JT_REQUIRE(pthread_create(&l->t, NULL, later_main, l) == 0);
-}
-
-static void *kick_later(void *arg)
-{
-    (void)arg;
-    if (!jt_wait_at_least(&guest_in, 1, GUARD_US)) abort();
-    usleep(30 * 1000);
-    jet_loop_kick(loop);
-    return NULL;
 }
 
 static void test_blocking_guest(void)
@@ -804,15 +797,13 @@ static void test_blocking_guest(void)
     /* An asynchronous call's kick makes the loop shared: a guest asleep in
      * its epoll is woken and leaves it to the thread. */
     later_start(&l, 30, -1, NULL, NULL);
-    pthread_t kicker;
-    JT_REQUIRE(pthread_create(&kicker, NULL, kick_later, NULL) == 0);
+    l.kick = true;
     _Atomic int none = 0;
     until_t un = {&none, 1, NULL};
     t0 = jt_now_ms();
     JT_CHECK(!jet_loop_drive(loop, guest_reached, &un, (int64_t)jt_now_us() + GUARD_US));
     JT_CHECK(jt_now_ms() - t0 < 2000);
     pthread_join(l.t, NULL);
-    pthread_join(kicker, NULL);
     /* Shared for a second: refused meanwhile. */
     t0 = jt_now_ms();
     JT_CHECK(!jet_loop_drive(loop, reached, &un, (int64_t)jt_now_us() + GUARD_US));
