@@ -228,9 +228,7 @@ static void test_pooled_connections(void)
     JT_CHECK(conns >= 1);
     JT_CHECK(conns <= N);
     jet_channel_destroy(ch);
-    jet_urma_loop_stats_t st;
-    JT_CHECK(JT_WAIT_UNTIL((st = ut_urma_totals(NULL), st.endpoints == 0 && st.jfc_used == 0),
-                           10000000));
+    JT_CHECK(ut_urma_released(0, NULL));
     JT_CHECK_EQ(jt_child_stop(&c), 0);
 }
 
@@ -297,8 +295,7 @@ static void test_server_stop_during_calls(void)
     JT_CHECK_EQ(atomic_load(&b.twice), 0);
     jet_channel_destroy(ch);
     jet_urma_loop_stats_t st;
-    JT_CHECK(JT_WAIT_UNTIL((st = ut_urma_totals(NULL), st.endpoints == 0 && st.jfc_used == 0),
-                           10000000));
+    JT_CHECK(ut_urma_released(0, &st));
     JT_CHECK_EQ(st.endpoints, 0);
     JT_CHECK_EQ(st.jfc_used, st0.jfc_used);
     JT_CHECK_EQ(atomic_load(&b.twice), 0);
@@ -350,8 +347,7 @@ static void case_channel_destroyed_in_flight(void)
             done_at_destroy, ok, failed);
     ut_expect_urma(m, 1 + ok, 1);
     jet_urma_loop_stats_t st;
-    JT_CHECK(JT_WAIT_UNTIL(
-        (st = ut_urma_totals(NULL), st.endpoints == 0 && st.jfc_used == st0.jfc_used), 10000000));
+    JT_CHECK(ut_urma_released(st0.jfc_used, &st));
     JT_CHECK_EQ(st.endpoints, 0);
     JT_CHECK_EQ(st.jfc_used, st0.jfc_used);
     JT_CHECK_EQ(atomic_load(&b.twice), 0);
@@ -562,9 +558,7 @@ static void case_mixed_sizes(void)
     ut_expect_urma(m, answered, 0);
     jet_channel_destroy(ch);
     jet_server_destroy(srv);
-    jet_urma_loop_stats_t st;
-    JT_CHECK(JT_WAIT_UNTIL((st = ut_urma_totals(NULL), st.endpoints == 0 && st.jfc_used == 0),
-                           10000000));
+    JT_CHECK(ut_urma_released(0, NULL));
 }
 
 static void test_mixed_sizes_event_mode(void)

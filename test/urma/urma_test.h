@@ -206,6 +206,18 @@ static UT_UNUSED void *ut_flag_later_main(void *arg)
 
 static UT_UNUSED jet_urma_loop_stats_t ut_urma_totals(int *spinning_p);
 
+/* Waits up to 10 s until this process has no URMA endpoint left and its
+ * reserved completion-queue entries are back at jfc_used; the totals seen
+ * last go to *st_p (may be NULL). True when they got there. */
+static UT_UNUSED bool ut_urma_released(uint32_t jfc_used, jet_urma_loop_stats_t *st_p)
+{
+    jet_urma_loop_stats_t st;
+    bool r = JT_WAIT_UNTIL((st = ut_urma_totals(NULL), st.endpoints == 0 && st.jfc_used == jfc_used),
+                           10000000);
+    if (st_p) *st_p = st;
+    return r;
+}
+
 typedef struct ut_client_thread {
     int port, calls, rc;
     size_t size;
@@ -283,9 +295,7 @@ static UT_UNUSED int ut_client_role(int argc, char **argv)
     if (rc == 0 && expect_urma == 1) {
         if (st.c.recv_copied + st.c.recv_zerocopy < (uint64_t)calls * (uint64_t)threads) return 6;
         if (st.attaches != (uint64_t)threads) return 8; /* one failed and reconnected */
-        if (!JT_WAIT_UNTIL((st = ut_urma_totals(NULL), st.endpoints == 0 && st.jfc_used == 0),
-                           10000000))
-            return 7;
+        if (!ut_urma_released(0, NULL)) return 7;
     }
     return rc < 0 ? 1 : rc > 255 ? rc % 250 + 5 : rc;
 }
