@@ -195,7 +195,8 @@ static bool cid_freed(const cid_wait_t *w)
  * another loop. */
 static int cid_register(const cid_wait_t *w, uint32_t how)
 {
-    uint64_t old = atomic_load_explicit(&w->slot->state, memory_order_relaxed);
+    /* Acquire: a -1 answer lets the joiner read what the call's end wrote. */
+    uint64_t old = atomic_load_explicit(&w->slot->state, memory_order_acquire);
     for (;;) {
         if (cid_seq(old) != w->free_seq) return -1;
         uint32_t reg = (uint32_t)(old >> 32);

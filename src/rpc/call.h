@@ -33,7 +33,9 @@ struct jet_call {
     int32_t max_retry;  /* < 0: the channel's */
     bool checksum;
     bool checksum_with_att;
-    bool in_flight;
+    /* Read by jet_channel_call's misuse check on the caller's thread while
+     * the call's end clears it on a loop thread. */
+    _Atomic bool in_flight;
     ProtobufCMessage *response;
     const ProtobufCServiceDescriptor *service;
     const ProtobufCMethodDescriptor *method;

@@ -348,7 +348,7 @@ static void ch_complete(jet_call_t *call, int code, const char *text)
         ch_put_socket(call->channel, call->sock);
         call->sock = NULL;
     }
-    call->in_flight = false;
+    atomic_store_explicit(&call->in_flight, false, memory_order_relaxed);
     ch_notify(call);
 }
 
@@ -547,7 +547,8 @@ int jet_channel_call(jet_channel_t *ch, const ProtobufCServiceDescriptor *servic
                      unsigned method_index, jet_call_t *call, const ProtobufCMessage *request,
                      jet_call_done_cb_t done, void *arg)
 {
-    if (!ch || !service || !call || method_index >= service->n_methods || call->in_flight)
+    if (!ch || !service || !call || method_index >= service->n_methods ||
+        atomic_load_explicit(&call->in_flight, memory_order_relaxed))
         return -EINVAL;
     /* A done callback that reissues its call while the channel is being
      * destroyed (the call's reference keeps the channel until it returns). */
@@ -573,7 +574,7 @@ int jet_channel_call(jet_channel_t *ch, const ProtobufCServiceDescriptor *servic
     call->resp_compress = 0;
     call->start_us = jet_now_us();
     call->end_us = 0;
-    call->in_flight = true;
+    atomic_store_explicit(&call->in_flight, true, memory_order_relaxed);
     int32_t timeout = call->timeout_ms != INT32_MIN ? call->timeout_ms : ch->opts.timeout_ms;
     int32_t retry = call->max_retry >= 0 ? call->max_retry : ch->opts.max_retry;
     call->max_attempts = retry + 1;
@@ -582,7 +583,7 @@ int jet_channel_call(jet_channel_t *ch, const ProtobufCServiceDescriptor *servic
     if (request && !protobuf_c_message_check(request)) {
         /* brpc fails such a call before sending (request_not_init). */
         call->attempts = 1;
-        call->in_flight = false;
+        atomic_store_explicit(&call->in_flight, false, memory_order_relaxed);
         char text[256];
         snprintf(text, sizeof text, "Missing required fields in request: %s", m->input->name);
         jet__call_set_error(call, JET_EREQUEST, text);
@@ -607,7 +608,7 @@ int jet_channel_call(jet_channel_t *ch, const ProtobufCServiceDescriptor *servic
     if (rc < 0) {
         call->req_msg = NULL;
         call->attempts = 1;
-        call->in_flight = false;
+        atomic_store_explicit(&call->in_flight, false, memory_order_relaxed);
         jet__call_set_error(call, rc == -EINVAL ? JET_EREQUEST : -rc,
                             rc == -EINVAL ? "Unsupported compress type" : jet_strerror(rc));
         call->end_us = jet_now_us();

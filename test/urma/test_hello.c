@@ -1074,12 +1074,16 @@ static void server_fn(int fd, int index, void *arg)
     sarg_t *sa = arg;
     jet_urma_hello_t h;
     size_t len;
-    jet_urma_hello_result_t r = read_hello(fd, &h, sa->hello, &len);
+    uint8_t raw[sizeof sa->hello];
+    jet_urma_hello_result_t r = read_hello(fd, &h, raw, &len);
     if (r != JET_URMA_HELLO_OK) {
         close(fd);
         return;
     }
-    sa->hello_len = len;
+    if (index == 0) { /* the first connection's hello; a retry's runs in another thread */
+        memcpy(sa->hello, raw, len);
+        sa->hello_len = len;
+    }
     atomic_fetch_add(&sa->hellos, 1);
     uint8_t b[4200];
     size_t n = 0;
