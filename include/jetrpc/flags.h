@@ -9,8 +9,14 @@
  *
  * Flags are defined at file scope with JET_FLAG_DEFINE_<TYPE>(name, default,
  * help) and read as JET_FLAG(name); another file reads them after
- * JET_FLAG_DECLARE_<TYPE>(name). Reading a flag is a plain load; flags are
- * meant to be set before the threads that read them start. */
+ * JET_FLAG_DECLARE_<TYPE>(name).
+ *
+ * A flag may be changed at any time, from any thread, by jet_flag_set or
+ * JET_FLAG_STORE: JET_FLAG reads it with one atomic load (relaxed; acquire
+ * for strings, whose text is then complete), so a reader sees the old or the
+ * new value, never a torn one. The text of a string value stays valid for the
+ * life of the process. Code that reads a flag once, at a connection's or a
+ * loop's start, keeps what it read. */
 #ifndef JETRPC_FLAGS_H
 #define JETRPC_FLAGS_H
 
@@ -58,7 +64,28 @@ const jet_flag_t *jet_flag_find(const char *name);
 /* Prints "--name=default  help" for every flag, sorted by name. */
 void jet_flags_print_help(FILE *out);
 
-#define JET_FLAG(name) jet_flag__##name
+#ifdef __cplusplus
+#define JET_FLAG_ORDER_(name) __ATOMIC_ACQUIRE
+#else
+#define JET_FLAG_ORDER_(name)                                                                      \
+    _Generic(jet_flag__##name, const char *: __ATOMIC_ACQUIRE, default: __ATOMIC_RELAXED)
+#endif
+/* The flag's value (an rvalue). */
+#define JET_FLAG(name)                                                                             \
+    __extension__({                                                                                \
+        __typeof__(jet_flag__##name) jet_flag_v_;                                                  \
+        __atomic_load(&jet_flag__##name, &jet_flag_v_, JET_FLAG_ORDER_(name));                     \
+        jet_flag_v_;                                                                               \
+    })
+/* Sets the flag to value, of the flag's type (no parsing; a string must stay
+ * valid for the life of the process). */
+#define JET_FLAG_STORE(name, value)                                                                \
+    do {                                                                                           \
+        __typeof__(jet_flag__##name) jet_flag_v_ = (value);                                        \
+        __atomic_store(&jet_flag__##name, &jet_flag_v_, __ATOMIC_RELEASE);                         \
+    } while (0)
+/* The flag's variable, for code that keeps its address; read it atomically. */
+#define JET_FLAG_VAR(name) jet_flag__##name
 
 #define JET_FLAG_DEFINE_(ctype, tag, name, def, helptext)                                          \
     ctype jet_flag__##name = def;                                                                  \

@@ -10,7 +10,7 @@
 #include <strings.h>
 
 /* A string value the registry allocated. The value handed to readers is s;
- * the header lets a replaced value be parked instead of freed. */
+ * readers on other threads may hold it at any time, so it is never freed. */
 typedef struct flags_str {
     struct flags_str *next;
     char s[];
@@ -26,20 +26,19 @@ typedef struct flags_extra {
         double d;
         const char *s;
     } def;              /* value at registration, shown by --help */
-    flags_str_t *owned; /* string value allocated by the registry, if any */
     struct flags_extra *next;
 } flags_extra_t;
 
 /* Constructors register before main(), so everything here must work with
  * static initialisation only. The lock makes late registration (dlopen) and
  * jet_flag_set from several threads safe for the registry itself; readers of
- * a flag value take no lock, by contract. */
+ * a flag value take no lock: values are stored and loaded atomically. */
 static pthread_mutex_t flags_lock = PTHREAD_MUTEX_INITIALIZER;
 static jet_flag_t *flags_head;
 static flags_extra_t *flags_extras;
-/* Registry strings that user code replaced by assigning the flag directly:
- * someone may still hold them, so they stay allocated (and reachable). */
-static flags_str_t *flags_parked;
+/* Every string value the registry allocated, kept allocated (and reachable)
+ * because a reader may still hold any of them. */
+static flags_str_t *flags_strings;
 
 #define FLAGS_ENV_PREFIX "JETRPC_"
 
@@ -122,31 +121,21 @@ static int flags_parse_double(const char *s, double *out)
 
 static int flags_set_string_locked(jet_flag_t *f, const char *value)
 {
-    size_t len = strlen(value);
-    flags_str_t *str = malloc(sizeof *str + len + 1);
-    if (!str) return -ENOMEM;
-    memcpy(str->s, value, len + 1);
-    str->next = NULL;
-
-    const char **slot = f->ptr;
-    flags_extra_t *x = flags_extra_locked(f);
-    if (x && x->owned) {
-        if (*slot == x->owned->s) {
-            free(x->owned);
-        } else {
-            x->owned->next = flags_parked;
-            flags_parked = x->owned;
-        }
+    /* Kept texts are shared by equal values: a program that flips a flag
+     * between a few values keeps a few texts. */
+    flags_str_t *str = flags_strings;
+    while (str && strcmp(str->s, value) != 0)
+        str = str->next;
+    if (!str) {
+        size_t len = strlen(value);
+        str = malloc(sizeof *str + len + 1);
+        if (!str) return -ENOMEM;
+        memcpy(str->s, value, len + 1);
+        str->next = flags_strings;
+        flags_strings = str;
     }
-    *slot = str->s;
-    if (x) {
-        x->owned = str;
-    } else {
-        /* No side record (it could not be allocated): park it so that it
-         * is never freed while possibly in use, and never reported lost. */
-        str->next = flags_parked;
-        flags_parked = str;
-    }
+    const char *v = str->s;
+    __atomic_store((const char **)f->ptr, &v, __ATOMIC_RELEASE);
     return 0;
 }
 
@@ -159,21 +148,21 @@ static int flags_set_locked(jet_flag_t *f, const char *value)
     case JET_FLAG_TYPE_BOOL: {
         bool b;
         if ((rc = flags_parse_bool(value, &b)) < 0) return rc;
-        *(bool *)f->ptr = b;
+        __atomic_store((bool *)f->ptr, &b, __ATOMIC_RELAXED);
         return 0;
     }
     case JET_FLAG_TYPE_INT32:
         if ((rc = flags_parse_int(value, INT32_MIN, INT32_MAX, &ll)) < 0) return rc;
-        *(int32_t *)f->ptr = (int32_t)ll;
+        __atomic_store_n((int32_t *)f->ptr, (int32_t)ll, __ATOMIC_RELAXED);
         return 0;
     case JET_FLAG_TYPE_INT64:
         if ((rc = flags_parse_int(value, INT64_MIN, INT64_MAX, &ll)) < 0) return rc;
-        *(int64_t *)f->ptr = (int64_t)ll;
+        __atomic_store_n((int64_t *)f->ptr, (int64_t)ll, __ATOMIC_RELAXED);
         return 0;
     case JET_FLAG_TYPE_DOUBLE: {
         double d;
         if ((rc = flags_parse_double(value, &d)) < 0) return rc;
-        *(double *)f->ptr = d;
+        __atomic_store((double *)f->ptr, &d, __ATOMIC_RELAXED);
         return 0;
     }
     case JET_FLAG_TYPE_STRING:
@@ -285,20 +274,23 @@ static void flags_print_value(FILE *out, jet_flag_type_t type, const void *v)
     char buf[64];
     switch (type) {
     case JET_FLAG_TYPE_BOOL:
-        fputs(*(const bool *)v ? "true" : "false", out);
+        fputs(__atomic_load_n((const bool *)v, __ATOMIC_RELAXED) ? "true" : "false", out);
         break;
     case JET_FLAG_TYPE_INT32:
-        fprintf(out, "%d", (int)*(const int32_t *)v);
+        fprintf(out, "%d", (int)__atomic_load_n((const int32_t *)v, __ATOMIC_RELAXED));
         break;
     case JET_FLAG_TYPE_INT64:
-        fprintf(out, "%lld", (long long)*(const int64_t *)v);
+        fprintf(out, "%lld", (long long)__atomic_load_n((const int64_t *)v, __ATOMIC_RELAXED));
         break;
-    case JET_FLAG_TYPE_DOUBLE:
-        flags_format_double(*(const double *)v, buf, sizeof buf);
+    case JET_FLAG_TYPE_DOUBLE: {
+        double d;
+        __atomic_load((const double *)v, &d, __ATOMIC_RELAXED);
+        flags_format_double(d, buf, sizeof buf);
         fputs(buf, out);
         break;
+    }
     case JET_FLAG_TYPE_STRING: {
-        const char *s = *(const char *const *)v;
+        const char *s = __atomic_load_n((const char *const *)v, __ATOMIC_ACQUIRE);
         fprintf(out, "\"%s\"", s ? s : "");
         break;
     }

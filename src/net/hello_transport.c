@@ -39,7 +39,7 @@ static void hl_timer_cb(jet_timer_t *t)
     jet_socket_t *s = h->s;
     if (atomic_load(&h->mode) != JET_HELLO_UNKNOWN || jet__socket_failed(s)) return;
     JET_WARN("%s handshake with %s timed out after %d ms (%s)", h->ops->name, s->peer,
-             *h->ops->timeout_ms, hl_hs_names[h->hs]);
+             (int)h->timer_ms, hl_hs_names[h->hs]);
     jet__socket_set_failed(s, -ETIMEDOUT);
 }
 
@@ -85,9 +85,11 @@ int jet__hello_send(jet_socket_t *s, const void *buf, size_t len)
 
 void jet__hello_timer_start(jet_socket_t *s, jet_hello_ts_t *h)
 {
-    int ms = *h->ops->timeout_ms;
-    if (ms > 0 && !jet_timer_armed(&h->timer))
+    int32_t ms = __atomic_load_n(h->ops->timeout_ms, __ATOMIC_RELAXED);
+    if (ms > 0 && !jet_timer_armed(&h->timer)) {
+        h->timer_ms = ms;
         jet_loop_timer_start(s->loop, &h->timer, jet_now_us() + (int64_t)ms * 1000);
+    }
 }
 
 size_t jet__hello_flatten(jet_hello_ts_t *h, uint8_t *flat)

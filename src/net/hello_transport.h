@@ -56,7 +56,7 @@ typedef struct jet_hello_ops {
     const char *name;          /* in logs: "URMA", "UBRing" */
     const char *key;           /* socket_mode name and debug key: "urma", "ubring" */
     size_t hello_max;          /* largest hello; more unconsumed bytes fail the socket */
-    const int32_t *timeout_ms; /* the handshake timeout flag (<= 0: none) */
+    const int32_t *timeout_ms; /* the handshake timeout flag (<= 0: none), read atomically */
 
     /* Client, after each read while waiting for the server's hello: parse
      * jet__hello_flatten's bytes, pop what is consumed from h->hs_buf, then
@@ -97,6 +97,7 @@ struct jet_hello_ts {
     struct jet_socket *s;
     jet_iobuf_t hs_buf; /* handshake bytes read from TCP, not yet consumed */
     jet_timer_t timer;
+    int32_t timer_ms;       /* the handshake timeout the timer was armed with */
     _Atomic bool writer_in; /* a writer is inside the data plane */
     _Atomic bool closed;
 };

@@ -1,6 +1,9 @@
 /* Flags registry: every command-line syntax, environment order, validation,
- * argv rewriting, duplicates and --help. */
+ * argv rewriting, duplicates, --help and changes while other threads read. */
 #include <errno.h>
+#include <pthread.h>
+#include <sched.h>
+#include <stdatomic.h>
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
@@ -77,7 +80,7 @@ static void test_find(void)
     JT_CHECK_EQ(f->type, JET_FLAG_TYPE_INT32);
     JT_CHECK(strcmp(f->name, "tf_i32") == 0);
     JT_CHECK(strcmp(f->help, "a test int32") == 0);
-    JT_CHECK(f->ptr == &JET_FLAG(tf_i32));
+    JT_CHECK(f->ptr == &JET_FLAG_VAR(tf_i32));
     JT_CHECK(jet_flag_find("tf_str")->type == JET_FLAG_TYPE_STRING);
     JT_CHECK(jet_flag_find("no_such_flag") == NULL);
     JT_CHECK(jet_flag_find("tf_i3") == NULL); /* prefixes are not names */
@@ -101,14 +104,14 @@ static void test_set_bool(void)
     static const char *const yes[] = {"true", "1", "yes", "TRUE", "Yes"};
     static const char *const no[] = {"false", "0", "no", "FALSE", "No"};
     for (size_t i = 0; i < sizeof yes / sizeof yes[0]; i++) {
-        JET_FLAG(tf_bool) = false;
+        JET_FLAG_STORE(tf_bool, false);
         JT_CHECK_EQ(jet_flag_set("tf_bool", yes[i]), 0);
         JT_CHECK(JET_FLAG(tf_bool) == true);
         JT_CHECK_EQ(jet_flag_set("tf_bool", no[i]), 0);
         JT_CHECK(JET_FLAG(tf_bool) == false);
     }
     static const char *const bad[] = {"", "2", "maybe", "truex", " true", "true ", "y", "-1"};
-    JET_FLAG(tf_bool) = true;
+    JET_FLAG_STORE(tf_bool, true);
     for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
         JT_CHECK_EQ(jet_flag_set("tf_bool", bad[i]), -EINVAL);
         JT_CHECK(JET_FLAG(tf_bool) == true);
@@ -131,7 +134,7 @@ static void test_set_int32(void)
     JT_CHECK_EQ(jet_flag_set("tf_i32", "-0"), 0);
     JT_CHECK_EQ(JET_FLAG(tf_i32), 0);
 
-    JET_FLAG(tf_i32) = 33;
+    JET_FLAG_STORE(tf_i32, 33);
     static const char *const bad[] = {"2147483648",
                                       "-2147483649",
                                       "99999999999999999999",
@@ -206,7 +209,7 @@ static void test_set_string(void)
     JT_CHECK(strcmp(JET_FLAG(tf_str), "") == 0);
     /* A value assigned directly is the program's: the registry must neither
      * free it nor lose its own previous copy (ASan checks both). */
-    JET_FLAG(tf_str) = "assigned";
+    JET_FLAG_STORE(tf_str, "assigned");
     JT_CHECK_EQ(jet_flag_set("tf_str", "again"), 0);
     JT_CHECK(strcmp(JET_FLAG(tf_str), "again") == 0);
     for (int i = 0; i < 100; i++)
@@ -323,7 +326,7 @@ static void expect_parse_error(int n, const char *const *args, const char *needl
 {
     char err[4096];
     struct parse_call pc = {.n = n, .args = args};
-    JET_FLAG(tf_i32) = 41;
+    JET_FLAG_STORE(tf_i32, 41);
     capture_stderr(parse_call_fn, &pc, err, sizeof err);
     JT_CHECK_EQ(pc.rc, -EINVAL);
     JT_CHECK_EQ(pc.argc, n);
@@ -417,7 +420,7 @@ static void test_duplicate(void)
     capture_stderr(dup_register_fn, &dup, err, sizeof err);
     JT_CHECK(strstr(err, "tf_i32") != NULL);
     JT_CHECK(strstr(err, "elsewhere.c") != NULL);
-    JT_CHECK(jet_flag_find("tf_i32")->ptr == &JET_FLAG(tf_i32));
+    JT_CHECK(jet_flag_find("tf_i32")->ptr == &JET_FLAG_VAR(tf_i32));
     JT_CHECK_EQ(jet_flag_set("tf_i32", "3"), 0);
     JT_CHECK_EQ(JET_FLAG(tf_i32), 3);
     JT_CHECK_EQ(other, 99);
@@ -492,6 +495,53 @@ static void test_help_exits(void)
     free(s);
 }
 
+typedef struct reader {
+    _Atomic bool stop;
+    _Atomic long reads;
+    long torn;
+} reader_t;
+
+static void *reader_main(void *arg)
+{
+    reader_t *r = arg;
+    while (!atomic_load(&r->stop)) {
+        const char *s = JET_FLAG(tf_str);
+        int64_t v = JET_FLAG(tf_i64);
+        if ((strcmp(s, "one") != 0 && strcmp(s, "two") != 0) ||
+            (v != 1 && v != INT64_C(-0x0123456789abcdef)))
+            r->torn++;
+        atomic_fetch_add(&r->reads, 1);
+    }
+    return NULL;
+}
+
+/* Flags change at run time: a value read earlier stays valid after the flag
+ * moved on (ASan), and a thread reading meanwhile sees the old or the new
+ * value, never a torn or freed one (ThreadSanitizer, ASan). */
+static void test_set_while_read(void)
+{
+    JT_CHECK_EQ(jet_flag_set("tf_str", "held"), 0);
+    const char *held = JET_FLAG(tf_str);
+    JT_CHECK_EQ(jet_flag_set("tf_str", "next"), 0);
+    JT_CHECK(strcmp(held, "held") == 0);
+
+    JT_CHECK_EQ(jet_flag_set("tf_str", "one"), 0);
+    JT_CHECK_EQ(jet_flag_set("tf_i64", "1"), 0);
+    reader_t r = {0};
+    pthread_t th;
+    JT_REQUIRE(pthread_create(&th, NULL, reader_main, &r) == 0);
+    while (atomic_load(&r.reads) == 0)
+        sched_yield();
+    for (int i = 0; i < 20000; i++) {
+        JT_CHECK_EQ(jet_flag_set("tf_str", i & 1 ? "one" : "two"), 0);
+        JT_CHECK_EQ(jet_flag_set("tf_i64", i & 1 ? "1" : "-0x0123456789abcdef"), 0);
+    }
+    atomic_store(&r.stop, true);
+    pthread_join(th, NULL);
+    JT_CHECK_EQ(r.torn, 0);
+    reset_flags();
+}
+
 int main(int argc, char **argv)
 {
     if (argc == 2 && strcmp(argv[1], CHILD_ENV_MARK) == 0)
@@ -503,6 +553,7 @@ int main(int argc, char **argv)
     JT_RUN(test_set_int64);
     JT_RUN(test_set_double);
     JT_RUN(test_set_string);
+    JT_RUN(test_set_while_read);
     JT_RUN(test_parse_syntaxes);
     JT_RUN(test_parse_keeps_others);
     JT_RUN(test_parse_errors);

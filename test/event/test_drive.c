@@ -164,18 +164,18 @@ static void test_refusals(void)
     until_t u = {&zero, 1, NULL};
     /* No poller and event_guest_block off: the loop sleeps in epoll,
      * nothing to drive. */
-    JET_FLAG(event_guest_block) = false;
+    JET_FLAG_STORE(event_guest_block, false);
     JT_CHECK(!jet_loop_drive(loop, reached, &u, INT64_MAX));
-    JET_FLAG(event_guest_block) = true;
+    JET_FLAG_STORE(event_guest_block, true);
     JT_CHECK(!jet_loop_drive(NULL, reached, &u, INT64_MAX));
 
     who_poller_t w = {.p.poll = who_poll};
     jt_loop_run_on(loop, add_poller, &w.p);
     JT_CHECK(jt_wait_at_least(&w.runs, 10, GUARD_US));
     /* The flag turns it off. */
-    JET_FLAG(event_guest_drive) = false;
+    JET_FLAG_STORE(event_guest_drive, false);
     JT_CHECK(!jet_loop_drive(loop, reached, &u, INT64_MAX));
-    JET_FLAG(event_guest_drive) = true;
+    JET_FLAG_STORE(event_guest_drive, true);
 
     /* Already done: returns true without keeping the loop. */
     _Atomic int one = 1;
@@ -331,15 +331,15 @@ typedef struct park_flags {
 static park_flags_t park_flags_set(int32_t base, int32_t solitary)
 {
     park_flags_t old = {JET_FLAG(event_guest_park_us), JET_FLAG(event_guest_park_solitary_us)};
-    JET_FLAG(event_guest_park_us) = base;
-    JET_FLAG(event_guest_park_solitary_us) = solitary;
+    JET_FLAG_STORE(event_guest_park_us, base);
+    JET_FLAG_STORE(event_guest_park_solitary_us, solitary);
     return old;
 }
 
 static void park_flags_restore(park_flags_t old)
 {
-    JET_FLAG(event_guest_park_us) = old.base;
-    JET_FLAG(event_guest_park_solitary_us) = old.solitary;
+    JET_FLAG_STORE(event_guest_park_us, old.base);
+    JET_FLAG_STORE(event_guest_park_solitary_us, old.solitary);
 }
 
 /* A loop with a counting poller, the park flags set for a case; undone,
@@ -576,6 +576,9 @@ static void test_kick_while_driven(void)
  * makes the loop drivable again (the guest then runs both). */
 static void test_no_guest_poller(void)
 {
+    /* Set before the loop thread starts reading it (flags' contract). */
+    int32_t solitary = JET_FLAG(event_guest_park_solitary_us);
+    jet_flag_set("event_guest_park_solitary_us", "1000000");
     JT_REQUIRE(jt_loop_up(&loop) == 0);
     who_poller_t own = {.p.poll = who_poll, .p.no_guest = true};
     jt_loop_run_on(loop, add_poller, &own.p);
@@ -604,17 +607,12 @@ static void test_no_guest_poller(void)
     /* The guest left with the drivable poller still there: the loop thread
      * takes the loop back at once for the no_guest one, not after its park
      * (a solitary loop's, 1 s here). */
-    int32_t solitary = JET_FLAG(event_guest_park_solitary_us);
-    jet_flag_set("event_guest_park_solitary_us", "1000000");
     for (int round = 0; round < 3; round++) {
         until_t u3 = {&w.runs, atomic_load(&w.runs) + 1000, NULL};
         JT_CHECK(jet_loop_drive(loop, reached, &u3, INT64_MAX));
         before = atomic_load(&own.runs);
         JT_CHECK(jt_wait_at_least(&own.runs, before + 100, 300 * 1000));
     }
-    char v[16];
-    snprintf(v, sizeof v, "%d", (int)solitary);
-    jet_flag_set("event_guest_park_solitary_us", v);
     jt_loop_run_on(loop, del_poller, &w.p);
     /* Only the no_guest poller again: refused, and still run. */
     end_ms = 0;
@@ -623,6 +621,9 @@ static void test_no_guest_poller(void)
     JT_CHECK(jt_wait_at_least(&own.runs, before + 1000, GUARD_US));
     jt_loop_run_on(loop, del_poller, &own.p);
     jt_loop_down(loop);
+    char v[16];
+    snprintf(v, sizeof v, "%d", (int)solitary);
+    jet_flag_set("event_guest_park_solitary_us", v);
 }
 
 /* An asynchronous call's kick is used up when the thread takes the loop;

@@ -139,7 +139,7 @@ static void flag_task_fn(jet_task_t *t)
 
 static void busy_poll_serves(bool yield)
 {
-    JET_FLAG(event_poll_yield) = yield;
+    JET_FLAG_STORE(event_poll_yield, yield);
     JT_REQUIRE(jt_loop_up(&loop) == 0);
     count_poller_t idle = {.p.poll = count_poll};
     jt_loop_run_on(loop, add_poller, &idle.p);
@@ -171,7 +171,7 @@ static void busy_poll_serves(bool yield)
     jt_loop_down(loop);
     close(p[0]);
     close(p[1]);
-    JET_FLAG(event_poll_yield) = false;
+    JET_FLAG_STORE(event_poll_yield, false);
 }
 
 static void test_busy_poll_serves_io_and_tasks(void)
@@ -210,8 +210,8 @@ static uint64_t epolls_during(int ms, int64_t *us_p)
 static void test_busy_poll_watch_only(void)
 {
     int32_t old_us = JET_FLAG(event_busy_epoll_us), old_watch = JET_FLAG(event_busy_epoll_watch_us);
-    JET_FLAG(event_busy_epoll_us) = 20;
-    JET_FLAG(event_busy_epoll_watch_us) = 20000;
+    JET_FLAG_STORE(event_busy_epoll_us, 20);
+    JET_FLAG_STORE(event_busy_epoll_watch_us, 20000);
     JT_REQUIRE(jt_loop_up(&loop) == 0);
     count_poller_t idle = {.p.poll = count_poll};
     jt_loop_run_on(loop, add_poller, &idle.p);
@@ -245,8 +245,8 @@ static void test_busy_poll_watch_only(void)
     jt_loop_down(loop);
     close(p[0]);
     close(p[1]);
-    JET_FLAG(event_busy_epoll_us) = old_us;
-    JET_FLAG(event_busy_epoll_watch_us) = old_watch;
+    JET_FLAG_STORE(event_busy_epoll_us, old_us);
+    JET_FLAG_STORE(event_busy_epoll_watch_us, old_watch);
 }
 
 /* ---- the group --------------------------------------------------------- */

@@ -576,7 +576,7 @@ static void test_memory_cap(void)
     int32_t cap0 = JET_FLAG(iobuf_max_mb);
     jet_block_pool_stats_t s0 = stats();
     size_t cap_mb = (s0.bytes_mapped + MiB - 1) / MiB + 3;
-    JET_FLAG(iobuf_max_mb) = (int32_t)cap_mb;
+    JET_FLAG_STORE(iobuf_max_mb, (int32_t)cap_mb);
     blockset_t held = {0};
     jet_block_t *b;
     errno = 0;
@@ -601,7 +601,7 @@ static void test_memory_cap(void)
     JT_CHECK(stats().bytes_mapped <= cap_mb * MiB);
 
     /* Raising the cap lets the pool grow again. */
-    JET_FLAG(iobuf_max_mb) = cap0;
+    JET_FLAG_STORE(iobuf_max_mb, cap0);
     b = jet__block_alloc(JET_BLOCK_SIZE_2M);
     JT_CHECK(b != NULL);
     if (b) bs_add(&held, b);
@@ -681,9 +681,9 @@ static void test_memfd_remap(void)
 int main(void)
 {
     /* Small regions so that growth, many regions and the cap are cheap. */
-    JET_FLAG(iobuf_region_mb_8k) = 1;
-    JET_FLAG(iobuf_region_mb_64k) = 1;
-    JET_FLAG(iobuf_region_mb_2m) = 4;
+    JET_FLAG_STORE(iobuf_region_mb_8k, 1);
+    JET_FLAG_STORE(iobuf_region_mb_64k, 1);
+    JET_FLAG_STORE(iobuf_region_mb_2m, 4);
     JT_RUN(test_class_selection);
     JT_RUN(test_lookup);
     JT_RUN(test_lookup_during_growth);

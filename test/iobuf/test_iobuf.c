@@ -976,7 +976,7 @@ static void test_enomem(void)
     int32_t cap0 = JET_FLAG(iobuf_max_mb);
     jet_block_pool_stats_t s;
     jet__block_pool_stats(&s);
-    JET_FLAG(iobuf_max_mb) = (int32_t)((s.bytes_mapped + MiB - 1) / MiB);
+    JET_FLAG_STORE(iobuf_max_mb, (int32_t)((s.bytes_mapped + MiB - 1) / MiB));
     held_t held = {0};
     hold_all(&held, JET_BLOCK_SIZE_8K);
     hold_all(&held, JET_BLOCK_SIZE_64K);
@@ -1015,7 +1015,7 @@ static void test_enomem(void)
     for (size_t i = 0; i < held.n; i++)
         jet__block_unref(held.b[i]);
     free(held.b);
-    JET_FLAG(iobuf_max_mb) = cap0;
+    JET_FLAG_STORE(iobuf_max_mb, cap0);
     JT_CHECK_EQ(jet_iobuf_append(&a, data, big), 0);
     JT_CHECK_EQ(jet_iobuf_len(&a), 16 + big);
     jet_iobuf_fini(&a);
