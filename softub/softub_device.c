@@ -643,6 +643,8 @@ SUB_API urma_context_t *urma_create_context(urma_device_t *dev, uint32_t eid_ind
     atomic_init(&b->ref, 1);
     b->aggr_mode = URMA_AGGR_MODE_STANDALONE;
     g->nctx++;
+    c->next = g->ctxs;
+    g->ctxs = c;
     if (softub__prog_start() != 0)
         SUB_WARN("cannot start the progress thread: RNR retries and liveness checks stall\n");
     pthread_mutex_unlock(&g->lock);
@@ -675,6 +677,12 @@ SUB_API urma_status_t urma_delete_context(urma_context_t *ctx)
     pthread_mutex_lock(&g->lock);
     c->magic = SUB_MAGIC_DEAD;
     ctx->ops = NULL;
+    for (struct sub_ctx **pp = &g->ctxs; *pp != NULL; pp = &(*pp)->next) {
+        if (*pp == c) {
+            *pp = c->next;
+            break;
+        }
+    }
     atomic_store(&c->sh->h.state, SUB_OBJ_DEAD);
     uint32_t asz = (uint32_t)(8 + sizeof(struct sub_aevt));
     softub__rfree(c->sh->async_ring_off, sub_ring_bytes(SUB_ASYNC_RING_CAP, asz));

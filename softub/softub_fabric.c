@@ -474,6 +474,7 @@ void softub__fork_child(void)
     g->objs = NULL;
     g->self = NULL;
     g->nctx = 0;
+    g->ctxs = NULL;
     g->jfces = NULL;
     g->graves = NULL;
     g->prog.active = NULL;

@@ -414,6 +414,7 @@ struct sub_ctx {
     struct sub_ring *aring;
     pthread_mutex_t lock;
     uint32_t tpn_next;
+    struct sub_ctx *next; /* process list, for doorbell signalling */
 };
 
 struct sub_jfce {
@@ -565,6 +566,7 @@ struct sub_global {
     struct sub_peer *self;
     struct sub_obj *_Atomic *objs; /* SUB_MAX_QIDS entries, by queue id */
     int nctx;
+    struct sub_ctx *ctxs; /* async events signalled through the doorbell */
     struct sub_jfce *jfces;
     struct sub_prog prog;
     _Atomic uint64_t uid_next;

@@ -85,8 +85,9 @@ static void jfc_notify(struct sub_peer *p, struct sub_sjfc *sj, int solicited)
     /* Dekker with urma_rearm_jfc, without a fence of our own: the producer's
      * claim of the slot (a seq_cst RMW on head, sub_cring_enq_begin) comes
      * before this seq_cst load, and the consumer stores the arm, fences and
-     * then reads head. Either the consumer counts our claimed CR and fires
-     * itself, or this load sees the arm. */
+     * then reads head. Either the consumer counts our claimed CR (published
+     * or not: jfc_solicited_waiting) and fires itself, or this load sees the
+     * arm. */
     uint32_t a = atomic_load_explicit(&sj->armed, memory_order_seq_cst);
     if (a == SUB_ARM_NONE || (a == SUB_ARM_SOLICITED && !solicited))
         return;
@@ -439,6 +440,27 @@ empty:
     return n;
 }
 
+/* True when a CR beyond the consumer index would fire a solicited-only arm:
+ * a solicited or error CR, or one claimed and not yet published. That last
+ * case is the producer's half of the handshake for solicited arms: its
+ * publication is a release store, which may pass its seq_cst load of the arm
+ * (jfc_notify), so the claim (a seq_cst RMW on head) is what this side must
+ * count. A slot reused meanwhile by a concurrent poller reads as unpublished
+ * and fires spuriously, which waiters tolerate (they poll, then rearm). */
+static int jfc_solicited_waiting(struct sub_ring *r)
+{
+    uint64_t h = atomic_load_explicit(&r->head, memory_order_acquire);
+    for (uint64_t pos = atomic_load_explicit(&r->tail, memory_order_acquire); pos < h; pos++) {
+        _Atomic uint64_t *seq = sub_ring_seq(r, pos);
+        if (atomic_load_explicit(seq, memory_order_acquire) != pos + 1)
+            return 1;
+        const struct sub_cqe *e = (const struct sub_cqe *)((uint8_t *)seq + 8);
+        if (__atomic_load_n(&e->solicited, __ATOMIC_RELAXED))
+            return 1;
+    }
+    return 0;
+}
+
 SUB_API urma_status_t urma_rearm_jfc(urma_jfc_t *jfc, bool solicited_only)
 {
     struct sub_jfc *j = softub__jfc_check(jfc);
@@ -447,9 +469,10 @@ SUB_API urma_status_t urma_rearm_jfc(urma_jfc_t *jfc, bool solicited_only)
     uint32_t a = solicited_only ? SUB_ARM_SOLICITED : SUB_ARM_ALL;
     atomic_store(&j->sh->armed, a);
     atomic_thread_fence(memory_order_seq_cst);
-    /* CRs already waiting beyond the consumer index fire at once. */
-    if (!solicited_only && sub_ring_count(j->ring) > 0 &&
-        atomic_compare_exchange_strong(&j->sh->armed, &a, SUB_ARM_NONE))
+    /* CRs already waiting beyond the consumer index fire at once (for a
+     * solicited-only arm, those that would fire it). */
+    int waiting = solicited_only ? jfc_solicited_waiting(j->ring) : sub_ring_count(j->ring) > 0;
+    if (waiting && atomic_compare_exchange_strong(&j->sh->armed, &a, SUB_ARM_NONE))
         jfc_fire(softub__g.self, j->sh);
     return URMA_SUCCESS;
 }

@@ -1467,10 +1467,19 @@ static uint64_t prog_run_sq(struct sub_sq *sq, uint64_t now)
     return 0;
 }
 
+/* Event fds that peers could not write themselves (no pidfd_getfd): they
+ * counted the events in shared memory and rang our doorbell. */
 static void prog_signals(void)
 {
     struct sub_global *g = &softub__g;
     pthread_mutex_lock(&g->lock);
+    for (struct sub_ctx *c = g->ctxs; c != NULL; c = c->next) {
+        uint32_t n = atomic_exchange(&c->sh->pending_signals, 0);
+        if (n != 0) {
+            uint64_t v = n;
+            (void)!write(c->base.async_fd, &v, sizeof(v));
+        }
+    }
     for (struct sub_jfce *j = g->jfces; j != NULL; j = j->next) {
         uint32_t n = atomic_exchange(&j->sh->pending_signals, 0);
         if (n != 0) {

@@ -174,6 +174,84 @@ static void solicited_only(void)
     ev_close(&a, &b);
 }
 
+/* A stream of solicited SENDs while the receiver arms solicited-only, polls
+ * and waits, again and again: every wait must end with an event, never by its
+ * timeout with a CR in the queue (a wake-up lost between the sender's
+ * publication of a CR and its look at the arm). */
+enum { RACE_SENDS = 100000, RACE_RECVS = 96 };
+
+typedef struct race {
+    cf_side_t *a;
+    _Atomic int credits; /* receives posted and not yet used by a SEND */
+    _Atomic bool stop;
+    int sent, rc;
+} race_t;
+
+static void *race_sender(void *arg)
+{
+    race_t *r = arg;
+    int inflight = 0;
+    while (r->sent < RACE_SENDS && !atomic_load(&r->stop)) {
+        urma_cr_t cr[16];
+        int k = cf.urma_poll_jfc(r->a->ep.jfc, 16, cr);
+        if (k > 0) inflight -= k;
+        if (inflight >= 64 || atomic_load(&r->credits) == 0) continue;
+        atomic_fetch_sub(&r->credits, 1);
+        if ((r->rc = send_one(r->a, (uint64_t)r->sent, true)) != 0) break;
+        r->sent++;
+        inflight++;
+    }
+    return NULL;
+}
+
+static void solicited_arm_race(void)
+{
+    cf_dev_t d;
+    cf_side_t a, b;
+    JT_REQUIRE(ev_open(&d, &a, &b, 0) == 0);
+    JT_REQUIRE(post_recvs(&b, RACE_RECVS) == 0);
+    race_t r = {.a = &a, .credits = RACE_RECVS};
+    pthread_t th;
+    JT_REQUIRE(pthread_create(&th, NULL, race_sender, &r) == 0);
+    int got = 0, lost = 0, sleeps = 0;
+    urma_jfc_t *jfcs[1];
+    while (got < RACE_SENDS) {
+        urma_cr_t cr[16];
+        int n = cf.urma_poll_jfc(b.ep.jfc, 16, cr);
+        if (n == 0 && cf.urma_rearm_jfc(b.ep.jfc, true) == URMA_SUCCESS &&
+            (n = cf.urma_poll_jfc(b.ep.jfc, 16, cr)) == 0) {
+            sleeps++;
+            int w = cf.urma_wait_jfc(b.ep.jfce, 1, 1000, jfcs);
+            if (w == 1) {
+                ack1(b.ep.jfc);
+                continue;
+            }
+            n = cf.urma_poll_jfc(b.ep.jfc, 16, cr);
+            if (n <= 0) break; /* the sender stopped */
+            lost++;
+        }
+        if (n < 0) break;
+        for (int i = 0; i < n; i++) {
+            JT_CHECK_EQ(cr[i].status, URMA_CR_SUCCESS);
+            urma_sge_t rs;
+            cf_sge(&rs, b.mem.buf + 256 * (cr[i].user_ctx - 0x500), 256, b.mem.tseg);
+            if (cf_post_recv(b.ep.jetty, &rs, 1, cr[i].user_ctx)) break;
+            atomic_fetch_add(&r.credits, 1);
+        }
+        got += n;
+    }
+    atomic_store(&r.stop, true);
+    pthread_join(th, NULL);
+    JT_CHECK_EQ(r.rc, 0);
+    JT_CHECK_EQ(got, RACE_SENDS);
+    JT_CHECK_EQ(lost, 0);
+    JT_CHECK(sleeps > 0);
+    /* Whatever the last arm left pending. */
+    while (cf.urma_wait_jfc(b.ep.jfce, 1, 0, jfcs) == 1)
+        ack1(b.ep.jfc);
+    ev_close(&a, &b);
+}
+
 typedef struct delayed_send {
     cf_side_t *a;
     unsigned delay_ms;
@@ -409,6 +487,7 @@ int main(int argc, char **argv)
     CF_RUN(jfce_fd_level_triggered);
     CF_RUN(one_event_per_arm);
     CF_RUN(solicited_only);
+    CF_RUN(solicited_arm_race);
     CF_RUN(wait_timeouts);
     CF_RUN(delete_jfc_waits_for_ack);
     CF_RUN(delete_jfc_non_blocking);

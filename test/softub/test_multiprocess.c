@@ -528,6 +528,74 @@ static void peer_killed(void)
 }
 
 /* ------------------------------------------------------------------------ */
+/* An async event raised by another process that cannot write our fds       */
+/* ------------------------------------------------------------------------ */
+
+#define DB_SENDS 12
+
+static int doorbell_sender(int fd, void *arg)
+{
+    /* This process signals the peer's event fds through its doorbell. */
+    setenv("SOFTUB_NO_PIDFD", "1", 1);
+    cf_dev_t d;
+    cf_side_t s;
+    cf_wire_t peer;
+    cf_ep_opts_t o = cf_ep_defaults(URMA_TM_RM);
+    if (mp_connect(&d, &s, &peer, fd, &o, 65536, CF_MEM_MEMALIGN, 0x9009)) return -1;
+    if (cf_msg_recv(fd, T_GO, NULL, 0, CF_CASE_TIMEOUT_MS)) return -1;
+    for (int i = 0; i < DB_SENDS; i++) {
+        urma_sge_t l;
+        urma_jfs_wr_t wr;
+        cf_sge(&l, s.mem.buf, 16, s.mem.tseg);
+        cf_wr_send(&wr, URMA_OPC_SEND, s.tj, &l, 1, 0, (uint64_t)i);
+        urma_cr_t cr;
+        if (cf_post(s.ep.jetty, &wr) || cf_poll1(s.ep.jfc, &cr)) break;
+    }
+    cf_msg_send(fd, T_DONE, NULL, 0);
+    cf_sync(fd, T_EXIT);
+    mp_disconnect(&s, false);
+    return 0;
+}
+
+/* The sender overflows our JFC (depth 4) and raises URMA_EVENT_JFC_ERR on our
+ * context; it may not duplicate our async fd, so the event reaches that fd
+ * through our doorbell and our progress thread. */
+static void async_event_through_doorbell(void)
+{
+    cf_peer_t p;
+    JT_REQUIRE(cf_peer_fork(&p, doorbell_sender, NULL) == 0);
+    cf_dev_t d;
+    cf_side_t s;
+    cf_wire_t peer;
+    cf_ep_opts_t o = cf_ep_defaults(URMA_TM_RM);
+    o.jfc_depth = 4;
+    if (mp_connect(&d, &s, &peer, p.fd, &o, 65536, CF_MEM_MEMFD, 0xa00a)) {
+        cf_peer_wait(&p, 0);
+        return;
+    }
+    for (int i = 0; i < DB_SENDS; i++) {
+        urma_sge_t rs;
+        cf_sge(&rs, s.mem.buf + 256 * i, 256, s.mem.tseg);
+        JT_REQUIRE(cf_post_recv(s.ep.jetty, &rs, 1, (uint64_t)i) == 0);
+    }
+    JT_REQUIRE(cf_msg_send(p.fd, T_GO, NULL, 0) == 0);
+    JT_REQUIRE(cf_msg_recv(p.fd, T_DONE, NULL, 0, CF_CASE_TIMEOUT_MS) == 0);
+    struct pollfd pf = {.fd = s.ctx->async_fd, .events = POLLIN};
+    JT_CHECK_EQ(poll(&pf, 1, CF_WAIT_MS), 1);
+    urma_async_event_t ae;
+    memset(&ae, 0, sizeof ae);
+    if (pf.revents & POLLIN) {
+        JT_REQUIRE(cf.urma_get_async_event(s.ctx, &ae) == URMA_SUCCESS);
+        JT_CHECK_EQ(ae.event_type, URMA_EVENT_JFC_ERR);
+        JT_CHECK(ae.element.jfc == s.ep.jfc);
+        cf.urma_ack_async_event(&ae);
+    }
+    cf_sync(p.fd, T_EXIT);
+    mp_disconnect(&s, false);
+    JT_CHECK_EQ(cf_peer_wait(&p, CF_WAIT_MS), 0);
+}
+
+/* ------------------------------------------------------------------------ */
 /* UM loss injection                                                         */
 /* ------------------------------------------------------------------------ */
 
@@ -717,6 +785,7 @@ int main(int argc, char **argv)
     CF_RUN(large_transfers);
     CF_RUN(event_mode_cross_process);
     CF_RUN(peer_killed);
+    CF_RUN(async_event_through_doorbell);
     CF_RUN(um_loss_injection);
     CF_RUN(many_processes_distinct_ids);
     return jt_finish();
