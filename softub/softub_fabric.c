@@ -707,6 +707,35 @@ struct sub_sseg *softub__seg_entry(struct sub_peer *p, uint32_t idx)
     return (struct sub_sseg *)(p->region + SUB_SEG_TABLE_OFF + (uint64_t)idx * sizeof(struct sub_sseg));
 }
 
+#define SEG_LOAD(f) (out->f = __atomic_load_n(&ss->f, __ATOMIC_RELAXED))
+
+int softub__seg_snap(const struct sub_sseg *ss, uint32_t gen, struct sub_sseg *out)
+{
+    /* A seqlock read: the owner's unregistration bumps gen (a seq_cst RMW,
+     * which its later field stores cannot pass) before it rewrites fields. */
+    if (ss == NULL || atomic_load_explicit(&ss->state, memory_order_acquire) != SUB_SEG_REG ||
+        atomic_load_explicit(&ss->gen, memory_order_acquire) != gen)
+        return 0;
+    SEG_LOAD(token_id);
+    SEG_LOAD(token_value);
+    SEG_LOAD(token_policy);
+    SEG_LOAD(access);
+    SEG_LOAD(kind);
+    SEG_LOAD(fd);
+    SEG_LOAD(va);
+    SEG_LOAD(len);
+    SEG_LOAD(file_off);
+    SEG_LOAD(dev);
+    SEG_LOAD(ino);
+    SEG_LOAD(uasid);
+    atomic_init(&out->state, SUB_SEG_REG);
+    atomic_init(&out->gen, gen);
+    atomic_init(&out->alock, 0);
+    atomic_thread_fence(memory_order_acquire);
+    return atomic_load_explicit(&ss->state, memory_order_relaxed) == SUB_SEG_REG &&
+           atomic_load_explicit(&ss->gen, memory_order_relaxed) == gen;
+}
+
 _Static_assert(SUB_SEG_TABLE_OFF + (uint64_t)SUB_MAX_SEGS * sizeof(struct sub_sseg) <= SUB_HEAP_OFF,
                "segment table must fit below the heap");
 

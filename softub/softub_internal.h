@@ -615,6 +615,11 @@ int softub__id_lookup(int tokens, uint32_t id, struct sub_dir_id *out);
 int softub__seg_idx_alloc(uint32_t *idx);
 void softub__seg_idx_free(uint32_t idx);
 struct sub_sseg *softub__seg_entry(struct sub_peer *p, uint32_t idx);
+/* Copies the fields of segment entry ss into out when it holds registration
+ * gen from before the copy to after it; 0 otherwise. Its owner rewrites a
+ * freed entry in place for the next registration, so checks and accesses use
+ * the copy, never a mixture of two registrations. */
+int softub__seg_snap(const struct sub_sseg *ss, uint32_t gen, struct sub_sseg *out);
 struct sub_peer *softub__peer_get(int slot, uint32_t slot_gen); /* control plane */
 void *softub__peer_ptr(struct sub_peer *p, uint64_t off, uint64_t size);
 uint8_t *softub__peer_map(struct sub_peer *p, const struct sub_sseg *ss, uint64_t need_end);

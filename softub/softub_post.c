@@ -196,17 +196,16 @@ static int post_rseg(struct sub_tseg *ts, uint64_t addr, uint64_t len, uint32_t 
         return URMA_CR_REM_ACCESS_ABORT_ERR;
     if (atomic_load(&p->dead))
         return URMA_CR_ACK_TIMEOUT_ERR;
-    struct sub_sseg *ss = softub__seg_entry(p, ts->seg_idx);
-    if (ss == NULL || atomic_load(&ss->state) != SUB_SEG_REG ||
-        atomic_load(&ss->gen) != ts->seg_gen)
+    struct sub_sseg *ss = softub__seg_entry(p, ts->seg_idx), snap;
+    if (!softub__seg_snap(ss, ts->seg_gen, &snap))
         return URMA_CR_REM_ACCESS_ABORT_ERR;
-    if (addr < ss->va || addr - ss->va > ss->len || len > ss->len - (addr - ss->va))
+    if (addr < snap.va || addr - snap.va > snap.len || len > snap.len - (addr - snap.va))
         return URMA_CR_REM_ACCESS_ABORT_ERR;
-    if ((ss->access & need) != need || (ss->access & URMA_ACCESS_LOCAL_ONLY))
+    if ((snap.access & need) != need || (snap.access & URMA_ACCESS_LOCAL_ONLY))
         return URMA_CR_REM_ACCESS_ABORT_ERR;
-    if (ss->token_policy != URMA_TOKEN_NONE && (!ts->token_valid || ts->token != ss->token_value))
+    if (snap.token_policy != URMA_TOKEN_NONE && (!ts->token_valid || ts->token != snap.token_value))
         return URMA_CR_REM_ACCESS_ABORT_ERR;
-    post_window(p, ss, ts->map_base, addr, len, m);
+    post_window(p, &snap, ts->map_base, addr, len, m);
     if (ssp != NULL)
         *ssp = ss;
     return URMA_CR_SUCCESS;
@@ -474,15 +473,15 @@ static int post_exec_send_rm(struct sub_sq *sq, struct sub_wr *w, uint32_t *len)
               (w->opcode == URMA_OPC_SEND || w->opcode == URMA_OPC_SEND_IMM);
     for (uint32_t i = 0; i < rqe.nsge; i++) {
         room += rs[i].len;
-        struct sub_sseg *ss = softub__seg_entry(t.p, rs[i].seg_idx);
-        if (ss == NULL || atomic_load(&ss->state) != SUB_SEG_REG ||
-            atomic_load(&ss->gen) != rs[i].seg_gen || rs[i].addr < ss->va ||
-            rs[i].addr - ss->va > ss->len || rs[i].len > ss->len - (rs[i].addr - ss->va)) {
+        struct sub_sseg snap;
+        if (!softub__seg_snap(softub__seg_entry(t.p, rs[i].seg_idx), rs[i].seg_gen, &snap) ||
+            rs[i].addr < snap.va || rs[i].addr - snap.va > snap.len ||
+            rs[i].len > snap.len - (rs[i].addr - snap.va)) {
             bad = 1;
             continue;
         }
         if (!inl)
-            post_window(t.p, ss, NULL, rs[i].addr, rs[i].len, &dst[nd++]);
+            post_window(t.p, &snap, NULL, rs[i].addr, rs[i].len, &dst[nd++]);
     }
     if (w->total > room) {
         post_recv_cr(sq, w, &t, &rqe, URMA_CR_LOC_LEN_ERR, opc, 0, NULL);
@@ -636,6 +635,12 @@ static int post_exec_atomic(struct sub_wr *w, uint32_t *len)
     struct sub_sseg *ss = NULL;
     int st = post_rseg(w->rseg, w->raddr, w->alen, URMA_ACCESS_ATOMIC, &m, &ss);
     uint64_t old = 0;
+    /* Every URMA atomic on the segment holds its lock word, whichever way it
+     * reaches the bytes: an initiator with the page mapped (or the owner)
+     * uses a CPU atomic, one without (process_vm_*, or a file it could not
+     * map) reads and writes, and the two must not interleave. */
+    if (st == URMA_CR_SUCCESS)
+        post_alock(ss);
     if (st == URMA_CR_SUCCESS && m.ptr != NULL) {
         if (w->alen == 8) {
             uint64_t *p = (uint64_t *)(void *)m.ptr;
@@ -656,8 +661,8 @@ static int post_exec_atomic(struct sub_wr *w, uint32_t *len)
                 o32 = __atomic_fetch_add(p, (uint32_t)w->cmp, __ATOMIC_SEQ_CST);
             old = o32;
         }
+        atomic_store(&ss->alock, 0);
     } else if (st == URMA_CR_SUCCESS) {
-        post_alock(ss);
         uint64_t cur = 0, nv;
         struct iovec l = {&cur, w->alen}, r = {(void *)(uintptr_t)m.raddr, w->alen};
         if (process_vm_readv(m.pid, &l, 1, &r, 1, 0) != (ssize_t)w->alen) {

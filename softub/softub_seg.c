@@ -7,9 +7,11 @@
  *   file, and peers map that file through /proc/<pid>/fd/<n> and copy with
  *   memcpy (atomics are real atomic instructions on the shared page);
  * - anything else (heap, posix_memalign, stack) is reached with
- *   process_vm_readv/writev on the owner's pid; atomics on such memory are
- *   serialised under a lock word in the segment entry (documented limit:
- *   not atomic against the owner's own CPU accesses).
+ *   process_vm_readv/writev on the owner's pid (documented limit: atomics
+ *   on such memory are not atomic against the owner's own CPU accesses).
+ * URMA atomics on any segment hold a lock word in its entry, so those that
+ * use CPU atomics on a mapped page and those that read and write through
+ * process_vm_* never interleave.
  *
  * An imported segment is a handle on that entry (owner, index, generation)
  * plus the token presented; nothing is validated at import, every access is

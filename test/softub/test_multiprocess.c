@@ -528,6 +528,76 @@ static void peer_killed(void)
 }
 
 /* ------------------------------------------------------------------------ */
+/* Atomics on one word from the owner and from another process              */
+/* ------------------------------------------------------------------------ */
+
+#define FAA_N 3000
+
+/* FAA_N fetch-and-adds of 1 on the word at va of the segment behind tseg. */
+static int faa_many(cf_side_t *s, urma_target_jetty_t *tj, urma_target_seg_t *tseg, uint64_t va)
+{
+    for (int i = 0; i < FAA_N; i++) {
+        urma_sge_t l, r;
+        urma_jfs_wr_t wr;
+        urma_cr_t cr;
+        cf_sge(&l, s->mem.buf + 64, 8, s->mem.tseg);
+        cf_rsge(&r, va, 8, tseg);
+        cf_wr_faa(&wr, tj, &r, &l, 1, (uint64_t)i);
+        if (cf_post(s->ep.jetty, &wr) || cf_poll1(s->ep.jfc, &cr)) return -1;
+        if (cr.status != URMA_CR_SUCCESS) {
+            CF_FAILF("FADD %d: status %d", i, (int)cr.status);
+            return -1;
+        }
+    }
+    return 0;
+}
+
+static int faa_peer(int fd, void *arg)
+{
+    cf_dev_t d;
+    cf_side_t s;
+    cf_wire_t peer;
+    cf_ep_opts_t o = cf_ep_defaults(URMA_TM_RM);
+    if (mp_connect(&d, &s, &peer, fd, &o, 65536, CF_MEM_MEMALIGN, 0xb00b)) return -1;
+    if (cf_msg_recv(fd, T_GO, NULL, 0, CF_CASE_TIMEOUT_MS)) return -1;
+    faa_many(&s, s.tj, s.rseg, peer.seg_va);
+    cf_msg_send(fd, T_DONE, NULL, 0);
+    cf_sync(fd, T_EXIT);
+    mp_disconnect(&s, false);
+    return 0;
+}
+
+/* The word lives in heap memory (process_vm_* for the other process); the
+ * owner's own FADDs, through a second jetty of its process, run at the same
+ * time: none of the 2 x FAA_N increments may be lost. */
+static void atomics_owner_and_peer(void)
+{
+    cf_peer_t p;
+    JT_REQUIRE(cf_peer_fork(&p, faa_peer, NULL) == 0);
+    cf_dev_t d;
+    cf_side_t s, local;
+    cf_wire_t peer, me;
+    cf_ep_opts_t o = cf_ep_defaults(URMA_TM_RM);
+    if (mp_connect(&d, &s, &peer, p.fd, &o, 65536, CF_MEM_MEMALIGN, 0xc00c)) {
+        cf_peer_wait(&p, 0);
+        return;
+    }
+    uint64_t *word = (uint64_t *)(void *)s.mem.buf;
+    *word = 0;
+    JT_REQUIRE(cf_side_open(&local, &d, s.ctx, &o, 4096, CF_MEM_MEMALIGN, 0xd00d) == 0);
+    cf_side_describe(&s, &me);
+    JT_REQUIRE(cf_side_import(&local, &me) == 0);
+    JT_REQUIRE(cf_msg_send(p.fd, T_GO, NULL, 0) == 0);
+    JT_CHECK_EQ(faa_many(&local, local.tj, local.rseg, me.seg_va), 0);
+    JT_REQUIRE(cf_msg_recv(p.fd, T_DONE, NULL, 0, CF_CASE_TIMEOUT_MS) == 0);
+    JT_CHECK_EQ(__atomic_load_n(word, __ATOMIC_SEQ_CST), 2 * FAA_N);
+    cf_side_close(&local, false);
+    cf_sync(p.fd, T_EXIT);
+    mp_disconnect(&s, false);
+    JT_CHECK_EQ(cf_peer_wait(&p, CF_WAIT_MS), 0);
+}
+
+/* ------------------------------------------------------------------------ */
 /* An async event raised by another process that cannot write our fds       */
 /* ------------------------------------------------------------------------ */
 
@@ -786,6 +856,7 @@ int main(int argc, char **argv)
     CF_RUN(event_mode_cross_process);
     CF_RUN(peer_killed);
     CF_RUN(async_event_through_doorbell);
+    CF_RUN(atomics_owner_and_peer);
     CF_RUN(um_loss_injection);
     CF_RUN(many_processes_distinct_ids);
     return jt_finish();
