@@ -711,8 +711,8 @@ struct sub_sseg *softub__seg_entry(struct sub_peer *p, uint32_t idx)
 
 int softub__seg_snap(const struct sub_sseg *ss, uint32_t gen, struct sub_sseg *out)
 {
-    /* A seqlock read: the owner's unregistration bumps gen (a seq_cst RMW,
-     * which its later field stores cannot pass) before it rewrites fields. */
+    /* A seqlock read: the owner's unregistration bumps gen, and its next
+     * registration of the entry fences (release) before it rewrites fields. */
     if (ss == NULL || atomic_load_explicit(&ss->state, memory_order_acquire) != SUB_SEG_REG ||
         atomic_load_explicit(&ss->gen, memory_order_acquire) != gen)
         return 0;

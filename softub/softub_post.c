@@ -620,6 +620,13 @@ static void post_alock(struct sub_sseg *ss)
     }
 }
 
+/* Only if still ours: a holder found dead may have had the word taken over. */
+static void post_aunlock(struct sub_sseg *ss)
+{
+    uint32_t me = (uint32_t)getpid();
+    (void)atomic_compare_exchange_strong(&ss->alock, &me, 0);
+}
+
 static int post_exec_atomic(struct sub_wr *w, uint32_t *len)
 {
     struct sub_peer *sp = w->rseg->peer;
@@ -639,8 +646,16 @@ static int post_exec_atomic(struct sub_wr *w, uint32_t *len)
      * reaches the bytes: an initiator with the page mapped (or the owner)
      * uses a CPU atomic, one without (process_vm_*, or a file it could not
      * map) reads and writes, and the two must not interleave. */
-    if (st == URMA_CR_SUCCESS)
+    struct sub_sseg snap;
+    if (st == URMA_CR_SUCCESS) {
         post_alock(ss);
+        /* Still the registration checked above, now that no other atomic
+         * runs: an entry re-registered meanwhile is not ours to change. */
+        if (!softub__seg_snap(ss, w->rseg->seg_gen, &snap)) {
+            post_aunlock(ss);
+            st = URMA_CR_REM_ACCESS_ABORT_ERR;
+        }
+    }
     if (st == URMA_CR_SUCCESS && m.ptr != NULL) {
         if (w->alen == 8) {
             uint64_t *p = (uint64_t *)(void *)m.ptr;
@@ -661,7 +676,7 @@ static int post_exec_atomic(struct sub_wr *w, uint32_t *len)
                 o32 = __atomic_fetch_add(p, (uint32_t)w->cmp, __ATOMIC_SEQ_CST);
             old = o32;
         }
-        atomic_store(&ss->alock, 0);
+        post_aunlock(ss);
     } else if (st == URMA_CR_SUCCESS) {
         uint64_t cur = 0, nv;
         struct iovec l = {&cur, w->alen}, r = {(void *)(uintptr_t)m.raddr, w->alen};
@@ -681,7 +696,7 @@ static int post_exec_atomic(struct sub_wr *w, uint32_t *len)
             if (store && process_vm_writev(m.pid, &l2, 1, &r, 1, 0) != (ssize_t)w->alen)
                 st = post_pvm_errno(errno);
         }
-        atomic_store(&ss->alock, 0);
+        post_aunlock(ss);
         if (st == URMA_CR_ACK_TIMEOUT_ERR)
             softub__peer_mark_dead(sp);
     }

@@ -220,7 +220,7 @@ static inline int sub_ring_holds(struct sub_ring *r, uint64_t n)
     if ((int64_t)(h - seen) < (int64_t)n)
         return 0;
     uint64_t t = atomic_load_explicit(&r->tail, memory_order_acquire);
-    atomic_store_explicit(&r->tail_seen, t, memory_order_relaxed);
+    atomic_store_explicit(&r->tail_seen, t, memory_order_release);
     return (int64_t)(h - t) >= (int64_t)n;
 }
 

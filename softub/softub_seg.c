@@ -402,19 +402,25 @@ SUB_API urma_target_seg_t *urma_register_seg(urma_context_t *ctx, urma_seg_cfg_t
     uint32_t gen = atomic_load(&ss->gen) + 1;
     if (gen == 0)
         gen = 1;
-    ss->token_id = k->base.token_id;
-    ss->token_value = seg_cfg->token_value.token;
-    ss->token_policy = fl.bs.token_policy;
-    ss->access = acc;
-    ss->kind = (uint32_t)pr.kind;
-    ss->fd = pr.kind == SUB_MEM_FD ? pr.b->fd : -1;
-    ss->va = seg_cfg->va;
-    ss->len = seg_cfg->len;
-    ss->file_off = pr.file_off;
-    ss->dev = pr.dev;
-    ss->ino = pr.ino;
-    atomic_store(&ss->alock, 0);
-    ss->uasid = ctx->uasid;
+    /* The writer's half of softub__seg_snap: peers that read this entry as
+     * the previous registration see its freed state or bumped gen if they
+     * see any field written below. The lock word stays the slot's: a holder
+     * of the previous registration releases it itself. */
+    atomic_thread_fence(memory_order_release);
+#define SEG_STORE(f, v) __atomic_store_n(&ss->f, (v), __ATOMIC_RELAXED)
+    SEG_STORE(token_id, k->base.token_id);
+    SEG_STORE(token_value, seg_cfg->token_value.token);
+    SEG_STORE(token_policy, fl.bs.token_policy);
+    SEG_STORE(access, acc);
+    SEG_STORE(kind, (uint32_t)pr.kind);
+    SEG_STORE(fd, pr.kind == SUB_MEM_FD ? pr.b->fd : -1);
+    SEG_STORE(va, seg_cfg->va);
+    SEG_STORE(len, seg_cfg->len);
+    SEG_STORE(file_off, pr.file_off);
+    SEG_STORE(dev, pr.dev);
+    SEG_STORE(ino, pr.ino);
+    SEG_STORE(uasid, ctx->uasid);
+#undef SEG_STORE
     ss->eid = ctx->eid;
     atomic_store(&ss->gen, gen);
     atomic_store(&ss->state, SUB_SEG_REG);
@@ -510,12 +516,13 @@ static int seg_resolve(const urma_seg_t *seg, struct sub_peer **pp, uint32_t *id
         struct sub_sseg *ss = softub__seg_entry(p, i);
         if (ss == NULL)
             break;
-        if (atomic_load(&ss->state) != SUB_SEG_REG || ss->token_id != seg->token_id ||
-            ss->va != ubva.va || ss->len != seg->len)
+        struct sub_sseg snap;
+        if (!softub__seg_snap(ss, atomic_load(&ss->gen), &snap) ||
+            snap.token_id != seg->token_id || snap.va != ubva.va || snap.len != seg->len)
             continue;
         *pp = p;
         *idx = i;
-        *gen = atomic_load(&ss->gen);
+        *gen = atomic_load(&snap.gen);
         rc = 0;
         break;
     }
@@ -556,10 +563,11 @@ SUB_API urma_target_seg_t *urma_import_seg(urma_context_t *ctx, urma_seg_t *seg,
         t->seg_idx = idx;
         t->seg_gen = gen;
         /* Map the backing file now, so the data path never has to. */
+        struct sub_sseg snap;
         if (!p->self && softub__peer_enter(p) == 0) {
-            struct sub_sseg *ss = softub__seg_entry(p, idx);
-            if (ss != NULL && ss->kind == SUB_MEM_FD && atomic_load(&ss->gen) == gen)
-                t->map_base = softub__peer_map(p, ss, ss->file_off + ss->len);
+            if (softub__seg_snap(softub__seg_entry(p, idx), gen, &snap) &&
+                snap.kind == SUB_MEM_FD)
+                t->map_base = softub__peer_map(p, &snap, snap.file_off + snap.len);
             softub__peer_leave(p);
         }
         if (flag.bs.mapping && p->self) {
@@ -567,8 +575,7 @@ SUB_API urma_target_seg_t *urma_import_seg(urma_context_t *ctx, urma_seg_t *seg,
             memcpy(&ubva, &seg->ubva, sizeof(ubva));
             t->base.mva = ubva.va;
         } else if (flag.bs.mapping && t->map_base != NULL) {
-            struct sub_sseg *ss = softub__seg_entry(p, idx);
-            t->base.mva = (uint64_t)(uintptr_t)(t->map_base + ss->file_off);
+            t->base.mva = (uint64_t)(uintptr_t)(t->map_base + snap.file_off);
         }
     } else {
         /* Unknown segment: the import succeeds (it is local on hardware

@@ -39,7 +39,7 @@ typedef enum jet_flag_type {
 typedef struct jet_flag {
     const char *name;
     jet_flag_type_t type;
-    void *ptr;
+    void *ptr; /* the value; flags change at run time: load it atomically (acquire for strings) */
     const char *help;
     const char *default_text;
     const char *file;
