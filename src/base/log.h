@@ -6,6 +6,8 @@
 #ifndef JET_BASE_LOG_H
 #define JET_BASE_LOG_H
 
+#include <stdatomic.h>
+
 #include "jetrpc/flags.h"
 
 enum { JET_LOG_DEBUG = 0, JET_LOG_INFO = 1, JET_LOG_WARN = 2, JET_LOG_ERROR = 3 };
@@ -28,7 +30,8 @@ void jet__log(int level, const char *file, int line, const char *fmt, ...)
 #define JET_LOG_ONCE(level, ...)                                                                   \
     do {                                                                                           \
         static _Atomic int jet_once_;                                                              \
-        if (!__atomic_exchange_n(&jet_once_, 1, __ATOMIC_RELAXED)) JET_LOG(level, __VA_ARGS__);    \
+        if (!atomic_exchange_explicit(&jet_once_, 1, memory_order_relaxed))                       \
+            JET_LOG(level, __VA_ARGS__);                                                           \
     } while (0)
 
 #endif

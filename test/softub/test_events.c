@@ -197,7 +197,11 @@ static void *race_sender(void *arg)
         if (k > 0) inflight -= k;
         if (inflight >= 64 || atomic_load(&r->credits) == 0) continue;
         atomic_fetch_sub(&r->credits, 1);
-        if ((r->rc = send_one(r->a, (uint64_t)r->sent, true)) != 0) break;
+        int rc = send_one(r->a, (uint64_t)atomic_load(&r->sent), true);
+        if (rc != 0) {
+            atomic_store(&r->rc, rc);
+            break;
+        }
         r->sent++;
         inflight++;
     }
