@@ -46,6 +46,22 @@ static void mp_disconnect(cf_side_t *s, bool flush)
     cf_close();
 }
 
+/* The case's side of a two-process case: forks the peer running fn, then
+ * connects to it. -1 (the peer reaped) when either fails. */
+static int mp_case_open(cf_peer_t *p, cf_peer_fn fn, cf_dev_t *d, cf_side_t *s, cf_wire_t *peer,
+                        const cf_ep_opts_t *o, size_t mem, int kind, uint32_t seg_token)
+{
+    if (cf_peer_fork(p, fn, NULL) != 0) {
+        CF_FAILF("cannot fork the peer");
+        return -1;
+    }
+    if (mp_connect(d, s, peer, p->fd, o, mem, kind, seg_token)) {
+        cf_peer_wait(p, 0);
+        return -1;
+    }
+    return 0;
+}
+
 /* ------------------------------------------------------------------------ */
 /* Every opcode, both ways                                                   */
 /* ------------------------------------------------------------------------ */
@@ -462,16 +478,12 @@ static int victim(int fd, void *arg)
 static void peer_killed(void)
 {
     cf_peer_t p;
-    JT_REQUIRE(cf_peer_fork(&p, victim, NULL) == 0);
     cf_dev_t d;
     cf_side_t s;
     cf_wire_t peer;
     cf_ep_opts_t o = cf_ep_defaults(URMA_TM_RM);
     o.rnr_retry = 7; /* infinite: only the death can end the stuck WRs */
-    if (mp_connect(&d, &s, &peer, p.fd, &o, 65536, CF_MEM_MEMFD, 0x6006)) {
-        cf_peer_wait(&p, 0);
-        return;
-    }
+    if (mp_case_open(&p, victim, &d, &s, &peer, &o, 65536, CF_MEM_MEMFD, 0x6006)) return;
     JT_REQUIRE(cf_msg_recv(p.fd, T_ARMED, NULL, 0, CF_CASE_TIMEOUT_MS) == 0);
     /* A WRITE while the peer lives: its memfd gets mapped (and cached) here. */
     urma_sge_t l, r;
@@ -573,15 +585,11 @@ static int faa_peer(int fd, void *arg)
 static void atomics_owner_and_peer(void)
 {
     cf_peer_t p;
-    JT_REQUIRE(cf_peer_fork(&p, faa_peer, NULL) == 0);
     cf_dev_t d;
     cf_side_t s, local;
     cf_wire_t peer, me;
     cf_ep_opts_t o = cf_ep_defaults(URMA_TM_RM);
-    if (mp_connect(&d, &s, &peer, p.fd, &o, 65536, CF_MEM_MEMALIGN, 0xc00c)) {
-        cf_peer_wait(&p, 0);
-        return;
-    }
+    if (mp_case_open(&p, faa_peer, &d, &s, &peer, &o, 65536, CF_MEM_MEMALIGN, 0xc00c)) return;
     uint64_t *word = (uint64_t *)(void *)s.mem.buf;
     *word = 0;
     JT_REQUIRE(cf_side_open(&local, &d, s.ctx, &o, 4096, CF_MEM_MEMALIGN, 0xd00d) == 0);
@@ -633,16 +641,12 @@ static int doorbell_sender(int fd, void *arg)
 static void async_event_through_doorbell(void)
 {
     cf_peer_t p;
-    JT_REQUIRE(cf_peer_fork(&p, doorbell_sender, NULL) == 0);
     cf_dev_t d;
     cf_side_t s;
     cf_wire_t peer;
     cf_ep_opts_t o = cf_ep_defaults(URMA_TM_RM);
     o.jfc_depth = 4;
-    if (mp_connect(&d, &s, &peer, p.fd, &o, 65536, CF_MEM_MEMFD, 0xa00a)) {
-        cf_peer_wait(&p, 0);
-        return;
-    }
+    if (mp_case_open(&p, doorbell_sender, &d, &s, &peer, &o, 65536, CF_MEM_MEMFD, 0xa00a)) return;
     for (int i = 0; i < DB_SENDS; i++) {
         urma_sge_t rs;
         cf_sge(&rs, s.mem.buf + 256 * i, 256, s.mem.tseg);
@@ -711,16 +715,12 @@ static int um_sender(int fd, void *arg)
 static void um_loss_injection(void)
 {
     cf_peer_t p;
-    JT_REQUIRE(cf_peer_fork(&p, um_sender, NULL) == 0);
     cf_dev_t d;
     cf_side_t s;
     cf_wire_t peer;
     cf_ep_opts_t o = cf_ep_defaults(URMA_TM_UM);
     o.jfr_depth = UM_N + 16;
-    if (mp_connect(&d, &s, &peer, p.fd, &o, UM_N * 256, CF_MEM_MEMFD, 0x8008)) {
-        cf_peer_wait(&p, 0);
-        return;
-    }
+    if (mp_case_open(&p, um_sender, &d, &s, &peer, &o, UM_N * 256, CF_MEM_MEMFD, 0x8008)) return;
     memset(s.mem.buf, 0, UM_N * 256);
     for (int i = 0; i < UM_N; i++) {
         urma_sge_t rs;
