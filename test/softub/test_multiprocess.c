@@ -46,6 +46,16 @@ static void mp_disconnect(cf_side_t *s, bool flush)
     cf_close();
 }
 
+/* The peer's end of a two-process case: T_DONE (with len bytes of msg),
+ * then the exit handshake and teardown. */
+static int mp_peer_finish(int fd, cf_side_t *s, const void *msg, size_t len)
+{
+    cf_msg_send(fd, T_DONE, msg, len);
+    cf_sync(fd, T_EXIT);
+    mp_disconnect(s, false);
+    return 0;
+}
+
 /* The case's side of a two-process case: forks the peer running fn, then
  * connects to it. -1 (the peer reaped) when either fails. */
 static int mp_case_open(cf_peer_t *p, cf_peer_fn fn, cf_dev_t *d, cf_side_t *s, cf_wire_t *peer,
@@ -573,10 +583,7 @@ static int faa_peer(int fd, void *arg)
     if (mp_connect(&d, &s, &peer, fd, &o, 65536, CF_MEM_MEMALIGN, 0xb00b)) return -1;
     if (cf_msg_recv(fd, T_GO, NULL, 0, CF_CASE_TIMEOUT_MS)) return -1;
     faa_many(&s, s.tj, s.rseg, peer.seg_va);
-    cf_msg_send(fd, T_DONE, NULL, 0);
-    cf_sync(fd, T_EXIT);
-    mp_disconnect(&s, false);
-    return 0;
+    return mp_peer_finish(fd, &s, NULL, 0);
 }
 
 /* The word lives in heap memory (process_vm_* for the other process); the
@@ -629,10 +636,7 @@ static int doorbell_sender(int fd, void *arg)
         urma_cr_t cr;
         if (cf_post(s.ep.jetty, &wr) || cf_poll1(s.ep.jfc, &cr)) break;
     }
-    cf_msg_send(fd, T_DONE, NULL, 0);
-    cf_sync(fd, T_EXIT);
-    mp_disconnect(&s, false);
-    return 0;
+    return mp_peer_finish(fd, &s, NULL, 0);
 }
 
 /* The sender overflows our JFC (depth 4) and raises URMA_EVENT_JFC_ERR on our
@@ -706,10 +710,7 @@ static int um_sender(int fd, void *arg)
     }
     if (err) CF_FAILF("UM sender: %d error CRs (loss must be silent)", err);
     JT_CHECK_EQ(ok, UM_N);
-    cf_msg_send(fd, T_DONE, &ok, sizeof ok);
-    cf_sync(fd, T_EXIT);
-    mp_disconnect(&s, false);
-    return 0;
+    return mp_peer_finish(fd, &s, &ok, sizeof ok);
 }
 
 static void um_loss_injection(void)
