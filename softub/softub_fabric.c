@@ -285,6 +285,12 @@ static int fab_create_region(void)
     h->pid = (int32_t)getpid();
     h->size = size;
     atomic_init(&h->doorbell, 0);
+    pthread_mutexattr_t ma;
+    pthread_mutexattr_init(&ma);
+    pthread_mutexattr_setpshared(&ma, PTHREAD_PROCESS_SHARED);
+    pthread_mutexattr_setrobust(&ma, PTHREAD_MUTEX_ROBUST);
+    pthread_mutex_init(&h->alive, &ma);
+    pthread_mutexattr_destroy(&ma);
     g->region_fd = fd;
     g->region = m;
     g->region_size = size;
@@ -880,12 +886,25 @@ out:
     return base;
 }
 
+_Static_assert(offsetof(pthread_mutex_t, __data.__lock) == 0, "the robust futex word");
+
+/* The owner's progress thread died holding `alive`: the process is gone (or
+ * going), even if the liveness check has not run yet. */
+static int fab_owner_died(const struct sub_peer *p)
+{
+    const struct sub_region_hdr *h = (const struct sub_region_hdr *)p->region;
+    return (__atomic_load_n((const uint32_t *)(const void *)&h->alive, __ATOMIC_ACQUIRE) &
+            FUTEX_OWNER_DIED) != 0;
+}
+
 int softub__peer_enter(struct sub_peer *p)
 {
     if (p->self)
         return 0;
     atomic_fetch_add(&p->users, 1);
-    if (atomic_load(&p->dead)) {
+    /* A dead owner is marked by the liveness check (the directory's state,
+     * mappings), which runs on the progress thread; here it is only refused. */
+    if (atomic_load(&p->dead) || fab_owner_died(p)) {
         atomic_fetch_sub(&p->users, 1);
         return -1;
     }

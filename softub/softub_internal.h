@@ -76,7 +76,7 @@
 #define SUB_DIR_MAGIC    0x534f465455424452ull /* "SOFTUBDR" */
 #define SUB_DIR_VERSION  1u
 #define SUB_REGION_MAGIC 0x534f465455425247ull /* "SOFTUBRG" */
-#define SUB_REGION_VERSION 1u
+#define SUB_REGION_VERSION 2u
 
 enum { SUB_PROC_FREE = 0, SUB_PROC_ALIVE = 1 };
 enum { SUB_ID_FREE = 0, SUB_ID_USED = 1 };
@@ -135,6 +135,12 @@ struct sub_region_hdr {
     uint64_t size;
     _Atomic uint32_t doorbell; /* futex word: wakes the owner's progress thread */
     _Atomic uint32_t seg_hwm;  /* segment table entries ever used: importers scan below */
+    /* A process-shared robust mutex held by the owner's progress thread while
+     * it runs. When the owner dies the kernel sets FUTEX_OWNER_DIED in its
+     * futex word (glibc's __data.__lock), so peers see the death with one load
+     * before every WR (softub__peer_enter), not only at the 100 ms liveness
+     * check. Its own line: the doorbell's writes do not evict it. */
+    _Alignas(64) pthread_mutex_t alive;
 };
 
 /* Common head of every shared descriptor. */

@@ -1565,6 +1565,9 @@ static void *prog_main(void *arg)
     struct sub_region_hdr *rh = (struct sub_region_hdr *)g->region;
     uint64_t last_check = 0;
     uint32_t last_bell = UINT32_MAX;
+    /* Held for the thread's life: peers read the owner's death in it. */
+    if (pthread_mutex_lock(&rh->alive) == EOWNERDEAD)
+        pthread_mutex_consistent(&rh->alive);
     while (!atomic_load(&h->stop)) {
         uint32_t seen = atomic_load(&rh->doorbell);
         uint64_t now = softub__now_ns();
@@ -1589,6 +1592,7 @@ static void *prog_main(void *arg)
         if (next > now)
             (void)softub__doorbell_wait(seen, next == UINT64_MAX ? UINT64_MAX : next - now);
     }
+    pthread_mutex_unlock(&rh->alive);
     return NULL;
 }
 

@@ -549,6 +549,36 @@ static void peer_killed(void)
     mp_disconnect(&s, true);
 }
 
+/* A SEND small enough to travel in the completion record, posted as soon as
+ * the peer is known dead (well within the 100 ms liveness check): an error
+ * CR, not a success for a message nobody will ever read. */
+static void small_send_right_after_death(void)
+{
+    cf_peer_t p;
+    cf_dev_t d;
+    cf_side_t s;
+    cf_wire_t peer;
+    cf_ep_opts_t o = cf_ep_defaults(URMA_TM_RM);
+    if (mp_case_open(&p, victim, &d, &s, &peer, &o, 65536, CF_MEM_MEMFD, 0x6116)) return;
+    JT_REQUIRE(cf_msg_recv(p.fd, T_ARMED, NULL, 0, CF_CASE_TIMEOUT_MS) == 0);
+    urma_sge_t l;
+    urma_jfs_wr_t wr;
+    cf_sge(&l, s.mem.buf, 16, s.mem.tseg);
+    cf_wr_send(&wr, URMA_OPC_SEND, s.tj, &l, 1, 0, 0x200);
+    JT_REQUIRE(cf_post(s.ep.jetty, &wr) == 0);
+    cf_expect_cr(s.ep.jfc, URMA_CR_SUCCESS, 0x200, "small SEND to the live peer");
+    kill(p.pid, SIGKILL);
+    JT_CHECK_EQ(cf_peer_wait(&p, CF_WAIT_MS), 128 + SIGKILL);
+    cf_wr_send(&wr, URMA_OPC_SEND, s.tj, &l, 1, 0, 0x201);
+    JT_REQUIRE(cf_post(s.ep.jetty, &wr) == 0);
+    urma_cr_t cr;
+    if (cf_poll1(s.ep.jfc, &cr) == 0) {
+        JT_CHECK_EQ(cr.user_ctx, 0x201);
+        if (cr.status == URMA_CR_SUCCESS) CF_FAILF("a small SEND to a dead peer completed successfully");
+    }
+    mp_disconnect(&s, true);
+}
+
 /* ------------------------------------------------------------------------ */
 /* Atomics on one word from the owner and from another process              */
 /* ------------------------------------------------------------------------ */
@@ -856,6 +886,7 @@ int main(int argc, char **argv)
     CF_RUN(large_transfers);
     CF_RUN(event_mode_cross_process);
     CF_RUN(peer_killed);
+    CF_RUN(small_send_right_after_death);
     CF_RUN(async_event_through_doorbell);
     CF_RUN(atomics_owner_and_peer);
     CF_RUN(um_loss_injection);
