@@ -46,6 +46,16 @@ static void mp_disconnect(cf_side_t *s, bool flush)
     cf_close();
 }
 
+/* The peer's start of a two-process case that waits for the case's T_GO: its
+ * side (default options of mode, 64 KiB of heap memory) connected. */
+static int mp_peer_open(int fd, cf_dev_t *d, cf_side_t *s, cf_wire_t *peer,
+                        urma_transport_mode_t mode, uint32_t seg_token)
+{
+    cf_ep_opts_t o = cf_ep_defaults(mode);
+    if (mp_connect(d, s, peer, fd, &o, 65536, CF_MEM_MEMALIGN, seg_token)) return -1;
+    return cf_msg_recv(fd, T_GO, NULL, 0, CF_CASE_TIMEOUT_MS) ? -1 : 0;
+}
+
 /* The peer's end of a two-process case: T_DONE (with len bytes of msg),
  * then the exit handshake and teardown. */
 static int mp_peer_finish(int fd, cf_side_t *s, const void *msg, size_t len)
@@ -609,9 +619,7 @@ static int faa_peer(int fd, void *arg)
     cf_dev_t d;
     cf_side_t s;
     cf_wire_t peer;
-    cf_ep_opts_t o = cf_ep_defaults(URMA_TM_RM);
-    if (mp_connect(&d, &s, &peer, fd, &o, 65536, CF_MEM_MEMALIGN, 0xb00b)) return -1;
-    if (cf_msg_recv(fd, T_GO, NULL, 0, CF_CASE_TIMEOUT_MS)) return -1;
+    if (mp_peer_open(fd, &d, &s, &peer, URMA_TM_RM, 0xb00b)) return -1;
     faa_many(&s, s.tj, s.rseg, peer.seg_va);
     return mp_peer_finish(fd, &s, NULL, 0);
 }
@@ -655,9 +663,7 @@ static int doorbell_sender(int fd, void *arg)
     cf_dev_t d;
     cf_side_t s;
     cf_wire_t peer;
-    cf_ep_opts_t o = cf_ep_defaults(URMA_TM_RM);
-    if (mp_connect(&d, &s, &peer, fd, &o, 65536, CF_MEM_MEMALIGN, 0x9009)) return -1;
-    if (cf_msg_recv(fd, T_GO, NULL, 0, CF_CASE_TIMEOUT_MS)) return -1;
+    if (mp_peer_open(fd, &d, &s, &peer, URMA_TM_RM, 0x9009)) return -1;
     for (int i = 0; i < DB_SENDS; i++) {
         urma_sge_t l;
         urma_jfs_wr_t wr;
@@ -717,9 +723,7 @@ static int um_sender(int fd, void *arg)
     cf_dev_t d;
     cf_side_t s;
     cf_wire_t peer;
-    cf_ep_opts_t o = cf_ep_defaults(URMA_TM_UM);
-    if (mp_connect(&d, &s, &peer, fd, &o, 65536, CF_MEM_MEMALIGN, 0x7007)) return -1;
-    if (cf_msg_recv(fd, T_GO, NULL, 0, CF_CASE_TIMEOUT_MS)) return -1;
+    if (mp_peer_open(fd, &d, &s, &peer, URMA_TM_UM, 0x7007)) return -1;
     int ok = 0, err = 0;
     for (int i = 0; i < UM_N; i++) {
         uint8_t *buf = s.mem.buf + (size_t)(i % 64) * UM_LEN;
