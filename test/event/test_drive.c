@@ -754,6 +754,19 @@ static void later_start(later_t *l, int delay_ms, int fd, jet_task_t *task, _Ato
     JT_REQUIRE(pthread_create(&l->t, NULL, later_main, l) == 0);
 }
 
+/* A guest asleep in the loop's epoll leaves it (undone) when l's action
+ * makes the loop shared, and a new drive is then refused; both at once. */
+static void guest_leaves_then_refused(later_t *l, until_t *never_done)
+{
+    int64_t t0 = jt_now_ms();
+    JT_CHECK(!jet_loop_drive(loop, guest_reached, never_done, (int64_t)jt_now_us() + GUARD_US));
+    JT_CHECK(jt_now_ms() - t0 < 2000);
+    pthread_join(l->t, NULL);
+    t0 = jt_now_ms();
+    JT_CHECK(!jet_loop_drive(loop, reached, never_done, (int64_t)jt_now_us() + GUARD_US));
+    JT_CHECK(jt_now_ms() - t0 < 2000);
+}
+
 static void test_blocking_guest(void)
 {
     JT_REQUIRE(jt_loop_up(&loop) == 0);
@@ -801,14 +814,7 @@ static void test_blocking_guest(void)
     l.kick = true;
     _Atomic int none = 0;
     until_t un = {&none, 1, NULL};
-    t0 = jt_now_ms();
-    JT_CHECK(!jet_loop_drive(loop, guest_reached, &un, (int64_t)jt_now_us() + GUARD_US));
-    JT_CHECK(jt_now_ms() - t0 < 2000);
-    pthread_join(l.t, NULL);
-    /* Shared for a second: refused meanwhile. */
-    t0 = jt_now_ms();
-    JT_CHECK(!jet_loop_drive(loop, reached, &un, (int64_t)jt_now_us() + GUARD_US));
-    JT_CHECK(jt_now_ms() - t0 < 2000);
+    guest_leaves_then_refused(&l, &un); /* shared for a second: refused meanwhile */
     usleep(1100 * 1000);
 
     /* The deadline ends the wait with done still false. */
@@ -831,14 +837,7 @@ static void test_blocking_guest(void)
     pipe_up_on(&q, false);
     later_start(&l, 30, -1, NULL, NULL);
     l.add = &q.io;
-    t0 = jt_now_ms();
-    JT_CHECK(!jet_loop_drive(loop, guest_reached, &un, (int64_t)jt_now_us() + GUARD_US));
-    JT_CHECK(jt_now_ms() - t0 < 2000);
-    pthread_join(l.t, NULL);
-    /* Not solitary (a second fd): refused, the thread keeps serving. */
-    t0 = jt_now_ms();
-    JT_CHECK(!jet_loop_drive(loop, reached, &uz, (int64_t)jt_now_us() + GUARD_US));
-    JT_CHECK(jt_now_ms() - t0 < 2000);
+    guest_leaves_then_refused(&l, &un); /* not solitary (a second fd) */
     JT_CHECK(write(q.fds[1], "x", 1) == 1);
     JT_CHECK(jt_wait_at_least(&q.runs, 1, GUARD_US));
     JT_CHECK_EQ(atomic_load(&q.on_guest), 0);
