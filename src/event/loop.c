@@ -63,6 +63,9 @@ enum {
 #define LOOP_HEAP_INIT  64
 #define LOOP_MAX_EVENTS 65536
 #define LOOP_MAX_GROUP  1024
+/* How long a would-be guest of a busy-poll loop spins for the hand-over
+ * before it sleeps for it (loop_drive). */
+#define LOOP_HANDOVER_SPIN_US 20
 
 struct jet_loop {
     int epfd;
@@ -847,8 +850,15 @@ static bool loop_drive(jet_loop_t *loop, bool (*done)(void *arg), void *arg, int
         if (!atomic_compare_exchange_strong_explicit(&loop->baton, &b, LOOP_WANT,
                                                      memory_order_relaxed, memory_order_relaxed))
             return false;
-        /* A busy-poll iteration is short: the hand-over comes within one. */
-        while ((b = atomic_load_explicit(&loop->baton, memory_order_acquire)) == LOOP_WANT) {
+        /* A busy-poll iteration is short: the hand-over comes within one,
+         * if the thread has a core. When it has none (more runnable threads
+         * than cores: this spin, a peer's, the thread), spinning on would
+         * keep it off until the scheduler's slice ends (milliseconds):
+         * after LOOP_HANDOVER_SPIN_US we sleep until the hand-over instead,
+         * which gives our core to the thread. */
+        int64_t spin_end = 0;
+        for (uint32_t i = 1;
+             (b = atomic_load_explicit(&loop->baton, memory_order_acquire)) == LOOP_WANT; i++) {
             if (done(arg)) {
                 if (!loop_withdraw(loop)) return true;
                 break; /* handed over meanwhile: ours to give back */
@@ -857,6 +867,16 @@ static bool loop_drive(jet_loop_t *loop, bool (*done)(void *arg), void *arg, int
                 /* Its thread may now sleep in epoll: withdraw. */
                 if (!loop_withdraw(loop)) return done(arg);
                 break;
+            }
+            if ((i & 63) == 0) {
+                int64_t now = jet_now_us();
+                if (spin_end == 0) {
+                    spin_end = now + LOOP_HANDOVER_SPIN_US;
+                } else if (now >= spin_end) {
+                    if (!loop_wait_handover(loop, done, arg, until_us)) return done(arg);
+                    b = LOOP_GUEST;
+                    break;
+                }
             }
             jet__cpu_relax();
         }

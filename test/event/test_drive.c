@@ -1,6 +1,7 @@
 /* Guest driving (jet_loop_drive): the waiting thread runs a busy-poll
  * loop's iterations while the loop thread sleeps, hands the loop back, and
- * every refusal case (no poller, another guest, a loop thread, stop); and
+ * every refusal case (no poller, another guest, a loop thread, stop), a
+ * hand-over the thread is slow to make (the guest sleeps for it); and
  * the blocking guest of a loop without pollers, which sleeps in the loop's
  * epoll itself (hand-over from the thread's epoll, fd events, posts,
  * interrupts, kicks, its deadline, refusal when the loop is not solitary,
@@ -13,6 +14,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 #include <unistd.h>
 
 #include "event/loop.h"
@@ -298,6 +300,62 @@ static void test_withdrawn_requests(void)
     jt_loop_down(loop);
 }
 
+
+/* A poller whose run stalls once, for `stall_ms`, when asked: the loop
+ * thread inside it holds the loop as a thread without a core would. */
+typedef struct stall_poller {
+    jet_poller_t p;
+    _Atomic int runs;
+    _Atomic int stall_ms;
+    _Atomic int in_stall;
+} stall_poller_t;
+
+static int stall_poll(jet_poller_t *p)
+{
+    stall_poller_t *sp = (stall_poller_t *)p;
+    atomic_fetch_add(&sp->runs, 1);
+    int ms = atomic_exchange(&sp->stall_ms, 0);
+    if (ms > 0) {
+        atomic_store(&sp->in_stall, 1);
+        jt_sleep_us((int64_t)ms * 1000);
+        atomic_store(&sp->in_stall, 0);
+    }
+    return 0;
+}
+
+static int64_t thread_cpu_us(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_THREAD_CPUTIME_ID, &ts);
+    return (int64_t)ts.tv_sec * 1000000 + ts.tv_nsec / 1000;
+}
+
+/* A would-be guest of a busy-poll loop whose thread does not hand over at
+ * once (here: stalled in an iteration; on a busy machine: runnable without
+ * a core) spins only briefly, then sleeps until the hand-over: spinning on
+ * would keep the thread it waits for off a core. It still gets the loop. */
+static void test_handover_wait_sleeps(void)
+{
+    JT_REQUIRE(jt_loop_up(&loop) == 0);
+    stall_poller_t sp = {.p.poll = stall_poll};
+    jt_loop_run_on(loop, add_poller, &sp.p);
+    JT_CHECK(jt_wait_at_least(&sp.runs, 10, GUARD_US));
+    for (int round = 0; round < 3; round++) {
+        atomic_store(&sp.stall_ms, 100);
+        JT_REQUIRE(JT_WAIT_EVERY(atomic_load(&sp.in_stall) == 1, GUARD_US, 10));
+        int64_t cpu0 = thread_cpu_us(), wall0 = (int64_t)jt_now_us();
+        until_t u = {(_Atomic int *)&sp.runs, atomic_load(&sp.runs) + 20, NULL};
+        JT_CHECK(jet_loop_drive(loop, reached, &u, INT64_MAX));
+        int64_t cpu = thread_cpu_us() - cpu0, wall = (int64_t)jt_now_us() - wall0;
+        JT_CHECK(atomic_load(&sp.runs) >= u.target);
+        JT_CHECK(wall >= 50000); /* it did wait for the stalled iteration */
+        if (cpu >= 20000) fprintf(stderr, "  waited %lld us, spun %lld us\n", (long long)wall,
+                                  (long long)cpu);
+        JT_CHECK(cpu < 20000);
+    }
+    jt_loop_run_on(loop, del_poller, &sp.p);
+    jt_loop_down(loop);
+}
 
 /* ---- the parked thread's looks, deferred posts, kicks -------------------- */
 
@@ -915,6 +973,7 @@ int main(void)
     JT_RUN(test_loop_threads_do_not_drive);
     JT_RUN(test_second_guest_and_stop);
     JT_RUN(test_withdrawn_requests);
+    JT_RUN(test_handover_wait_sleeps);
     JT_RUN(test_parked_thread_looks);
     JT_RUN(test_deferred_post);
     JT_RUN(test_timer_and_kick_wake_a_solitary_loop);
