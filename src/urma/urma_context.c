@@ -49,6 +49,14 @@ JET_FLAG_DEFINE_INT32(urma_event_spin_us, 0,
                       "more threads are runnable than cores are online (read from /proc/loadavg "
                       "once a millisecond) (0: wake on every event, as brpc; 200 is a good "
                       "value) [0, 1000000]");
+JET_FLAG_DEFINE_INT32(urma_event_spin_auto_us, 50,
+                      "Event mode with urma_event_spin_us=0: a loop whose completions have been "
+                      "coming less than this many microseconds apart (a moving estimate of the "
+                      "gap between its completion batches) keeps polling after a batch for twice "
+                      "that gap, at least half this and at most this, before it sleeps on its "
+                      "event fd again; a loop with longer gaps (sparse traffic) sleeps at once. "
+                      "Not while more threads are runnable than cores (0: never, brpc's "
+                      "behaviour) [0, 1000000]");
 JET_FLAG_DEFINE_INT32(urma_event_partial_spin_us, 50,
                       "Event mode: while a message is partly received (its sender is still "
                       "sending the rest, as for messages larger than a receive buffer), the event "
@@ -334,6 +342,8 @@ struct jet_urma_loop {
     bool spinning;       /* event mode: the poller runs, the JFC is not armed */
     bool partial;        /* the last batch left a message partly received */
     int64_t last_cr_us;  /* spinning: when the poller last found completions */
+    int64_t gap_us;      /* estimated gap between completion batches (auto spin) */
+    int64_t slept_us;    /* when the loop armed its JFC and went to sleep (0: not asleep) */
     uint64_t events, spins;
     uint32_t jfc_depth;
     uint32_t jfc_used;
@@ -518,11 +528,46 @@ static int64_t ul_partial_spin_us(void)
     return us < 0 ? 0 : us > 1000000 ? 1000000 : us;
 }
 
+int64_t jet__urma_gap_update(int64_t gap_us, int64_t sample_us, int64_t max_us)
+{
+    /* One long gap (idle) counts as 4x the limit: the estimate leaves the
+     * spinning range at once and comes back within a sample or two. */
+    if (sample_us < 0) sample_us = 0;
+    if (sample_us > 4 * max_us) sample_us = 4 * max_us;
+    if (gap_us > 4 * max_us) gap_us = 4 * max_us;
+    if (sample_us < gap_us) return (gap_us + sample_us) / 2;
+    return gap_us + (sample_us - gap_us + 3) / 4;
+}
+
+int64_t jet__urma_auto_spin_us(int64_t gap_us, int64_t max_us)
+{
+    return max_us > 0 && gap_us < max_us ? max_us : 0;
+}
+
+static int64_t ul_auto_max_us(void)
+{
+    int32_t us = JET_FLAG(urma_event_spin_auto_us);
+    return us < 0 ? 0 : us > 1000000 ? 1000000 : us;
+}
+
+/* The spin after a burst: urma_event_spin_us, else the adaptive one. */
+static int64_t ul_burst_spin_us(const jet_urma_loop_t *ul)
+{
+    int64_t us = ul_event_spin_us();
+    return us > 0 ? us : jet__urma_auto_spin_us(ul->gap_us, ul_auto_max_us());
+}
+
+static void ul_gap_sample(jet_urma_loop_t *ul, int64_t sample_us)
+{
+    int64_t max = ul_auto_max_us();
+    if (max > 0) ul->gap_us = jet__urma_gap_update(ul->gap_us, sample_us, max);
+}
+
 /* How long the event-mode poller goes on without a completion: the spin
  * after every burst, or longer while a message is partly received. */
 static int64_t ul_spin_window_us(const jet_urma_loop_t *ul)
 {
-    int64_t us = ul_event_spin_us(), part = ul->partial ? ul_partial_spin_us() : 0;
+    int64_t us = ul_burst_spin_us(ul), part = ul->partial ? ul_partial_spin_us() : 0;
     return us > part ? us : part;
 }
 
@@ -555,8 +600,9 @@ static void ul_spin_start(jet_urma_loop_t *ul)
         /* A spin only for the rest of a message is the loop thread's own: a
          * synchronous caller driving it too would make three spinning
          * threads of two on a small machine (measured: p99 3.5 ms). The
-         * spin of urma_event_spin_us is there for such callers. */
-        ul->poller.no_guest = ul_event_spin_us() == 0;
+         * spin after a burst (urma_event_spin_us, or the adaptive one) is
+         * there for such callers. */
+        ul->poller.no_guest = ul_burst_spin_us(ul) == 0;
         jet_loop_poller_add(ul->loop, &ul->poller);
         ul->poller_on = true;
     }
@@ -582,6 +628,10 @@ static void ul_event_cb(jet_io_t *io, uint32_t events)
         JET_URMA_FN(c, urma_ack_jfc)(jfcs, nev, (uint32_t)n);
         ul->events += (uint64_t)n;
     }
+    if (ul->slept_us) {
+        ul_gap_sample(ul, jet_now_us() - ul->slept_us);
+        ul->slept_us = 0;
+    }
     ul_drain(ul, CTX_EVENT_BUDGET);
     if (ul->spinning) return; /* an event armed before the spin began */
     /* Poll instead of arming: the next completions of a burst, or the
@@ -589,7 +639,10 @@ static void ul_event_cb(jet_io_t *io, uint32_t events)
      * threads outnumber cores (base/runq.h): the spin would hold a core
      * the answering thread needs. */
     bool spin = ul_spin_window_us(ul) > 0 && jet__runq_has_room(jet_now_us());
-    if (spin || !ul_rearm(ul)) ul_spin_start(ul);
+    if (spin || !ul_rearm(ul))
+        ul_spin_start(ul);
+    else
+        ul->slept_us = jet_now_us();
 }
 
 /* The re-posts left by the previous poller pass. */
@@ -610,6 +663,7 @@ static int ul_poll_cb(jet_poller_t *p)
     if (ul->spinning) {
         int64_t now = jet_loop_now_us(ul->loop);
         if (n > 0) {
+            ul_gap_sample(ul, now - ul->last_cr_us);
             ul->last_cr_us = now;
         } else if (now - ul->last_cr_us > ul_spin_window_us(ul) ||
                    (now - ul->last_cr_us >= CTX_CROWDED_GAP_US && !jet__runq_has_room(now))) {
@@ -621,6 +675,7 @@ static int ul_poll_cb(jet_poller_t *p)
                 return n;
             }
             ul->spinning = false;
+            ul->slept_us = now;
             jet_loop_io_watch_only(&ul->io, false);
             ul->poller_on = false;
             jet_loop_poller_del(ul->loop, &ul->poller);
@@ -1049,6 +1104,7 @@ static jet_urma_loop_t *ul_create(jet_loop_t *loop, const jet_urma_ctx_t *c)
     uint32_t depth = JET_FLAG(urma_jfc_depth) > 0 ? (uint32_t)JET_FLAG(urma_jfc_depth) : 32768;
     if (depth > c->max_jfc_depth) depth = c->max_jfc_depth;
     ul->jfc_depth = depth;
+    ul->gap_us = INT64_MAX / 8; /* no spin before short gaps were seen */
     ul->poller.poll = ul_poll_cb;
     ul->poller.arg = ul;
     /* The JFC is made off the loop when the first connection asks for it

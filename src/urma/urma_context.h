@@ -53,6 +53,7 @@ JET_FLAG_DECLARE_INT32(urma_client_handshake_version);
 JET_FLAG_DECLARE_INT32(urma_max_sge);
 JET_FLAG_DECLARE_INT32(urma_handshake_timeout_ms);
 JET_FLAG_DECLARE_INT32(urma_jfc_depth);
+JET_FLAG_DECLARE_INT32(urma_event_spin_auto_us);
 JET_FLAG_DECLARE_BOOL(urma_jetrpc_extensions);
 
 typedef struct jet_urma_ctx {
@@ -203,6 +204,15 @@ jet_loop_t *jet__urma_loop_of(const jet_urma_loop_t *ul);
  * with attributes a, as brpc picks it: the priority whose transport-path mask
  * is exactly that path, else 6. The table exists only in the master layout
  * (master false: 6). */
+/* Event mode's adaptive spin (urma_event_spin_auto_us = max_us): the
+ * estimate of the gap between a loop's completion batches after one more
+ * gap of sample_us (a gap shorter than the estimate halves the distance to
+ * it, a longer one a quarter; gaps count at most 4x max_us), and the spin
+ * after a batch for an estimate of gap_us: 0 when gap_us >= max_us, else
+ * 2 * gap_us within [max_us / 2, max_us]. */
+int64_t jet__urma_gap_update(int64_t gap_us, int64_t sample_us, int64_t max_us);
+int64_t jet__urma_auto_spin_us(int64_t gap_us, int64_t max_us);
+
 uint8_t jet__urma_priority(const urma_device_attr_t *a, bool master, uint32_t tp);
 
 #endif

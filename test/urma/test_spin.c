@@ -2,7 +2,9 @@
  * polls its completion queue instead of arming it, for as long as
  * completions keep coming and the spin time after the last one; then it
  * arms the queue and sleeps on the event fd again; and not at all while
- * more threads are runnable than cores are online. Client and server share
+ * more threads are runnable than cores are online. The adaptive spin
+ * (urma_event_spin_auto_us): its estimate of the gap between completion
+ * batches, and a loop that spins once its completions come close together. Client and server share
  * the process, so every loop counted here is one of theirs. Echoes are
  * compared byte for byte in both regimes. The run-queue count comes from a
  * file this test writes (base/runq.h), not from the machine's load. */
@@ -49,10 +51,11 @@ static int echo_calls(jet_channel_t *ch, int n, size_t len, const char *tag)
     return 0;
 }
 
-/* spin 0: every completion batch is an event, no spell of polling. */
+/* No spin at all: every completion batch is an event, no spell of polling. */
 static void test_pure_events(void)
 {
     jet_flag_set("urma_event_spin_us", "0");
+    jet_flag_set("urma_event_spin_auto_us", "0");
     jet_channel_t *ch = ut_channel(g_port, JET_SOCKET_MODE_URMA, 10000, JET_CONNECTION_SINGLE);
     JT_REQUIRE(ch);
     JT_CHECK_EQ(echo_calls(ch, 5, 100, "warm"), 0);
@@ -136,6 +139,7 @@ static void test_spin_yields_to_load(void)
 static void test_partial_message_spin(void)
 {
     jet_flag_set("urma_event_spin_us", "0");
+    jet_flag_set("urma_event_spin_auto_us", "0");
     jet_channel_t *ch = ut_channel(g_port, JET_SOCKET_MODE_URMA, 30000, JET_CONNECTION_SINGLE);
     JT_REQUIRE(ch);
     JT_CHECK_EQ(echo_calls(ch, 1, 100, "warm"), 0);
@@ -159,13 +163,85 @@ static void test_partial_message_spin(void)
     jet_channel_destroy(ch);
 }
 
+/* The estimate: a shorter gap halves the distance to it, a longer one a
+ * quarter, a gap counts at most 4x the limit; the loop spins (for the
+ * limit) only while the estimate is below the limit. */
+static void test_auto_estimate(void)
+{
+    const int64_t max = 50;
+    JT_CHECK_EQ(jet__urma_auto_spin_us(10, max), max);
+    JT_CHECK_EQ(jet__urma_auto_spin_us(49, max), max);
+    JT_CHECK_EQ(jet__urma_auto_spin_us(50, max), 0);
+    JT_CHECK_EQ(jet__urma_auto_spin_us(10, 0), 0); /* switched off */
+    JT_CHECK_EQ(jet__urma_gap_update(40, 0, max), 20);
+    JT_CHECK_EQ(jet__urma_gap_update(20, 100, max), 40);
+    JT_CHECK_EQ(jet__urma_gap_update(0, 1000000, max), 50); /* idle: counts as 200 */
+    JT_CHECK_EQ(jet__urma_gap_update(INT64_MAX / 8, 2, max), 101);
+    /* A fresh loop (no short gap seen) does not spin, nor after two close
+     * batches; after a third it does; one idle gap stops it; sparse
+     * traffic never starts it. */
+    int64_t g = INT64_MAX / 8;
+    JT_CHECK_EQ(jet__urma_auto_spin_us(g, max), 0);
+    g = jet__urma_gap_update(g, 3, max);
+    JT_CHECK_EQ(jet__urma_auto_spin_us(g, max), 0);
+    g = jet__urma_gap_update(g, 3, max);
+    JT_CHECK_EQ(jet__urma_auto_spin_us(g, max), 0);
+    g = jet__urma_gap_update(g, 3, max);
+    JT_CHECK_EQ(jet__urma_auto_spin_us(g, max), max);
+    for (int i = 0; i < 20; i++)
+        g = jet__urma_gap_update(g, 2, max);
+    JT_CHECK_EQ(jet__urma_auto_spin_us(g, max), max);
+    g = jet__urma_gap_update(g, 5000000, max);
+    JT_CHECK_EQ(jet__urma_auto_spin_us(g, max), 0);
+    for (int i = 0; i < 50; i++) {
+        g = jet__urma_gap_update(g, 1000, max);
+        JT_CHECK_EQ(jet__urma_auto_spin_us(g, max), 0);
+    }
+    /* A late wake-up now and then (a preempted thread) does not stop the
+     * spinning of steady traffic. */
+    for (int i = 0; i < 100; i++) {
+        g = jet__urma_gap_update(g, i % 10 == 9 ? 150 : 2, max);
+        if (i >= 10) JT_CHECK_EQ(jet__urma_auto_spin_us(g, max), max);
+    }
+}
+
+/* With urma_event_spin_us 0 and the adaptive spin on, back-to-back calls
+ * are found by polling once the loops have seen them come close together
+ * (a limit of 20 ms, so that a loaded machine's wake-ups count as close),
+ * and the loops sleep on events again when the calls stop. */
+static void test_auto_spin(void)
+{
+    jet_flag_set("urma_event_spin_us", "0");
+    jet_flag_set("urma_event_spin_auto_us", "20000");
+    jet_channel_t *ch = ut_channel(g_port, JET_SOCKET_MODE_URMA, 10000, JET_CONNECTION_SINGLE);
+    JT_REQUIRE(ch);
+    for (int round = 0; round < 3; round++) {
+        JT_CHECK_EQ(echo_calls(ch, 5, 100, "warm"), 0);
+        sums_t a = totals();
+        JT_CHECK_EQ(echo_calls(ch, 200, 100, "auto"), 0);
+        sums_t b = totals();
+        JT_CHECK(b.completions - a.completions >= 400);
+        JT_CHECK(b.events - a.events < 100);
+        JT_CHECK(b.spins > a.spins || b.spinning > 0);
+        sums_t c;
+        JT_CHECK(JT_WAIT_UNTIL((c = totals(), c.spinning == 0), GUARD_US));
+        JT_CHECK_EQ(echo_calls(ch, 1, 100, "after"), 0);
+        sums_t d = totals();
+        JT_CHECK(d.events > c.events); /* it slept on events */
+    }
+    jet_channel_destroy(ch);
+    jet_flag_set("urma_event_spin_auto_us", "50");
+}
+
 /* Byte-exact echoes of every size class while spinning, and while not. */
 static void test_sizes_both_ways(void)
 {
     static const size_t sizes[] = {1, 511, 512, 8192, 65535, 65536, 65537, 1 << 20, 5 << 20};
-    const char *spins[] = {"0", "50", "5000"};
+    const char *spins[] = {"0", "50", "5000", "0"};
+    const char *autos[] = {"0", "0", "0", "50"};
     for (size_t k = 0; k < sizeof spins / sizeof spins[0]; k++) {
         jet_flag_set("urma_event_spin_us", spins[k]);
+        jet_flag_set("urma_event_spin_auto_us", autos[k]);
         ut_urma_mark_t m = ut_urma_mark();
         jet_channel_t *ch = ut_channel(g_port, JET_SOCKET_MODE_URMA, 30000, JET_CONNECTION_SINGLE);
         JT_REQUIRE(ch);
@@ -177,6 +253,7 @@ static void test_sizes_both_ways(void)
         jet_channel_destroy(ch);
     }
     jet_flag_set("urma_event_spin_us", "0");
+    jet_flag_set("urma_event_spin_auto_us", "50");
 }
 
 int main(int argc, char **argv)
@@ -191,6 +268,8 @@ int main(int argc, char **argv)
     JT_RUN(test_spin_then_sleep);
     JT_RUN(test_spin_yields_to_load);
     JT_RUN(test_partial_message_spin);
+    JT_RUN(test_auto_estimate);
+    JT_RUN(test_auto_spin);
     JT_RUN(test_sizes_both_ways);
     jet_server_destroy(srv);
     unlink(g_load);
