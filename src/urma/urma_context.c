@@ -47,16 +47,15 @@ JET_FLAG_DEFINE_INT32(urma_event_spin_us, 0,
                       "again, so that a burst or the next call of a synchronous caller needs no "
                       "wake-up; it costs that much CPU after each burst. No loop spins while "
                       "more threads are runnable than cores are online (read from /proc/loadavg "
-                      "once a millisecond) (0: wake on every event, as brpc; 200 is a good "
-                      "value) [0, 1000000]");
+                      "once a millisecond) (0: the adaptive spin of urma_event_spin_auto_us; 200 "
+                      "also covers gaps of up to 200 us between calls) [0, 1000000]");
 JET_FLAG_DEFINE_INT32(urma_event_spin_auto_us, 50,
-                      "Event mode with urma_event_spin_us=0: a loop whose completions have been "
-                      "coming less than this many microseconds apart (a moving estimate of the "
-                      "gap between its completion batches) keeps polling after a batch for twice "
-                      "that gap, at least half this and at most this, before it sleeps on its "
-                      "event fd again; a loop with longer gaps (sparse traffic) sleeps at once. "
-                      "Not while more threads are runnable than cores (0: never, brpc's "
-                      "behaviour) [0, 1000000]");
+                      "Event mode with urma_event_spin_us=0: a loop whose completion batches "
+                      "have been coming less than this many microseconds apart (a moving "
+                      "estimate of the gap) keeps polling this long after a batch before it "
+                      "sleeps on its event fd again; a loop with longer gaps (sparse traffic) "
+                      "sleeps at once. Not while more threads are runnable than cores (0: never; "
+                      "with urma_event_spin_us=0 too, a wake-up per batch as brpc) [0, 1000000]");
 JET_FLAG_DEFINE_INT32(urma_event_partial_spin_us, 50,
                       "Event mode: while a message is partly received (its sender is still "
                       "sending the rest, as for messages larger than a receive buffer), the event "
