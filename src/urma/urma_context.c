@@ -529,12 +529,15 @@ static int64_t ul_partial_spin_us(void)
 
 int64_t jet__urma_gap_update(int64_t gap_us, int64_t sample_us, int64_t max_us)
 {
-    /* One long gap (idle) counts as 4x the limit: the estimate leaves the
-     * spinning range at once and comes back within a sample or two. */
+    /* A quarter of the way to each sample. One long gap (idle) counts as 4x
+     * the limit: the estimate leaves the spinning range at once and comes
+     * back after about five close batches, while traffic whose batches are
+     * far apart never gets there even if one close batch follows each far
+     * one (a call's send completion and its answer). */
     if (sample_us < 0) sample_us = 0;
     if (sample_us > 4 * max_us) sample_us = 4 * max_us;
     if (gap_us > 4 * max_us) gap_us = 4 * max_us;
-    if (sample_us < gap_us) return (gap_us + sample_us) / 2;
+    if (sample_us < gap_us) return gap_us - (gap_us - sample_us + 3) / 4;
     return gap_us + (sample_us - gap_us + 3) / 4;
 }
 
@@ -664,6 +667,15 @@ static int ul_poll_cb(jet_poller_t *p)
         if (n > 0) {
             ul_gap_sample(ul, now - ul->last_cr_us);
             ul->last_cr_us = now;
+            /* Guests may drive a spin after bursts, not one only for the rest
+             * of a message (ul_spin_start): which one this is follows the
+             * estimate. */
+            bool no_guest = ul_burst_spin_us(ul) == 0;
+            if (no_guest != ul->poller.no_guest) {
+                jet_loop_poller_del(ul->loop, &ul->poller);
+                ul->poller.no_guest = no_guest;
+                jet_loop_poller_add(ul->loop, &ul->poller);
+            }
         } else if (now - ul->last_cr_us > ul_spin_window_us(ul) ||
                    (now - ul->last_cr_us >= CTX_CROWDED_GAP_US && !jet__runq_has_room(now))) {
             /* Quiet long enough, or threads outnumber cores: back to
@@ -674,7 +686,10 @@ static int ul_poll_cb(jet_poller_t *p)
                 return n;
             }
             ul->spinning = false;
-            ul->slept_us = now;
+            /* The next gap is counted from the last batch, not from the
+             * end of the spin: a gap a little longer than the spin must
+             * raise the estimate, or such traffic would spin forever. */
+            ul->slept_us = ul->last_cr_us;
             jet_loop_io_watch_only(&ul->io, false);
             ul->poller_on = false;
             jet_loop_poller_del(ul->loop, &ul->poller);

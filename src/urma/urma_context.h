@@ -200,19 +200,18 @@ void jet__urma_loop_stats(jet_urma_loop_t *ul, jet_urma_loop_stats_t *out);
 
 jet_loop_t *jet__urma_loop_of(const jet_urma_loop_t *ul);
 
+/* Event mode's adaptive spin (urma_event_spin_auto_us = max_us): the
+ * estimate of the gap between a loop's completion batches after one more
+ * gap of sample_us (a quarter of the way to it; a gap counts at most
+ * 4x max_us), and the spin after a batch for an estimate of gap_us: max_us
+ * while gap_us < max_us, else 0. */
+int64_t jet__urma_gap_update(int64_t gap_us, int64_t sample_us, int64_t max_us);
+int64_t jet__urma_auto_spin_us(int64_t gap_us, int64_t max_us);
+
 /* The JFS priority for transport path tp (URMA_CTP, URMA_RTP) on a device
  * with attributes a, as brpc picks it: the priority whose transport-path mask
  * is exactly that path, else 6. The table exists only in the master layout
  * (master false: 6). */
-/* Event mode's adaptive spin (urma_event_spin_auto_us = max_us): the
- * estimate of the gap between a loop's completion batches after one more
- * gap of sample_us (a gap shorter than the estimate halves the distance to
- * it, a longer one a quarter; gaps count at most 4x max_us), and the spin
- * after a batch for an estimate of gap_us: 0 when gap_us >= max_us, else
- * 2 * gap_us within [max_us / 2, max_us]. */
-int64_t jet__urma_gap_update(int64_t gap_us, int64_t sample_us, int64_t max_us);
-int64_t jet__urma_auto_spin_us(int64_t gap_us, int64_t max_us);
-
 uint8_t jet__urma_priority(const urma_device_attr_t *a, bool master, uint32_t tp);
 
 #endif

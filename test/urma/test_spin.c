@@ -163,9 +163,9 @@ static void test_partial_message_spin(void)
     jet_channel_destroy(ch);
 }
 
-/* The estimate: a shorter gap halves the distance to it, a longer one a
- * quarter, a gap counts at most 4x the limit; the loop spins (for the
- * limit) only while the estimate is below the limit. */
+/* The estimate moves a quarter of the way to each gap, a gap counts at
+ * most 4x the limit; the loop spins (for the limit) only while the
+ * estimate is below the limit. */
 static void test_auto_estimate(void)
 {
     const int64_t max = 50;
@@ -173,19 +173,19 @@ static void test_auto_estimate(void)
     JT_CHECK_EQ(jet__urma_auto_spin_us(49, max), max);
     JT_CHECK_EQ(jet__urma_auto_spin_us(50, max), 0);
     JT_CHECK_EQ(jet__urma_auto_spin_us(10, 0), 0); /* switched off */
-    JT_CHECK_EQ(jet__urma_gap_update(40, 0, max), 20);
+    JT_CHECK_EQ(jet__urma_gap_update(40, 0, max), 30);
     JT_CHECK_EQ(jet__urma_gap_update(20, 100, max), 40);
     JT_CHECK_EQ(jet__urma_gap_update(0, 1000000, max), 50); /* idle: counts as 200 */
-    JT_CHECK_EQ(jet__urma_gap_update(INT64_MAX / 8, 2, max), 101);
-    /* A fresh loop (no short gap seen) does not spin, nor after two close
-     * batches; after a third it does; one idle gap stops it; sparse
-     * traffic never starts it. */
+    JT_CHECK_EQ(jet__urma_gap_update(INT64_MAX / 8, 2, max), 150);
+    /* A fresh loop (no short gap seen) does not spin, nor after four close
+     * batches; after a fifth it does; one idle gap stops it; sparse traffic
+     * never starts it. */
     int64_t g = INT64_MAX / 8;
     JT_CHECK_EQ(jet__urma_auto_spin_us(g, max), 0);
-    g = jet__urma_gap_update(g, 3, max);
-    JT_CHECK_EQ(jet__urma_auto_spin_us(g, max), 0);
-    g = jet__urma_gap_update(g, 3, max);
-    JT_CHECK_EQ(jet__urma_auto_spin_us(g, max), 0);
+    for (int i = 0; i < 4; i++) {
+        g = jet__urma_gap_update(g, 3, max);
+        JT_CHECK_EQ(jet__urma_auto_spin_us(g, max), 0);
+    }
     g = jet__urma_gap_update(g, 3, max);
     JT_CHECK_EQ(jet__urma_auto_spin_us(g, max), max);
     for (int i = 0; i < 20; i++)
@@ -197,6 +197,19 @@ static void test_auto_estimate(void)
         g = jet__urma_gap_update(g, 1000, max);
         JT_CHECK_EQ(jet__urma_auto_spin_us(g, max), 0);
     }
+    /* Far batches each followed by one close batch (a call's send
+     * completion, then its answer) do not start it either. */
+    for (int i = 0; i < 50; i++) {
+        g = jet__urma_gap_update(g, i % 2 ? 1 : 1000, max);
+        JT_CHECK_EQ(jet__urma_auto_spin_us(g, max), 0);
+    }
+    /* Gaps a little longer than the limit (traffic that a spin would just
+     * miss every time) stop it. */
+    for (int i = 0; i < 20; i++)
+        g = jet__urma_gap_update(g, 2, max);
+    for (int i = 0; i < 5; i++)
+        g = jet__urma_gap_update(g, 70, max);
+    JT_CHECK_EQ(jet__urma_auto_spin_us(g, max), 0);
     /* A late wake-up now and then (a preempted thread) does not stop the
      * spinning of steady traffic. */
     for (int i = 0; i < 100; i++) {
@@ -208,7 +221,9 @@ static void test_auto_estimate(void)
 /* With urma_event_spin_us 0 and the adaptive spin on, back-to-back calls
  * are found by polling once the loops have seen them come close together
  * (a limit of 20 ms, so that a loaded machine's wake-ups count as close),
- * and the loops sleep on events again when the calls stop. */
+ * the loops sleep on events again when the calls stop, and calls 100 ms
+ * apart (more than 4x the limit: no machine makes them closer) never start
+ * a spell. */
 static void test_auto_spin(void)
 {
     jet_flag_set("urma_event_spin_us", "0");
@@ -229,6 +244,20 @@ static void test_auto_spin(void)
         sums_t d = totals();
         JT_CHECK(d.events > c.events); /* it slept on events */
     }
+    /* Sparse: three calls to bring the estimates up, then none may spin. */
+    for (int i = 0; i < 3; i++) {
+        jt_sleep_us(100000);
+        JT_CHECK_EQ(echo_calls(ch, 1, 100, "sparse"), 0);
+    }
+    sums_t e;
+    JT_CHECK(JT_WAIT_UNTIL((e = totals(), e.spinning == 0), GUARD_US));
+    for (int i = 0; i < 5; i++) {
+        jt_sleep_us(100000);
+        JT_CHECK_EQ(echo_calls(ch, 1, 100, "sparse"), 0);
+    }
+    sums_t f = totals();
+    JT_CHECK_EQ(f.spins - e.spins, 0);
+    JT_CHECK(f.events - e.events >= 5);
     jet_channel_destroy(ch);
     jet_flag_set("urma_event_spin_auto_us", "50");
 }
