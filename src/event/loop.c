@@ -944,12 +944,17 @@ static void *loop_main(void *arg)
         if (loop_hold(loop)) loop_iterate(loop, false);
     /* A guest may still drive: it leaves as soon as it sees stop. */
     for (uint32_t b; (b = atomic_load_explicit(&loop->baton, memory_order_acquire)) != LOOP_RUN;) {
-        if (b == LOOP_GUEST)
+        if (b == LOOP_GUEST) {
             loop_park(loop);
-        else
-            (void)atomic_compare_exchange_strong_explicit(&loop->baton, &b, LOOP_RUN,
-                                                          memory_order_acquire,
-                                                          memory_order_relaxed);
+        } else if (atomic_compare_exchange_strong_explicit(&loop->baton, &b, LOOP_RUN,
+                                                           memory_order_seq_cst,
+                                                           memory_order_relaxed) &&
+                   b == LOOP_WANT &&
+                   atomic_exchange_explicit(&loop->handover_sleeps, 0, memory_order_seq_cst)) {
+            /* A would-be guest asleep for the hand-over: the request is
+             * refused, it learns so now rather than at its next look. */
+            jet__futex_wake(&loop->baton, 1);
+        }
     }
 
     /* Run what was posted before stop; pop() may return NULL while a post is
