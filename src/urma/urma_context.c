@@ -629,6 +629,9 @@ static void ul_event_cb(jet_io_t *io, uint32_t events)
             nev[i] = 1;
         JET_URMA_FN(c, urma_ack_jfc)(jfcs, nev, (uint32_t)n);
         ul->events += (uint64_t)n;
+        /* Fewer than asked for: the list is empty (no system call to learn
+         * it again); an event after this makes a new edge. */
+        if (n < 16) break;
     }
     if (ul->slept_us) {
         ul_gap_sample(ul, jet_now_us() - ul->slept_us);
