@@ -342,7 +342,7 @@ struct jet_urma_loop {
     bool partial;        /* the last batch left a message partly received */
     int64_t last_cr_us;  /* spinning: when the poller last found completions */
     int64_t gap_us;      /* estimated gap between completion batches (auto spin) */
-    int64_t slept_us;    /* when the loop armed its JFC and went to sleep (0: not asleep) */
+    int64_t slept_us;    /* asleep on events: the last batch before (0: not asleep) */
     uint64_t events, spins;
     uint32_t jfc_depth;
     uint32_t jfc_used;
