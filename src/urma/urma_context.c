@@ -77,6 +77,13 @@ JET_FLAG_DEFINE_INT32(urma_handshake_timeout_ms, 10000,
 JET_FLAG_DEFINE_BOOL(urma_jetrpc_extensions, true,
                      "Advertise jetrpc's URMA extensions (credits on data, SQ depth); false: "
                      "behave exactly like a brpc URMA peer");
+JET_FLAG_DEFINE_INT32(urma_shared_rq_size, 0,
+                      "Receive buffers an event loop shares among its URMA connections (one JFR "
+                      "per loop; every connection still grants its peer urma_rq_size credits, and "
+                      "the loop posts as many buffers as its connections' credits add up to, at "
+                      "most this many: past that, senders wait for a buffer by RNR retry). 0: "
+                      "a JFR and urma_rq_size buffers per connection, as brpc. Read when a loop "
+                      "first carries URMA [0, 65536]");
 JET_FLAG_DEFINE_INT32(urma_jfc_depth, 32768,
                       "Depth of the completion queue an event loop shares among its URMA "
                       "connections (capped by the device); full: new connections use TCP");
@@ -364,6 +371,32 @@ struct jet_urma_loop {
     uint32_t nfree;
     uint32_t cap;
     uint32_t nattached;
+    /* The shared receive queue (srq_depth > 0, fixed when the loop is
+     * made): one JFR on the loop JFC that every jetty of the loop uses.
+     * srq_buf[slot] is the block posted in that slot (NULL: free, listed in
+     * srq_free). The loop keeps min(srq_depth, srq_want) buffers posted,
+     * srq_want being the credits its connections grant. */
+    uint32_t srq_depth;
+    uint32_t srq_size; /* bytes of one buffer */
+    urma_jfr_t *srq;
+    jet_block_t **srq_buf;
+    uint32_t *srq_free;
+    uint32_t srq_nfree;
+    uint32_t srq_posted;
+    uint32_t srq_out;  /* taken by connections, not given back yet */
+    uint32_t srq_want;
+    bool srq_failed; /* a post was refused for good: no more refills are tried */
+    /* Blocks the queue refused for now (URMA_ENOMEM within its depth: the
+     * provider frees a slot when its completion is polled; softub's ring
+     * can trail so): posted again after the next poll. */
+    jet_block_t **srq_spare;
+    uint32_t srq_nspare;
+    /* local jetty id -> the endpoint whose set it is (shared receive queue:
+     * receives are told apart by the jetty they came through). Open
+     * addressing with linear probing; a key is the id + 1 (0: empty). */
+    uint32_t *jm_key;
+    struct jet_urma_ep **jm_ep;
+    uint32_t jm_cap, jm_n;
     struct jet_urma_ep **touched; /* endpoints of the current poll batch */
     uint32_t ntouched;
     /* Endpoints whose receives wait for the next poller pass (see
@@ -386,6 +419,10 @@ static jet_urma_loop_t *ctx_loops[CTX_MAX_LOOPS];
  * out again until the set is gone. */
 #define UL_EP_GONE ((struct jet_urma_ep *)&ctx_loops)
 
+/* The index in the user_ctx of the shared receive queue's WRs (never an
+ * endpoint's: ul_grow stops below it). */
+#define UL_SRQ_INDEX 0xffffffu
+
 static bool ul_ep_live(const struct jet_urma_ep *ep)
 {
     return ep && ep != UL_EP_GONE;
@@ -402,6 +439,11 @@ static jet_urma_jset_t *ul_jset_create(jet_urma_loop_t *ul, uint32_t sq, uint32_
     const jet_urma_ctx_t *c = ul->ctx;
     jet_urma_jset_t *js = calloc(1, sizeof *js);
     if (!js) return NULL;
+    if (ul->srq_depth) {
+        js->shared_jfr = true;
+        js->jfr = ul->srq;
+        goto jetty;
+    }
     urma_jfr_cfg_t rc;
     memset(&rc, 0, sizeof rc);
     rc.depth = rq;
@@ -412,6 +454,7 @@ static jet_urma_jset_t *ul_jset_create(jet_urma_loop_t *ul, uint32_t sq, uint32_
     rc.jfc = ul->jfc;
     js->jfr = JET_URMA_FN(c, urma_create_jfr)(c->uctx, &rc);
     if (!js->jfr) goto err_free;
+jetty:;
     urma_jetty_cfg_t jc;
     memset(&jc, 0, sizeof jc);
     jc.flag.bs.share_jfr = URMA_SHARE_JFR;
@@ -432,7 +475,7 @@ static jet_urma_jset_t *ul_jset_create(jet_urma_loop_t *ul, uint32_t sq, uint32_
     return js;
 
 err_delete_jfr:
-    JET_URMA_FN(c, urma_delete_jfr)(js->jfr);
+    if (!js->shared_jfr) JET_URMA_FN(c, urma_delete_jfr)(js->jfr);
 err_free:
     JET_LOG_ONCE(JET_LOG_WARN, "URMA: cannot create a jetty set (sq %u, rq %u, sge %u): %s", sq, rq,
                  max_sge, strerror(errno ? errno : EIO));
@@ -443,13 +486,235 @@ err_free:
 bool jet__urma_jset_destroy(const jet_urma_ctx_t *c, jet_urma_jset_t *js)
 {
     urma_status_t a = JET_URMA_FN(c, urma_delete_jetty)(js->jetty);
-    urma_status_t b = a == URMA_SUCCESS ? JET_URMA_FN(c, urma_delete_jfr)(js->jfr) : URMA_FAIL;
+    urma_status_t b = a != URMA_SUCCESS ? URMA_FAIL
+                      : js->shared_jfr  ? URMA_SUCCESS /* the loop's, never deleted */
+                                        : JET_URMA_FN(c, urma_delete_jfr)(js->jfr);
     if (a != URMA_SUCCESS || b != URMA_SUCCESS) {
         JET_LOG_ONCE(JET_LOG_WARN, "URMA: cannot delete a jetty set (status %d/%d): leaked", a, b);
         return false;
     }
     free(js);
     return true;
+}
+
+/* ---- the shared receive queue ---- */
+
+static uint32_t ul_jm_slot(const jet_urma_loop_t *ul, uint32_t key)
+{
+    uint32_t i = (key * 0x9e3779b1u) & (ul->jm_cap - 1);
+    while (ul->jm_key[i] && ul->jm_key[i] != key)
+        i = (i + 1) & (ul->jm_cap - 1);
+    return i;
+}
+
+static struct jet_urma_ep *ul_jm_get(const jet_urma_loop_t *ul, uint32_t jetty_id)
+{
+    if (!ul->jm_cap || jetty_id == UINT32_MAX) return NULL;
+    uint32_t i = ul_jm_slot(ul, jetty_id + 1);
+    return ul->jm_key[i] ? ul->jm_ep[i] : NULL;
+}
+
+static int ul_jm_grow(jet_urma_loop_t *ul)
+{
+    uint32_t ncap = ul->jm_cap ? ul->jm_cap * 2 : 64;
+    uint32_t *keys = calloc(ncap, sizeof *keys);
+    struct jet_urma_ep **eps = calloc(ncap, sizeof *eps);
+    if (!keys || !eps) {
+        free(keys);
+        free(eps);
+        return -ENOMEM;
+    }
+    uint32_t *okeys = ul->jm_key, ocap = ul->jm_cap;
+    struct jet_urma_ep **oeps = ul->jm_ep;
+    ul->jm_key = keys;
+    ul->jm_ep = eps;
+    ul->jm_cap = ncap;
+    for (uint32_t i = 0; i < ocap; i++) {
+        if (!okeys[i]) continue;
+        uint32_t j = ul_jm_slot(ul, okeys[i]);
+        keys[j] = okeys[i];
+        eps[j] = oeps[i];
+    }
+    free(okeys);
+    free(oeps);
+    return 0;
+}
+
+int jet__urma_loop_bind_jetty(jet_urma_loop_t *ul, struct jet_urma_ep *ep, uint32_t jetty_id)
+{
+    if (jetty_id == UINT32_MAX) return -EINVAL;
+    if ((ul->jm_n + 1) * 2 > ul->jm_cap && ul_jm_grow(ul) < 0) return -ENOMEM;
+    uint32_t i = ul_jm_slot(ul, jetty_id + 1);
+    if (ul->jm_key[i]) return -EEXIST; /* the provider handed out one id twice */
+    ul->jm_key[i] = jetty_id + 1;
+    ul->jm_ep[i] = ep;
+    ul->jm_n++;
+    return 0;
+}
+
+void jet__urma_loop_unbind_jetty(jet_urma_loop_t *ul, struct jet_urma_ep *ep, uint32_t jetty_id)
+{
+    if (!ul->jm_cap || jetty_id == UINT32_MAX) return;
+    uint32_t i = ul_jm_slot(ul, jetty_id + 1);
+    if (!ul->jm_key[i] || ul->jm_ep[i] != ep) return;
+    /* Backward-shift deletion: the entries after it that probed past it
+     * move up, so that no lookup stops at the hole. */
+    uint32_t mask = ul->jm_cap - 1, j = i;
+    ul->jm_key[i] = 0;
+    ul->jm_ep[i] = NULL;
+    ul->jm_n--;
+    for (;;) {
+        j = (j + 1) & mask;
+        if (!ul->jm_key[j]) break;
+        uint32_t home = (ul->jm_key[j] * 0x9e3779b1u) & mask;
+        /* The entry at j may fill the hole at i when its home is not in (i, j]. */
+        bool stays = i <= j ? (home > i && home <= j) : (home > i || home <= j);
+        if (stays) continue;
+        ul->jm_key[i] = ul->jm_key[j];
+        ul->jm_ep[i] = ul->jm_ep[j];
+        ul->jm_key[j] = 0;
+        ul->jm_ep[j] = NULL;
+        i = j;
+    }
+}
+
+uint32_t jet__urma_loop_srq_size(const jet_urma_loop_t *ul)
+{
+    return ul->srq_depth ? ul->srq_size : 0;
+}
+
+static uint32_t ul_srq_target(const jet_urma_loop_t *ul)
+{
+    return ul->srq_want < ul->srq_depth ? ul->srq_want : ul->srq_depth;
+}
+
+/* Buffers the shared queue holds, posted or not: what the target counts. */
+static uint32_t ul_srq_have(const jet_urma_loop_t *ul)
+{
+    return ul->srq_posted + ul->srq_out + ul->srq_nspare;
+}
+
+/* Posts b in a free slot of the shared receive queue: 0; -EAGAIN when the
+ * provider has no room for it yet (b is the caller's still); -EIO. */
+static int ul_srq_post(jet_urma_loop_t *ul, jet_block_t *b)
+{
+    if (ul->srq_failed || ul->srq_nfree == 0) return -EIO;
+    uint32_t slot = ul->srq_free[--ul->srq_nfree];
+    urma_sge_t sge = {.addr = (uint64_t)(uintptr_t)b->data,
+                      .len = ul->srq_size,
+                      .tseg = b->region ? b->region->reg : NULL};
+    if (!sge.tseg) {
+        ul->srq_free[ul->srq_nfree++] = slot;
+        return -EFAULT;
+    }
+    urma_jfr_wr_t wr = {.src = {.sge = &sge, .num_sge = 1},
+                        .user_ctx = jet__urma_ctx_make(UL_SRQ_INDEX, 0, JET_URMA_CTX_KIND_RECV,
+                                                       slot)};
+    urma_jfr_wr_t *bad = NULL;
+    /* Owned before the post: the completion may be polled before it returns. */
+    ul->srq_buf[slot] = b;
+    ul->srq_posted++;
+    urma_status_t st = JET_URMA_FN(ul->ctx, urma_post_jfr_wr)(ul->srq, &wr, &bad);
+    if (st == URMA_SUCCESS) return 0;
+    ul->srq_buf[slot] = NULL;
+    ul->srq_posted--;
+    ul->srq_free[ul->srq_nfree++] = slot;
+    if (st == URMA_ENOMEM) return -EAGAIN;
+    ul->srq_failed = true;
+    JET_WARN("URMA: the shared receive queue of event loop %d refused a buffer (status %d): "
+             "its connections keep the %u buffers posted",
+             jet_loop_index(ul->loop), st, ul->srq_posted);
+    return -EIO;
+}
+
+/* Posts b, or keeps it for later when the queue has no room yet; frees it
+ * when the queue refused for good. */
+static int ul_srq_post_or_keep(jet_urma_loop_t *ul, jet_block_t *b)
+{
+    int rc = ul_srq_post(ul, b);
+    if (rc == -EAGAIN && ul->srq_nspare < ul->srq_depth) {
+        ul->srq_spare[ul->srq_nspare++] = b;
+        return 0;
+    }
+    if (rc < 0) jet__block_unref(b);
+    return rc;
+}
+
+int jet__urma_loop_srq_fill(jet_urma_loop_t *ul)
+{
+    if (!ul->srq) return -EIO;
+    /* The kept ones first, until the queue still has no room. */
+    while (ul->srq_nspare > 0) {
+        int rc = ul_srq_post(ul, ul->srq_spare[ul->srq_nspare - 1]);
+        if (rc == -EAGAIN) break;
+        jet_block_t *b = ul->srq_spare[--ul->srq_nspare];
+        if (rc < 0) jet__block_unref(b);
+    }
+    uint32_t target = ul_srq_target(ul);
+    while (ul_srq_have(ul) < target && !ul->srq_failed) {
+        jet_block_t *b = jet__block_alloc(ul->srq_size);
+        if (!b) return -ENOMEM;
+        if (ul_srq_post_or_keep(ul, b) < 0) break;
+    }
+    /* Buffers already posted still serve (by RNR retry past them). */
+    return ul->srq_posted > 0 || ul->srq_nspare > 0 ? 0 : -EIO;
+}
+
+void jet__urma_loop_srq_join(jet_urma_loop_t *ul, uint32_t credits)
+{
+    ul->srq_want += credits;
+}
+
+void jet__urma_loop_srq_leave(jet_urma_loop_t *ul, uint32_t credits)
+{
+    ul->srq_want -= credits;
+}
+
+int jet__urma_loop_srq_give(jet_urma_loop_t *ul, jet_block_t *b)
+{
+    ul->srq_out--;
+    if (!b) return 0;
+    /* Past the target (connections left): the queue shrinks. */
+    if (ul_srq_have(ul) >= ul_srq_target(ul)) {
+        jet__block_unref(b);
+        return 0;
+    }
+    return ul_srq_post_or_keep(ul, b);
+}
+
+/* A receive of the shared queue: handed to the endpoint whose jetty it came
+ * through, else (the connection has gone, or never was) posted again. */
+static void ul_srq_on_recv(jet_urma_loop_t *ul, const urma_cr_t *cr)
+{
+    uint32_t slot = jet__urma_ctx_value(cr->user_ctx);
+    if (jet__urma_ctx_kind(cr->user_ctx) != JET_URMA_CTX_KIND_RECV || slot >= ul->srq_depth ||
+        !ul->srq_buf[slot]) {
+        JET_LOG_ONCE(JET_LOG_WARN,
+                     "URMA: a receive completion (status %d, user_ctx %#llx) names no "
+                     "buffer of the shared receive queue; ignored",
+                     cr->status, (unsigned long long)cr->user_ctx);
+        return;
+    }
+    jet_block_t *b = ul->srq_buf[slot];
+    ul->srq_buf[slot] = NULL;
+    ul->srq_posted--;
+    ul->srq_free[ul->srq_nfree++] = slot;
+    struct jet_urma_ep *ep = cr->flag.bs.jetty ? ul_jm_get(ul, cr->local_id) : NULL;
+    if (!ep) {
+        JET_LOG_ONCE(JET_LOG_INFO,
+                     "URMA: dropped a message to jetty %u of the shared receive queue (no "
+                     "connection uses it)",
+                     cr->local_id);
+        if (cr->status == URMA_CR_WR_FLUSH_ERR) {
+            jet__block_unref(b); /* the queue itself is in ERROR */
+            return;
+        }
+        ul->srq_out++;
+        jet__urma_loop_srq_give(ul, b);
+        return;
+    }
+    ul->srq_out++; /* the endpoint gives it (or what replaces it) back */
+    if (jet__urma_ep_on_srq_recv(ep, cr, b)) ul->touched[ul->ntouched++] = ep;
 }
 
 static void ul_dispatch(jet_urma_loop_t *ul, const urma_cr_t *cr)
@@ -467,6 +732,10 @@ static void ul_dispatch(jet_urma_loop_t *ul, const urma_cr_t *cr)
     }
     if (cr->status == URMA_CR_WR_SUSPEND_DONE) return;
     uint32_t idx = jet__urma_ctx_index(cr->user_ctx);
+    if (idx == UL_SRQ_INDEX && ul->srq_depth) {
+        ul_srq_on_recv(ul, cr);
+        return;
+    }
     jet_urma_ep_t *ep = idx < ul->cap ? ul->eps[idx] : NULL;
     if (ep == UL_EP_GONE && ul->gens[idx] == jet__urma_ctx_gen(cr->user_ctx)) return;
     if (!ul_ep_live(ep) || ul->gens[idx] != jet__urma_ctx_gen(cr->user_ctx)) {
@@ -512,6 +781,12 @@ static int ul_drain(jet_urma_loop_t *ul, int max)
     for (uint32_t i = 0; i < nt; i++)
         partial |= jet__urma_ep_batch_end(ul->touched[i]);
     if (total > 0) ul->partial = partial;
+    /* Shared receive queue: the buffers it had no room for are posted
+     * again now that completions were polled, and those missing for want
+     * of memory are made up (the connections give theirs back). */
+    if (ul->srq && (ul->srq_nspare > 0 || ul_srq_have(ul) < ul_srq_target(ul)) &&
+        !ul->srq_failed)
+        jet__urma_loop_srq_fill(ul);
     return total;
 }
 
@@ -738,6 +1013,7 @@ typedef struct ul_job {
     bool destroyed;
     urma_jfce_t *jfce; /* CQ */
     urma_jfc_t *jfc;
+    urma_jfr_t *srq; /* CQ of a loop with a shared receive queue */
     int err; /* CQ: errno of a failure */
 } ul_job_t;
 
@@ -751,6 +1027,7 @@ static uint32_t ul_pool_want(void)
 static void ul_sizes(const jet_urma_loop_t *ul, uint32_t *sq, uint32_t *rq, uint32_t *max_sge)
 {
     jet__urma_queue_sizes(ul->ctx, sq, rq);
+    if (ul->srq_depth) *rq = 0; /* its jetties use the loop's JFR */
     *max_sge = jet__urma_send_sge(ul->ctx);
 }
 
@@ -773,6 +1050,10 @@ static bool ul_jset_reset(const jet_urma_ctx_t *c, jet_urma_jset_t *js)
     urma_jetty_attr_t ja = {.mask = JETTY_STATE, .state = URMA_JETTY_STATE_RESET};
     urma_jfr_attr_t ra = {.mask = JFR_STATE, .state = URMA_JFR_STATE_RESET};
     if (JET_URMA_FN(c, urma_modify_jetty)(js->jetty, &ja) != URMA_SUCCESS) return false;
+    if (js->shared_jfr) {
+        ja.state = URMA_JETTY_STATE_READY;
+        return JET_URMA_FN(c, urma_modify_jetty)(js->jetty, &ja) == URMA_SUCCESS;
+    }
     if (JET_URMA_FN(c, urma_modify_jfr)(js->jfr, &ra) != URMA_SUCCESS) return false;
     ja.state = URMA_JETTY_STATE_READY;
     ra.state = URMA_JFR_STATE_READY;
@@ -782,6 +1063,24 @@ static bool ul_jset_reset(const jet_urma_ctx_t *c, jet_urma_jset_t *js)
 
 /* Any thread: the loop's JFC (and JFCE in event mode, the JFC armed before
  * the first wait). False, with nothing left, when the provider refuses. */
+static bool ul_cq_create(const jet_urma_ctx_t *c, bool polling, uint32_t depth,
+                         urma_jfce_t **jfce_p, urma_jfc_t **jfc_p);
+
+/* Any thread: the shared receive queue (depth, RM, 1 SGE) on jfc; NULL when
+ * the provider refuses. */
+static urma_jfr_t *ul_srq_create(const jet_urma_ctx_t *c, uint32_t depth, urma_jfc_t *jfc)
+{
+    urma_jfr_cfg_t rc;
+    memset(&rc, 0, sizeof rc);
+    rc.depth = depth;
+    rc.flag.bs.token_policy = URMA_TOKEN_NONE;
+    rc.trans_mode = URMA_TM_RM;
+    rc.max_sge = 1;
+    rc.min_rnr_timer = URMA_TYPICAL_MIN_RNR_TIMER;
+    rc.jfc = jfc;
+    return JET_URMA_FN(c, urma_create_jfr)(c->uctx, &rc);
+}
+
 static bool ul_cq_create(const jet_urma_ctx_t *c, bool polling, uint32_t depth,
                          urma_jfce_t **jfce_p, urma_jfc_t **jfc_p)
 {
@@ -836,7 +1135,16 @@ static void ul_job_run(jet_urma_work_t *w)
             j->err = errno ? errno : EIO;
             j->jfce = NULL;
             j->jfc = NULL;
+            break;
         }
+        if (!j->ul->srq_depth) break;
+        j->srq = ul_srq_create(c, j->ul->srq_depth, j->jfc);
+        if (j->srq) break;
+        j->err = errno ? errno : EIO;
+        JET_URMA_FN(c, urma_delete_jfc)(j->jfc);
+        if (j->jfce) JET_URMA_FN(c, urma_delete_jfce)(j->jfce);
+        j->jfce = NULL;
+        j->jfc = NULL;
         break;
     }
 }
@@ -871,6 +1179,7 @@ static void ul_job_done(jet_task_t *t)
         urma_jfce_t *jfce = j->jfce;
         urma_jfc_t *jfc = j->jfc;
         int err = j->err;
+        ul->srq = j->srq;
         free(j);
         ul_cq_arrived(ul, jfce, jfc, err);
         return;
@@ -1082,6 +1391,8 @@ static void ul_cq_arrived(jet_urma_loop_t *ul, urma_jfce_t *jfce, urma_jfc_t *jf
         int rc = jet_loop_io_add(ul->loop, &ul->io);
         if (rc < 0) {
             err = -rc;
+            if (ul->srq) JET_URMA_FN(c, urma_delete_jfr)(ul->srq);
+            ul->srq = NULL;
             JET_URMA_FN(c, urma_delete_jfc)(jfc);
             JET_URMA_FN(c, urma_delete_jfce)(jfce);
             jfc = NULL;
@@ -1090,6 +1401,10 @@ static void ul_cq_arrived(jet_urma_loop_t *ul, urma_jfce_t *jfce, urma_jfc_t *jf
     if (jfc) {
         ul->jfce = jfce;
         ul->jfc = jfc;
+        /* The waiting connections' credits, posted before their hellos. */
+        if (ul->srq && jet__urma_loop_srq_fill(ul) < 0)
+            JET_WARN("URMA: cannot post the shared receive queue of event loop %d",
+                     jet_loop_index(ul->loop));
     } else {
         JET_WARN("URMA: cannot create the completion queue of event loop %d: %s; its waiting "
                  "connections use TCP",
@@ -1121,6 +1436,27 @@ static jet_urma_loop_t *ul_create(jet_loop_t *loop, const jet_urma_ctx_t *c)
     uint32_t depth = JET_FLAG(urma_jfc_depth) > 0 ? (uint32_t)JET_FLAG(urma_jfc_depth) : 32768;
     if (depth > c->max_jfc_depth) depth = c->max_jfc_depth;
     ul->jfc_depth = depth;
+    int32_t srq = JET_FLAG(urma_shared_rq_size);
+    if (srq > 0) {
+        uint32_t d = srq < 16 ? 16 : (uint32_t)srq;
+        if (d > c->max_jfr_depth) d = c->max_jfr_depth;
+        if (d > depth / 2) d = depth / 2; /* room in the JFC for the send queues */
+        ul->srq_buf = calloc(d, sizeof *ul->srq_buf);
+        ul->srq_free = malloc(d * sizeof *ul->srq_free);
+        ul->srq_spare = malloc(d * sizeof *ul->srq_spare);
+        if (!ul->srq_buf || !ul->srq_free || !ul->srq_spare) {
+            free(ul->srq_buf);
+            free(ul->srq_free);
+            free(ul->srq_spare);
+            free(ul);
+            return NULL;
+        }
+        for (uint32_t i = d; i > 0; i--)
+            ul->srq_free[ul->srq_nfree++] = i - 1;
+        ul->srq_depth = d;
+        ul->srq_size = jet__urma_recv_size();
+        ul->jfc_used = d; /* every receive can complete once */
+    }
     ul->gap_us = INT64_MAX / 8; /* no spin before short gaps were seen */
     ul->poller.poll = ul_poll_cb;
     ul->poller.arg = ul;
@@ -1152,7 +1488,7 @@ jet_loop_t *jet__urma_loop_of(const jet_urma_loop_t *ul)
 static int ul_grow(jet_urma_loop_t *ul)
 {
     uint32_t ncap = ul->cap ? ul->cap * 2 : 64;
-    if (ncap > (1u << 24)) return -ENOMEM; /* the index field of user_ctx */
+    if (ncap >= (1u << 24)) return -ENOMEM; /* the index field of user_ctx, below UL_SRQ_INDEX */
     struct jet_urma_ep **eps = realloc(ul->eps, ncap * sizeof *eps);
     if (!eps) return -ENOMEM;
     ul->eps = eps;
@@ -1261,13 +1597,16 @@ void jet__urma_loop_stats(jet_urma_loop_t *ul, jet_urma_loop_stats_t *out)
     out->attaches = ul->attaches;
     out->pooled = ul->npool;
     out->recycled = ul->recycled;
-    out->jfc_used = ul->jfc_used;
+    out->jfc_used = ul->jfc_used - ul->srq_depth;
     out->jfc_depth = ul->jfc_depth;
     out->completions = ul->completions;
     out->events = ul->events;
     out->spins = ul->spins;
     out->spinning = ul->spinning;
     out->deferred = ul->ndeferred;
+    out->srq_depth = ul->srq_depth;
+    out->srq_posted = ul->srq_posted;
+    out->srq_out = ul->srq_out;
     out->recv_held = 0;
     for (uint32_t i = 0; i < ul->cap; i++)
         if (ul_ep_live(ul->eps[i])) out->recv_held += jet__urma_ep_held(ul->eps[i]);

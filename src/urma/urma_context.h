@@ -103,11 +103,13 @@ typedef struct jet_urma_loop jet_urma_loop_t;
 struct jet_urma_ep;
 
 /* A prepared pair: JFR (depth rq, RM, 1 SGE) and jetty (share_jfr on that
- * JFR, depth sq, RM) completing into the loop JFC. */
+ * JFR, depth sq, RM) completing into the loop JFC; on a loop with a shared
+ * receive queue only the jetty (rq 0, jfr = the loop's, not owned). */
 typedef struct jet_urma_jset {
     urma_jfr_t *jfr;
     urma_jetty_t *jetty;
     uint32_t sq, rq, max_sge;
+    bool shared_jfr;
     struct jet_urma_jset *next;
 } jet_urma_jset_t;
 
@@ -167,6 +169,31 @@ void jet__urma_loop_discard(jet_urma_loop_t *ul, struct jet_urma_ep *ep, uint32_
  * Returns false when the provider refused (the set is then leaked). */
 bool jet__urma_jset_destroy(const jet_urma_ctx_t *ctx, jet_urma_jset_t *js);
 
+/* The shared receive queue (urma_shared_rq_size, fixed when the loop is
+ * made). A loop that has one posts its buffers, keeps min(its depth, the
+ * credits its connections grant) of them posted, and hands each receive to
+ * the endpoint whose jetty it came through (cr.local_id; flag.bs.jetty);
+ * the endpoint gives every block it was handed back exactly once
+ * (jet__urma_loop_srq_give), and a receive for a jetty no endpoint has is
+ * posted again. Loop thread, all of them. */
+
+/* Bytes of one shared buffer; 0: the loop's connections have their own JFRs. */
+uint32_t jet__urma_loop_srq_size(const jet_urma_loop_t *ul);
+/* A connection grants (join) or stops granting (leave) this many credits. */
+void jet__urma_loop_srq_join(jet_urma_loop_t *ul, uint32_t credits);
+void jet__urma_loop_srq_leave(jet_urma_loop_t *ul, uint32_t credits);
+/* Posts buffers up to the target: 0 (some may be missing when the provider
+ * refused one but others are posted), -ENOMEM, -EIO (none posted). */
+int jet__urma_loop_srq_fill(jet_urma_loop_t *ul);
+/* A block handed to an endpoint comes back: posted again, or freed when
+ * the queue holds enough (b NULL: the endpoint freed it). -EIO when the
+ * provider refused it (it is freed). */
+int jet__urma_loop_srq_give(jet_urma_loop_t *ul, jet_block_t *b);
+/* Receives through jetty_id go to ep (0, -ENOMEM, -EEXIST: the id is
+ * bound already, -EINVAL); unbind: no more (only when bound to ep). */
+int jet__urma_loop_bind_jetty(jet_urma_loop_t *ul, struct jet_urma_ep *ep, uint32_t jetty_id);
+void jet__urma_loop_unbind_jetty(jet_urma_loop_t *ul, struct jet_urma_ep *ep, uint32_t jetty_id);
+
 /* Data-path counters of a loop's connections (loop thread; the send-side
  * ones are folded in when a connection ends). */
 typedef struct jet_urma_counters {
@@ -185,7 +212,7 @@ typedef struct jet_urma_loop_stats {
     uint64_t attaches;  /* connections ever attached */
     uint32_t pooled;    /* prepared jetty sets waiting */
     uint64_t recycled;  /* sets of closed connections reset and pooled again */
-    uint32_t jfc_used;  /* reserved JFC entries */
+    uint32_t jfc_used;  /* JFC entries reserved by connections (srq_depth more for the shared queue) */
     uint32_t jfc_depth;
     uint64_t completions;
     uint64_t events;  /* completion events taken from the JFCE (event mode) */
@@ -193,6 +220,9 @@ typedef struct jet_urma_loop_stats {
     bool spinning;    /* in one now (the JFC is not armed) */
     uint32_t deferred;  /* endpoints whose receives wait for the next poller pass */
     uint32_t recv_held; /* receives taken and not posted again yet */
+    uint32_t srq_depth;  /* shared receive queue: 0 when the loop has none */
+    uint32_t srq_posted; /* its buffers posted now */
+    uint32_t srq_out;    /* its buffers held by connections */
     jet_urma_counters_t c;
 } jet_urma_loop_stats_t;
 jet_urma_counters_t *jet__urma_loop_counters(jet_urma_loop_t *ul);

@@ -31,6 +31,10 @@ struct jet_urma_ep {
     uint32_t index;
     uint8_t gen;
     uint32_t sq, rq, max_sge, recv_size;
+    uint32_t jrq;    /* the set's receive queue depth: rq, or 0 on a shared one */
+    bool srq;        /* receives come from the loop's shared queue */
+    bool srq_joined; /* its rq credits count in the loop's target */
+    bool jetty_bound; /* the loop maps the set's jetty id to ep */
     uint32_t peer_jetty;
     uint32_t local_cap;  /* data WRs we may have outstanding */
     uint32_t remote_cap; /* data WRs the peer may have outstanding toward us */
@@ -136,9 +140,31 @@ static void ep_free_arrays(jet_urma_ep_t *ep)
     free(ep->repost);
 }
 
-/* Posts the whole receive queue of a new set. */
+static void ep_free(jet_urma_ep_t *ep)
+{
+    if (ep->srq_joined) jet__urma_loop_srq_leave(ep->ul, ep->rq);
+    ep_free_arrays(ep);
+    free(ep);
+}
+
+/* Posts the whole receive queue of a new set; on a shared receive queue,
+ * maps the set's jetty to ep and has the loop post ep's share. */
 static int ep_post_all(jet_urma_ep_t *ep)
 {
+    if (ep->srq) {
+        int rc = jet__urma_loop_bind_jetty(ep->ul, ep, ep->js->jetty->jetty_id.id);
+        if (rc < 0) {
+            JET_LOG_ONCE(JET_LOG_WARN, "URMA: cannot map jetty %u to its connection: %s",
+                         ep->js->jetty->jetty_id.id, jet_strerror(rc));
+            return rc == -EEXIST ? -EIO : rc;
+        }
+        ep->jetty_bound = true;
+        rc = jet__urma_loop_srq_fill(ep->ul);
+        if (rc < 0)
+            JET_LOG_ONCE(JET_LOG_WARN, "URMA: cannot post the shared receive queue: %s",
+                         jet_strerror(rc));
+        return rc;
+    }
     for (uint32_t i = 0; i < ep->rq; i++) {
         jet_block_t *b = jet__block_alloc(ep->recv_size);
         int rc = b ? ep_post_recv(ep, i, b) : -ENOMEM;
@@ -167,6 +193,11 @@ static int ep_create(jet_socket_t *s, jet_urma_ep_ready_t ready, bool fresh, boo
     jet__urma_queue_sizes(ctx, &ep->sq, &ep->rq);
     ep->max_sge = jet__urma_send_sge(ctx);
     ep->recv_size = jet__urma_recv_size();
+    if (jet__urma_loop_srq_size(ul)) {
+        ep->srq = true;
+        ep->recv_size = jet__urma_loop_srq_size(ul);
+    }
+    ep->jrq = ep->srq ? 0 : ep->rq;
     jet_timer_init(&ep->drain_timer, NULL);
     ep->slot_n = calloc(ep->sq, sizeof *ep->slot_n);
     ep->slot_blk = calloc((size_t)ep->sq * ep->max_sge, sizeof *ep->slot_blk);
@@ -175,12 +206,16 @@ static int ep_create(jet_socket_t *s, jet_urma_ep_ready_t ready, bool fresh, boo
     ep->repost = calloc(ep->rq, sizeof *ep->repost);
     int rc = -ENOMEM;
     if (ep->slot_n && ep->slot_blk && ep->rbufs && ep->held && ep->repost)
-        rc = jet__urma_loop_attach(ul, ep, ep->sq, ep->rq, ep->max_sge, fresh, &ep->index,
+        rc = jet__urma_loop_attach(ul, ep, ep->sq, ep->jrq, ep->max_sge, fresh, &ep->index,
                                    &ep->gen, &ep->js, pooled_p);
     if (rc < 0) {
         ep_free_arrays(ep);
         free(ep);
         return rc;
+    }
+    if (ep->srq) {
+        jet__urma_loop_srq_join(ul, ep->rq);
+        ep->srq_joined = true;
     }
     ep->s = s;
     *ep_p = ep;
@@ -221,10 +256,9 @@ void jet__urma_ep_set_arrived(jet_urma_ep_t *ep, jet_urma_jset_t *js)
         /* Closed meanwhile: the set was never used. */
         if (js) {
             ep->js = NULL;
-            jet__urma_loop_detach(ep->ul, ep, ep->sq, ep->rq);
+            jet__urma_loop_detach(ep->ul, ep, ep->sq, ep->jrq);
             jet__urma_loop_unused(ep->ul, js);
-            ep_free_arrays(ep);
-            free(ep);
+            ep_free(ep);
             return;
         }
         ep_finish(ep, false);
@@ -570,21 +604,34 @@ static bool ep_from_peer(const jet_urma_ep_t *ep, const urma_cr_t *cr)
     return !cr->remote_id.id || cr->remote_id.id == ep->peer_jetty;
 }
 
-static void ep_on_recv(jet_urma_ep_t *ep, const urma_cr_t *cr, uint32_t slot)
+/* A receive's block goes back to its queue: the loop's shared one, or slot
+ * of ep's own (freed when the provider refuses it). */
+static int ep_give_back(jet_urma_ep_t *ep, uint32_t slot, jet_block_t *b)
 {
-    if (slot >= ep->rq || !ep->rbufs[slot]) {
-        ep_fail(ep, -EPROTO, "a receive completion names no posted buffer", -1);
-        return;
-    }
-    jet_block_t *b = ep->rbufs[slot];
-    ep->rbufs[slot] = NULL;
-    ep->posted--;
+    if (ep->srq) return jet__urma_loop_srq_give(ep->ul, b);
+    int rc = ep_post_recv(ep, slot, b);
+    if (rc < 0) jet__block_unref(b);
+    return rc;
+}
+
+/* A receive's block is freed instead (the loop makes up a shared one). */
+static void ep_drop(jet_urma_ep_t *ep, jet_block_t *b)
+{
+    jet__block_unref(b);
+    if (ep->srq) jet__urma_loop_srq_give(ep->ul, NULL);
+}
+
+/* One receive of ep: b, taken from slot of ep's queue, or from the shared
+ * queue (slot unused). */
+static void ep_recv_block(jet_urma_ep_t *ep, const urma_cr_t *cr, uint32_t slot, jet_block_t *b)
+{
     if (ep->draining || !ep->s) {
-        jet__block_unref(b);
+        if (ep->srq) jet__urma_loop_srq_give(ep->ul, b); /* the queue stays */
+        else jet__block_unref(b);
         return;
     }
     if (cr->status != URMA_CR_SUCCESS) {
-        jet__block_unref(b);
+        ep_drop(ep, b);
         ep_fail(ep, -EIO, "a receive", cr->status);
         return;
     }
@@ -596,17 +643,14 @@ static void ep_on_recv(jet_urma_ep_t *ep, const urma_cr_t *cr, uint32_t slot)
                      "URMA: dropped a message from jetty %u (the connection's "
                      "peer is jetty %u)",
                      cr->remote_id.id, ep->peer_jetty);
-        if (ep_post_recv(ep, slot, b) < 0) {
-            jet__block_unref(b);
-            ep_fail(ep, -EIO, "re-posting a receive failed", -1);
-        }
+        if (ep_give_back(ep, slot, b) < 0) ep_fail(ep, -EIO, "re-posting a receive failed", -1);
         return;
     }
     uint32_t len = cr->completion_len;
     if (ep->piggyback && len > 0) {
         if (cr->opcode != URMA_CR_OPC_SEND_WITH_IMM ||
             (uint32_t)(cr->imm_data >> 32) != ep->rx_seq) {
-            jet__block_unref(b);
+            ep_drop(ep, b);
             ep_fail(ep, -EIO, "a message from the peer is missing (one of its sends failed)", -1);
             return;
         }
@@ -617,35 +661,59 @@ static void ep_on_recv(jet_urma_ep_t *ep, const urma_cr_t *cr, uint32_t slot)
         if (imm > 0) {
             int32_t old = atomic_load_explicit(&ep->rq_window, memory_order_relaxed);
             if (imm > ep->local_cap || (uint64_t)old + imm > ep->local_cap) {
-                jet__block_unref(b);
+                ep_drop(ep, b);
                 ep_fail(ep, -EPROTO, "the peer returned more credits than it was owed", -1);
                 return;
             }
             atomic_fetch_add_explicit(&ep->rq_window, (int32_t)imm, memory_order_release);
         }
     } else if (cr->opcode != URMA_CR_OPC_SEND || len == 0) {
-        jet__block_unref(b);
+        ep_drop(ep, b);
         ep_fail(ep, -EPROTO, "a receive that is neither data nor credits", -1);
         return;
     }
     if (len > ep->recv_size) {
-        jet__block_unref(b);
+        ep_drop(ep, b);
         ep_fail(ep, -EPROTO, "a receive longer than its buffer", -1);
         return;
     }
     if (len > 0) {
+        if (ep->srq) {
+            /* Nothing but the credits holds a peer back from a shared queue:
+             * a data message beyond them (receives not credited back yet,
+             * the reported ones included) is the peer's error. */
+            uint32_t owed = ep->nrepost + atomic_load_explicit(&ep->credits, memory_order_relaxed);
+            if (owed >= ep->rq) {
+                ep_drop(ep, b);
+                ep_fail(ep, -EPROTO, "the peer sent more messages than its credits allow", -1);
+                return;
+            }
+            slot = ep->nrepost;
+        }
         ep_to_read_buf(ep, &b, len);
-        if (!b) return;
+        if (!b) {
+            if (ep->srq) jet__urma_loop_srq_give(ep->ul, NULL);
+            return;
+        }
         ep->got_bytes = true;
         ep->held[slot] = b;
         ep->repost[ep->nrepost++] = slot;
         return;
     }
     /* Credit messages land in the reserved receives and are not owed. */
-    if (ep_post_recv(ep, slot, b) < 0) {
-        jet__block_unref(b);
-        ep_fail(ep, -EIO, "re-posting a receive failed", -1);
+    if (ep_give_back(ep, slot, b) < 0) ep_fail(ep, -EIO, "re-posting a receive failed", -1);
+}
+
+static void ep_on_recv(jet_urma_ep_t *ep, const urma_cr_t *cr, uint32_t slot)
+{
+    if (ep->srq || slot >= ep->rq || !ep->rbufs[slot]) {
+        ep_fail(ep, -EPROTO, "a receive completion names no posted buffer", -1);
+        return;
     }
+    jet_block_t *b = ep->rbufs[slot];
+    ep->rbufs[slot] = NULL;
+    ep->posted--;
+    ep_recv_block(ep, cr, slot, b);
 }
 
 static void ep_check_drained(jet_urma_ep_t *ep)
@@ -654,6 +722,24 @@ static void ep_check_drained(jet_urma_ep_t *ep)
      * (a flush may complete on the loop before the job's answer comes). */
     if (ep->draining && !ep->close_pending && ep->sq_flushed && ep->posted == 0)
         ep_finish(ep, true);
+}
+
+/* After a completion of ep: a draining endpoint may end (then false). */
+static bool ep_after_cr(jet_urma_ep_t *ep)
+{
+    if (ep->draining) {
+        ep_check_drained(ep); /* may free ep */
+        return false;
+    }
+    if (ep->touched) return false;
+    ep->touched = true;
+    return true;
+}
+
+bool jet__urma_ep_on_srq_recv(jet_urma_ep_t *ep, const urma_cr_t *cr, jet_block_t *b)
+{
+    ep_recv_block(ep, cr, 0, b);
+    return ep_after_cr(ep);
 }
 
 bool jet__urma_ep_on_cr(jet_urma_ep_t *ep, const urma_cr_t *cr)
@@ -679,13 +765,7 @@ bool jet__urma_ep_on_cr(jet_urma_ep_t *ep, const urma_cr_t *cr)
         if (!ep->draining) ep_fail(ep, -EPROTO, "a completion of an unknown kind", -1);
         break;
     }
-    if (ep->draining) {
-        ep_check_drained(ep); /* may free ep */
-        return false;
-    }
-    if (ep->touched) return false;
-    ep->touched = true;
-    return true;
+    return ep_after_cr(ep);
 }
 
 /* Posts the receives held in this batch again; each one is a credit owed. */
@@ -697,10 +777,9 @@ static void ep_repost_held(jet_urma_ep_t *ep)
         uint32_t slot = ep->repost[i];
         jet_block_t *b = ep->held[slot];
         ep->held[slot] = NULL;
-        if (ep_post_recv(ep, slot, b) < 0) {
-            jet__block_unref(b);
+        if (ep_give_back(ep, slot, b) < 0) {
             for (uint32_t j = i + 1; j < n; j++) {
-                jet__block_unref(ep->held[ep->repost[j]]);
+                ep_drop(ep, ep->held[ep->repost[j]]);
                 ep->held[ep->repost[j]] = NULL;
             }
             ep_fail(ep, -EIO, "re-posting a receive failed", -1);
@@ -794,8 +873,9 @@ static void ep_to_error(const jet_urma_ctx_t *ctx, urma_jetty_t *jetty, urma_jfr
     urma_jetty_attr_t ja = {.mask = JETTY_STATE, .state = URMA_JETTY_STATE_ERROR};
     *jetty_ok = JET_URMA_FN(ctx, urma_modify_jetty)(jetty, &ja) == URMA_SUCCESS;
     urma_jfr_attr_t ra = {.mask = JFR_STATE, .state = URMA_JFR_STATE_ERROR};
-    *jfr_ok = JET_URMA_FN(ctx, urma_modify_jfr) &&
-              JET_URMA_FN(ctx, urma_modify_jfr)(jfr, &ra) == URMA_SUCCESS;
+    /* A shared receive queue stays: the loop owns its buffers. */
+    *jfr_ok = !jfr || (JET_URMA_FN(ctx, urma_modify_jfr) &&
+                       JET_URMA_FN(ctx, urma_modify_jfr)(jfr, &ra) == URMA_SUCCESS);
 }
 
 /* Loop thread: the queues are in ERROR (or refused it). */
@@ -858,7 +938,7 @@ void jet__urma_ep_close(jet_urma_ep_t *ep)
         j->ep = ep;
         j->ctx = ep->ctx;
         j->jetty = ep->js->jetty;
-        j->jfr = ep->js->jfr;
+        j->jfr = ep->js->shared_jfr ? NULL : ep->js->jfr;
         j->w.task.fn = ep_close_done;
         j->w.loop = jet__urma_loop_of(ep->ul);
         j->w.run = ep_close_run;
@@ -866,7 +946,8 @@ void jet__urma_ep_close(jet_urma_ep_t *ep)
         free(j);
     }
     bool jetty_ok, jfr_ok;
-    ep_to_error(ep->ctx, ep->js->jetty, ep->js->jfr, &jetty_ok, &jfr_ok);
+    ep_to_error(ep->ctx, ep->js->jetty, ep->js->shared_jfr ? NULL : ep->js->jfr, &jetty_ok,
+                &jfr_ok);
     ep_in_error(ep, jetty_ok, jfr_ok);
 }
 
@@ -914,6 +995,8 @@ static void ep_finish(jet_urma_ep_t *ep, bool reuse)
     ep->cnt->window_waits += ep->wcnt.window_waits;
     jet_urma_jset_t *js = ep->js;
     ep->js = NULL;
+    if (ep->jetty_bound) jet__urma_loop_unbind_jetty(ul, ep, js->jetty->jetty_id.id);
+    ep->jetty_bound = false;
     bool quiet = reuse && !ep->no_reuse && ep->posted == 0 && ep->sq_flushed;
     jet_urma_leftovers_t left = {.tjetty = ep->tjetty, .tseg = ep->tseg};
     ep->tjetty = NULL;
@@ -922,31 +1005,32 @@ static void ep_finish(jet_urma_ep_t *ep, bool reuse)
         /* Buffers still posted may be written, and sends read (toward the
          * imported peer), until the queues are gone: they go with the set
          * to its destruction, off the loop. */
-        jet__urma_loop_discard(ul, ep, ep->sq, ep->rq, js, &left);
+        jet__urma_loop_discard(ul, ep, ep->sq, ep->jrq, js, &left);
         quiet = true; /* what is left in ep is not the queues' */
     } else if (js && !quiet) {
         /* Memory is short: here. A set that stays keeps its peer imported. */
         quiet = jet__urma_jset_destroy(ctx, js);
-        jet__urma_loop_detach(ul, ep, ep->sq, ep->rq);
+        jet__urma_loop_detach(ul, ep, ep->sq, ep->jrq);
         if (quiet) jet__urma_unimport_later(jet__urma_loop_of(ul), left.tjetty, left.tseg);
     } else {
         /* Drained (nothing can complete or be written any more: the set is
          * reset for the pool off the loop), or no set ever came. */
-        jet__urma_loop_detach(ul, ep, ep->sq, ep->rq);
+        jet__urma_loop_detach(ul, ep, ep->sq, ep->jrq);
         if (js) jet__urma_loop_recycle(ul, js);
         jet__urma_unimport_later(jet__urma_loop_of(ul), left.tjetty, left.tseg);
         quiet = true;
     }
     ep_release_all(ep);
     for (uint32_t i = 0; i < ep->rq; i++) {
-        if (ep->held[i]) jet__block_unref(ep->held[i]); /* never posted again */
+        /* Never posted again on ep's queue; a shared one takes them back. */
+        if (ep->held[i] && ep->srq) jet__urma_loop_srq_give(ul, ep->held[i]);
+        else if (ep->held[i]) jet__block_unref(ep->held[i]);
         ep->held[i] = NULL;
         if (!ep->rbufs[i]) continue;
         if (quiet) jet__block_unref(ep->rbufs[i]); /* else leaked with the set */
         ep->rbufs[i] = NULL;
     }
-    ep_free_arrays(ep);
-    free(ep);
+    ep_free(ep);
 }
 
 int jet__urma_ep_debug(const jet_urma_ep_t *ep, char *buf, size_t len)

@@ -40,6 +40,7 @@
 #include <stdint.h>
 #include <sys/types.h>
 
+#include "iobuf/block_pool.h"
 #include "jetrpc/iobuf.h"
 #include "urma/urma_api.h"
 #include "urma/urma_handshake.h"
@@ -139,6 +140,10 @@ void jet__urma_ep_set_arrived(jet_urma_ep_t *ep, struct jet_urma_jset *js);
  * be freed inside (a draining endpoint whose last buffer came back): then it
  * returns false. */
 bool jet__urma_ep_on_cr(jet_urma_ep_t *ep, const urma_cr_t *cr);
+/* A receive of the loop's shared receive queue that came through ep's
+ * jetty, with its block b (ep gives it back with jet__urma_loop_srq_give).
+ * Returns as jet__urma_ep_on_cr. */
+bool jet__urma_ep_on_srq_recv(jet_urma_ep_t *ep, const urma_cr_t *cr, jet_block_t *b);
 /* A hardware-built FLUSH_ERR_DONE CR whose local_id is ep's jetty. May free ep. */
 void jet__urma_ep_on_flush_done(jet_urma_ep_t *ep);
 /* The jetty id the FLUSH_ERR_DONE of ep carries, 0 when ep waits for none. */
