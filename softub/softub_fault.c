@@ -24,6 +24,10 @@
  * SOFTUB_CLOSE_FAIL        1: modify_jetty to ERROR fails (URMA_FAIL) after
  *                          that sleep: a jetty that cannot be stopped, whose
  *                          user must destroy it without a drain.
+ * SOFTUB_DIE_ON_TAKE_IMM   a sender that takes a receive WR for a SEND_IMM
+ *                          carrying this immediate exits (status 77) before
+ *                          it writes the data or the CR: a sender killed
+ *                          mid-message (0: off).
  * SOFTUB_JFC_FAIL          the first this many create_jfc calls of the
  *                          process fail (ENOMEM), after their sleep.
  * SOFTUB_NO_PIDFD          1: never duplicate a peer's eventfd with
@@ -90,6 +94,7 @@ static void fault_load_once(void)
     f->queue_delay_us = (uint32_t)fault_u64("SOFTUB_QUEUE_DELAY_US", 0, 60000000);
     f->close_delay_us = (uint32_t)fault_u64("SOFTUB_CLOSE_DELAY_US", 0, 60000000);
     f->close_fail = fault_u64("SOFTUB_CLOSE_FAIL", 0, 1) != 0;
+    f->die_on_take_imm = fault_u64("SOFTUB_DIE_ON_TAKE_IMM", 0, UINT64_MAX);
     atomic_store(&f->jfc_fail, (uint32_t)fault_u64("SOFTUB_JFC_FAIL", 0, 1000000));
     f->no_pidfd = fault_u64("SOFTUB_NO_PIDFD", 0, 1) != 0;
     f->ptracer_any = fault_u64("SOFTUB_PTRACER_ANY", 1, 1) != 0;

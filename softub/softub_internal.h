@@ -273,7 +273,11 @@ struct sub_rqe_sge {
 struct sub_rqe {
     uint64_t user_ctx;
     uint32_t nsge;
-    uint32_t reserved;
+    /* The pid of the sender that took the WR until it writes its CR (0
+     * before and after): a sender killed in between leaves its pid here,
+     * and the owner's next post that reaches the slot gives the WR a fresh
+     * one (softub__rq_post). Accessed with __atomic builtins. */
+    uint32_t taker;
     struct sub_rqe_sge sge[];
 };
 
@@ -320,6 +324,7 @@ struct sub_fault {
     uint32_t queue_delay_us;
     uint32_t close_delay_us;
     int close_fail;
+    uint64_t die_on_take_imm; /* SOFTUB_DIE_ON_TAKE_IMM (0: off) */
     _Atomic uint32_t jfc_fail; /* create_jfc calls left to fail */
     int no_pidfd;
     int ptracer_any;

@@ -227,6 +227,7 @@ struct sub_target {
     uint64_t user_ptr;
     uint64_t rq_pos;  /* the receive WR taken and not yet released */
     int rq_held;
+    struct sub_rqe *rq_q; /* its ring entry (taker set until the CR is written) */
 };
 
 static struct sub_ring *post_peer_ring(struct sub_peer *p, uint64_t off, uint32_t esize_min)
@@ -297,6 +298,10 @@ static int post_take_rqe(struct sub_target *t, struct sub_rqe *out, struct sub_r
     if (out->nsge > maxs || out->nsge > SUB_MAX_JFR_SGE)
         out->nsge = 0;
     memcpy(sges, q->sge, out->nsge * sizeof(*sges));
+    /* The entry is ours until the CR: nobody writes it before then (the
+     * owner's shadow stays POSTED until the CR is polled). */
+    __atomic_store_n(&q->taker, (uint32_t)softub__g.self->pid, __ATOMIC_RELAXED);
+    t->rq_q = q;
     t->rq_pos = pos;
     t->rq_held = 1;
     if (total > SUB_RQE_HOLD_MAX)
@@ -378,6 +383,8 @@ static void post_recv_cr(struct sub_sq *sq, struct sub_wr *w, struct sub_target 
     e.rq_pos = (uint32_t)t->rq_pos;
     if (inl != NULL)
         e.flag |= SUB_CQE_F_INLINE;
+    /* From here the WR comes back to its owner through this CR. */
+    __atomic_store_n(&t->rq_q->taker, 0u, __ATOMIC_RELEASE);
     (void)softub__cq_push(t->p, t->jfc, &e, inl);
     post_release_rqe(t);
 }
@@ -460,6 +467,9 @@ static int post_exec_send_rm(struct sub_sq *sq, struct sub_wr *w, uint32_t *len)
         softub__peer_leave(tj->peer);
         return -1;
     }
+    if (softub__fault.die_on_take_imm != 0 && w->opcode == URMA_OPC_SEND_IMM &&
+        w->imm == softub__fault.die_on_take_imm)
+        _exit(77);
     uint32_t opc = w->opcode == URMA_OPC_SEND_IMM        ? URMA_CR_OPC_SEND_WITH_IMM
                    : w->opcode == URMA_OPC_SEND_INVALIDATE ? URMA_CR_OPC_SEND_WITH_INV
                                                            : URMA_CR_OPC_SEND;
@@ -1266,6 +1276,55 @@ static struct sub_rqe *post_rq_claim(struct sub_jfr *jfr, uint64_t *pos_out, int
     }
 }
 
+/* The slot at the ring's head is still taken by a sender that died before
+ * it wrote its CR (its pid is in the entry): the WR it took is posted again
+ * in that slot, at the head, as if the sender had never taken it (hardware
+ * does not lose a receive WR when a sender goes away mid-message). 1 when
+ * it was; 0 when the slot is not such a one. */
+static int post_rq_recover(struct sub_jfr *jfr)
+{
+    struct sub_ring *r = jfr->ring;
+    uint64_t pos = atomic_load_explicit(&r->head, memory_order_relaxed);
+    _Atomic uint64_t *seq = sub_ring_seq(r, pos);
+    struct sub_rqe *q = (struct sub_rqe *)((uint8_t *)seq + 8);
+    uint32_t taker = __atomic_load_n(&q->taker, __ATOMIC_ACQUIRE);
+    if (taker == 0 || taker == (uint32_t)softub__g.self->pid ||
+        softub__pid_alive((pid_t)taker, 0))
+        return 0;
+    uint64_t s = atomic_load_explicit(seq, memory_order_acquire);
+    struct sub_rshadow *sh = softub__rq_shadow(jfr, pos);
+    /* Taken a lap ago and never released (a small message's sender frees
+     * the slot after its CR): released for it. */
+    if (s == pos - r->cap + 1) {
+        atomic_compare_exchange_strong_explicit(seq, &s, pos, memory_order_acq_rel,
+                                                memory_order_acquire);
+        s = atomic_load_explicit(seq, memory_order_acquire);
+    }
+    if (s != pos || atomic_load_explicit(&sh->state, memory_order_acquire) != SUB_RSH_POSTED ||
+        (uint32_t)sh->pos != (uint32_t)(pos - r->cap))
+        return 0;
+    if (!atomic_compare_exchange_strong_explicit(&r->head, &pos, pos + 1, memory_order_relaxed,
+                                                 memory_order_relaxed))
+        return 1; /* another poster moved the head: look again */
+    sh->pos = pos;
+    q->user_ctx = sh->user_ctx;
+    q->nsge = sh->nsge;
+    for (uint32_t i = 0; i < sh->nsge; i++) {
+        q->sge[i].addr = sh->sge[i].addr;
+        q->sge[i].len = sh->sge[i].len;
+        q->sge[i].seg_idx = sh->sge[i].seg_idx;
+        q->sge[i].seg_gen = sh->sge[i].seg_gen;
+        q->sge[i].reserved = 0;
+    }
+    __atomic_store_n(&q->taker, 0u, __ATOMIC_RELAXED);
+    /* Its first position ended without a CR: not live there any more. */
+    atomic_store_explicit(&jfr->rq_dropped,
+                          atomic_load_explicit(&jfr->rq_dropped, memory_order_relaxed) + 1,
+                          memory_order_relaxed);
+    sub_ring_enq_commit(r, pos);
+    return 1;
+}
+
 urma_status_t softub__rq_post(struct sub_jfr *jfr, urma_jfr_wr_t *wr, urma_jfr_wr_t **bad_wr)
 {
     uint32_t maxs = jfr->base.jfr_cfg.max_sge;
@@ -1299,6 +1358,11 @@ urma_status_t softub__rq_post(struct sub_jfr *jfr, urma_jfr_wr_t *wr, urma_jfr_w
          * releasing it. Wait for it a little (it may also have died). A slot
          * held by an unpolled CR is final until the poll: refused at once. */
         for (uint64_t t0 = 0; q == NULL;) {
+            if (post_rq_recover(jfr)) {
+                held = 0;
+                q = post_rq_claim(jfr, &pos, &held);
+                continue;
+            }
             uint64_t now = softub__now_ns();
             if (t0 == 0)
                 t0 = now;
@@ -1325,6 +1389,7 @@ urma_status_t softub__rq_post(struct sub_jfr *jfr, urma_jfr_wr_t *wr, urma_jfr_w
         atomic_store_explicit(&sh->state, SUB_RSH_POSTED, memory_order_relaxed);
         q->user_ctx = it->user_ctx;
         q->nsge = sg->num_sge;
+        __atomic_store_n(&q->taker, 0u, __ATOMIC_RELAXED);
         for (uint32_t i = 0; i < sg->num_sge; i++) {
             q->sge[i].addr = sg->sge[i].addr;
             q->sge[i].len = sg->sge[i].len;

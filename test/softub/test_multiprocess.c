@@ -589,6 +589,111 @@ static void small_send_right_after_death(void)
     mp_disconnect(&s, true);
 }
 
+/* A sender that dies after it took a receive WR and before its CR (here at
+ * once, SOFTUB_DIE_ON_TAKE_IMM; in life, killed mid-copy), for a small
+ * message (the sender still holds the queue's slot) and a large one (it has
+ * released the slot, the WR is still outstanding). On hardware a receive WR is not lost when a sender goes away:
+ * the owner's later posts must keep succeeding within the depth, lap after
+ * lap of the receive queue, and the WR the dead sender took must serve a
+ * later message. */
+#define DIE_IMM 0xDEADFA11C0FFEE01ull
+#define TK_DEPTH 8
+#define TK_BUF   16384
+
+static int taker_dies(int fd, void *arg)
+{
+    uint32_t len = *(const uint32_t *)arg;
+    cf_dev_t d;
+    cf_side_t s;
+    cf_wire_t peer;
+    if (mp_peer_open(fd, &d, &s, &peer, URMA_TM_RM, 0x7007)) return -1;
+    urma_sge_t l;
+    urma_jfs_wr_t wr;
+    cf_sge(&l, s.mem.buf, len, s.mem.tseg);
+    cf_wr_send(&wr, URMA_OPC_SEND_IMM, s.tj, &l, 1, DIE_IMM, 1);
+    if (cf_post(s.ep.jetty, &wr)) return -1;
+    for (;;)
+        pause(); /* softub exits this process when it takes the receive */
+}
+
+static void taker_killed(uint32_t len)
+{
+    cf_peer_t p;
+    cf_dev_t d;
+    cf_side_t s;
+    cf_wire_t peer;
+    cf_ep_opts_t o = cf_ep_defaults(URMA_TM_RM);
+    o.jfr_depth = TK_DEPTH;
+    if (cf_peer_fork(&p, taker_dies, &len) != 0) {
+        CF_FAILF("cannot fork the peer");
+        return;
+    }
+    if (mp_connect(&d, &s, &peer, p.fd, &o, TK_DEPTH * TK_BUF, CF_MEM_MEMFD, 0x7117)) {
+        cf_peer_wait(&p, 0);
+        return;
+    }
+    for (int i = 0; i < TK_DEPTH; i++) {
+        urma_sge_t rs;
+        cf_sge(&rs, s.mem.buf + TK_BUF * i, TK_BUF, s.mem.tseg);
+        JT_REQUIRE(cf_post_recv(s.ep.jetty, &rs, 1, (uint64_t)i) == 0);
+    }
+    JT_REQUIRE(cf_msg_send(p.fd, T_GO, NULL, 0) == 0);
+    JT_CHECK_EQ(cf_peer_wait(&p, CF_WAIT_MS), 77);
+    JT_CHECK_EQ(cf_quiet(s.ep.jfc, CF_QUIET_MS), 0); /* its receive never completed */
+    /* A second jetty of this process sends 8 laps of the queue, one message
+     * at a time; each receive is posted again as soon as it completes. */
+    cf_side_t s2;
+    cf_ep_opts_t o2 = cf_ep_defaults(URMA_TM_RM);
+    JT_REQUIRE(cf_side_open(&s2, &d, NULL, &o2, 65536, CF_MEM_MEMALIGN, 0x7227) == 0);
+    cf_wire_t me;
+    cf_side_describe(&s, &me);
+    JT_REQUIRE(cf_side_import(&s2, &me) == 0);
+    enum { K = 8 * TK_DEPTH * 2 };
+    bool seen[TK_DEPTH] = {false};
+    int got = 0, reposted = 0;
+    for (int k = 0; k < K; k++) {
+        urma_sge_t l;
+        urma_jfs_wr_t wr;
+        cf_sge(&l, s2.mem.buf, 100, s2.mem.tseg);
+        cf_wr_send(&wr, URMA_OPC_SEND, s2.tj, &l, 1, 0, (uint64_t)k);
+        if (cf_post(s2.ep.jetty, &wr)) break;
+        urma_cr_t cr;
+        if (cf_poll(s.ep.jfc, &cr, 1, CF_WAIT_MS) != 1) {
+            CF_FAILF("message %d of %d never arrived", k, K);
+            break;
+        }
+        JT_CHECK_EQ(cr.status, URMA_CR_SUCCESS);
+        JT_CHECK_EQ(cr.completion_len, 100u);
+        if (cr.user_ctx >= TK_DEPTH) {
+            CF_FAILF("a receive completion names WR %llu", (unsigned long long)cr.user_ctx);
+            break;
+        }
+        got++;
+        seen[cr.user_ctx] = true;
+        urma_sge_t rs;
+        cf_sge(&rs, s.mem.buf + TK_BUF * cr.user_ctx, TK_BUF, s.mem.tseg);
+        if (cf_post_recv(s.ep.jetty, &rs, 1, cr.user_ctx) != 0) {
+            CF_FAILF("re-posting a receive failed after %d messages (%d of %d WRs posted)", k,
+                     TK_DEPTH - 1, TK_DEPTH);
+            break;
+        }
+        reposted++;
+        cf_expect_cr(s2.ep.jfc, URMA_CR_SUCCESS, (uint64_t)k, "SEND after the taker died");
+    }
+    JT_CHECK_EQ(got, K);
+    JT_CHECK_EQ(reposted, K);
+    /* Receives are taken in posting order: the dead sender had WR 0. */
+    JT_CHECK(seen[0]);
+    cf_side_close(&s2, true);
+    mp_disconnect(&s, true);
+}
+
+static void taker_killed_mid_message(void)
+{
+    taker_killed(3000);  /* the slot is released after the CR */
+    taker_killed(12000); /* released before the copy */
+}
+
 /* ------------------------------------------------------------------------ */
 /* Atomics on one word from the owner and from another process              */
 /* ------------------------------------------------------------------------ */
@@ -883,6 +988,11 @@ static void many_processes_distinct_ids(void)
 
 int main(int argc, char **argv)
 {
+    /* Before softub reads its knobs (one process-wide value; only a SEND_IMM
+     * with this immediate is affected). */
+    char die[32];
+    snprintf(die, sizeof die, "%llu", (unsigned long long)DIE_IMM);
+    setenv("SOFTUB_DIE_ON_TAKE_IMM", die, 1);
     cf_main(argc, argv);
     CF_RUN(opcodes_both_ways_memfd);
     CF_RUN(opcodes_both_ways_memalign);
@@ -891,6 +1001,7 @@ int main(int argc, char **argv)
     CF_RUN(event_mode_cross_process);
     CF_RUN(peer_killed);
     CF_RUN(small_send_right_after_death);
+    CF_RUN(taker_killed_mid_message);
     CF_RUN(async_event_through_doorbell);
     CF_RUN(atomics_owner_and_peer);
     CF_RUN(um_loss_injection);
