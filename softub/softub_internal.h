@@ -63,7 +63,7 @@
 /* ------------------------------------------------------------------------ */
 
 #define SUB_MAX_PROCS    512
-#define SUB_MAX_QIDS     65536 /* queue ids 1..65535 (JFC, JFS, JFR, jetty) */
+#define SUB_MAX_QIDS     65536 /* queue ids 1..65535 (JFC, JFS, JFR, jetty); receive CRs carry two in 32 bits */
 #define SUB_MAX_TIDS     65536 /* token ids 1..65535 */
 #define SUB_MAX_SEGS     16384 /* registered segments per process */
 #define SUB_SEG_TABLE_OFF 4096ull
@@ -237,6 +237,11 @@ struct sub_cqe {
     uint32_t len;
     uint64_t user_ctx;
     uint32_t local_id;
+    /* Initiator CRs: the target's jetty id. Receive CRs: the sender's jetty
+     * id in the low 16 bits, and in the high 16 the id of the JFR the WR was
+     * posted to (local_id names the jetty it came through, which may be
+     * deleted, and its id reused, before the CR is polled; queue ids are
+     * below SUB_MAX_QIDS = 1 << 16). */
     uint32_t remote_id;
     /* Receive CRs: imm_data or the packed invalid_token. Initiator CRs:
      * which send-queue slots to retire: uid32 | wr_seq32 << 32 (uid32 0 =

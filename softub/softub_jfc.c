@@ -395,7 +395,7 @@ static void jfc_fill_cr(urma_cr_t *cr, const struct sub_cqe *e)
     cr->completion_len = e->len;
     cr->local_id = e->local_id;
     cr->remote_id.eid = e->remote_eid;
-    cr->remote_id.id = e->remote_id;
+    cr->remote_id.id = fl.bs.s_r ? e->remote_id & 0xffffu : e->remote_id;
     cr->tpn = e->tpn;
     cr->user_data = o != NULL ? (uintptr_t)o->user_ptr : 0;
 }

@@ -374,7 +374,7 @@ static void post_recv_cr(struct sub_sq *sq, struct sub_wr *w, struct sub_target 
     e.user_ctx = rqe->user_ctx;
     e.len = len;
     e.local_id = t->local_id;
-    e.remote_id = sq->id;
+    e.remote_id = (sq->id & 0xffffu) | (t->jfr->h.id & 0xffffu) << 16;
     e.flag = fl.value;
     e.solicited = w->flag.bs.solicited_enable || status != URMA_CR_SUCCESS;
     e.remote_eid = sq->eid;
@@ -1484,7 +1484,8 @@ void softub__rq_polled(struct sub_cqe *c, const uint8_t *inl)
 {
     int is_inl = (c->flag & SUB_CQE_F_INLINE) != 0;
     c->flag = (uint8_t)(c->flag & ~SUB_CQE_F_INLINE);
-    struct sub_jfr *jfr = post_cr_jfr(c->local_id);
+    uint32_t jfr_id = c->remote_id >> 16; /* 0 in flush CRs: local_id is the JFR */
+    struct sub_jfr *jfr = post_cr_jfr(jfr_id != 0 ? jfr_id : c->local_id);
     struct sub_rshadow *sh = jfr != NULL ? softub__rq_shadow(jfr, c->rq_pos) : NULL;
     /* A CR that does not name a WR posted here and not yet polled (stale,
      * forged, or its JFR deleted) neither copies nor frees anything. */

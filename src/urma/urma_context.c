@@ -643,7 +643,10 @@ static int ul_srq_post_or_keep(jet_urma_loop_t *ul, jet_block_t *b)
 int jet__urma_loop_srq_fill(jet_urma_loop_t *ul)
 {
     if (!ul->srq) return -EIO;
-    /* The kept ones first, until the queue still has no room. */
+    /* Kept ones past the target (connections left) are freed; the others
+     * are posted first, until the queue still has no room. */
+    while (ul->srq_nspare > 0 && ul_srq_have(ul) > ul_srq_target(ul))
+        jet__block_unref(ul->srq_spare[--ul->srq_nspare]);
     while (ul->srq_nspare > 0) {
         int rc = ul_srq_post(ul, ul->srq_spare[ul->srq_nspare - 1]);
         if (rc == -EAGAIN) break;

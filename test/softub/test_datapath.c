@@ -1207,6 +1207,78 @@ static void single_sge_helpers(void)
     dp_close(&a, &b);
 }
 
+/* A JFR shared by jetties (share_jfr, §3): a message lands through jetty A,
+ * A is deleted (and its id may be handed out again) before the receive CR is
+ * polled. The CR still completes the WR of the JFR: its buffer comes back,
+ * and the JFR keeps taking posts within its depth, lap after lap, for the
+ * jetty that replaced A. */
+static void shared_jfr_jetty_deleted_before_poll(void)
+{
+    enum { DEPTH = 8, BUF = 1024, K = 8 * DEPTH };
+    cf_dev_t d;
+    cf_side_t r, s;
+    cf_ep_opts_t o = cf_ep_defaults(URMA_TM_RM);
+    o.jfr_depth = DEPTH;
+    if (dp_open(&d, &r, &s, &o)) return;
+    for (int i = 0; i < DEPTH; i++) {
+        urma_sge_t rs;
+        cf_sge(&rs, r.mem.buf + BUF * i, BUF, r.mem.tseg);
+        JT_REQUIRE(cf_post_recv(r.ep.jetty, &rs, 1, (uint64_t)i) == 0);
+    }
+    urma_sge_t l;
+    urma_jfs_wr_t wr;
+    cf_sge(&l, s.mem.buf, 200, s.mem.tseg);
+    cf_wr_send(&wr, URMA_OPC_SEND, s.tj, &l, 1, 0, 0x300);
+    JT_REQUIRE(cf_post(s.ep.jetty, &wr) == 0);
+    cf_expect_cr(s.ep.jfc, URMA_CR_SUCCESS, 0x300, "SEND through jetty A");
+    /* A second jetty on the same JFR takes A's place; A goes first. */
+    urma_jetty_cfg_t jcfg;
+    cf_jetty_cfg(&jcfg, r.ep.jfc, r.ep.jfr, URMA_TM_RM, o.jfs_depth);
+    jcfg.jfs_cfg.rnr_retry = o.rnr_retry;
+    urma_jetty_t *b = cf.urma_create_jetty(r.ctx, &jcfg);
+    JT_REQUIRE(b);
+    uint32_t a_id = r.ep.jetty->jetty_id.id;
+    JT_REQUIRE(cf.urma_unimport_jetty(s.tj) == 0);
+    s.tj = NULL;
+    JT_CHECK_EQ(cf.urma_delete_jetty(r.ep.jetty), 0);
+    r.ep.jetty = b;
+    urma_cr_t cr;
+    JT_REQUIRE(cf_poll(r.ep.jfc, &cr, 1, CF_WAIT_MS) == 1);
+    JT_CHECK_EQ(cr.status, URMA_CR_SUCCESS);
+    JT_CHECK_EQ(cr.completion_len, 200u);
+    JT_CHECK_EQ(cr.local_id, a_id);
+    JT_CHECK_EQ(cr.remote_id.id, s.ep.jetty->jetty_id.id);
+    JT_REQUIRE(cr.user_ctx < DEPTH);
+    cf_wire_t w;
+    cf_side_describe(&r, &w);
+    JT_REQUIRE(cf.urma_unimport_seg(s.rseg) == 0); /* imported again with the new jetty */
+    s.rseg = NULL;
+    JT_REQUIRE(cf_side_import(&s, &w) == 0);
+    uint64_t slot = cr.user_ctx;
+    int sent = 0;
+    for (int k = 0; k < K; k++) {
+        urma_sge_t rs;
+        cf_sge(&rs, r.mem.buf + BUF * slot, BUF, r.mem.tseg);
+        if (cf_post_recv(b, &rs, 1, slot) != 0) {
+            CF_FAILF("posting a receive failed after %d messages through the new jetty", k);
+            break;
+        }
+        cf_wr_send(&wr, URMA_OPC_SEND, s.tj, &l, 1, 0, 0x400 + (uint64_t)k);
+        JT_REQUIRE(cf_post(s.ep.jetty, &wr) == 0);
+        if (cf_poll(r.ep.jfc, &cr, 1, CF_WAIT_MS) != 1) {
+            CF_FAILF("message %d through the new jetty never arrived", k);
+            break;
+        }
+        JT_CHECK_EQ(cr.status, URMA_CR_SUCCESS);
+        JT_CHECK_EQ(cr.local_id, b->jetty_id.id);
+        cf_expect_cr(s.ep.jfc, URMA_CR_SUCCESS, 0x400 + (uint64_t)k, "SEND through jetty B");
+        slot = cr.user_ctx;
+        sent++;
+    }
+    JT_CHECK_EQ(sent, K);
+    dp_close(&r, &s);
+}
+
 int main(int argc, char **argv)
 {
     cf_main(argc, argv);
@@ -1232,5 +1304,6 @@ int main(int argc, char **argv)
     CF_RUN(rc_ignores_tjetty);
     CF_RUN(jfs_to_jfr);
     CF_RUN(single_sge_helpers);
+    CF_RUN(shared_jfr_jetty_deleted_before_poll);
     return jt_finish();
 }
