@@ -275,13 +275,15 @@ struct sub_rqe_sge {
     uint32_t reserved;
 };
 
+#define SUB_TAKER_CR 0x80000000u /* pids are below 1 << 22 */
 struct sub_rqe {
     uint64_t user_ctx;
     uint32_t nsge;
-    /* The pid of the sender that took the WR until it writes its CR (0
-     * before and after): a sender killed in between leaves its pid here,
-     * and the owner's next post that reaches the slot gives the WR a fresh
-     * one (softub__rq_post). Accessed with __atomic builtins. */
+    /* The pid of the sender that took the WR (0 until one does), with
+     * SUB_TAKER_CR once its CR is written. A sender killed before its CR
+     * leaves the WR to be posted again, one killed before it released the
+     * slot leaves the slot to be released: the owner's next post that
+     * reaches the slot does either (softub_post.c). __atomic builtins. */
     uint32_t taker;
     struct sub_rqe_sge sge[];
 };

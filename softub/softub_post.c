@@ -384,8 +384,12 @@ static void post_recv_cr(struct sub_sq *sq, struct sub_wr *w, struct sub_target 
     if (inl != NULL)
         e.flag |= SUB_CQE_F_INLINE;
     /* From here the WR comes back to its owner through this CR. */
-    __atomic_store_n(&t->rq_q->taker, 0u, __ATOMIC_RELEASE);
+    __atomic_store_n(&t->rq_q->taker, (uint32_t)softub__g.self->pid | SUB_TAKER_CR,
+                     __ATOMIC_RELEASE);
     (void)softub__cq_push(t->p, t->jfc, &e, inl);
+    if (softub__fault.die_on_take_imm != 0 && w->opcode == URMA_OPC_SEND_IMM &&
+        w->imm == softub__fault.die_on_take_imm + 1)
+        _exit(77);
     post_release_rqe(t);
 }
 
@@ -1276,11 +1280,12 @@ static struct sub_rqe *post_rq_claim(struct sub_jfr *jfr, uint64_t *pos_out, int
     }
 }
 
-/* The slot at the ring's head is still taken by a sender that died before
- * it wrote its CR (its pid is in the entry): the WR it took is posted again
- * in that slot, at the head, as if the sender had never taken it (hardware
+/* The slot at the ring's head was taken a lap ago by a sender that has
+ * died (its pid is in the entry). Died before it released the slot: the
+ * slot is released for it. Died before its CR: the WR it took is posted
+ * again in that slot, at the head, as if it had never been taken (hardware
  * does not lose a receive WR when a sender goes away mid-message). 1 when
- * it was; 0 when the slot is not such a one. */
+ * the slot changed (claim again); 0 when it is not such a slot. */
 static int post_rq_recover(struct sub_jfr *jfr)
 {
     struct sub_ring *r = jfr->ring;
@@ -1288,21 +1293,22 @@ static int post_rq_recover(struct sub_jfr *jfr)
     _Atomic uint64_t *seq = sub_ring_seq(r, pos);
     struct sub_rqe *q = (struct sub_rqe *)((uint8_t *)seq + 8);
     uint32_t taker = __atomic_load_n(&q->taker, __ATOMIC_ACQUIRE);
-    if (taker == 0 || taker == (uint32_t)softub__g.self->pid ||
-        softub__pid_alive((pid_t)taker, 0))
+    pid_t pid = (pid_t)(taker & ~SUB_TAKER_CR);
+    if (pid == 0 || pid == softub__g.self->pid || softub__pid_alive(pid, 0))
         return 0;
     uint64_t s = atomic_load_explicit(seq, memory_order_acquire);
-    struct sub_rshadow *sh = softub__rq_shadow(jfr, pos);
-    /* Taken a lap ago and never released (a small message's sender frees
-     * the slot after its CR): released for it. */
+    int changed = 0;
     if (s == pos - r->cap + 1) {
-        atomic_compare_exchange_strong_explicit(seq, &s, pos, memory_order_acq_rel,
-                                                memory_order_acquire);
+        /* Taken and never released. */
+        changed = atomic_compare_exchange_strong_explicit(seq, &s, pos, memory_order_acq_rel,
+                                                          memory_order_acquire);
         s = atomic_load_explicit(seq, memory_order_acquire);
     }
-    if (s != pos || atomic_load_explicit(&sh->state, memory_order_acquire) != SUB_RSH_POSTED ||
+    struct sub_rshadow *sh = softub__rq_shadow(jfr, pos);
+    if ((taker & SUB_TAKER_CR) || s != pos ||
+        atomic_load_explicit(&sh->state, memory_order_acquire) != SUB_RSH_POSTED ||
         (uint32_t)sh->pos != (uint32_t)(pos - r->cap))
-        return 0;
+        return changed; /* its CR was written: the poll frees the WR */
     if (!atomic_compare_exchange_strong_explicit(&r->head, &pos, pos + 1, memory_order_relaxed,
                                                  memory_order_relaxed))
         return 1; /* another poster moved the head: look again */

@@ -600,9 +600,15 @@ static void small_send_right_after_death(void)
 #define TK_DEPTH 8
 #define TK_BUF   16384
 
+typedef struct taker_arg {
+    uint32_t len;
+    uint64_t imm; /* DIE_IMM: dies before its CR; DIE_IMM + 1: after it */
+} taker_arg_t;
+
 static int taker_dies(int fd, void *arg)
 {
-    uint32_t len = *(const uint32_t *)arg;
+    const taker_arg_t *a = arg;
+    uint32_t len = a->len;
     cf_dev_t d;
     cf_side_t s;
     cf_wire_t peer;
@@ -610,21 +616,22 @@ static int taker_dies(int fd, void *arg)
     urma_sge_t l;
     urma_jfs_wr_t wr;
     cf_sge(&l, s.mem.buf, len, s.mem.tseg);
-    cf_wr_send(&wr, URMA_OPC_SEND_IMM, s.tj, &l, 1, DIE_IMM, 1);
+    cf_wr_send(&wr, URMA_OPC_SEND_IMM, s.tj, &l, 1, a->imm, 1);
     if (cf_post(s.ep.jetty, &wr)) return -1;
     for (;;)
         pause(); /* softub exits this process when it takes the receive */
 }
 
-static void taker_killed(uint32_t len)
+static void taker_killed(uint32_t len, bool after_cr)
 {
+    taker_arg_t ta = {.len = len, .imm = after_cr ? DIE_IMM + 1 : DIE_IMM};
     cf_peer_t p;
     cf_dev_t d;
     cf_side_t s;
     cf_wire_t peer;
     cf_ep_opts_t o = cf_ep_defaults(URMA_TM_RM);
     o.jfr_depth = TK_DEPTH;
-    if (cf_peer_fork(&p, taker_dies, &len) != 0) {
+    if (cf_peer_fork(&p, taker_dies, &ta) != 0) {
         CF_FAILF("cannot fork the peer");
         return;
     }
@@ -639,7 +646,19 @@ static void taker_killed(uint32_t len)
     }
     JT_REQUIRE(cf_msg_send(p.fd, T_GO, NULL, 0) == 0);
     JT_CHECK_EQ(cf_peer_wait(&p, CF_WAIT_MS), 77);
-    JT_CHECK_EQ(cf_quiet(s.ep.jfc, CF_QUIET_MS), 0); /* its receive never completed */
+    urma_cr_t first;
+    if (after_cr) {
+        /* Its message arrived whole (WR 0); only the slot stays taken. */
+        JT_REQUIRE(cf_poll(s.ep.jfc, &first, 1, CF_WAIT_MS) == 1);
+        JT_CHECK_EQ(first.status, URMA_CR_SUCCESS);
+        JT_CHECK_EQ(first.user_ctx, 0u);
+        JT_CHECK_EQ(first.completion_len, len);
+        JT_CHECK_EQ(first.imm_data, DIE_IMM + 1);
+        urma_sge_t rs;
+        cf_sge(&rs, s.mem.buf, TK_BUF, s.mem.tseg);
+        JT_REQUIRE(cf_post_recv(s.ep.jetty, &rs, 1, 0) == 0);
+    }
+    JT_CHECK_EQ(cf_quiet(s.ep.jfc, CF_QUIET_MS), 0); /* no (other) receive completed */
     /* A second jetty of this process sends 8 laps of the queue, one message
      * at a time; each receive is posted again as soon as it completes. */
     cf_side_t s2;
@@ -690,8 +709,9 @@ static void taker_killed(uint32_t len)
 
 static void taker_killed_mid_message(void)
 {
-    taker_killed(3000);  /* the slot is released after the CR */
-    taker_killed(12000); /* released before the copy */
+    taker_killed(3000, false);  /* the slot is released after the CR */
+    taker_killed(12000, false); /* released before the copy */
+    taker_killed(3000, true);   /* died between its CR and the release */
 }
 
 /* ------------------------------------------------------------------------ */
