@@ -77,7 +77,7 @@ JET_FLAG_DEFINE_INT32(urma_handshake_timeout_ms, 10000,
 JET_FLAG_DEFINE_BOOL(urma_jetrpc_extensions, true,
                      "Advertise jetrpc's URMA extensions (credits on data, SQ depth); false: "
                      "behave exactly like a brpc URMA peer");
-JET_FLAG_DEFINE_INT32(urma_shared_rq_size, 0,
+JET_FLAG_DEFINE_INT32(urma_shared_rq_size, 256,
                       "Receive buffers an event loop shares among its URMA connections (one JFR "
                       "per loop; every connection still grants its peer urma_rq_size credits, and "
                       "the loop posts as many buffers as its connections' credits add up to, at "
