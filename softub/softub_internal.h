@@ -299,7 +299,7 @@ struct sub_rshadow {
     uint64_t user_ctx;
     _Atomic uint32_t state;
     uint32_t nsge;
-    uint64_t reserved;
+    uint64_t epoch; /* the JFR's rq_epoch when it was posted */
     struct sub_rqe_sge sge[];
 };
 
@@ -491,6 +491,9 @@ struct sub_jfr {
      * without reading the ring's tail (written by every sender's take). */
     _Atomic uint64_t rq_freed;
     _Atomic uint64_t rq_dropped;
+    /* Moves to RESET: a WR posted before one is never posted again for a
+     * sender that died holding it (post_rq_recover). */
+    uint64_t rq_epoch;
     _Atomic uint32_t users; /* jetties sharing it */
     pthread_mutex_t lock;   /* state changes and flushes */
 };

@@ -1309,6 +1309,16 @@ static int post_rq_recover(struct sub_jfr *jfr)
         atomic_load_explicit(&sh->state, memory_order_acquire) != SUB_RSH_POSTED ||
         (uint32_t)sh->pos != (uint32_t)(pos - r->cap))
         return changed; /* its CR was written: the poll frees the WR */
+    if (sh->epoch != jfr->rq_epoch) {
+        /* Posted before a RESET, which gave up every WR: freed, not posted
+         * again (its buffer is the user's once more). */
+        atomic_store_explicit(&sh->state, SUB_RSH_FREE, memory_order_release);
+        atomic_store_explicit(&jfr->rq_dropped,
+                              atomic_load_explicit(&jfr->rq_dropped, memory_order_relaxed) + 1,
+                              memory_order_relaxed);
+        __atomic_store_n(&q->taker, 0u, __ATOMIC_RELAXED);
+        return 1;
+    }
     if (!atomic_compare_exchange_strong_explicit(&r->head, &pos, pos + 1, memory_order_relaxed,
                                                  memory_order_relaxed))
         return 1; /* another poster moved the head: look again */
@@ -1385,6 +1395,7 @@ urma_status_t softub__rq_post(struct sub_jfr *jfr, urma_jfr_wr_t *wr, urma_jfr_w
         sh->pos = pos;
         sh->user_ctx = it->user_ctx;
         sh->nsge = sg->num_sge;
+        sh->epoch = jfr->rq_epoch;
         for (uint32_t i = 0; i < sg->num_sge; i++) {
             sh->sge[i].addr = sg->sge[i].addr;
             sh->sge[i].len = sg->sge[i].len;
@@ -1434,6 +1445,7 @@ void softub__rq_flush(struct sub_jfr *jfr)
 
 void softub__rq_discard(struct sub_jfr *jfr)
 {
+    jfr->rq_epoch++;
     uint64_t pos;
     while (sub_ring_deq_begin(jfr->ring, &pos) != NULL) {
         /* No CR will free this entry. */

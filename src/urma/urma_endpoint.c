@@ -678,18 +678,16 @@ static void ep_recv_block(jet_urma_ep_t *ep, const urma_cr_t *cr, uint32_t slot,
         return;
     }
     if (len > 0) {
-        if (ep->srq) {
-            /* Nothing but the credits holds a peer back from a shared queue:
-             * a data message beyond them (receives not credited back yet,
-             * the reported ones included) is the peer's error. */
-            uint32_t owed = ep->nrepost + atomic_load_explicit(&ep->credits, memory_order_relaxed);
-            if (owed >= ep->rq) {
-                ep_drop(ep, b);
-                ep_fail(ep, -EPROTO, "the peer sent more messages than its credits allow", -1);
-                return;
-            }
-            slot = ep->nrepost;
+        /* Data beyond the credits granted (receives not credited back yet:
+         * held here, or re-posted and not reported) is the peer's error; on
+         * a shared queue nothing else would hold it back. */
+        uint32_t owed = ep->nrepost + atomic_load_explicit(&ep->credits, memory_order_relaxed);
+        if (owed >= ep->rq) {
+            ep_drop(ep, b);
+            ep_fail(ep, -EPROTO, "the peer sent more messages than its credits allow", -1);
+            return;
         }
+        if (ep->srq) slot = ep->nrepost;
         ep_to_read_buf(ep, &b, len);
         if (!b) {
             if (ep->srq) jet__urma_loop_srq_give(ep->ul, NULL);

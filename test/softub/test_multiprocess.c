@@ -622,7 +622,10 @@ static int taker_dies(int fd, void *arg)
         pause(); /* softub exits this process when it takes the receive */
 }
 
-static void taker_killed(uint32_t len, bool after_cr)
+/* reset: the owner then moves its JFR to RESET and READY and posts its
+ * receives anew (user_ctx TK_DEPTH + i): a RESET gives up every WR, so the
+ * one the dead sender took must never be posted again. */
+static void taker_killed(uint32_t len, bool after_cr, bool reset)
 {
     taker_arg_t ta = {.len = len, .imm = after_cr ? DIE_IMM + 1 : DIE_IMM};
     cf_peer_t p;
@@ -659,6 +662,19 @@ static void taker_killed(uint32_t len, bool after_cr)
         JT_REQUIRE(cf_post_recv(s.ep.jetty, &rs, 1, 0) == 0);
     }
     JT_CHECK_EQ(cf_quiet(s.ep.jfc, CF_QUIET_MS), 0); /* no (other) receive completed */
+    uint64_t base = 0;
+    if (reset) {
+        urma_jfr_attr_t ra = {.mask = JFR_STATE, .state = URMA_JFR_STATE_RESET};
+        JT_REQUIRE(cf.urma_modify_jfr(s.ep.jfr, &ra) == 0);
+        ra.state = URMA_JFR_STATE_READY;
+        JT_REQUIRE(cf.urma_modify_jfr(s.ep.jfr, &ra) == 0);
+        base = TK_DEPTH;
+        for (int i = 0; i < TK_DEPTH; i++) {
+            urma_sge_t rs;
+            cf_sge(&rs, s.mem.buf + TK_BUF * i, TK_BUF, s.mem.tseg);
+            JT_REQUIRE(cf_post_recv(s.ep.jetty, &rs, 1, base + (uint64_t)i) == 0);
+        }
+    }
     /* A second jetty of this process sends 8 laps of the queue, one message
      * at a time; each receive is posted again as soon as it completes. */
     cf_side_t s2;
@@ -683,14 +699,14 @@ static void taker_killed(uint32_t len, bool after_cr)
         }
         JT_CHECK_EQ(cr.status, URMA_CR_SUCCESS);
         JT_CHECK_EQ(cr.completion_len, 100u);
-        if (cr.user_ctx >= TK_DEPTH) {
+        if (cr.user_ctx < base || cr.user_ctx >= base + TK_DEPTH) {
             CF_FAILF("a receive completion names WR %llu", (unsigned long long)cr.user_ctx);
             break;
         }
         got++;
-        seen[cr.user_ctx] = true;
+        seen[cr.user_ctx - base] = true;
         urma_sge_t rs;
-        cf_sge(&rs, s.mem.buf + TK_BUF * cr.user_ctx, TK_BUF, s.mem.tseg);
+        cf_sge(&rs, s.mem.buf + TK_BUF * (cr.user_ctx - base), TK_BUF, s.mem.tseg);
         if (cf_post_recv(s.ep.jetty, &rs, 1, cr.user_ctx) != 0) {
             CF_FAILF("re-posting a receive failed after %d messages (%d of %d WRs posted)", k,
                      TK_DEPTH - 1, TK_DEPTH);
@@ -701,7 +717,8 @@ static void taker_killed(uint32_t len, bool after_cr)
     }
     JT_CHECK_EQ(got, K);
     JT_CHECK_EQ(reposted, K);
-    /* Receives are taken in posting order: the dead sender had WR 0. */
+    /* Receives are taken in posting order: the dead sender had WR 0 (after
+     * a RESET, every new WR serves). */
     JT_CHECK(seen[0]);
     cf_side_close(&s2, true);
     mp_disconnect(&s, true);
@@ -709,9 +726,11 @@ static void taker_killed(uint32_t len, bool after_cr)
 
 static void taker_killed_mid_message(void)
 {
-    taker_killed(3000, false);  /* the slot is released after the CR */
-    taker_killed(12000, false); /* released before the copy */
-    taker_killed(3000, true);   /* died between its CR and the release */
+    taker_killed(3000, false, false);  /* the slot is released after the CR */
+    taker_killed(12000, false, false); /* released before the copy */
+    taker_killed(3000, true, false);   /* died between its CR and the release */
+    taker_killed(12000, false, true);  /* then the JFR is reset */
+    taker_killed(3000, false, true);
 }
 
 /* ------------------------------------------------------------------------ */

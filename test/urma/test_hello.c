@@ -492,6 +492,8 @@ typedef struct bclient {
     urma_target_jetty_t *tjetty;
     jet_urma_hello_t srv; /* the server's hello */
     bool auto_credit;
+    bool hold_recv;     /* receives are not posted again (held_recvs of them) */
+    uint32_t held_recvs;
     int32_t window;  /* data WRs we may still send (the server's credits) */
     int32_t cap_out; /* the window at its fullest: min(our sq, server rq) - 3 */
     uint32_t sends_out, owed;
@@ -583,6 +585,14 @@ static bool bc_post(bclient_t *b, urma_opcode_t op, const void *data, size_t len
     return true;
 }
 
+/* The server closed the connection (EOF now, without waiting). */
+static bool bc_fd_closed(int fd)
+{
+    char c[256];
+    ssize_t r = recv(fd, c, sizeof c, MSG_DONTWAIT);
+    return r == 0 || (r < 0 && errno == ECONNRESET);
+}
+
 /* Returns what is owed (if anything) as brpc does: a zero-length SEND_IMM. */
 static bool bc_credit(bclient_t *b)
 {
@@ -633,6 +643,10 @@ static void bc_on_recv(bclient_t *b, const urma_cr_t *cr)
             memcpy(b->rx + b->rx_len, blk->data, len);
             b->rx_len += len;
         }
+    }
+    if (b->hold_recv) {
+        b->held_recvs++;
+        return;
     }
     urma_sge_t sge = {
         .addr = (uint64_t)(uintptr_t)blk->data, .len = BC_BUF, .tseg = blk->region->reg};
@@ -828,19 +842,21 @@ typedef enum bviolation {
     BV_OVER_CREDIT, /* a SEND_IMM returning one credit more than owed */
     BV_ZERO_SEND,   /* a zero-length plain SEND */
     BV_OVERSIZED,   /* a SEND longer than the server's buffer_size */
+    BV_OVER_SEND,   /* data WRs beyond the credits the server granted */
 } bviolation_t;
 
 /* Each violation on a fresh connection closes that connection only. */
 static void test_server_brpc_client_violations(void)
 {
-    static const char *const names[] = {"over-credit", "zero-length SEND", "oversized SEND"};
+    static const char *const names[] = {"over-credit", "zero-length SEND", "oversized SEND",
+                                        "data beyond the credits"};
     jet_channel_t *ch = ut_channel(g_port, JET_SOCKET_MODE_URMA, 10000, JET_CONNECTION_SINGLE);
     JT_REQUIRE(ch);
     ut_urma_mark_t m = ut_urma_mark();
     JT_CHECK_EQ(jt_echo_bytes(ch, 1000, 1, "ordinary"), 0);
     ut_expect_urma(m, 1, 2); /* in-process: the channel's and the server's ends */
     uint64_t open0 = srv_open();
-    for (int v = BV_OVER_CREDIT; v <= BV_OVERSIZED; v++) {
+    for (int v = BV_OVER_CREDIT; v <= BV_OVER_SEND; v++) {
         bclient_t b;
         bool up = bc_open(&b, false);
         JT_CHECK_AT(names[v], up);
@@ -864,6 +880,34 @@ static void test_server_brpc_client_violations(void)
             memset(big, 'x', sizeof big);
             JT_CHECK(bc_post(&b, URMA_OPC_SEND, big, sizeof big, 0));
             break;
+        case BV_OVER_SEND: {
+            /* The header of a 60 MiB request, then its body in full WRs
+             * (at most 6000 of them: the frame never completes),
+             * never waiting for credits and never posting a receive again:
+             * once our 64 receives hold its credit messages, the server's
+             * next ones find no buffer (it keeps 3 in flight), and what it
+             * is owed grows past the 128 receives it granted. The server's
+             * queue (its own, or its loop's shared one) has room all along. */
+            static const uint8_t hdr[12] = {'P', 'R', 'P', 'C', 0x03, 0xc0, 0, 0, 0, 0, 0, 16};
+            b.hold_recv = true;
+            JT_CHECK(bc_post(&b, URMA_OPC_SEND, hdr, sizeof hdr, 0));
+            memset(big, 0, sizeof big);
+            int posted = 0;
+            bool eof = false;
+            while (posted < 6000 && !(eof = bc_fd_closed(b.fd))) {
+                if (bc_post(&b, URMA_OPC_SEND, big, b.srv.buffer_size, 0)) {
+                    posted++;
+                    b.window--;
+                } else {
+                    bc_poll(&b);
+                }
+            }
+            fprintf(stderr, "  %d data WRs of %u bytes sent before the server closed (%u "
+                            "receives held)\n",
+                    posted, b.srv.buffer_size, b.held_recvs);
+            JT_CHECK(eof);
+            break;
+        }
         }
         JT_CHECK_AT(names[v], jt_wait_eof(b.fd, 10000));
         JT_CHECK_AT(names[v], JT_WAIT_UNTIL(srv_open() == open0, 10000000));
