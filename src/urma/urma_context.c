@@ -391,6 +391,8 @@ struct jet_urma_loop {
      * can trail so): posted again after the next poll. */
     jet_block_t **srq_spare;
     uint32_t srq_nspare;
+    int64_t srq_retry_us; /* the last refused post: spares wait UL_SRQ_RETRY_US */
+    jet_timer_t srq_timer; /* posts the spares when no completion comes */
     /* local jetty id -> the endpoint whose set it is (shared receive queue:
      * receives are told apart by the jetty they came through). Open
      * addressing with linear probing; a key is the id + 1 (0: empty). */
@@ -422,6 +424,17 @@ static jet_urma_loop_t *ctx_loops[CTX_MAX_LOOPS];
 /* The index in the user_ctx of the shared receive queue's WRs (never an
  * endpoint's: ul_grow stops below it). */
 #define UL_SRQ_INDEX 0xffffffu
+/* A shared queue that refused a buffer for want of room (its provider
+ * frees a slot when a completion is polled, or when a sender that stalled
+ * goes on) is tried again this long after, not at every hand-back: a
+ * provider may wait inside the post before it refuses (softub up to
+ * 200 ms for a sender that stopped holding a slot). */
+#define UL_SRQ_RETRY_US 1000
+/* A jetty on a shared queue that a closed connection used is pooled again
+ * only this long after: a sender that took a receive through it just before
+ * the close (and was preempted) has written its completion by then, and the
+ * connection that takes the jetty next never sees it. */
+#define UL_SRQ_QUARANTINE_US 200000
 
 static bool ul_ep_live(const struct jet_urma_ep *ep)
 {
@@ -622,18 +635,37 @@ static int ul_srq_post(jet_urma_loop_t *ul, jet_block_t *b)
     if (st == URMA_ENOMEM) return -EAGAIN;
     ul->srq_failed = true;
     JET_WARN("URMA: the shared receive queue of event loop %d refused a buffer (status %d): "
-             "its connections keep the %u buffers posted",
-             jet_loop_index(ul->loop), st, ul->srq_posted);
+             "its connections fail as they return buffers, new ones use TCP",
+             jet_loop_index(ul->loop), st);
     return -EIO;
 }
 
-/* Posts b, or keeps it for later when the queue has no room yet; frees it
+static void ul_srq_timer_cb(jet_timer_t *t)
+{
+    jet_urma_loop_t *ul = (jet_urma_loop_t *)((char *)t - offsetof(jet_urma_loop_t, srq_timer));
+    ul->srq_retry_us = 0;
+    jet__urma_loop_srq_fill(ul);
+}
+
+/* The queue had no room for a buffer: kept, and tried again after
+ * UL_SRQ_RETRY_US (by the timer when no completion comes before). */
+static void ul_srq_keep(jet_urma_loop_t *ul, jet_block_t *b)
+{
+    ul->srq_spare[ul->srq_nspare++] = b;
+    int64_t now = jet_now_us();
+    if (!ul->srq_retry_us) ul->srq_retry_us = now;
+    if (!jet_timer_armed(&ul->srq_timer))
+        jet_loop_timer_start(ul->loop, &ul->srq_timer, ul->srq_retry_us + UL_SRQ_RETRY_US);
+}
+
+/* Posts b, or keeps it for later when the queue has no room (now, or
+ * refused recently: it is not asked again before UL_SRQ_RETRY_US); frees it
  * when the queue refused for good. */
 static int ul_srq_post_or_keep(jet_urma_loop_t *ul, jet_block_t *b)
 {
-    int rc = ul_srq_post(ul, b);
+    int rc = ul->srq_nspare > 0 && !ul->srq_failed ? -EAGAIN : ul_srq_post(ul, b);
     if (rc == -EAGAIN && ul->srq_nspare < ul->srq_depth) {
-        ul->srq_spare[ul->srq_nspare++] = b;
+        ul_srq_keep(ul, b);
         return 0;
     }
     if (rc < 0) jet__block_unref(b);
@@ -647,12 +679,20 @@ int jet__urma_loop_srq_fill(jet_urma_loop_t *ul)
      * are posted first, until the queue still has no room. */
     while (ul->srq_nspare > 0 && ul_srq_have(ul) > ul_srq_target(ul))
         jet__block_unref(ul->srq_spare[--ul->srq_nspare]);
+    if (ul->srq_nspare > 0 && ul->srq_retry_us &&
+        jet_now_us() - ul->srq_retry_us < UL_SRQ_RETRY_US)
+        return 0; /* refused a moment ago: the timer tries again */
+    ul->srq_retry_us = 0;
     while (ul->srq_nspare > 0) {
         int rc = ul_srq_post(ul, ul->srq_spare[ul->srq_nspare - 1]);
-        if (rc == -EAGAIN) break;
+        if (rc == -EAGAIN) {
+            ul_srq_keep(ul, ul->srq_spare[--ul->srq_nspare]);
+            return 0;
+        }
         jet_block_t *b = ul->srq_spare[--ul->srq_nspare];
         if (rc < 0) jet__block_unref(b);
     }
+    if (jet_timer_armed(&ul->srq_timer)) jet_loop_timer_stop(ul->loop, &ul->srq_timer);
     uint32_t target = ul_srq_target(ul);
     while (ul_srq_have(ul) < target && !ul->srq_failed) {
         jet_block_t *b = jet__block_alloc(ul->srq_size);
@@ -1341,6 +1381,7 @@ static void ul_fill_maybe(jet_urma_loop_t *ul)
 
 void jet__urma_loop_recycle(jet_urma_loop_t *ul, jet_urma_jset_t *js)
 {
+    if (js->shared_jfr) js->ready_us = jet_now_us() + UL_SRQ_QUARANTINE_US;
     if (ul_pool_room(ul) == 0 || !ul_jset_current(ul, js)) {
         ul_destroy_later(ul, js);
         return;
@@ -1458,6 +1499,7 @@ static jet_urma_loop_t *ul_create(jet_loop_t *loop, const jet_urma_ctx_t *c)
             ul->srq_free[ul->srq_nfree++] = i - 1;
         ul->srq_depth = d;
         ul->srq_size = jet__urma_recv_size();
+        jet_timer_init(&ul->srq_timer, ul_srq_timer_cb);
         ul->jfc_used = d; /* every receive can complete once */
     }
     ul->gap_us = INT64_MAX / 8; /* no spin before short gaps were seen */
@@ -1525,6 +1567,7 @@ int jet__urma_loop_attach(jet_urma_loop_t *ul, struct jet_urma_ep *ep, uint32_t 
                           jet_urma_jset_t **js_p, bool *pooled_p)
 {
     uint32_t need = ul_reserve(sq, rq);
+    if (ul->srq_failed) return -EIO; /* its connections would get no buffer back */
     if (ul->jfc_used + need > ul->jfc_depth) {
         JET_LOG_ONCE(JET_LOG_WARN,
                      "URMA: the completion queue of event loop %d is full (%u "
@@ -1534,8 +1577,9 @@ int jet__urma_loop_attach(jet_urma_loop_t *ul, struct jet_urma_ep *ep, uint32_t 
     }
     if (ul->nfree == 0 && ul_grow(ul) < 0) return -ENOMEM;
     jet_urma_jset_t *js = NULL, **pp = &ul->pool;
+    int64_t now = ul->npool ? jet_now_us() : 0;
     for (; !fresh && *pp; pp = &(*pp)->next) {
-        if (ul_jset_fits(*pp, sq, rq, max_sge)) {
+        if (ul_jset_fits(*pp, sq, rq, max_sge) && (*pp)->ready_us <= now) {
             js = *pp;
             *pp = js->next;
             ul->npool--;

@@ -110,6 +110,7 @@ typedef struct jet_urma_jset {
     urma_jetty_t *jetty;
     uint32_t sq, rq, max_sge;
     bool shared_jfr;
+    int64_t ready_us; /* pooled after a close: not taken before then */
     struct jet_urma_jset *next;
 } jet_urma_jset_t;
 

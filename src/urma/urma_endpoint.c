@@ -1019,6 +1019,11 @@ static void ep_finish(jet_urma_ep_t *ep, bool reuse)
         quiet = true;
     }
     ep_release_all(ep);
+    if (ep->srq_joined) {
+        /* First: what it gives back beyond the loop's new target is freed. */
+        jet__urma_loop_srq_leave(ul, ep->rq);
+        ep->srq_joined = false;
+    }
     for (uint32_t i = 0; i < ep->rq; i++) {
         /* Never posted again on ep's queue; a shared one takes them back. */
         if (ep->held[i] && ep->srq) jet__urma_loop_srq_give(ul, ep->held[i]);
