@@ -25,8 +25,9 @@ JET_FLAG_DEFINE_STRING(urma_tp_type, "ctp",
                        "Transport path advertised in URMA hellos: ctp (brpc's) or rtp");
 JET_FLAG_DEFINE_INT32(urma_sq_size, 128, "Send queue depth of a URMA connection [16, 4096]");
 JET_FLAG_DEFINE_INT32(urma_rq_size, 32,
-                      "Receive queue depth of a URMA connection [16, 4096] (brpc: 128 buffers of "
-                      "8 KiB; jetrpc posts 32 of 64 KiB: 2 MiB a connection)");
+                      "Receive credits a URMA connection grants its peer [16, 4096]: buffers of "
+                      "its event loop's shared queue, or with urma_shared_rq_size=0 the depth of "
+                      "its own (brpc: 128 buffers of 8 KiB; jetrpc 32 of 64 KiB)");
 JET_FLAG_DEFINE_INT32(urma_recv_block_size, 65536,
                       "Bytes of one URMA receive buffer (advertised as the hello's buffer_size): "
                       "65536 or 8192 (brpc's)");

@@ -15,18 +15,21 @@
  * the loop, sized by urma_jfc_depth (capped by the device); in event mode
  * one JFCE whose fd is a jet_io of the loop (wait -> ack -> poll -> rearm ->
  * poll), in polling mode a jet_poller of the loop instead (registered while
- * the loop has URMA connections with queues); a pool of prepared jetty sets
- * (JFR + jetty on the loop JFC), taken by endpoints and returned after a
- * reset; and the endpoint table that maps a completion's user_ctx to its
- * endpoint. All of it is touched only on that loop's thread: completions of
+ * the loop has URMA connections with queues); the shared receive queue
+ * (urma_shared_rq_size > 0, the default: one JFR made with the JFC, see
+ * below); a pool of prepared jetty sets (a jetty on the shared JFR, or with
+ * urma_shared_rq_size=0 a JFR + jetty, on the loop JFC), taken by endpoints
+ * and returned after a reset; and the endpoint table that maps a
+ * completion's user_ctx to its endpoint. All of it is touched only on that loop's thread: completions of
  * a connection are handled on the thread that owns its socket, with no hop.
  * The provider calls that may block (creating the JFC, creating, resetting
  * and destroying sets) run on the import threads (urma_import.h); a
  * connection that needs one waits for its result without holding the loop.
  *
- * Capacity: every endpoint reserves sq + rq + 4 entries of the loop JFC
- * (flush completions included); when the JFC is full a new connection of
- * that loop is refused URMA and runs over TCP. */
+ * Capacity: the shared receive queue reserves its depth of the loop JFC,
+ * every endpoint sq + 4 entries (sq + rq + 4 with its own JFR; flush
+ * completions included); when the JFC is full a new connection of that loop
+ * is refused URMA and runs over TCP. */
 #ifndef JET_URMA_URMA_CONTEXT_H
 #define JET_URMA_URMA_CONTEXT_H
 

@@ -1,10 +1,14 @@
 /* A URMA connection's data plane (one per socket that negotiated URMA).
  *
- * Resources: a prepared jetty set of the socket's loop (its JFR and jetty
- * complete into the loop's JFC), the imported peer jetty and segment (the
- * segment is imported before the jetty, with token 0, as brpc does; no WR
- * ever uses it: on hardware the import sets the path up), a send ring and a
- * receive ring.
+ * Resources: a prepared jetty set of the socket's loop (its jetty completes
+ * into the loop's JFC and receives into the loop's shared receive queue, or
+ * with urma_shared_rq_size=0 into a JFR of its own), the imported peer jetty
+ * and segment (the segment is imported before the jetty, with token 0, as
+ * brpc does; no WR ever uses it: on hardware the import sets the path up), a
+ * send ring and, with its own JFR, a receive ring. On a shared queue the
+ * endpoint counts the rq credits it granted (the loop posts the buffers) and
+ * gives every block it was handed back to the loop exactly once; data WRs
+ * beyond the credits fail the connection (EPROTO), in both modes.
  *
  * Windows and credits (brpc's URMA rules, URMA-TRANSPORT.md §9): data WRs
  * outstanding <= min(local sq, peer rq) - 3 (the SQ window and the peer's
@@ -24,8 +28,9 @@
  * every WR that empties the SQ window, so a writer never waits for a
  * completion that was not asked for). Receives land in pool blocks of
  * urma_recv_block_size; at or above urma_zerocopy_min_size the block itself
- * is cut into the socket's read buffer and a fresh one posted, below it the
- * bytes are copied and the same block re-posted. Every WR's user_ctx names
+ * is cut into the socket's read buffer and a fresh one posted (given back to
+ * the shared queue), below it the bytes are copied and the same block
+ * re-posted. Every WR's user_ctx names
  * (endpoint index, generation, kind, slot): completions are matched to
  * buffers exactly, never by FIFO position.
  *
@@ -56,8 +61,9 @@ typedef struct jet_urma_ep jet_urma_ep_t;
 typedef void (*jet_urma_ep_ready_t)(struct jet_socket *s, int rc);
 
 /* Loop thread of s. Takes a jetty set of s's loop and posts the whole
- * receive queue (brpc posts before sending its hello: the peer may send as
- * soon as it has imported). 0: ready. 1: the loop has no set ready (its
+ * receive queue, or on a shared queue maps the set's jetty to the endpoint
+ * and has the loop post its share (brpc posts before sending its hello: the
+ * peer may send as soon as it has imported). 0: ready. 1: the loop has no set ready (its
  * pool is empty, or it has no completion queue yet): one is made off the
  * loop, *ep_p is set, and ready(s, rc) follows. -ENOTSUP/-EBUSY/-ENOMEM/
  * -EIO/-EAGAIN: URMA cannot be used for this connection (the caller falls
