@@ -447,6 +447,21 @@ static uint32_t ul_reserve(uint32_t sq, uint32_t rq)
     return sq + rq + 4; /* every WR can complete once, plus the flush-done records */
 }
 
+/* Any thread: a JFR (depth, RM, 1 SGE) on jfc, for a jetty set or the
+ * loop's shared receive queue; NULL when the provider refuses. */
+static urma_jfr_t *ul_jfr_create(const jet_urma_ctx_t *c, uint32_t depth, urma_jfc_t *jfc)
+{
+    urma_jfr_cfg_t rc;
+    memset(&rc, 0, sizeof rc);
+    rc.depth = depth;
+    rc.flag.bs.token_policy = URMA_TOKEN_NONE;
+    rc.trans_mode = URMA_TM_RM;
+    rc.max_sge = 1;
+    rc.min_rnr_timer = URMA_TYPICAL_MIN_RNR_TIMER;
+    rc.jfc = jfc;
+    return JET_URMA_FN(c, urma_create_jfr)(c->uctx, &rc);
+}
+
 static jet_urma_jset_t *ul_jset_create(jet_urma_loop_t *ul, uint32_t sq, uint32_t rq,
                                        uint32_t max_sge)
 {
@@ -458,15 +473,7 @@ static jet_urma_jset_t *ul_jset_create(jet_urma_loop_t *ul, uint32_t sq, uint32_
         js->jfr = ul->srq;
         goto jetty;
     }
-    urma_jfr_cfg_t rc;
-    memset(&rc, 0, sizeof rc);
-    rc.depth = rq;
-    rc.flag.bs.token_policy = URMA_TOKEN_NONE;
-    rc.trans_mode = URMA_TM_RM;
-    rc.max_sge = 1;
-    rc.min_rnr_timer = URMA_TYPICAL_MIN_RNR_TIMER;
-    rc.jfc = ul->jfc;
-    js->jfr = JET_URMA_FN(c, urma_create_jfr)(c->uctx, &rc);
+    js->jfr = ul_jfr_create(c, rq, ul->jfc);
     if (!js->jfr) goto err_free;
 jetty:;
     urma_jetty_cfg_t jc;
@@ -1108,24 +1115,6 @@ static bool ul_jset_reset(const jet_urma_ctx_t *c, jet_urma_jset_t *js)
 /* Any thread: the loop's JFC (and JFCE in event mode, the JFC armed before
  * the first wait). False, with nothing left, when the provider refuses. */
 static bool ul_cq_create(const jet_urma_ctx_t *c, bool polling, uint32_t depth,
-                         urma_jfce_t **jfce_p, urma_jfc_t **jfc_p);
-
-/* Any thread: the shared receive queue (depth, RM, 1 SGE) on jfc; NULL when
- * the provider refuses. */
-static urma_jfr_t *ul_srq_create(const jet_urma_ctx_t *c, uint32_t depth, urma_jfc_t *jfc)
-{
-    urma_jfr_cfg_t rc;
-    memset(&rc, 0, sizeof rc);
-    rc.depth = depth;
-    rc.flag.bs.token_policy = URMA_TOKEN_NONE;
-    rc.trans_mode = URMA_TM_RM;
-    rc.max_sge = 1;
-    rc.min_rnr_timer = URMA_TYPICAL_MIN_RNR_TIMER;
-    rc.jfc = jfc;
-    return JET_URMA_FN(c, urma_create_jfr)(c->uctx, &rc);
-}
-
-static bool ul_cq_create(const jet_urma_ctx_t *c, bool polling, uint32_t depth,
                          urma_jfce_t **jfce_p, urma_jfc_t **jfc_p)
 {
     urma_jfce_t *jfce = NULL;
@@ -1182,7 +1171,7 @@ static void ul_job_run(jet_urma_work_t *w)
             break;
         }
         if (!j->ul->srq_depth) break;
-        j->srq = ul_srq_create(c, j->ul->srq_depth, j->jfc);
+        j->srq = ul_jfr_create(c, j->ul->srq_depth, j->jfc);
         if (j->srq) break;
         j->err = errno ? errno : EIO;
         JET_URMA_FN(c, urma_delete_jfc)(j->jfc);
