@@ -25,11 +25,11 @@
  *                          that sleep: a jetty that cannot be stopped, whose
  *                          user must destroy it without a drain.
  * SOFTUB_DIE_ON_TAKE_IMM   a sender that takes a receive WR for a SEND_IMM
- *                          carrying this immediate exits (status 77) before
- *                          it writes the data or the CR: a sender killed
- *                          mid-message; carrying this immediate + 1, it
- *                          exits after its CR, before it frees the receive
- *                          queue's slot (0: off).
+ *                          carrying this immediate kills itself (SIGKILL)
+ *                          before it writes the data or the CR: a sender
+ *                          killed mid-message; carrying this immediate + 1,
+ *                          after its CR, before it frees the receive queue's
+ *                          slot (0: off).
  * SOFTUB_JFC_FAIL          the first this many create_jfc calls of the
  *                          process fail (ENOMEM), after their sleep.
  * SOFTUB_NO_PIDFD          1: never duplicate a peer's eventfd with

@@ -26,6 +26,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/uio.h>
+#include <signal.h>
 #include <unistd.h>
 
 #include "softub_internal.h"
@@ -239,6 +240,15 @@ static struct sub_ring *post_peer_ring(struct sub_peer *p, uint64_t off, uint32_
     return r;
 }
 
+/* SOFTUB_DIE_ON_TAKE_IMM: this process is killed here, mid-message, as by
+ * kill -9 (no exit path runs). */
+static void post_die(void)
+{
+    kill(getpid(), SIGKILL);
+    for (;;)
+        pause();
+}
+
 /* The receive side of a target jetty/JFR; called inside peer_enter. */
 static int post_target(struct sub_tjetty *tj, struct sub_target *t)
 {
@@ -389,7 +399,7 @@ static void post_recv_cr(struct sub_sq *sq, struct sub_wr *w, struct sub_target 
     (void)softub__cq_push(t->p, t->jfc, &e, inl);
     if (softub__fault.die_on_take_imm != 0 && w->opcode == URMA_OPC_SEND_IMM &&
         w->imm == softub__fault.die_on_take_imm + 1)
-        _exit(77);
+        post_die();
     post_release_rqe(t);
 }
 
@@ -473,7 +483,7 @@ static int post_exec_send_rm(struct sub_sq *sq, struct sub_wr *w, uint32_t *len)
     }
     if (softub__fault.die_on_take_imm != 0 && w->opcode == URMA_OPC_SEND_IMM &&
         w->imm == softub__fault.die_on_take_imm)
-        _exit(77);
+        post_die();
     uint32_t opc = w->opcode == URMA_OPC_SEND_IMM        ? URMA_CR_OPC_SEND_WITH_IMM
                    : w->opcode == URMA_OPC_SEND_INVALIDATE ? URMA_CR_OPC_SEND_WITH_INV
                                                            : URMA_CR_OPC_SEND;

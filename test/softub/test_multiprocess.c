@@ -619,7 +619,7 @@ static int taker_dies(int fd, void *arg)
     cf_wr_send(&wr, URMA_OPC_SEND_IMM, s.tj, &l, 1, a->imm, 1);
     if (cf_post(s.ep.jetty, &wr)) return -1;
     for (;;)
-        pause(); /* softub exits this process when it takes the receive */
+        pause(); /* softub kills this process when it takes the receive */
 }
 
 /* reset: the owner then moves its JFR to RESET and READY and posts its
@@ -648,7 +648,7 @@ static void taker_killed(uint32_t len, bool after_cr, bool reset)
         JT_REQUIRE(cf_post_recv(s.ep.jetty, &rs, 1, (uint64_t)i) == 0);
     }
     JT_REQUIRE(cf_msg_send(p.fd, T_GO, NULL, 0) == 0);
-    JT_CHECK_EQ(cf_peer_wait(&p, CF_WAIT_MS), 77);
+    JT_CHECK_EQ(cf_peer_wait(&p, CF_WAIT_MS), 128 + SIGKILL);
     urma_cr_t first;
     if (after_cr) {
         /* Its message arrived whole (WR 0); only the slot stays taken. */
@@ -724,13 +724,26 @@ static void taker_killed(uint32_t len, bool after_cr, bool reset)
     mp_disconnect(&s, true);
 }
 
-static void taker_killed_mid_message(void)
+/* One case each (a case process opens softub once). */
+static void taker_killed_small(void)
 {
-    taker_killed(3000, false, false);  /* the slot is released after the CR */
+    taker_killed(3000, false, false); /* the slot is released after the CR */
+}
+static void taker_killed_large(void)
+{
     taker_killed(12000, false, false); /* released before the copy */
-    taker_killed(3000, true, false);   /* died between its CR and the release */
-    taker_killed(12000, false, true);  /* then the JFR is reset */
+}
+static void taker_killed_after_cr(void)
+{
+    taker_killed(3000, true, false); /* died between its CR and the release */
+}
+static void taker_killed_then_reset_small(void)
+{
     taker_killed(3000, false, true);
+}
+static void taker_killed_then_reset_large(void)
+{
+    taker_killed(12000, false, true);
 }
 
 /* ------------------------------------------------------------------------ */
@@ -1040,7 +1053,11 @@ int main(int argc, char **argv)
     CF_RUN(event_mode_cross_process);
     CF_RUN(peer_killed);
     CF_RUN(small_send_right_after_death);
-    CF_RUN(taker_killed_mid_message);
+    CF_RUN(taker_killed_small);
+    CF_RUN(taker_killed_large);
+    CF_RUN(taker_killed_after_cr);
+    CF_RUN(taker_killed_then_reset_small);
+    CF_RUN(taker_killed_then_reset_large);
     CF_RUN(async_event_through_doorbell);
     CF_RUN(atomics_owner_and_peer);
     CF_RUN(um_loss_injection);
