@@ -231,20 +231,26 @@ void softub__grave_reap(int all)
 /* Fork                                                                      */
 /* ------------------------------------------------------------------------ */
 
+/* Both locks are held across fork() by the forking thread, so the child's
+ * copy of each is in a known state that thread can release (re-initialising
+ * a locked mutex is undefined). The order is the one every other path
+ * takes them in: the global lock, then the graveyard's. */
 static void dev_atfork_prepare(void)
 {
     pthread_mutex_lock(&softub__g.lock);
+    pthread_mutex_lock(&grave_lock);
 }
 
 static void dev_atfork_parent(void)
 {
+    pthread_mutex_unlock(&grave_lock);
     pthread_mutex_unlock(&softub__g.lock);
 }
 
 static void dev_atfork_child(void)
 {
-    pthread_mutex_init(&softub__g.lock, NULL);
-    pthread_mutex_init(&grave_lock, NULL);
+    pthread_mutex_unlock(&grave_lock);
+    pthread_mutex_unlock(&softub__g.lock);
     softub__fork_child();
 }
 

@@ -745,6 +745,15 @@ static void taker_killed_then_reset_large(void)
 {
     taker_killed(12000, false, true);
 }
+/* Twice in one case process: the second peer is forked while this process
+ * has softub open, its progress thread running (the fork handlers; under
+ * ThreadSanitizer, scripts/tsan.sh, a lock re-initialised in the child
+ * showed as a double lock). */
+static void taker_killed_fork_after_open(void)
+{
+    taker_killed(3000, false, false);
+    taker_killed(12000, false, false);
+}
 
 /* ------------------------------------------------------------------------ */
 /* Atomics on one word from the owner and from another process              */
@@ -1058,6 +1067,7 @@ int main(int argc, char **argv)
     CF_RUN(taker_killed_after_cr);
     CF_RUN(taker_killed_then_reset_small);
     CF_RUN(taker_killed_then_reset_large);
+    CF_RUN(taker_killed_fork_after_open);
     CF_RUN(async_event_through_doorbell);
     CF_RUN(atomics_owner_and_peer);
     CF_RUN(um_loss_injection);
