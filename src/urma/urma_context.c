@@ -518,6 +518,23 @@ bool jet__urma_jset_destroy(const jet_urma_ctx_t *c, jet_urma_jset_t *js)
     return true;
 }
 
+int jet__urma_post_recv(const jet_urma_ctx_t *c, urma_jfr_t *jfr, jet_block_t *b, uint32_t len,
+                        uint64_t user_ctx, jet_block_t **own)
+{
+    urma_sge_t sge = {.addr = (uint64_t)(uintptr_t)b->data,
+                      .len = len,
+                      .tseg = b->region ? b->region->reg : NULL};
+    if (!sge.tseg) return -EFAULT;
+    urma_jfr_wr_t wr = {.src = {.sge = &sge, .num_sge = 1}, .user_ctx = user_ctx};
+    urma_jfr_wr_t *bad = NULL;
+    /* Owned before the post: the completion may be polled before it returns. */
+    *own = b;
+    urma_status_t st = JET_URMA_FN(c, urma_post_jfr_wr)(jfr, &wr, &bad);
+    if (st == URMA_SUCCESS) return 0;
+    *own = NULL;
+    return st == URMA_ENOMEM ? -ENOMEM : -EIO;
+}
+
 /* ---- the shared receive queue ---- */
 
 static uint32_t ul_jm_slot(const jet_urma_loop_t *ul, uint32_t key)
@@ -621,30 +638,20 @@ static int ul_srq_post(jet_urma_loop_t *ul, jet_block_t *b)
 {
     if (ul->srq_failed || ul->srq_nfree == 0) return -EIO;
     uint32_t slot = ul->srq_free[--ul->srq_nfree];
-    urma_sge_t sge = {.addr = (uint64_t)(uintptr_t)b->data,
-                      .len = ul->srq_size,
-                      .tseg = b->region ? b->region->reg : NULL};
-    if (!sge.tseg) {
-        ul->srq_free[ul->srq_nfree++] = slot;
-        return -EFAULT;
+    int rc = jet__urma_post_recv(ul->ctx, ul->srq, b, ul->srq_size,
+                                 jet__urma_ctx_make(UL_SRQ_INDEX, 0, JET_URMA_CTX_KIND_RECV, slot),
+                                 &ul->srq_buf[slot]);
+    if (rc == 0) {
+        ul->srq_posted++;
+        return 0;
     }
-    urma_jfr_wr_t wr = {.src = {.sge = &sge, .num_sge = 1},
-                        .user_ctx = jet__urma_ctx_make(UL_SRQ_INDEX, 0, JET_URMA_CTX_KIND_RECV,
-                                                       slot)};
-    urma_jfr_wr_t *bad = NULL;
-    /* Owned before the post: the completion may be polled before it returns. */
-    ul->srq_buf[slot] = b;
-    ul->srq_posted++;
-    urma_status_t st = JET_URMA_FN(ul->ctx, urma_post_jfr_wr)(ul->srq, &wr, &bad);
-    if (st == URMA_SUCCESS) return 0;
-    ul->srq_buf[slot] = NULL;
-    ul->srq_posted--;
     ul->srq_free[ul->srq_nfree++] = slot;
-    if (st == URMA_ENOMEM) return -EAGAIN;
+    if (rc == -EFAULT) return rc;
+    if (rc == -ENOMEM) return -EAGAIN;
     ul->srq_failed = true;
-    JET_WARN("URMA: the shared receive queue of event loop %d refused a buffer (status %d): "
-             "its connections fail as they return buffers, new ones use TCP",
-             jet_loop_index(ul->loop), st);
+    JET_WARN("URMA: the shared receive queue of event loop %d refused a buffer: its "
+             "connections fail as they return buffers, new ones use TCP",
+             jet_loop_index(ul->loop));
     return -EIO;
 }
 

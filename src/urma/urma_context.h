@@ -173,6 +173,15 @@ void jet__urma_loop_discard(jet_urma_loop_t *ul, struct jet_urma_ep *ep, uint32_
  * Returns false when the provider refused (the set is then leaked). */
 bool jet__urma_jset_destroy(const jet_urma_ctx_t *ctx, jet_urma_jset_t *js);
 
+/* Posts b to jfr as one receive WR of len bytes (its block-pool region's
+ * segment) with user_ctx. *own, the caller's record of the posted block,
+ * holds b from before the post (its completion may be polled before the
+ * post returns) and is cleared again when the provider refuses it. 0;
+ * -EFAULT: b's memory is not registered (nothing posted); -ENOMEM: the
+ * queue has no room (URMA_ENOMEM); -EIO: any other refusal. */
+int jet__urma_post_recv(const jet_urma_ctx_t *c, urma_jfr_t *jfr, jet_block_t *b, uint32_t len,
+                        uint64_t user_ctx, jet_block_t **own);
+
 /* The shared receive queue (urma_shared_rq_size, fixed when the loop is
  * made). A loop that has one posts its buffers, keeps min(its depth, the
  * credits its connections grant) of them posted, and hands each receive to
@@ -216,7 +225,7 @@ typedef struct jet_urma_loop_stats {
     uint64_t attaches;  /* connections ever attached */
     uint32_t pooled;    /* prepared jetty sets waiting */
     uint64_t recycled;  /* sets of closed connections reset and pooled again */
-    uint32_t jfc_used;  /* JFC entries reserved by connections (srq_depth more for the shared queue) */
+    uint32_t jfc_used;  /* JFC entries reserved by connections (srq_depth more: the shared queue) */
     uint32_t jfc_depth;
     uint64_t completions;
     uint64_t events;  /* completion events taken from the JFCE (event mode) */

@@ -31,7 +31,6 @@ struct jet_urma_ep {
     uint32_t index;
     uint8_t gen;
     uint32_t sq, rq, max_sge, recv_size;
-    uint32_t jrq;    /* the set's receive queue depth: rq, or 0 on a shared one */
     bool srq;        /* receives come from the loop's shared queue */
     bool srq_joined; /* its rq credits count in the loop's target */
     bool jetty_bound; /* the loop maps the set's jetty id to ep */
@@ -106,29 +105,41 @@ static urma_target_seg_t *ep_seg_of(const jet_block_t *b, const void *addr)
 
 static int ep_post_recv(jet_urma_ep_t *ep, uint32_t slot, jet_block_t *b)
 {
-    urma_sge_t sge = {.addr = (uint64_t)(uintptr_t)b->data,
-                      .len = ep->recv_size,
-                      .tseg = b->region ? b->region->reg : NULL};
-    if (!sge.tseg) return -EFAULT;
-    urma_jfr_wr_t wr = {.src = {.sge = &sge, .num_sge = 1},
-                        .user_ctx =
-                            jet__urma_ctx_make(ep->index, ep->gen, JET_URMA_CTX_KIND_RECV, slot)};
-    urma_jfr_wr_t *bad = NULL;
-    /* Owned before the post: the completion may be polled before it returns. */
-    ep->rbufs[slot] = b;
-    ep->posted++;
-    urma_status_t st = JET_URMA_FN(ep->ctx, urma_post_jfr_wr)(ep->js->jfr, &wr, &bad);
-    if (st != URMA_SUCCESS) {
-        ep->rbufs[slot] = NULL;
-        ep->posted--;
-        /* A receive queue that refuses a post within its depth keeps doing
-         * so after a reset (softub: a ring slot a sender claimed and never
-         * gave back, e.g. a peer killed between its completion and the
-         * release): the next connection must not inherit it. */
-        ep->no_reuse = true;
-        return -EIO;
+    int rc = jet__urma_post_recv(
+        ep->ctx, ep->js->jfr, b, ep->recv_size,
+        jet__urma_ctx_make(ep->index, ep->gen, JET_URMA_CTX_KIND_RECV, slot), &ep->rbufs[slot]);
+    if (rc == 0) {
+        ep->posted++;
+        return 0;
     }
-    return 0;
+    if (rc == -EFAULT) return rc;
+    /* A receive queue that refuses a post within its depth keeps doing so
+     * after a reset (a slot a sender took and never gave back): the next
+     * connection must not inherit it. */
+    ep->no_reuse = true;
+    return -EIO;
+}
+
+/* The receive queue depth of ep's jetty set: 0 on the loop's shared one. */
+static uint32_t ep_set_rq(const jet_urma_ep_t *ep)
+{
+    return ep->srq ? 0 : ep->rq;
+}
+
+/* The JFR ep's close moves to ERROR: its own, never the loop's shared one. */
+static urma_jfr_t *ep_own_jfr(const jet_urma_ep_t *ep)
+{
+    return ep->js->shared_jfr ? NULL : ep->js->jfr;
+}
+
+/* A block ep no longer needs: the shared queue takes it back, a block of
+ * ep's own queue is freed (never posted on it again). */
+static void ep_put_block(jet_urma_ep_t *ep, jet_block_t *b)
+{
+    if (ep->srq)
+        jet__urma_loop_srq_give(ep->ul, b);
+    else
+        jet__block_unref(b);
 }
 
 static void ep_free_arrays(jet_urma_ep_t *ep)
@@ -197,7 +208,6 @@ static int ep_create(jet_socket_t *s, jet_urma_ep_ready_t ready, bool fresh, boo
         ep->srq = true;
         ep->recv_size = jet__urma_loop_srq_size(ul);
     }
-    ep->jrq = ep->srq ? 0 : ep->rq;
     jet_timer_init(&ep->drain_timer, NULL);
     ep->slot_n = calloc(ep->sq, sizeof *ep->slot_n);
     ep->slot_blk = calloc((size_t)ep->sq * ep->max_sge, sizeof *ep->slot_blk);
@@ -206,8 +216,8 @@ static int ep_create(jet_socket_t *s, jet_urma_ep_ready_t ready, bool fresh, boo
     ep->repost = calloc(ep->rq, sizeof *ep->repost);
     int rc = -ENOMEM;
     if (ep->slot_n && ep->slot_blk && ep->rbufs && ep->held && ep->repost)
-        rc = jet__urma_loop_attach(ul, ep, ep->sq, ep->jrq, ep->max_sge, fresh, &ep->index,
-                                   &ep->gen, &ep->js, pooled_p);
+        rc = jet__urma_loop_attach(ul, ep, ep->sq, ep_set_rq(ep), ep->max_sge, fresh,
+                                   &ep->index, &ep->gen, &ep->js, pooled_p);
     if (rc < 0) {
         ep_free_arrays(ep);
         free(ep);
@@ -256,7 +266,7 @@ void jet__urma_ep_set_arrived(jet_urma_ep_t *ep, jet_urma_jset_t *js)
         /* Closed meanwhile: the set was never used. */
         if (js) {
             ep->js = NULL;
-            jet__urma_loop_detach(ep->ul, ep, ep->sq, ep->jrq);
+            jet__urma_loop_detach(ep->ul, ep, ep->sq, ep_set_rq(ep));
             jet__urma_loop_unused(ep->ul, js);
             ep_free(ep);
             return;
@@ -626,8 +636,7 @@ static void ep_drop(jet_urma_ep_t *ep, jet_block_t *b)
 static void ep_recv_block(jet_urma_ep_t *ep, const urma_cr_t *cr, uint32_t slot, jet_block_t *b)
 {
     if (ep->draining || !ep->s) {
-        if (ep->srq) jet__urma_loop_srq_give(ep->ul, b); /* the queue stays */
-        else jet__block_unref(b);
+        ep_put_block(ep, b);
         return;
     }
     if (cr->status != URMA_CR_SUCCESS) {
@@ -936,7 +945,7 @@ void jet__urma_ep_close(jet_urma_ep_t *ep)
         j->ep = ep;
         j->ctx = ep->ctx;
         j->jetty = ep->js->jetty;
-        j->jfr = ep->js->shared_jfr ? NULL : ep->js->jfr;
+        j->jfr = ep_own_jfr(ep);
         j->w.task.fn = ep_close_done;
         j->w.loop = jet__urma_loop_of(ep->ul);
         j->w.run = ep_close_run;
@@ -944,8 +953,7 @@ void jet__urma_ep_close(jet_urma_ep_t *ep)
         free(j);
     }
     bool jetty_ok, jfr_ok;
-    ep_to_error(ep->ctx, ep->js->jetty, ep->js->shared_jfr ? NULL : ep->js->jfr, &jetty_ok,
-                &jfr_ok);
+    ep_to_error(ep->ctx, ep->js->jetty, ep_own_jfr(ep), &jetty_ok, &jfr_ok);
     ep_in_error(ep, jetty_ok, jfr_ok);
 }
 
@@ -1003,17 +1011,17 @@ static void ep_finish(jet_urma_ep_t *ep, bool reuse)
         /* Buffers still posted may be written, and sends read (toward the
          * imported peer), until the queues are gone: they go with the set
          * to its destruction, off the loop. */
-        jet__urma_loop_discard(ul, ep, ep->sq, ep->jrq, js, &left);
+        jet__urma_loop_discard(ul, ep, ep->sq, ep_set_rq(ep), js, &left);
         quiet = true; /* what is left in ep is not the queues' */
     } else if (js && !quiet) {
         /* Memory is short: here. A set that stays keeps its peer imported. */
         quiet = jet__urma_jset_destroy(ctx, js);
-        jet__urma_loop_detach(ul, ep, ep->sq, ep->jrq);
+        jet__urma_loop_detach(ul, ep, ep->sq, ep_set_rq(ep));
         if (quiet) jet__urma_unimport_later(jet__urma_loop_of(ul), left.tjetty, left.tseg);
     } else {
         /* Drained (nothing can complete or be written any more: the set is
          * reset for the pool off the loop), or no set ever came. */
-        jet__urma_loop_detach(ul, ep, ep->sq, ep->jrq);
+        jet__urma_loop_detach(ul, ep, ep->sq, ep_set_rq(ep));
         if (js) jet__urma_loop_recycle(ul, js);
         jet__urma_unimport_later(jet__urma_loop_of(ul), left.tjetty, left.tseg);
         quiet = true;
@@ -1025,9 +1033,7 @@ static void ep_finish(jet_urma_ep_t *ep, bool reuse)
         ep->srq_joined = false;
     }
     for (uint32_t i = 0; i < ep->rq; i++) {
-        /* Never posted again on ep's queue; a shared one takes them back. */
-        if (ep->held[i] && ep->srq) jet__urma_loop_srq_give(ul, ep->held[i]);
-        else if (ep->held[i]) jet__block_unref(ep->held[i]);
+        if (ep->held[i]) ep_put_block(ep, ep->held[i]);
         ep->held[i] = NULL;
         if (!ep->rbufs[i]) continue;
         if (quiet) jet__block_unref(ep->rbufs[i]); /* else leaked with the set */
