@@ -240,10 +240,14 @@ static struct sub_ring *post_peer_ring(struct sub_peer *p, uint64_t off, uint32_
     return r;
 }
 
-/* SOFTUB_DIE_ON_TAKE_IMM: this process is killed here, mid-message, as by
- * kill -9 (no exit path runs). */
-static void post_die(void)
+/* SOFTUB_DIE_ON_TAKE_IMM: a SEND_IMM whose immediate is the knob's value +
+ * step kills this process here, mid-message, as by kill -9 (no exit path
+ * runs). */
+static void post_die_at(const struct sub_wr *w, uint64_t step)
 {
+    if (softub__fault.die_on_take_imm == 0 || w->opcode != URMA_OPC_SEND_IMM ||
+        w->imm != softub__fault.die_on_take_imm + step)
+        return;
     kill(getpid(), SIGKILL);
     for (;;)
         pause();
@@ -397,9 +401,7 @@ static void post_recv_cr(struct sub_sq *sq, struct sub_wr *w, struct sub_target 
     __atomic_store_n(&t->rq_q->taker, (uint32_t)softub__g.self->pid | SUB_TAKER_CR,
                      __ATOMIC_RELEASE);
     (void)softub__cq_push(t->p, t->jfc, &e, inl);
-    if (softub__fault.die_on_take_imm != 0 && w->opcode == URMA_OPC_SEND_IMM &&
-        w->imm == softub__fault.die_on_take_imm + 1)
-        post_die();
+    post_die_at(w, 1); /* after the CR, before the release */
     post_release_rqe(t);
 }
 
@@ -481,9 +483,7 @@ static int post_exec_send_rm(struct sub_sq *sq, struct sub_wr *w, uint32_t *len)
         softub__peer_leave(tj->peer);
         return -1;
     }
-    if (softub__fault.die_on_take_imm != 0 && w->opcode == URMA_OPC_SEND_IMM &&
-        w->imm == softub__fault.die_on_take_imm)
-        post_die();
+    post_die_at(w, 0); /* before the data and the CR */
     uint32_t opc = w->opcode == URMA_OPC_SEND_IMM        ? URMA_CR_OPC_SEND_WITH_IMM
                    : w->opcode == URMA_OPC_SEND_INVALIDATE ? URMA_CR_OPC_SEND_WITH_INV
                                                            : URMA_CR_OPC_SEND;
@@ -1290,6 +1290,17 @@ static struct sub_rqe *post_rq_claim(struct sub_jfr *jfr, uint64_t *pos_out, int
     }
 }
 
+/* One more receive WR ended without a CR to free it (RESET, or a sender
+ * that died): the live count no longer includes it. Only the owner process
+ * writes it (its posts and its RESET): an increment lost between two of its
+ * threads only makes the depth check read the ring's tail. */
+static void post_rq_dropped(struct sub_jfr *jfr)
+{
+    atomic_store_explicit(&jfr->rq_dropped,
+                          atomic_load_explicit(&jfr->rq_dropped, memory_order_relaxed) + 1,
+                          memory_order_relaxed);
+}
+
 /* The slot at the ring's head was taken a lap ago by a sender that has
  * died (its pid is in the entry). Died before it released the slot: the
  * slot is released for it. Died before its CR: the WR it took is posted
@@ -1323,9 +1334,7 @@ static int post_rq_recover(struct sub_jfr *jfr)
         /* Posted before a RESET, which gave up every WR: freed, not posted
          * again (its buffer is the user's once more). */
         atomic_store_explicit(&sh->state, SUB_RSH_FREE, memory_order_release);
-        atomic_store_explicit(&jfr->rq_dropped,
-                              atomic_load_explicit(&jfr->rq_dropped, memory_order_relaxed) + 1,
-                              memory_order_relaxed);
+        post_rq_dropped(jfr);
         __atomic_store_n(&q->taker, 0u, __ATOMIC_RELAXED);
         return 1;
     }
@@ -1344,9 +1353,7 @@ static int post_rq_recover(struct sub_jfr *jfr)
     }
     __atomic_store_n(&q->taker, 0u, __ATOMIC_RELAXED);
     /* Its first position ended without a CR: not live there any more. */
-    atomic_store_explicit(&jfr->rq_dropped,
-                          atomic_load_explicit(&jfr->rq_dropped, memory_order_relaxed) + 1,
-                          memory_order_relaxed);
+    post_rq_dropped(jfr);
     sub_ring_enq_commit(r, pos);
     return 1;
 }
@@ -1461,9 +1468,7 @@ void softub__rq_discard(struct sub_jfr *jfr)
         /* No CR will free this entry. */
         atomic_store_explicit(&softub__rq_shadow(jfr, pos)->state, SUB_RSH_FREE,
                               memory_order_release);
-        atomic_store_explicit(&jfr->rq_dropped,
-                              atomic_load_explicit(&jfr->rq_dropped, memory_order_relaxed) + 1,
-                              memory_order_relaxed);
+        post_rq_dropped(jfr);
         sub_ring_deq_commit(jfr->ring, pos);
     }
 }
