@@ -254,11 +254,15 @@ struct sub_cqe {
     uint32_t rq_pos;
 };
 _Static_assert(8 + sizeof(struct sub_cqe) == 64, "sequence + sub_cqe fill line 0 of a CR slot");
-#define SUB_CQE_SLOT     128u /* sequence + sub_cqe, then the inline payload line */
+/* A CR slot is line 0 (sequence + sub_cqe) and three payload lines: a SEND
+ * of up to SUB_CQE_INL_MAX bytes travels in the slot, and the target's poll
+ * copies it into the receive buffer (a typical RPC frame, header + meta +
+ * a small message, is 70 to 190 bytes). */
+#define SUB_CQE_SLOT     256u
 #define SUB_CQE_INL_OFF  (64u - 8u) /* payload offset from the sub_cqe */
-#define SUB_CQE_INL_MAX  64u
+#define SUB_CQE_INL_MAX  (SUB_CQE_SLOT - 64u)
 /* Internal bit of sub_cqe.flag (urma_cr_flag_t's reserved bits, never shown
- * in urma_cr_t): the payload is in line 1 of the slot, not in the buffer. */
+ * in urma_cr_t): the payload is in lines 1.. of the slot, not in the buffer. */
 #define SUB_CQE_F_INLINE 0x80u
 
 static inline uint32_t sub_uid32(uint64_t uid)
@@ -662,7 +666,7 @@ void softub__doorbell_ring(struct sub_peer *p);
 struct sub_jfc *softub__jfc_check(urma_jfc_t *jfc);
 /* Pushes one CR into a (possibly remote) JFC and raises its event when
  * armed. solicited: the CR may wake a solicited-only JFC. inl: e->len
- * (<= SUB_CQE_INL_MAX) payload bytes for line 1 when e->flag has
+ * (<= SUB_CQE_INL_MAX) payload bytes for lines 1.. when e->flag has
  * SUB_CQE_F_INLINE, else NULL. 0 or -1 overflow. */
 int softub__cq_push(struct sub_peer *p, struct sub_sjfc *sjfc, const struct sub_cqe *e,
                     const void *inl);

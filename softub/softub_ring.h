@@ -183,16 +183,17 @@ static inline void *sub_cring_deq_begin(struct sub_ring *r, uint64_t *pos_out)
 
 /* True when the consumer's next slot is published: a lock-free peek for
  * serialised consumers, so that an empty poll takes no lock. Slots of more
- * than one line (completion rings: line 1 carries small payloads) have their
- * second line touched on every peek: when a producer has written both lines,
- * the spinning consumer then misses on both at once, not on the second only
- * after the first has arrived. */
+ * than one line (completion rings: lines 1 to 3 carry small payloads) have
+ * those lines touched on every peek: when a producer has written them, the
+ * spinning consumer then misses on all at once, not on each only after the
+ * one before has arrived (measured on a 64 B RPC over softub: p50 2.63 us with
+ * every payload line touched, 2.85 us with line 1 or none). */
 static inline int sub_cring_ready(struct sub_ring *r)
 {
     uint64_t pos = atomic_load_explicit(&r->tail, memory_order_relaxed);
     _Atomic uint64_t *seq = sub_ring_seq(r, pos);
-    if (r->esize > 64)
-        __builtin_prefetch((const uint8_t *)seq + 64, 0, 3);
+    for (uint32_t off = 64; off < r->esize && off < 4 * 64u; off += 64)
+        __builtin_prefetch((const uint8_t *)seq + off, 0, 3);
     return atomic_load_explicit(seq, memory_order_relaxed) == pos + 1;
 }
 

@@ -2,9 +2,10 @@
  *
  * Devices deliver small messages in the completion record and copy them into
  * the receive buffer when it is polled ("scatter to CQE"); softub does the same
- * for SEND/SEND_IMM of up to 64 bytes. Whatever the device does, the receive
+ * for SEND/SEND_IMM of up to 192 bytes. Whatever the device does, the receive
  * buffer must hold exactly the message once its CR is polled: sizes around that
- * threshold (0, 1, 17, 63, 64, 65 bytes), SEND and SEND_IMM, gathered from one
+ * threshold and the one before it (0, 1, 17, 63, 64, 65, 191, 192, 193 bytes),
+ * SEND and SEND_IMM, gathered from one
  * or two SGEs into receive WRs of one or three SGEs, in one process and across
  * two (memfd and posix_memalign memory), checked byte for byte together with
  * the bytes around the buffers. A message longer than its receive WR writes
@@ -17,16 +18,16 @@
 #define MEM      (64 * 1024)
 #define REGION   512 /* one receive WR's neighbourhood */
 #define SRC_AT   (32 * 1024)
-#define SRC_SLOT 128
+#define SRC_SLOT 256
 #define GUARD    0x45
-#define N_SIZES  6
+#define N_SIZES  9
 #define N_MSGS   (N_SIZES * 2 * 2) /* sizes x {1, 3} receive SGEs x {SEND, SEND_IMM} */
 #define CTX_BASE 0x1000u
 #define IMM_BASE 0xC0FFEE0000000000ull
 
 enum { T_WIRE = 1, T_READY, T_POSTED, T_SENT, T_DONE };
 
-static const uint32_t sizes[N_SIZES] = {0, 1, 17, 63, 64, 65};
+static const uint32_t sizes[N_SIZES] = {0, 1, 17, 63, 64, 65, 191, 192, 193};
 
 /* Message i of the matrix. */
 typedef struct msg {
@@ -44,18 +45,18 @@ static msg_t msg_of(int i)
     return m;
 }
 
-/* The receive SGEs of message i inside its region: one of 96 bytes, or three
- * (7 + 30 + 59) with guard bytes between them. */
+/* The receive SGEs of message i inside its region: one of 224 bytes, or three
+ * (7 + 60 + 130) with guard bytes between them. */
 static uint32_t rsges_of(const msg_t *m, uint32_t off[3], uint32_t len[3])
 {
     if (m->nrsge == 1) {
         off[0] = 64;
-        len[0] = 96;
+        len[0] = 224;
         return 1;
     }
     off[0] = 64, len[0] = 7;
-    off[1] = 128, len[1] = 30;
-    off[2] = 256, len[2] = 59;
+    off[1] = 96, len[1] = 60;
+    off[2] = 192, len[2] = 130;
     return 3;
 }
 
@@ -63,7 +64,7 @@ static uint32_t rsges_of(const msg_t *m, uint32_t off[3], uint32_t len[3])
 static void expected_region(int i, uint8_t *out)
 {
     msg_t m = msg_of(i);
-    uint8_t pay[128];
+    uint8_t pay[256];
     cf_fill(pay, sizeof pay, (uint32_t)i + 1);
     memset(out, GUARD, REGION);
     uint32_t off[3], len[3], done = 0;
