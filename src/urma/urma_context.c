@@ -778,14 +778,11 @@ static void ul_srq_on_recv(jet_urma_loop_t *ul, const urma_cr_t *cr)
 static void ul_dispatch(jet_urma_loop_t *ul, const urma_cr_t *cr)
 {
     if (cr->status == URMA_CR_WR_FLUSH_ERR_DONE || cr->flag.bs.flush_err_done) {
-        /* Built by the hardware with no user_ctx: the jetty id says whose. */
-        for (uint32_t i = 0; i < ul->cap; i++) {
-            jet_urma_ep_t *ep = ul->eps[i];
-            if (ul_ep_live(ep) && jet__urma_ep_flush_id(ep) == cr->local_id) {
-                jet__urma_ep_on_flush_done(ep);
-                return;
-            }
-        }
+        /* Built by the hardware with no user_ctx: the jetty id says whose
+         * (every endpoint's jetty stays mapped until the endpoint ends). */
+        jet_urma_ep_t *ep = ul_jm_get(ul, cr->local_id);
+        if (ul_ep_live(ep) && jet__urma_ep_flush_id(ep) == cr->local_id)
+            jet__urma_ep_on_flush_done(ep);
         return;
     }
     if (cr->status == URMA_CR_WR_SUSPEND_DONE) return;

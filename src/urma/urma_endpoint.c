@@ -158,18 +158,20 @@ static void ep_free(jet_urma_ep_t *ep)
     free(ep);
 }
 
-/* Posts the whole receive queue of a new set; on a shared receive queue,
- * maps the set's jetty to ep and has the loop post ep's share. */
+/* Maps the set's jetty to ep (receives of a shared queue and the flush
+ * record of a closing jetty name only the jetty), then posts the whole
+ * receive queue of the set, or on a shared receive queue has the loop post
+ * ep's share. */
 static int ep_post_all(jet_urma_ep_t *ep)
 {
+    int rc = jet__urma_loop_bind_jetty(ep->ul, ep, ep->js->jetty->jetty_id.id);
+    if (rc < 0) {
+        JET_LOG_ONCE(JET_LOG_WARN, "URMA: cannot map jetty %u to its connection: %s",
+                     ep->js->jetty->jetty_id.id, jet_strerror(rc));
+        return rc == -EEXIST ? -EIO : rc;
+    }
+    ep->jetty_bound = true;
     if (ep->srq) {
-        int rc = jet__urma_loop_bind_jetty(ep->ul, ep, ep->js->jetty->jetty_id.id);
-        if (rc < 0) {
-            JET_LOG_ONCE(JET_LOG_WARN, "URMA: cannot map jetty %u to its connection: %s",
-                         ep->js->jetty->jetty_id.id, jet_strerror(rc));
-            return rc == -EEXIST ? -EIO : rc;
-        }
-        ep->jetty_bound = true;
         rc = jet__urma_loop_srq_fill(ep->ul);
         if (rc < 0)
             JET_LOG_ONCE(JET_LOG_WARN, "URMA: cannot post the shared receive queue: %s",
@@ -178,7 +180,7 @@ static int ep_post_all(jet_urma_ep_t *ep)
     }
     for (uint32_t i = 0; i < ep->rq; i++) {
         jet_block_t *b = jet__block_alloc(ep->recv_size);
-        int rc = b ? ep_post_recv(ep, i, b) : -ENOMEM;
+        rc = b ? ep_post_recv(ep, i, b) : -ENOMEM;
         if (rc < 0) {
             if (b) jet__block_unref(b);
             JET_LOG_ONCE(JET_LOG_WARN, "URMA: cannot post the receive queue: %s", jet_strerror(rc));

@@ -423,13 +423,16 @@ static void test_pool_filled_off_loop(void)
  * once, while the fill that replaces the first (2 s) still runs. The first
  * close finds room for one more set (two wanted, one coming from the fill):
  * its set is reset and pooled; the second finds none: destroyed. The pool
- * ends with exactly two sets, one of them recycled. */
-static void test_closed_sets_recycled(void)
+ * ends with exactly two sets, one of them recycled. A set is pooled only
+ * once its send queue's flush record came back (found by its jetty id), so
+ * this runs with the loop's shared receive queue and with a receive queue
+ * per connection. */
+static void closed_sets_recycled(const char *rq_env)
 {
     slow_trace_reset();
     const char *envs[] = {g_slow_env,
                           "SOFTUB_QUEUE_DELAY_US=2000000", "JETRPC_EVENT_LOOP_NUM=1",
-                          "JETRPC_URMA_PREPARED_JETTY_CNT=2", NULL};
+                          "JETRPC_URMA_PREPARED_JETTY_CNT=2", rq_env, NULL};
     jt_child_t c;
     jet_channel_t *a = warm_child(&c, envs);
     JT_REQUIRE(a);
@@ -451,6 +454,12 @@ static void test_closed_sets_recycled(void)
     jet_channel_destroy(a);
     JT_CHECK_EQ(jt_child_stop(&c), 0);
     slow_trace_check();
+}
+
+static void test_closed_sets_recycled(void)
+{
+    closed_sets_recycled("JETRPC_URMA_SHARED_RQ_SIZE=256");
+    closed_sets_recycled("JETRPC_URMA_SHARED_RQ_SIZE=0");
 }
 
 /* The server's handshake deadline passes while the import runs: the
