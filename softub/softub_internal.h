@@ -337,6 +337,7 @@ struct sub_fault {
     int close_fail;
     uint64_t die_on_take_imm; /* SOFTUB_DIE_ON_TAKE_IMM (0: off) */
     _Atomic uint32_t jfc_fail; /* create_jfc calls left to fail */
+    _Atomic uint32_t recv_full; /* receive WRs left to refuse as by a full queue */
     int no_pidfd;
     int ptracer_any;
     uint64_t region_size;

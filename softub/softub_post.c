@@ -1358,6 +1358,15 @@ static int post_rq_recover(struct sub_jfr *jfr)
     return 1;
 }
 
+/* SOFTUB_RECV_FULL: true while refusals are left (one used). */
+static int post_recv_full_fault(void)
+{
+    uint32_t left = atomic_load_explicit(&softub__fault.recv_full, memory_order_relaxed);
+    while (left > 0 && !atomic_compare_exchange_weak(&softub__fault.recv_full, &left, left - 1))
+        ;
+    return left > 0;
+}
+
 urma_status_t softub__rq_post(struct sub_jfr *jfr, urma_jfr_wr_t *wr, urma_jfr_wr_t **bad_wr)
 {
     uint32_t maxs = jfr->base.jfr_cfg.max_sge;
@@ -1379,7 +1388,7 @@ urma_status_t softub__rq_post(struct sub_jfr *jfr, urma_jfr_wr_t *wr, urma_jfr_w
         uint64_t live = atomic_load_explicit(&jfr->ring->head, memory_order_relaxed) -
                         atomic_load_explicit(&jfr->rq_freed, memory_order_relaxed) -
                         atomic_load_explicit(&jfr->rq_dropped, memory_order_relaxed);
-        if (live >= depth && sub_ring_holds(jfr->ring, depth)) {
+        if ((live >= depth && sub_ring_holds(jfr->ring, depth)) || post_recv_full_fault()) {
             *bad_wr = it;
             return URMA_ENOMEM;
         }

@@ -392,6 +392,7 @@ struct jet_urma_loop {
      * can trail so): posted again after the next poll. */
     jet_block_t **srq_spare;
     uint32_t srq_nspare;
+    uint64_t srq_refused; /* posts refused for want of room */
     int64_t srq_retry_us; /* the last refused post: spares wait UL_SRQ_RETRY_US */
     jet_timer_t srq_timer; /* posts the spares when no completion comes */
     /* local jetty id -> the endpoint whose set it is (shared receive queue:
@@ -647,7 +648,10 @@ static int ul_srq_post(jet_urma_loop_t *ul, jet_block_t *b)
     }
     ul->srq_free[ul->srq_nfree++] = slot;
     if (rc == -EFAULT) return rc;
-    if (rc == -ENOMEM) return -EAGAIN;
+    if (rc == -ENOMEM) {
+        ul->srq_refused++;
+        return -EAGAIN;
+    }
     ul->srq_failed = true;
     JET_WARN("URMA: the shared receive queue of event loop %d refused a buffer: its "
              "connections fail as they return buffers, new ones use TCP",
@@ -1648,6 +1652,8 @@ void jet__urma_loop_stats(jet_urma_loop_t *ul, jet_urma_loop_stats_t *out)
     out->srq_depth = ul->srq_depth;
     out->srq_posted = ul->srq_posted;
     out->srq_out = ul->srq_out;
+    out->srq_kept = ul->srq_nspare;
+    out->srq_refused = ul->srq_refused;
     out->recv_held = 0;
     for (uint32_t i = 0; i < ul->cap; i++)
         if (ul_ep_live(ul->eps[i])) out->recv_held += jet__urma_ep_held(ul->eps[i]);

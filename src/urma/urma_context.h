@@ -236,6 +236,8 @@ typedef struct jet_urma_loop_stats {
     uint32_t srq_depth;  /* shared receive queue: 0 when the loop has none */
     uint32_t srq_posted; /* its buffers posted now */
     uint32_t srq_out;    /* its buffers held by connections */
+    uint32_t srq_kept;   /* its buffers kept for want of room, to be posted again */
+    uint64_t srq_refused; /* posts it refused for want of room (the buffer was kept) */
     jet_urma_counters_t c;
 } jet_urma_loop_stats_t;
 jet_urma_counters_t *jet__urma_loop_counters(jet_urma_loop_t *ul);

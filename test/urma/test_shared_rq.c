@@ -166,6 +166,35 @@ static void test_mixed_with_per_connection_peer(void)
     JT_CHECK_EQ(jt_child_stop(&c), 0);
 }
 
+/* A shared queue that refuses buffers for want of room keeps them and tries
+ * again a millisecond later, from a loop timer when no completion comes:
+ * here the server's first 12 receive posts are refused (SOFTUB_RECV_FULL),
+ * so its connection opens with no buffer posted and the client's first
+ * request waits by RNR retry. Nothing reaches the server meanwhile, so
+ * only the timer can post the kept buffers: 12 refusals, one per retry,
+ * then all 32 posted, and the calls succeed byte-exact over URMA. */
+static void test_refused_posts_retried(void)
+{
+    const char *envs[] = {"SOFTUB_RECV_FULL=12", NULL};
+    jt_child_t c;
+    JT_REQUIRE(jt_child_start(&c, NULL, envs) == 0);
+    ut_urma_mark_t m = ut_urma_mark();
+    jet_channel_t *probe = ut_channel(c.port, JET_SOCKET_MODE_URMA, 5000, JET_CONNECTION_SINGLE);
+    JT_REQUIRE(probe);
+    ut_child_stats_t p = {0};
+    JT_CHECK(JT_WAIT_EVERY(ut_child_pool(probe, &p) && p.srq_posted == 32 && p.srq_kept == 0,
+                           10000000, 20000));
+    fprintf(stderr, "  server: %u posted, %u kept, %llu posts refused\n", p.srq_posted, p.srq_kept,
+            p.srq_refused);
+    JT_CHECK_EQ(p.srq_refused, 12ull);
+    for (int i = 0; i < 20; i++)
+        JT_CHECK_EQ(jt_echo_bytes(probe, 1000 + (size_t)i * 7919, (uint64_t)i + 3, "kept"), 0);
+    ut_expect_urma(m, 21, 1);
+    jet_channel_destroy(probe);
+    JT_CHECK(ut_urma_released(0, NULL));
+    JT_CHECK_EQ(jt_child_stop(&c), 0);
+}
+
 int main(int argc, char **argv)
 {
     jt_urma_main_setup(&argc, &argv, "shared_rq");
@@ -177,5 +206,6 @@ int main(int argc, char **argv)
     JT_RUN(test_many_connections_bounded);
     JT_RUN(test_overcommitted_queue);
     JT_RUN(test_mixed_with_per_connection_peer);
+    JT_RUN(test_refused_posts_retried);
     return jt_finish();
 }

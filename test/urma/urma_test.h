@@ -346,6 +346,8 @@ static UT_UNUSED jet_urma_loop_stats_t ut_urma_totals(int *spinning_p)
         sum.srq_depth += p.st.srq_depth;
         sum.srq_posted += p.st.srq_posted;
         sum.srq_out += p.st.srq_out;
+        sum.srq_kept += p.st.srq_kept;
+        sum.srq_refused += p.st.srq_refused;
         sum.completions += p.st.completions;
         sum.events += p.st.events;
         sum.spins += p.st.spins;
@@ -401,11 +403,14 @@ static UT_UNUSED ut_urma_mark_t ut_urma_mark(void)
 typedef struct ut_child_stats {
     unsigned pooled, endpoints, jfc_used;
     unsigned long long recycled;
-    /* iobuf blocks in use, but for those posted in shared receive queues
+    /* iobuf blocks in use, but for those posted in (or kept for) shared receive queues
      * (a loop keeps the buffers of its busiest time posted, up to its
      * queue's depth: srq_posted of srq_depth, every loop's together) */
     size_t blocks;
     unsigned srq_posted, srq_depth;
+    /* shared queues' buffers kept for want of room, posts refused so */
+    unsigned srq_kept;
+    unsigned long long srq_refused;
 } ut_child_stats_t;
 
 /* 0, or the call's error code (EPROTO: an answer that does not parse). */
@@ -420,9 +425,10 @@ static UT_UNUSED int ut_child_pool_rc(jet_channel_t *ch, ut_child_stats_t *st)
     if (rc == 0) rc = jet_call_error_code(call);
     const Example__EchoResponse *resp = (const Example__EchoResponse *)jet_call_response(call);
     if (rc == 0 && (!resp || !resp->message ||
-                    sscanf(resp->message, "%u %llu %u %zu %u %u %u", &st->pooled, &st->recycled,
-                           &st->endpoints, &st->blocks, &st->jfc_used, &st->srq_posted,
-                           &st->srq_depth) != 7))
+                    sscanf(resp->message, "%u %llu %u %zu %u %u %u %u %llu", &st->pooled,
+                           &st->recycled, &st->endpoints, &st->blocks, &st->jfc_used,
+                           &st->srq_posted, &st->srq_depth, &st->srq_kept,
+                           &st->srq_refused) != 9))
         rc = EPROTO;
     jet_call_destroy(call);
     return rc < 0 ? -rc : rc;
@@ -437,16 +443,16 @@ static void *ut_pool_main(void *arg)
 {
     ut_later_t *l = arg;
     jet_urma_loop_stats_t st = ut_urma_totals(NULL);
-    char text[96];
+    char text[160];
     jet_block_pool_stats_t bp;
     jet__block_pool_stats(&bp);
     size_t blocks = 0;
     for (int i = 0; i < JET_BLOCK_NCLASS; i++)
         blocks += bp.blocks_in_use[i];
-    blocks -= st.srq_posted;
-    snprintf(text, sizeof text, "%u %llu %u %zu %u %u %u", st.pooled,
+    blocks -= st.srq_posted + st.srq_kept;
+    snprintf(text, sizeof text, "%u %llu %u %zu %u %u %u %u %llu", st.pooled,
              (unsigned long long)st.recycled, st.endpoints, blocks, st.jfc_used, st.srq_posted,
-             st.srq_depth);
+             st.srq_depth, st.srq_kept, (unsigned long long)st.srq_refused);
     Example__EchoResponse resp = EXAMPLE__ECHO_RESPONSE__INIT;
     resp.message = text;
     l->closure(&resp, l->closure_data);
