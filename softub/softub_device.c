@@ -134,9 +134,12 @@ uint64_t softub__now_ns(void)
 }
 
 /* Reads /proc/<pid>/stat: returns the start time (field 22), 0 when the
- * process does not exist, UINT64_MAX when it is a zombie. */
-static uint64_t dev_stat(pid_t pid)
+ * process does not exist, UINT64_MAX when it is a zombie; *state_out (when
+ * given) gets its state letter (field 3), '?' when unknown. */
+static uint64_t dev_stat(pid_t pid, char *state_out)
 {
+    if (state_out != NULL)
+        *state_out = '?';
     char path[64], buf[1024];
     snprintf(path, sizeof(path), "/proc/%d/stat", (int)pid);
     int fd = open(path, O_RDONLY | O_CLOEXEC);
@@ -153,6 +156,8 @@ static uint64_t dev_stat(pid_t pid)
         return 0;
     p += 2;
     char state = *p;
+    if (state_out != NULL)
+        *state_out = state;
     if (state == 'Z' || state == 'X' || state == 'x')
         return UINT64_MAX;
     for (int field = 3; field < 22; field++) {
@@ -167,7 +172,7 @@ static uint64_t dev_stat(pid_t pid)
 
 uint64_t softub__pid_start_time(pid_t pid)
 {
-    uint64_t v = dev_stat(pid);
+    uint64_t v = dev_stat(pid, NULL);
     return v == UINT64_MAX ? 0 : v;
 }
 
@@ -177,10 +182,18 @@ int softub__pid_alive(pid_t pid, uint64_t start_time)
         return 0;
     if (kill(pid, 0) == -1 && errno == ESRCH)
         return 0;
-    uint64_t st = dev_stat(pid);
+    uint64_t st = dev_stat(pid, NULL);
     if (st == 0 || st == UINT64_MAX)
         return 0;
     return start_time == 0 || st == start_time;
+}
+
+int softub__pid_stopped(pid_t pid)
+{
+    char state;
+    if (pid <= 0 || dev_stat(pid, &state) == 0)
+        return 0;
+    return state == 'T' || state == 't';
 }
 
 uint64_t softub__uid(void)

@@ -30,6 +30,8 @@
  *                          killed mid-message; carrying this immediate + 1,
  *                          after its CR, before it frees the receive queue's
  *                          slot (0: off).
+ * SOFTUB_STOP_ON_TAKE_IMM  the same points, but the sender stops itself
+ *                          (SIGSTOP) and goes on once continued (0: off).
  * SOFTUB_JFC_FAIL          the first this many create_jfc calls of the
  *                          process fail (ENOMEM), after their sleep.
  * SOFTUB_RECV_FULL         the first this many receive WRs the process
@@ -100,6 +102,7 @@ static void fault_load_once(void)
     f->close_delay_us = (uint32_t)fault_u64("SOFTUB_CLOSE_DELAY_US", 0, 60000000);
     f->close_fail = fault_u64("SOFTUB_CLOSE_FAIL", 0, 1) != 0;
     f->die_on_take_imm = fault_u64("SOFTUB_DIE_ON_TAKE_IMM", 0, UINT64_MAX);
+    f->stop_on_take_imm = fault_u64("SOFTUB_STOP_ON_TAKE_IMM", 0, UINT64_MAX);
     atomic_store(&f->jfc_fail, (uint32_t)fault_u64("SOFTUB_JFC_FAIL", 0, 1000000));
     atomic_store(&f->recv_full, (uint32_t)fault_u64("SOFTUB_RECV_FULL", 0, 1000000));
     f->no_pidfd = fault_u64("SOFTUB_NO_PIDFD", 0, 1) != 0;

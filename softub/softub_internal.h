@@ -336,6 +336,7 @@ struct sub_fault {
     uint32_t close_delay_us;
     int close_fail;
     uint64_t die_on_take_imm; /* SOFTUB_DIE_ON_TAKE_IMM (0: off) */
+    uint64_t stop_on_take_imm; /* SOFTUB_STOP_ON_TAKE_IMM (0: off) */
     _Atomic uint32_t jfc_fail; /* create_jfc calls left to fail */
     _Atomic uint32_t recv_full; /* receive WRs left to refuse as by a full queue */
     int no_pidfd;
@@ -615,6 +616,9 @@ void softub__log(int level, const char *fmt, ...) __attribute__((format(printf, 
 uint64_t softub__now_ns(void);
 uint64_t softub__pid_start_time(pid_t pid);
 int softub__pid_alive(pid_t pid, uint64_t start_time);
+/* 1 when the process is stopped (SIGSTOP, or by a tracer): it runs no
+ * instruction until something continues it. */
+int softub__pid_stopped(pid_t pid);
 urma_device_t *softub__device(void);
 const urma_device_attr_t *softub__device_attr(void);
 struct sub_ctx *softub__ctx_check(urma_context_t *ctx);

@@ -242,11 +242,17 @@ static struct sub_ring *post_peer_ring(struct sub_peer *p, uint64_t off, uint32_
 
 /* SOFTUB_DIE_ON_TAKE_IMM: a SEND_IMM whose immediate is the knob's value +
  * step kills this process here, mid-message, as by kill -9 (no exit path
- * runs). */
-static void post_die_at(const struct sub_wr *w, uint64_t step)
+ * runs). SOFTUB_STOP_ON_TAKE_IMM: stops it here (SIGSTOP) instead; it goes
+ * on where it stopped once continued. */
+static void post_take_fault(const struct sub_wr *w, uint64_t step)
 {
-    if (softub__fault.die_on_take_imm == 0 || w->opcode != URMA_OPC_SEND_IMM ||
-        w->imm != softub__fault.die_on_take_imm + step)
+    if (w->opcode != URMA_OPC_SEND_IMM)
+        return;
+    if (softub__fault.stop_on_take_imm != 0 && w->imm == softub__fault.stop_on_take_imm + step) {
+        kill(getpid(), SIGSTOP);
+        return;
+    }
+    if (softub__fault.die_on_take_imm == 0 || w->imm != softub__fault.die_on_take_imm + step)
         return;
     kill(getpid(), SIGKILL);
     for (;;)
@@ -401,7 +407,7 @@ static void post_recv_cr(struct sub_sq *sq, struct sub_wr *w, struct sub_target 
     __atomic_store_n(&t->rq_q->taker, (uint32_t)softub__g.self->pid | SUB_TAKER_CR,
                      __ATOMIC_RELEASE);
     (void)softub__cq_push(t->p, t->jfc, &e, inl);
-    post_die_at(w, 1); /* after the CR, before the release */
+    post_take_fault(w, 1); /* after the CR, before the release */
     post_release_rqe(t);
 }
 
@@ -483,7 +489,7 @@ static int post_exec_send_rm(struct sub_sq *sq, struct sub_wr *w, uint32_t *len)
         softub__peer_leave(tj->peer);
         return -1;
     }
-    post_die_at(w, 0); /* before the data and the CR */
+    post_take_fault(w, 0); /* before the data and the CR */
     uint32_t opc = w->opcode == URMA_OPC_SEND_IMM        ? URMA_CR_OPC_SEND_WITH_IMM
                    : w->opcode == URMA_OPC_SEND_INVALIDATE ? URMA_CR_OPC_SEND_WITH_INV
                                                            : URMA_CR_OPC_SEND;
@@ -1301,6 +1307,18 @@ static void post_rq_dropped(struct sub_jfr *jfr)
                           memory_order_relaxed);
 }
 
+/* The slot at the ring's head was taken a lap ago by a sender whose
+ * process is stopped now. */
+static int post_rq_taker_stopped(struct sub_jfr *jfr)
+{
+    struct sub_ring *r = jfr->ring;
+    uint64_t pos = atomic_load_explicit(&r->head, memory_order_relaxed);
+    const struct sub_rqe *q = (const struct sub_rqe *)((const uint8_t *)sub_ring_seq(r, pos) + 8);
+    uint32_t taker = __atomic_load_n(&q->taker, __ATOMIC_ACQUIRE);
+    pid_t pid = (pid_t)(taker & ~SUB_TAKER_CR);
+    return pid != 0 && pid != softub__g.self->pid && softub__pid_stopped(pid);
+}
+
 /* The slot at the ring's head was taken a lap ago by a sender that has
  * died (its pid is in the entry). Died before it released the slot: the
  * slot is released for it. Died before its CR: the WR it took is posted
@@ -1398,8 +1416,10 @@ urma_status_t softub__rq_post(struct sub_jfr *jfr, urma_jfr_wr_t *wr, urma_jfr_w
         /* The ring is not full (checked above) but looks full: a sender, in
          * some process, claimed the slot a wrap ago and was preempted before
          * releasing it. Wait for it a little (it may also have died). A slot
-         * held by an unpolled CR is final until the poll: refused at once. */
-        for (uint64_t t0 = 0; q == NULL;) {
+         * held by an unpolled CR is final until the poll, and one held by a
+         * stopped process (SIGSTOP, a debugger) until something continues
+         * it: refused at once (looked at first, then every millisecond). */
+        for (uint64_t t0 = 0, look = 0; q == NULL;) {
             if (post_rq_recover(jfr)) {
                 held = 0;
                 q = post_rq_claim(jfr, &pos, &held);
@@ -1408,7 +1428,12 @@ urma_status_t softub__rq_post(struct sub_jfr *jfr, urma_jfr_wr_t *wr, urma_jfr_w
             uint64_t now = softub__now_ns();
             if (t0 == 0)
                 t0 = now;
-            if (held || now - t0 > 200000000ull || sub_ring_holds(jfr->ring, depth)) {
+            int stopped = 0;
+            if (now - look >= 1000000ull) {
+                look = now;
+                stopped = post_rq_taker_stopped(jfr);
+            }
+            if (held || stopped || now - t0 > 200000000ull || sub_ring_holds(jfr->ring, depth)) {
                 *bad_wr = it;
                 return URMA_ENOMEM;
             }

@@ -903,8 +903,9 @@ CF_FN int cf_post(urma_jetty_t *jetty, urma_jfs_wr_t *wr)
     return rc;
 }
 
-/* Posts one receive WR of nsge SGEs to the jetty's JFR. */
-CF_FN int cf_post_recv(urma_jetty_t *jetty, urma_sge_t *sge, uint32_t nsge, uint64_t user_ctx)
+/* Posts one receive WR of nsge SGEs to the jetty's JFR: its status (a
+ * refusal is the caller's to judge). */
+CF_FN int cf_try_post_recv(urma_jetty_t *jetty, urma_sge_t *sge, uint32_t nsge, uint64_t user_ctx)
 {
     urma_jfr_wr_t wr;
     memset(&wr, 0, sizeof wr);
@@ -912,7 +913,13 @@ CF_FN int cf_post_recv(urma_jetty_t *jetty, urma_sge_t *sge, uint32_t nsge, uint
     wr.src.num_sge = nsge;
     wr.user_ctx = user_ctx;
     urma_jfr_wr_t *bad = NULL;
-    int rc = cf.urma_post_jetty_recv_wr(jetty, &wr, &bad);
+    return cf.urma_post_jetty_recv_wr(jetty, &wr, &bad);
+}
+
+/* Posts one receive WR of nsge SGEs to the jetty's JFR; a refusal fails the case. */
+CF_FN int cf_post_recv(urma_jetty_t *jetty, urma_sge_t *sge, uint32_t nsge, uint64_t user_ctx)
+{
+    int rc = cf_try_post_recv(jetty, sge, nsge, user_ctx);
     if (rc != 0) CF_FAILF("urma_post_jetty_recv_wr: %d", rc);
     return rc;
 }

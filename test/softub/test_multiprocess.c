@@ -724,6 +724,140 @@ static void taker_killed(uint32_t len, bool after_cr, bool reset)
     mp_disconnect(&s, true);
 }
 
+/* A sender stopped (SIGSTOP) after it took a receive WR and before its data
+ * and CR (here at once, SOFTUB_STOP_ON_TAKE_IMM; in life, job control or a
+ * debugger) holds the receive ring's slot until it is continued. The
+ * owner's post that reaches that slot a lap later is refused (URMA_ENOMEM)
+ * at once, not after the 200 ms a preempted sender is given: a thread that
+ * posts receives (an event loop) must not be held by a stopped peer. Once
+ * continued, the sender finishes (its message arrives whole, in WR 0) and
+ * the refused post succeeds. */
+#define STOP_IMM 0x57095709C0FFEE01ull
+#define STOP_LEN 3000u
+
+static int taker_stops(int fd, void *arg)
+{
+    (void)arg;
+    cf_dev_t d;
+    cf_side_t s;
+    cf_wire_t peer;
+    if (mp_peer_open(fd, &d, &s, &peer, URMA_TM_RM, 0x7007)) return -1;
+    urma_sge_t l;
+    urma_jfs_wr_t wr;
+    cf_fill(s.mem.buf, STOP_LEN, 0x5709);
+    cf_sge(&l, s.mem.buf, STOP_LEN, s.mem.tseg);
+    cf_wr_send(&wr, URMA_OPC_SEND_IMM, s.tj, &l, 1, STOP_IMM, 1);
+    if (cf_post(s.ep.jetty, &wr)) return -1; /* stops inside, goes on when continued */
+    cf_expect_cr(s.ep.jfc, URMA_CR_SUCCESS, 1, "SEND_IMM of the stopped sender");
+    return mp_peer_finish(fd, &s, NULL, 0);
+}
+
+/* The process's state letter in /proc/<pid>/stat, '?' when unreadable. */
+static char mp_pid_state(pid_t pid)
+{
+    char path[64], buf[512];
+    snprintf(path, sizeof path, "/proc/%d/stat", (int)pid);
+    FILE *f = fopen(path, "r");
+    if (!f) return '?';
+    size_t n = fread(buf, 1, sizeof buf - 1, f);
+    fclose(f);
+    buf[n] = '\0';
+    const char *p = strrchr(buf, ')');
+    return p && p[1] == ' ' ? p[2] : '?';
+}
+
+static void taker_stopped(void)
+{
+    cf_peer_t p;
+    cf_dev_t d;
+    cf_side_t s;
+    cf_wire_t peer;
+    cf_ep_opts_t o = cf_ep_defaults(URMA_TM_RM);
+    o.jfr_depth = TK_DEPTH;
+    if (cf_peer_fork(&p, taker_stops, NULL) != 0) {
+        CF_FAILF("cannot fork the peer");
+        return;
+    }
+    if (mp_connect(&d, &s, &peer, p.fd, &o, TK_DEPTH * TK_BUF, CF_MEM_MEMFD, 0x7117)) {
+        cf_peer_wait(&p, 0);
+        return;
+    }
+    for (int i = 0; i < TK_DEPTH; i++) {
+        urma_sge_t rs;
+        cf_sge(&rs, s.mem.buf + TK_BUF * i, TK_BUF, s.mem.tseg);
+        JT_REQUIRE(cf_post_recv(s.ep.jetty, &rs, 1, (uint64_t)i) == 0);
+    }
+    JT_REQUIRE(cf_msg_send(p.fd, T_GO, NULL, 0) == 0);
+    uint64_t until = cf_now_ms() + CF_WAIT_MS;
+    while (mp_pid_state(p.pid) != 'T' && cf_now_ms() < until)
+        usleep(1000);
+    JT_REQUIRE(mp_pid_state(p.pid) == 'T');
+    JT_CHECK_EQ(cf_quiet(s.ep.jfc, CF_QUIET_MS), 0); /* WR 0 is taken, nothing written */
+    /* A second jetty of this process sends one message at a time; each
+     * receive is posted again as soon as it completes, until a post reaches
+     * the stopped sender's slot, a lap after WR 0. */
+    cf_side_t s2;
+    cf_ep_opts_t o2 = cf_ep_defaults(URMA_TM_RM);
+    JT_REQUIRE(cf_side_open(&s2, &d, NULL, &o2, 65536, CF_MEM_MEMALIGN, 0x7227) == 0);
+    cf_wire_t me;
+    cf_side_describe(&s, &me);
+    JT_REQUIRE(cf_side_import(&s2, &me) == 0);
+    int refused_at = -1;
+    uint64_t refused_slot = 0, refused_ms = 0;
+    for (int k = 0; k < 4 * TK_DEPTH && refused_at < 0; k++) {
+        urma_sge_t l;
+        urma_jfs_wr_t wr;
+        cf_sge(&l, s2.mem.buf, 100, s2.mem.tseg);
+        cf_wr_send(&wr, URMA_OPC_SEND, s2.tj, &l, 1, 0, (uint64_t)k);
+        if (cf_post(s2.ep.jetty, &wr)) break;
+        urma_cr_t cr;
+        if (cf_poll(s.ep.jfc, &cr, 1, CF_WAIT_MS) != 1) {
+            CF_FAILF("message %d never arrived", k);
+            break;
+        }
+        JT_CHECK_EQ(cr.status, URMA_CR_SUCCESS);
+        JT_CHECK(cr.user_ctx >= 1 && cr.user_ctx < TK_DEPTH); /* never the stopped sender's */
+        cf_expect_cr(s2.ep.jfc, URMA_CR_SUCCESS, (uint64_t)k, "SEND beside the stopped sender");
+        urma_sge_t rs;
+        cf_sge(&rs, s.mem.buf + TK_BUF * cr.user_ctx, TK_BUF, s.mem.tseg);
+        uint64_t t0 = cf_now_ms();
+        int rc = cf_try_post_recv(s.ep.jetty, &rs, 1, cr.user_ctx);
+        if (rc != 0) {
+            JT_CHECK_EQ(rc, URMA_ENOMEM);
+            refused_ms = cf_now_ms() - t0;
+            refused_at = k;
+            refused_slot = cr.user_ctx;
+        }
+    }
+    fprintf(stderr, "  post refused after %d messages, in %llu ms\n", refused_at,
+            (unsigned long long)refused_ms);
+    JT_CHECK(refused_at >= TK_DEPTH - 1);
+    JT_CHECK(refused_ms < 100);
+    JT_CHECK_EQ(mp_pid_state(p.pid), 'T');
+    /* Continued: its message arrives whole in WR 0, and the post goes in. */
+    JT_REQUIRE(kill(p.pid, SIGCONT) == 0);
+    urma_cr_t cr;
+    if (cf_poll(s.ep.jfc, &cr, 1, CF_WAIT_MS) == 1) {
+        JT_CHECK_EQ(cr.status, URMA_CR_SUCCESS);
+        JT_CHECK_EQ(cr.user_ctx, 0u);
+        JT_CHECK_EQ(cr.completion_len, STOP_LEN);
+        JT_CHECK_EQ(cr.imm_data, STOP_IMM);
+        JT_CHECK_EQ(cf_check_fill(s.mem.buf, STOP_LEN, 0x5709), -1);
+    } else {
+        CF_FAILF("the continued sender's message never arrived");
+    }
+    if (refused_at >= 0) {
+        urma_sge_t rs;
+        cf_sge(&rs, s.mem.buf + TK_BUF * refused_slot, TK_BUF, s.mem.tseg);
+        JT_CHECK_EQ(cf_post_recv(s.ep.jetty, &rs, 1, refused_slot), 0);
+    }
+    JT_REQUIRE(cf_msg_recv(p.fd, T_DONE, NULL, 0, CF_CASE_TIMEOUT_MS) == 0);
+    cf_sync(p.fd, T_EXIT);
+    JT_CHECK_EQ(cf_peer_wait(&p, CF_WAIT_MS), 0);
+    cf_side_close(&s2, true);
+    mp_disconnect(&s, true);
+}
+
 /* One case each (a case process opens softub once). */
 static void taker_killed_small(void)
 {
@@ -1054,6 +1188,8 @@ int main(int argc, char **argv)
     char die[32];
     snprintf(die, sizeof die, "%llu", (unsigned long long)DIE_IMM);
     setenv("SOFTUB_DIE_ON_TAKE_IMM", die, 1);
+    snprintf(die, sizeof die, "%llu", (unsigned long long)STOP_IMM);
+    setenv("SOFTUB_STOP_ON_TAKE_IMM", die, 1);
     cf_main(argc, argv);
     CF_RUN(opcodes_both_ways_memfd);
     CF_RUN(opcodes_both_ways_memalign);
@@ -1068,6 +1204,7 @@ int main(int argc, char **argv)
     CF_RUN(taker_killed_then_reset_small);
     CF_RUN(taker_killed_then_reset_large);
     CF_RUN(taker_killed_fork_after_open);
+    CF_RUN(taker_stopped);
     CF_RUN(async_event_through_doorbell);
     CF_RUN(atomics_owner_and_peer);
     CF_RUN(um_loss_injection);
