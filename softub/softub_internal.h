@@ -76,7 +76,7 @@
 #define SUB_DIR_MAGIC    0x534f465455424452ull /* "SOFTUBDR" */
 #define SUB_DIR_VERSION  1u
 #define SUB_REGION_MAGIC 0x534f465455425247ull /* "SOFTUBRG" */
-#define SUB_REGION_VERSION 2u
+#define SUB_REGION_VERSION 3u /* 3: 256-byte CR slots (192-byte inline SENDs) */
 
 enum { SUB_PROC_FREE = 0, SUB_PROC_ALIVE = 1 };
 enum { SUB_ID_FREE = 0, SUB_ID_USED = 1 };
@@ -223,8 +223,8 @@ struct sub_sseg {
 };
 _Static_assert(sizeof(struct sub_sseg) == 112, "sub_sseg");
 
-/* Ring payloads. A CR slot is two cache lines: line 0 holds the sequence
- * and the sub_cqe, line 1 the payload of a small SEND delivered in the CR
+/* Ring payloads. A CR slot is four cache lines: line 0 holds the sequence
+ * and the sub_cqe, lines 1 to 3 the payload of a small SEND delivered in the CR
  * ("scatter to CQE": the poller copies it into the receive WR's buffer), so
  * the receiver's misses on the CR and on the payload overlap instead of
  * following each other. user_data is not carried: poll derives it from
@@ -711,7 +711,7 @@ void softub__rq_flush(struct sub_jfr *jfr);
 /* RESET: drops the posted WRs without CRs. Under jfr->lock. */
 void softub__rq_discard(struct sub_jfr *jfr);
 /* Poll side of a receive CR, before its slot is released: frees the WR's
- * shadow entry and, for an inline CR, scatters the payload (inl, line 1 of
+ * shadow entry and, for an inline CR, scatters the payload (inl, lines 1.. of
  * the slot) into the WR's buffer. A CR that names no posted WR, or whose
  * payload does not fit, copies nothing and reports an error status. */
 void softub__rq_polled(struct sub_cqe *c, const uint8_t *inl);

@@ -1418,8 +1418,9 @@ urma_status_t softub__rq_post(struct sub_jfr *jfr, urma_jfr_wr_t *wr, urma_jfr_w
          * releasing it. Wait for it a little (it may also have died). A slot
          * held by an unpolled CR is final until the poll, and one held by a
          * stopped process (SIGSTOP, a debugger) until something continues
-         * it: refused at once (looked at first, then every millisecond). */
-        for (uint64_t t0 = 0, look = 0; q == NULL;) {
+         * it: refused once the taker is seen stopped at two looks a
+         * millisecond apart (a tracer's stop at each system call is brief). */
+        for (uint64_t t0 = 0, look = 0, stops = 0; q == NULL;) {
             if (post_rq_recover(jfr)) {
                 held = 0;
                 q = post_rq_claim(jfr, &pos, &held);
@@ -1428,12 +1429,12 @@ urma_status_t softub__rq_post(struct sub_jfr *jfr, urma_jfr_wr_t *wr, urma_jfr_w
             uint64_t now = softub__now_ns();
             if (t0 == 0)
                 t0 = now;
-            int stopped = 0;
             if (now - look >= 1000000ull) {
                 look = now;
-                stopped = post_rq_taker_stopped(jfr);
+                stops = post_rq_taker_stopped(jfr) ? stops + 1 : 0;
             }
-            if (held || stopped || now - t0 > 200000000ull || sub_ring_holds(jfr->ring, depth)) {
+            if (held || stops >= 2 || now - t0 > 200000000ull ||
+                sub_ring_holds(jfr->ring, depth)) {
                 *bad_wr = it;
                 return URMA_ENOMEM;
             }

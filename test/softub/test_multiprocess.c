@@ -770,8 +770,9 @@ static void taker_stopped(void)
 {
     cf_peer_t p;
     cf_dev_t d;
-    cf_side_t s;
-    cf_wire_t peer;
+    cf_side_t s, s2;
+    cf_wire_t peer, me;
+    bool s2_open = false;
     cf_ep_opts_t o = cf_ep_defaults(URMA_TM_RM);
     o.jfr_depth = TK_DEPTH;
     if (cf_peer_fork(&p, taker_stops, NULL) != 0) {
@@ -785,23 +786,26 @@ static void taker_stopped(void)
     for (int i = 0; i < TK_DEPTH; i++) {
         urma_sge_t rs;
         cf_sge(&rs, s.mem.buf + TK_BUF * i, TK_BUF, s.mem.tseg);
-        JT_REQUIRE(cf_post_recv(s.ep.jetty, &rs, 1, (uint64_t)i) == 0);
+        if (cf_post_recv(s.ep.jetty, &rs, 1, (uint64_t)i) != 0) goto kill_peer;
     }
-    JT_REQUIRE(cf_msg_send(p.fd, T_GO, NULL, 0) == 0);
+    if (cf_msg_send(p.fd, T_GO, NULL, 0) != 0) goto kill_peer;
+    /* From here the peer may be stopped: every way out continues or kills it. */
     uint64_t until = cf_now_ms() + CF_WAIT_MS;
     while (mp_pid_state(p.pid) != 'T' && cf_now_ms() < until)
         usleep(1000);
-    JT_REQUIRE(mp_pid_state(p.pid) == 'T');
+    if (mp_pid_state(p.pid) != 'T') {
+        CF_FAILF("the sender never stopped");
+        goto kill_peer;
+    }
     JT_CHECK_EQ(cf_quiet(s.ep.jfc, CF_QUIET_MS), 0); /* WR 0 is taken, nothing written */
     /* A second jetty of this process sends one message at a time; each
      * receive is posted again as soon as it completes, until a post reaches
      * the stopped sender's slot, a lap after WR 0. */
-    cf_side_t s2;
     cf_ep_opts_t o2 = cf_ep_defaults(URMA_TM_RM);
-    JT_REQUIRE(cf_side_open(&s2, &d, NULL, &o2, 65536, CF_MEM_MEMALIGN, 0x7227) == 0);
-    cf_wire_t me;
+    if (cf_side_open(&s2, &d, NULL, &o2, 65536, CF_MEM_MEMALIGN, 0x7227) != 0) goto kill_peer;
+    s2_open = true;
     cf_side_describe(&s, &me);
-    JT_REQUIRE(cf_side_import(&s2, &me) == 0);
+    if (cf_side_import(&s2, &me) != 0) goto kill_peer;
     int refused_at = -1;
     uint64_t refused_slot = 0, refused_ms = 0;
     for (int k = 0; k < 4 * TK_DEPTH && refused_at < 0; k++) {
@@ -835,7 +839,10 @@ static void taker_stopped(void)
     JT_CHECK(refused_ms < 100);
     JT_CHECK_EQ(mp_pid_state(p.pid), 'T');
     /* Continued: its message arrives whole in WR 0, and the post goes in. */
-    JT_REQUIRE(kill(p.pid, SIGCONT) == 0);
+    if (kill(p.pid, SIGCONT) != 0) {
+        CF_FAILF("SIGCONT: %s", strerror(errno));
+        goto kill_peer;
+    }
     urma_cr_t cr;
     if (cf_poll(s.ep.jfc, &cr, 1, CF_WAIT_MS) == 1) {
         JT_CHECK_EQ(cr.status, URMA_CR_SUCCESS);
@@ -851,10 +858,18 @@ static void taker_stopped(void)
         cf_sge(&rs, s.mem.buf + TK_BUF * refused_slot, TK_BUF, s.mem.tseg);
         JT_CHECK_EQ(cf_post_recv(s.ep.jetty, &rs, 1, refused_slot), 0);
     }
-    JT_REQUIRE(cf_msg_recv(p.fd, T_DONE, NULL, 0, CF_CASE_TIMEOUT_MS) == 0);
+    if (cf_msg_recv(p.fd, T_DONE, NULL, 0, CF_CASE_TIMEOUT_MS) != 0) {
+        CF_FAILF("the continued sender did not finish");
+        goto kill_peer;
+    }
     cf_sync(p.fd, T_EXIT);
     JT_CHECK_EQ(cf_peer_wait(&p, CF_WAIT_MS), 0);
-    cf_side_close(&s2, true);
+    goto out;
+kill_peer:
+    kill(p.pid, SIGKILL); /* stopped or not */
+    cf_peer_wait(&p, CF_WAIT_MS);
+out:
+    if (s2_open) cf_side_close(&s2, true);
     mp_disconnect(&s, true);
 }
 
