@@ -605,21 +605,88 @@ typedef struct taker_arg {
     uint64_t imm; /* DIE_IMM: dies before its CR; DIE_IMM + 1: after it */
 } taker_arg_t;
 
-static int taker_dies(int fd, void *arg)
+/* The peer of a taker case: one SEND_IMM of a->len bytes (filled with seed
+ * TAKER_SEED) carrying a->imm, which softub's knobs turn into its death or
+ * its stop when it takes the receive. A stopped peer goes on when continued
+ * and finishes normally. */
+#define TAKER_SEED 0x5709u
+static int taker_sends(int fd, void *arg)
 {
     const taker_arg_t *a = arg;
-    uint32_t len = a->len;
     cf_dev_t d;
     cf_side_t s;
     cf_wire_t peer;
     if (mp_peer_open(fd, &d, &s, &peer, URMA_TM_RM, 0x7007)) return -1;
     urma_sge_t l;
     urma_jfs_wr_t wr;
-    cf_sge(&l, s.mem.buf, len, s.mem.tseg);
+    cf_fill(s.mem.buf, a->len, TAKER_SEED);
+    cf_sge(&l, s.mem.buf, a->len, s.mem.tseg);
     cf_wr_send(&wr, URMA_OPC_SEND_IMM, s.tj, &l, 1, a->imm, 1);
     if (cf_post(s.ep.jetty, &wr)) return -1;
-    for (;;)
-        pause(); /* softub kills this process when it takes the receive */
+    cf_expect_cr(s.ep.jfc, URMA_CR_SUCCESS, 1, "SEND_IMM of the taker");
+    return mp_peer_finish(fd, &s, NULL, 0);
+}
+
+/* The owner's start of a taker case: forks the peer running fn, connects a
+ * side whose JFR (depth TK_DEPTH) has TK_DEPTH receives of TK_BUF posted
+ * (user_ctx 0, 1, ...), and lets the peer go (T_GO). 0, or -1 with the peer
+ * reaped (killed if it had started). */
+static int tk_start(cf_peer_t *p, cf_peer_fn fn, void *arg, cf_dev_t *d, cf_side_t *s)
+{
+    cf_wire_t peer;
+    cf_ep_opts_t o = cf_ep_defaults(URMA_TM_RM);
+    o.jfr_depth = TK_DEPTH;
+    if (cf_peer_fork(p, fn, arg) != 0) {
+        CF_FAILF("cannot fork the peer");
+        return -1;
+    }
+    if (mp_connect(d, s, &peer, p->fd, &o, TK_DEPTH * TK_BUF, CF_MEM_MEMFD, 0x7117)) {
+        cf_peer_wait(p, 0);
+        return -1;
+    }
+    for (int i = 0; i < TK_DEPTH; i++) {
+        urma_sge_t rs;
+        cf_sge(&rs, s->mem.buf + TK_BUF * i, TK_BUF, s->mem.tseg);
+        if (cf_post_recv(s->ep.jetty, &rs, 1, (uint64_t)i) != 0) goto fail;
+    }
+    if (cf_msg_send(p->fd, T_GO, NULL, 0) == 0) return 0;
+fail:
+    kill(p->pid, SIGKILL);
+    cf_peer_wait(p, CF_WAIT_MS);
+    mp_disconnect(s, true);
+    return -1;
+}
+
+/* A second jetty of this process (s2) that sends to s beside the taker. */
+static int tk_second_jetty(cf_dev_t *d, cf_side_t *s, cf_side_t *s2)
+{
+    cf_ep_opts_t o2 = cf_ep_defaults(URMA_TM_RM);
+    if (cf_side_open(s2, d, NULL, &o2, 65536, CF_MEM_MEMALIGN, 0x7227) != 0) return -1;
+    cf_wire_t me;
+    cf_side_describe(s, &me);
+    if (cf_side_import(s2, &me) == 0) return 0;
+    cf_side_close(s2, true);
+    return -1;
+}
+
+/* Message k of the second jetty: 100 bytes to s, its receive completion in
+ * *cr (checked: success, 100 bytes) and its send completion. 0, or -1 when
+ * it could not be posted or never arrived. */
+static int tk_send_one(cf_side_t *s2, cf_side_t *s, int k, urma_cr_t *cr)
+{
+    urma_sge_t l;
+    urma_jfs_wr_t wr;
+    cf_sge(&l, s2->mem.buf, 100, s2->mem.tseg);
+    cf_wr_send(&wr, URMA_OPC_SEND, s2->tj, &l, 1, 0, (uint64_t)k);
+    if (cf_post(s2->ep.jetty, &wr)) return -1;
+    if (cf_poll(s->ep.jfc, cr, 1, CF_WAIT_MS) != 1) {
+        CF_FAILF("message %d never arrived", k);
+        return -1;
+    }
+    JT_CHECK_EQ(cr->status, URMA_CR_SUCCESS);
+    JT_CHECK_EQ(cr->completion_len, 100u);
+    cf_expect_cr(s2->ep.jfc, URMA_CR_SUCCESS, (uint64_t)k, "SEND beside the taker");
+    return 0;
 }
 
 /* reset: the owner then moves its JFR to RESET and READY and posts its
@@ -631,23 +698,7 @@ static void taker_killed(uint32_t len, bool after_cr, bool reset)
     cf_peer_t p;
     cf_dev_t d;
     cf_side_t s;
-    cf_wire_t peer;
-    cf_ep_opts_t o = cf_ep_defaults(URMA_TM_RM);
-    o.jfr_depth = TK_DEPTH;
-    if (cf_peer_fork(&p, taker_dies, &ta) != 0) {
-        CF_FAILF("cannot fork the peer");
-        return;
-    }
-    if (mp_connect(&d, &s, &peer, p.fd, &o, TK_DEPTH * TK_BUF, CF_MEM_MEMFD, 0x7117)) {
-        cf_peer_wait(&p, 0);
-        return;
-    }
-    for (int i = 0; i < TK_DEPTH; i++) {
-        urma_sge_t rs;
-        cf_sge(&rs, s.mem.buf + TK_BUF * i, TK_BUF, s.mem.tseg);
-        JT_REQUIRE(cf_post_recv(s.ep.jetty, &rs, 1, (uint64_t)i) == 0);
-    }
-    JT_REQUIRE(cf_msg_send(p.fd, T_GO, NULL, 0) == 0);
+    if (tk_start(&p, taker_sends, &ta, &d, &s) != 0) return;
     JT_CHECK_EQ(cf_peer_wait(&p, CF_WAIT_MS), 128 + SIGKILL);
     urma_cr_t first;
     if (after_cr) {
@@ -678,27 +729,13 @@ static void taker_killed(uint32_t len, bool after_cr, bool reset)
     /* A second jetty of this process sends 8 laps of the queue, one message
      * at a time; each receive is posted again as soon as it completes. */
     cf_side_t s2;
-    cf_ep_opts_t o2 = cf_ep_defaults(URMA_TM_RM);
-    JT_REQUIRE(cf_side_open(&s2, &d, NULL, &o2, 65536, CF_MEM_MEMALIGN, 0x7227) == 0);
-    cf_wire_t me;
-    cf_side_describe(&s, &me);
-    JT_REQUIRE(cf_side_import(&s2, &me) == 0);
+    JT_REQUIRE(tk_second_jetty(&d, &s, &s2) == 0);
     enum { K = 8 * TK_DEPTH * 2 };
     bool seen[TK_DEPTH] = {false};
     int got = 0, reposted = 0;
     for (int k = 0; k < K; k++) {
-        urma_sge_t l;
-        urma_jfs_wr_t wr;
-        cf_sge(&l, s2.mem.buf, 100, s2.mem.tseg);
-        cf_wr_send(&wr, URMA_OPC_SEND, s2.tj, &l, 1, 0, (uint64_t)k);
-        if (cf_post(s2.ep.jetty, &wr)) break;
         urma_cr_t cr;
-        if (cf_poll(s.ep.jfc, &cr, 1, CF_WAIT_MS) != 1) {
-            CF_FAILF("message %d of %d never arrived", k, K);
-            break;
-        }
-        JT_CHECK_EQ(cr.status, URMA_CR_SUCCESS);
-        JT_CHECK_EQ(cr.completion_len, 100u);
+        if (tk_send_one(&s2, &s, k, &cr) != 0) break;
         if (cr.user_ctx < base || cr.user_ctx >= base + TK_DEPTH) {
             CF_FAILF("a receive completion names WR %llu", (unsigned long long)cr.user_ctx);
             break;
@@ -713,7 +750,6 @@ static void taker_killed(uint32_t len, bool after_cr, bool reset)
             break;
         }
         reposted++;
-        cf_expect_cr(s2.ep.jfc, URMA_CR_SUCCESS, (uint64_t)k, "SEND after the taker died");
     }
     JT_CHECK_EQ(got, K);
     JT_CHECK_EQ(reposted, K);
@@ -735,23 +771,6 @@ static void taker_killed(uint32_t len, bool after_cr, bool reset)
 #define STOP_IMM 0x57095709C0FFEE01ull
 #define STOP_LEN 3000u
 
-static int taker_stops(int fd, void *arg)
-{
-    (void)arg;
-    cf_dev_t d;
-    cf_side_t s;
-    cf_wire_t peer;
-    if (mp_peer_open(fd, &d, &s, &peer, URMA_TM_RM, 0x7007)) return -1;
-    urma_sge_t l;
-    urma_jfs_wr_t wr;
-    cf_fill(s.mem.buf, STOP_LEN, 0x5709);
-    cf_sge(&l, s.mem.buf, STOP_LEN, s.mem.tseg);
-    cf_wr_send(&wr, URMA_OPC_SEND_IMM, s.tj, &l, 1, STOP_IMM, 1);
-    if (cf_post(s.ep.jetty, &wr)) return -1; /* stops inside, goes on when continued */
-    cf_expect_cr(s.ep.jfc, URMA_CR_SUCCESS, 1, "SEND_IMM of the stopped sender");
-    return mp_peer_finish(fd, &s, NULL, 0);
-}
-
 /* The process's state letter in /proc/<pid>/stat, '?' when unreadable. */
 static char mp_pid_state(pid_t pid)
 {
@@ -771,24 +790,9 @@ static void taker_stopped(void)
     cf_peer_t p;
     cf_dev_t d;
     cf_side_t s, s2;
-    cf_wire_t peer, me;
     bool s2_open = false;
-    cf_ep_opts_t o = cf_ep_defaults(URMA_TM_RM);
-    o.jfr_depth = TK_DEPTH;
-    if (cf_peer_fork(&p, taker_stops, NULL) != 0) {
-        CF_FAILF("cannot fork the peer");
-        return;
-    }
-    if (mp_connect(&d, &s, &peer, p.fd, &o, TK_DEPTH * TK_BUF, CF_MEM_MEMFD, 0x7117)) {
-        cf_peer_wait(&p, 0);
-        return;
-    }
-    for (int i = 0; i < TK_DEPTH; i++) {
-        urma_sge_t rs;
-        cf_sge(&rs, s.mem.buf + TK_BUF * i, TK_BUF, s.mem.tseg);
-        if (cf_post_recv(s.ep.jetty, &rs, 1, (uint64_t)i) != 0) goto kill_peer;
-    }
-    if (cf_msg_send(p.fd, T_GO, NULL, 0) != 0) goto kill_peer;
+    taker_arg_t ta = {.len = STOP_LEN, .imm = STOP_IMM};
+    if (tk_start(&p, taker_sends, &ta, &d, &s) != 0) return;
     /* From here the peer may be stopped: every way out continues or kills it. */
     uint64_t until = cf_now_ms() + CF_WAIT_MS;
     while (mp_pid_state(p.pid) != 'T' && cf_now_ms() < until)
@@ -801,27 +805,14 @@ static void taker_stopped(void)
     /* A second jetty of this process sends one message at a time; each
      * receive is posted again as soon as it completes, until a post reaches
      * the stopped sender's slot, a lap after WR 0. */
-    cf_ep_opts_t o2 = cf_ep_defaults(URMA_TM_RM);
-    if (cf_side_open(&s2, &d, NULL, &o2, 65536, CF_MEM_MEMALIGN, 0x7227) != 0) goto kill_peer;
+    if (tk_second_jetty(&d, &s, &s2) != 0) goto kill_peer;
     s2_open = true;
-    cf_side_describe(&s, &me);
-    if (cf_side_import(&s2, &me) != 0) goto kill_peer;
     int refused_at = -1;
     uint64_t refused_slot = 0, refused_ms = 0;
     for (int k = 0; k < 4 * TK_DEPTH && refused_at < 0; k++) {
-        urma_sge_t l;
-        urma_jfs_wr_t wr;
-        cf_sge(&l, s2.mem.buf, 100, s2.mem.tseg);
-        cf_wr_send(&wr, URMA_OPC_SEND, s2.tj, &l, 1, 0, (uint64_t)k);
-        if (cf_post(s2.ep.jetty, &wr)) break;
         urma_cr_t cr;
-        if (cf_poll(s.ep.jfc, &cr, 1, CF_WAIT_MS) != 1) {
-            CF_FAILF("message %d never arrived", k);
-            break;
-        }
-        JT_CHECK_EQ(cr.status, URMA_CR_SUCCESS);
+        if (tk_send_one(&s2, &s, k, &cr) != 0) break;
         JT_CHECK(cr.user_ctx >= 1 && cr.user_ctx < TK_DEPTH); /* never the stopped sender's */
-        cf_expect_cr(s2.ep.jfc, URMA_CR_SUCCESS, (uint64_t)k, "SEND beside the stopped sender");
         urma_sge_t rs;
         cf_sge(&rs, s.mem.buf + TK_BUF * cr.user_ctx, TK_BUF, s.mem.tseg);
         uint64_t t0 = cf_now_ms();
@@ -849,7 +840,7 @@ static void taker_stopped(void)
         JT_CHECK_EQ(cr.user_ctx, 0u);
         JT_CHECK_EQ(cr.completion_len, STOP_LEN);
         JT_CHECK_EQ(cr.imm_data, STOP_IMM);
-        JT_CHECK_EQ(cf_check_fill(s.mem.buf, STOP_LEN, 0x5709), -1);
+        JT_CHECK_EQ(cf_check_fill(s.mem.buf, STOP_LEN, TAKER_SEED), -1);
     } else {
         CF_FAILF("the continued sender's message never arrived");
     }
