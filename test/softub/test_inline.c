@@ -264,6 +264,56 @@ static void sizes_cross_process_memalign(void)
 }
 
 /* ------------------------------------------------------------------------ */
+/* Which path a SEND takes                                                   */
+/* ------------------------------------------------------------------------ */
+
+/* A SEND of up to the threshold (192 bytes) travels in the CR and reaches the
+ * receive buffer only when its CR is polled; a longer one is written into
+ * the buffer by the sender before its own completion. Between the sender's
+ * completion and the receiver's poll the buffer tells the two apart (an RPC
+ * frame of a 64-byte message is 121 bytes: it must take the first path). */
+static void inline_path_below_threshold(void)
+{
+    static const uint32_t len[] = {1, 64, 65, 121, 191, 192, 193, 1000};
+    cf_dev_t d;
+    cf_side_t a, b;
+    cf_ep_opts_t o = cf_ep_defaults(URMA_TM_RM);
+    JT_REQUIRE(in_open(&d, &a, &b, &o) == 0);
+    for (size_t i = 0; i < sizeof len / sizeof len[0]; i++) {
+        bool inl = len[i] <= 192;
+        uint8_t *dst = b.mem.buf + 4096;
+        memset(dst, GUARD, 2048);
+        urma_sge_t rs;
+        cf_sge(&rs, dst, 1024, b.mem.tseg);
+        JT_REQUIRE(cf_post_recv(b.ep.jetty, &rs, 1, 0x900 + i) == 0);
+        cf_fill(a.mem.buf, len[i], (uint32_t)i + 40);
+        urma_sge_t l;
+        urma_jfs_wr_t wr;
+        cf_sge(&l, a.mem.buf, len[i], a.mem.tseg);
+        cf_wr_send(&wr, URMA_OPC_SEND_IMM, a.tj, &l, 1, 0x77, 0x910 + i);
+        JT_REQUIRE(cf_post(a.ep.jetty, &wr) == 0);
+        cf_expect_cr(a.ep.jfc, URMA_CR_SUCCESS, 0x910 + i, "SEND_IMM");
+        if (inl)
+            JT_CHECK_EQ(cf_check_byte(dst, 2048, GUARD), -1); /* nothing written yet */
+        else
+            JT_CHECK_EQ(cf_check_fill(dst, len[i], (uint32_t)i + 40), -1);
+        urma_cr_t cr;
+        if (cf_poll1(b.ep.jfc, &cr) == 0) {
+            JT_CHECK_EQ(cr.status, URMA_CR_SUCCESS);
+            JT_CHECK_EQ(cr.user_ctx, 0x900 + i);
+            JT_CHECK_EQ(cr.completion_len, len[i]);
+        }
+        JT_CHECK_EQ(cf_check_fill(dst, len[i], (uint32_t)i + 40), -1);
+        JT_CHECK_EQ(cf_check_byte(dst + len[i], 2048 - len[i], GUARD), -1);
+        if (jt_case_failed) {
+            fprintf(stderr, "  ^ %u bytes (%s)\n", len[i], inl ? "in the CR" : "in the buffer");
+            break;
+        }
+    }
+    in_close(&a, &b);
+}
+
+/* ------------------------------------------------------------------------ */
 /* A message longer than its receive WR                                      */
 /* ------------------------------------------------------------------------ */
 
@@ -461,6 +511,7 @@ int main(int argc, char **argv)
     CF_RUN(sizes_in_process);
     CF_RUN(sizes_cross_process_memfd);
     CF_RUN(sizes_cross_process_memalign);
+    CF_RUN(inline_path_below_threshold);
     CF_RUN(too_long_writes_nothing);
     CF_RUN(unpolled_receives_refuse_posts);
     CF_RUN(flushed_and_discarded_receives_free);
