@@ -1307,16 +1307,32 @@ static void post_rq_dropped(struct sub_jfr *jfr)
                           memory_order_relaxed);
 }
 
+/* The ring's head position, its slot's entry, and what the entry says of
+ * the sender that took it a lap ago: pid, | SUB_TAKER_CR once its CR was
+ * written (0: none). *other: that sender is another process. */
+static uint32_t post_rq_head(struct sub_jfr *jfr, uint64_t *pos_out, struct sub_rqe **q_out,
+                             pid_t *other)
+{
+    struct sub_ring *r = jfr->ring;
+    uint64_t pos = atomic_load_explicit(&r->head, memory_order_relaxed);
+    struct sub_rqe *q = (struct sub_rqe *)((uint8_t *)sub_ring_seq(r, pos) + 8);
+    uint32_t taker = __atomic_load_n(&q->taker, __ATOMIC_ACQUIRE);
+    pid_t pid = (pid_t)(taker & ~SUB_TAKER_CR);
+    *pos_out = pos;
+    *q_out = q;
+    *other = pid != softub__g.self->pid ? pid : 0;
+    return taker;
+}
+
 /* The slot at the ring's head was taken a lap ago by a sender whose
  * process is stopped now. */
 static int post_rq_taker_stopped(struct sub_jfr *jfr)
 {
-    struct sub_ring *r = jfr->ring;
-    uint64_t pos = atomic_load_explicit(&r->head, memory_order_relaxed);
-    const struct sub_rqe *q = (const struct sub_rqe *)((const uint8_t *)sub_ring_seq(r, pos) + 8);
-    uint32_t taker = __atomic_load_n(&q->taker, __ATOMIC_ACQUIRE);
-    pid_t pid = (pid_t)(taker & ~SUB_TAKER_CR);
-    return pid != 0 && pid != softub__g.self->pid && softub__pid_stopped(pid);
+    uint64_t pos;
+    struct sub_rqe *q;
+    pid_t pid;
+    (void)post_rq_head(jfr, &pos, &q, &pid);
+    return pid != 0 && softub__pid_stopped(pid);
 }
 
 /* The slot at the ring's head was taken a lap ago by a sender that has
@@ -1328,13 +1344,13 @@ static int post_rq_taker_stopped(struct sub_jfr *jfr)
 static int post_rq_recover(struct sub_jfr *jfr)
 {
     struct sub_ring *r = jfr->ring;
-    uint64_t pos = atomic_load_explicit(&r->head, memory_order_relaxed);
-    _Atomic uint64_t *seq = sub_ring_seq(r, pos);
-    struct sub_rqe *q = (struct sub_rqe *)((uint8_t *)seq + 8);
-    uint32_t taker = __atomic_load_n(&q->taker, __ATOMIC_ACQUIRE);
-    pid_t pid = (pid_t)(taker & ~SUB_TAKER_CR);
-    if (pid == 0 || pid == softub__g.self->pid || softub__pid_alive(pid, 0))
+    uint64_t pos;
+    struct sub_rqe *q;
+    pid_t pid;
+    uint32_t taker = post_rq_head(jfr, &pos, &q, &pid);
+    if (pid == 0 || softub__pid_alive(pid, 0))
         return 0;
+    _Atomic uint64_t *seq = sub_ring_seq(r, pos);
     uint64_t s = atomic_load_explicit(seq, memory_order_acquire);
     int changed = 0;
     if (s == pos - r->cap + 1) {
