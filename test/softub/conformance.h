@@ -1065,6 +1065,18 @@ typedef struct cf_side {
     bool bound;
 } cf_side_t;
 
+/* Posts one SEND-type WR (opc) of len bytes at buf, in s's registered
+ * memory, to s's peer jetty: cf_post's status. */
+CF_FN int cf_side_send(cf_side_t *s, const void *buf, uint32_t len, urma_opcode_t opc,
+                       uint64_t imm, uint64_t user_ctx)
+{
+    urma_sge_t l;
+    urma_jfs_wr_t wr;
+    cf_sge(&l, buf, len, s->mem.tseg);
+    cf_wr_send(&wr, opc, s->tj, &l, 1, imm, user_ctx);
+    return cf_post(s->ep.jetty, &wr);
+}
+
 /* What a side sends its peer (§4.4): ids, tokens, the whole urma_seg_t. */
 typedef struct cf_wire {
     urma_eid_t eid;

@@ -1225,11 +1225,7 @@ static void shared_jfr_jetty_deleted_before_poll(void)
         cf_sge(&rs, r.mem.buf + BUF * i, BUF, r.mem.tseg);
         JT_REQUIRE(cf_post_recv(r.ep.jetty, &rs, 1, (uint64_t)i) == 0);
     }
-    urma_sge_t l;
-    urma_jfs_wr_t wr;
-    cf_sge(&l, s.mem.buf, 200, s.mem.tseg);
-    cf_wr_send(&wr, URMA_OPC_SEND, s.tj, &l, 1, 0, 0x300);
-    JT_REQUIRE(cf_post(s.ep.jetty, &wr) == 0);
+    JT_REQUIRE(cf_side_send(&s, s.mem.buf, 200, URMA_OPC_SEND, 0, 0x300) == 0);
     cf_expect_cr(s.ep.jfc, URMA_CR_SUCCESS, 0x300, "SEND through jetty A");
     /* A second jetty on the same JFR takes A's place; A goes first. */
     urma_jetty_cfg_t jcfg;
@@ -1263,8 +1259,7 @@ static void shared_jfr_jetty_deleted_before_poll(void)
             CF_FAILF("posting a receive failed after %d messages through the new jetty", k);
             break;
         }
-        cf_wr_send(&wr, URMA_OPC_SEND, s.tj, &l, 1, 0, 0x400 + (uint64_t)k);
-        JT_REQUIRE(cf_post(s.ep.jetty, &wr) == 0);
+        JT_REQUIRE(cf_side_send(&s, s.mem.buf, 200, URMA_OPC_SEND, 0, 0x400 + (uint64_t)k) == 0);
         if (cf_poll(r.ep.jfc, &cr, 1, CF_WAIT_MS) != 1) {
             CF_FAILF("message %d through the new jetty never arrived", k);
             break;

@@ -287,11 +287,7 @@ static void inline_path_below_threshold(void)
         cf_sge(&rs, dst, 1024, b.mem.tseg);
         JT_REQUIRE(cf_post_recv(b.ep.jetty, &rs, 1, 0x900 + i) == 0);
         cf_fill(a.mem.buf, len[i], (uint32_t)i + 40);
-        urma_sge_t l;
-        urma_jfs_wr_t wr;
-        cf_sge(&l, a.mem.buf, len[i], a.mem.tseg);
-        cf_wr_send(&wr, URMA_OPC_SEND_IMM, a.tj, &l, 1, 0x77, 0x910 + i);
-        JT_REQUIRE(cf_post(a.ep.jetty, &wr) == 0);
+        JT_REQUIRE(cf_side_send(&a, a.mem.buf, len[i], URMA_OPC_SEND_IMM, 0x77, 0x910 + i) == 0);
         cf_expect_cr(a.ep.jfc, URMA_CR_SUCCESS, 0x910 + i, "SEND_IMM");
         if (inl)
             JT_CHECK_EQ(cf_check_byte(dst, 2048, GUARD), -1); /* nothing written yet */
@@ -356,11 +352,7 @@ static void too_long_writes_nothing(void)
     urma_sge_t rs;
     cf_sge(&rs, b.mem.buf + 2048, 48, b.mem.tseg);
     JT_REQUIRE(cf_post_recv(b.ep.jetty, &rs, 1, 0x49) == 0);
-    urma_sge_t s;
-    urma_jfs_wr_t wr;
-    cf_sge(&s, a.mem.buf, 17, a.mem.tseg);
-    cf_wr_send(&wr, URMA_OPC_SEND, a.tj, &s, 1, 0, 0x650);
-    JT_REQUIRE(cf_post(a.ep.jetty, &wr) == 0);
+    JT_REQUIRE(cf_side_send(&a, a.mem.buf, 17, URMA_OPC_SEND, 0, 0x650) == 0);
     cf_expect_cr(a.ep.jfc, URMA_CR_SUCCESS, 0x650, "17-byte SEND after the refused ones");
     urma_cr_t cr;
     if (cf_poll1(b.ep.jfc, &cr) == 0) {

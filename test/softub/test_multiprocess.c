@@ -571,16 +571,11 @@ static void small_send_right_after_death(void)
     cf_ep_opts_t o = cf_ep_defaults(URMA_TM_RM);
     if (mp_case_open(&p, victim, &d, &s, &peer, &o, 65536, CF_MEM_MEMFD, 0x6116)) return;
     JT_REQUIRE(cf_msg_recv(p.fd, T_ARMED, NULL, 0, CF_CASE_TIMEOUT_MS) == 0);
-    urma_sge_t l;
-    urma_jfs_wr_t wr;
-    cf_sge(&l, s.mem.buf, 16, s.mem.tseg);
-    cf_wr_send(&wr, URMA_OPC_SEND, s.tj, &l, 1, 0, 0x200);
-    JT_REQUIRE(cf_post(s.ep.jetty, &wr) == 0);
+    JT_REQUIRE(cf_side_send(&s, s.mem.buf, 16, URMA_OPC_SEND, 0, 0x200) == 0);
     cf_expect_cr(s.ep.jfc, URMA_CR_SUCCESS, 0x200, "small SEND to the live peer");
     kill(p.pid, SIGKILL);
     JT_CHECK_EQ(cf_peer_wait(&p, CF_WAIT_MS), 128 + SIGKILL);
-    cf_wr_send(&wr, URMA_OPC_SEND, s.tj, &l, 1, 0, 0x201);
-    JT_REQUIRE(cf_post(s.ep.jetty, &wr) == 0);
+    JT_REQUIRE(cf_side_send(&s, s.mem.buf, 16, URMA_OPC_SEND, 0, 0x201) == 0);
     urma_cr_t cr;
     if (cf_poll1(s.ep.jfc, &cr) == 0) {
         JT_CHECK_EQ(cr.user_ctx, 0x201);
@@ -617,12 +612,8 @@ static int taker_sends(int fd, void *arg)
     cf_side_t s;
     cf_wire_t peer;
     if (mp_peer_open(fd, &d, &s, &peer, URMA_TM_RM, 0x7007)) return -1;
-    urma_sge_t l;
-    urma_jfs_wr_t wr;
     cf_fill(s.mem.buf, a->len, TAKER_SEED);
-    cf_sge(&l, s.mem.buf, a->len, s.mem.tseg);
-    cf_wr_send(&wr, URMA_OPC_SEND_IMM, s.tj, &l, 1, a->imm, 1);
-    if (cf_post(s.ep.jetty, &wr)) return -1;
+    if (cf_side_send(&s, s.mem.buf, a->len, URMA_OPC_SEND_IMM, a->imm, 1)) return -1;
     cf_expect_cr(s.ep.jfc, URMA_CR_SUCCESS, 1, "SEND_IMM of the taker");
     return mp_peer_finish(fd, &s, NULL, 0);
 }
@@ -674,11 +665,7 @@ static int tk_second_jetty(cf_dev_t *d, cf_side_t *s, cf_side_t *s2)
  * it could not be posted or never arrived. */
 static int tk_send_one(cf_side_t *s2, cf_side_t *s, int k, urma_cr_t *cr)
 {
-    urma_sge_t l;
-    urma_jfs_wr_t wr;
-    cf_sge(&l, s2->mem.buf, 100, s2->mem.tseg);
-    cf_wr_send(&wr, URMA_OPC_SEND, s2->tj, &l, 1, 0, (uint64_t)k);
-    if (cf_post(s2->ep.jetty, &wr)) return -1;
+    if (cf_side_send(s2, s2->mem.buf, 100, URMA_OPC_SEND, 0, (uint64_t)k)) return -1;
     if (cf_poll(s->ep.jfc, cr, 1, CF_WAIT_MS) != 1) {
         CF_FAILF("message %d never arrived", k);
         return -1;
