@@ -217,6 +217,7 @@ typedef struct jet_urma_counters {
     uint64_t signalled_wrs; /* of which signalled */
     uint64_t send_bounced;  /* SGEs copied because their memory was not registered */
     uint64_t window_waits;  /* writes held back: the SQ window or the peer's RQ window was empty */
+    uint64_t recv_refused;  /* own receive queues: re-posts refused for want of room (held, retried) */
 } jet_urma_counters_t;
 
 /* Counts of a loop, for tests and debug lines. */

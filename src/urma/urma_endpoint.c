@@ -19,6 +19,10 @@
 #define EP_CHAIN    16 /* data WRs per post call */
 #define EP_DEFER_MAX 8 /* receives a batch end may leave for the next poller pass */
 #define EP_DRAIN_MS 2000
+/* A receive the provider refused for want of room (URMA_ENOMEM within the
+ * queue's depth: a slot a sender holds, as a stalled one does) is tried
+ * again this long after, by a timer, not at every batch end. */
+#define EP_RETRY_US 1000
 
 struct jet_urma_ep {
     const jet_urma_ctx_t *ctx;
@@ -74,6 +78,15 @@ struct jet_urma_ep {
     jet_block_t **held;
     uint32_t *repost; /* slots in held, in arrival order */
     uint32_t nrepost;
+    /* Receives that are no credit (credit messages, foreign senders' ones)
+     * the provider refused: slots in held, posted again before the others. */
+    uint32_t *pend;
+    uint32_t npend;
+    /* Own receive queue: when the provider last refused a re-post. Until
+     * retry_timer runs, EP_RETRY_US later, nothing is posted: what comes
+     * back is held, and the peer's window lacks the held data receives. */
+    int64_t refused_us;
+    jet_timer_t retry_timer;
     bool repost_deferred; /* listed for the loop's next poller pass */
     bool close_pending;   /* the move to ERROR runs on an import thread */
     jet_timer_t drain_timer;
@@ -103,6 +116,8 @@ static urma_target_seg_t *ep_seg_of(const jet_block_t *b, const void *addr)
     return r ? r->reg : NULL;
 }
 
+/* 0; -EAGAIN when the provider has no room (b is the caller's still); -EFAULT,
+ * -EIO. */
 static int ep_post_recv(jet_urma_ep_t *ep, uint32_t slot, jet_block_t *b)
 {
     int rc = jet__urma_post_recv(
@@ -113,11 +128,11 @@ static int ep_post_recv(jet_urma_ep_t *ep, uint32_t slot, jet_block_t *b)
         return 0;
     }
     if (rc == -EFAULT) return rc;
-    /* A receive queue that refuses a post within its depth keeps doing so
-     * after a reset (a slot a sender took and never gave back): the next
+    /* A receive queue that refuses a post within its depth may keep doing
+     * so after a reset (a slot a sender took and never gave back): the next
      * connection must not inherit it. */
     ep->no_reuse = true;
-    return -EIO;
+    return rc == -ENOMEM ? -EAGAIN : -EIO;
 }
 
 /* The receive queue depth of ep's jetty set: 0 on the loop's shared one. */
@@ -149,6 +164,7 @@ static void ep_free_arrays(jet_urma_ep_t *ep)
     free(ep->rbufs);
     free(ep->held);
     free(ep->repost);
+    free(ep->pend);
 }
 
 static void ep_free(jet_urma_ep_t *ep)
@@ -181,6 +197,7 @@ static int ep_post_all(jet_urma_ep_t *ep)
     for (uint32_t i = 0; i < ep->rq; i++) {
         jet_block_t *b = jet__block_alloc(ep->recv_size);
         rc = b ? ep_post_recv(ep, i, b) : -ENOMEM;
+        if (rc == -EAGAIN) rc = -EIO; /* a new queue without room: take another set */
         if (rc < 0) {
             if (b) jet__block_unref(b);
             JET_LOG_ONCE(JET_LOG_WARN, "URMA: cannot post the receive queue: %s", jet_strerror(rc));
@@ -211,13 +228,15 @@ static int ep_create(jet_socket_t *s, jet_urma_ep_ready_t ready, bool fresh, boo
         ep->recv_size = jet__urma_loop_srq_size(ul);
     }
     jet_timer_init(&ep->drain_timer, NULL);
+    jet_timer_init(&ep->retry_timer, NULL);
     ep->slot_n = calloc(ep->sq, sizeof *ep->slot_n);
     ep->slot_blk = calloc((size_t)ep->sq * ep->max_sge, sizeof *ep->slot_blk);
     ep->rbufs = calloc(ep->rq, sizeof *ep->rbufs);
     ep->held = calloc(ep->rq, sizeof *ep->held);
     ep->repost = calloc(ep->rq, sizeof *ep->repost);
+    ep->pend = calloc(ep->rq, sizeof *ep->pend);
     int rc = -ENOMEM;
-    if (ep->slot_n && ep->slot_blk && ep->rbufs && ep->held && ep->repost)
+    if (ep->slot_n && ep->slot_blk && ep->rbufs && ep->held && ep->repost && ep->pend)
         rc = jet__urma_loop_attach(ul, ep, ep->sq, ep_set_rq(ep), ep->max_sge, fresh,
                                    &ep->index, &ep->gen, &ep->js, pooled_p);
     if (rc < 0) {
@@ -526,11 +545,13 @@ int jet__urma_ep_wait_writable(jet_urma_ep_t *ep)
     return 0;
 }
 
-static void ep_send_credits(jet_urma_ep_t *ep)
+/* Sends the credits not reported yet in a credit message when there are more
+ * than `above`. */
+static void ep_flush_credits(jet_urma_ep_t *ep, uint32_t above)
 {
     if (!ep->connected || ep->draining) return;
     uint32_t c = atomic_load_explicit(&ep->credits, memory_order_relaxed);
-    if (c <= ep->remote_cap / 2) return;
+    if (c <= above) return;
     if (atomic_load_explicit(&ep->imm_slots, memory_order_relaxed) <= 0) return;
     c = atomic_exchange_explicit(&ep->credits, 0, memory_order_acq_rel);
     if (c == 0) return;
@@ -551,6 +572,13 @@ static void ep_send_credits(jet_urma_ep_t *ep)
         return;
     }
     ep->cnt->credit_msgs++;
+}
+
+/* Credits wait for the next data WR (piggybacked, or brpc's way, in a
+ * message once half the window is owed). */
+static void ep_send_credits(jet_urma_ep_t *ep)
+{
+    ep_flush_credits(ep, ep->remote_cap / 2);
 }
 
 /* ---- completions -------------------------------------------------------------- */
@@ -616,14 +644,44 @@ static bool ep_from_peer(const jet_urma_ep_t *ep, const urma_cr_t *cr)
     return !cr->remote_id.id || cr->remote_id.id == ep->peer_jetty;
 }
 
-/* A receive's block goes back to its queue: the loop's shared one, or slot
- * of ep's own (freed when the provider refuses it). */
+/* A receive's block goes back to its queue: the loop's shared one (which
+ * keeps what it has no room for), or slot of ep's own: -EAGAIN when the
+ * provider has no room (b is the caller's still), freed when it fails. */
 static int ep_give_back(jet_urma_ep_t *ep, uint32_t slot, jet_block_t *b)
 {
     if (ep->srq) return jet__urma_loop_srq_give(ep->ul, b);
     int rc = ep_post_recv(ep, slot, b);
-    if (rc < 0) jet__block_unref(b);
+    if (rc < 0 && rc != -EAGAIN) jet__block_unref(b);
     return rc;
+}
+
+static void ep_retry_timeout(jet_timer_t *t);
+
+/* The provider refused a re-post for want of room: everything waits for
+ * the retry timer. */
+static void ep_refused(jet_urma_ep_t *ep)
+{
+    ep->cnt->recv_refused++;
+    ep->refused_us = jet_now_us();
+    if (!jet_timer_armed(&ep->retry_timer)) {
+        ep->retry_timer.fn = ep_retry_timeout;
+        jet_loop_timer_start(jet__urma_loop_of(ep->ul), &ep->retry_timer,
+                             ep->refused_us + EP_RETRY_US);
+    }
+}
+
+/* A receive that is no credit goes back to ep's queue, or waits in held for
+ * the retry when the provider has no room. */
+static void ep_give_back_unowed(jet_urma_ep_t *ep, uint32_t slot, jet_block_t *b)
+{
+    int rc = ep->refused_us ? -EAGAIN : ep_give_back(ep, slot, b);
+    if (rc == -EAGAIN) {
+        if (ep->refused_us == 0) ep_refused(ep);
+        ep->held[slot] = b;
+        ep->pend[ep->npend++] = slot;
+        return;
+    }
+    if (rc < 0) ep_fail(ep, -EIO, "re-posting a receive failed", -1);
 }
 
 /* A receive's block is freed instead (the loop makes up a shared one). */
@@ -654,7 +712,7 @@ static void ep_recv_block(jet_urma_ep_t *ep, const urma_cr_t *cr, uint32_t slot,
                      "URMA: dropped a message from jetty %u (the connection's "
                      "peer is jetty %u)",
                      cr->remote_id.id, ep->peer_jetty);
-        if (ep_give_back(ep, slot, b) < 0) ep_fail(ep, -EIO, "re-posting a receive failed", -1);
+        ep_give_back_unowed(ep, slot, b);
         return;
     }
     uint32_t len = cr->completion_len;
@@ -710,7 +768,7 @@ static void ep_recv_block(jet_urma_ep_t *ep, const urma_cr_t *cr, uint32_t slot,
         return;
     }
     /* Credit messages land in the reserved receives and are not owed. */
-    if (ep_give_back(ep, slot, b) < 0) ep_fail(ep, -EIO, "re-posting a receive failed", -1);
+    ep_give_back_unowed(ep, slot, b);
 }
 
 static void ep_on_recv(jet_urma_ep_t *ep, const urma_cr_t *cr, uint32_t slot)
@@ -777,25 +835,60 @@ bool jet__urma_ep_on_cr(jet_urma_ep_t *ep, const urma_cr_t *cr)
     return ep_after_cr(ep);
 }
 
-/* Posts the receives held in this batch again; each one is a credit owed. */
+/* Posts the held receives again, those that are no credit first; each
+ * data one is a credit owed. What the provider has no room for stays held
+ * for the retry timer. */
 static void ep_repost_held(jet_urma_ep_t *ep)
 {
-    uint32_t n = ep->nrepost;
-    ep->nrepost = 0;
-    for (uint32_t i = 0; i < n; i++) {
-        uint32_t slot = ep->repost[i];
-        jet_block_t *b = ep->held[slot];
+    if (ep->refused_us) return; /* refused a moment ago: the timer tries again */
+    while (ep->npend > 0) {
+        uint32_t slot = ep->pend[ep->npend - 1];
+        int rc = ep_give_back(ep, slot, ep->held[slot]);
+        if (rc == -EAGAIN) {
+            ep_refused(ep);
+            return;
+        }
         ep->held[slot] = NULL;
-        if (ep_give_back(ep, slot, b) < 0) {
-            for (uint32_t j = i + 1; j < n; j++) {
-                ep_drop(ep, ep->held[ep->repost[j]]);
-                ep->held[ep->repost[j]] = NULL;
-            }
+        ep->npend--;
+        if (rc < 0) {
             ep_fail(ep, -EIO, "re-posting a receive failed", -1);
             return;
         }
     }
-    if (n > 0) atomic_fetch_add_explicit(&ep->credits, n, memory_order_relaxed);
+    uint32_t n = ep->nrepost, i = 0;
+    int rc = 0;
+    for (; i < n; i++) {
+        uint32_t slot = ep->repost[i];
+        rc = ep_give_back(ep, slot, ep->held[slot]);
+        if (rc == -EAGAIN) break;
+        ep->held[slot] = NULL;
+        if (rc < 0) {
+            for (uint32_t j = i + 1; j < n; j++) {
+                ep_drop(ep, ep->held[ep->repost[j]]);
+                ep->held[ep->repost[j]] = NULL;
+            }
+            ep->nrepost = 0;
+            ep_fail(ep, -EIO, "re-posting a receive failed", -1);
+            return;
+        }
+    }
+    if (i > 0) atomic_fetch_add_explicit(&ep->credits, i, memory_order_relaxed);
+    ep->nrepost = n - i;
+    if (i < n) {
+        memmove(ep->repost, ep->repost + i, (size_t)(n - i) * sizeof *ep->repost);
+        ep_refused(ep);
+    }
+}
+
+static void ep_retry_timeout(jet_timer_t *t)
+{
+    jet_urma_ep_t *ep = (jet_urma_ep_t *)((char *)t - offsetof(jet_urma_ep_t, retry_timer));
+    ep->refused_us = 0;
+    if (!ep->s || ep->draining) return; /* the held blocks go with ep_finish */
+    ep_repost_held(ep);
+    /* The peer may have stopped for want of credits, with nothing of ours
+     * on the way to carry them: they go now. */
+    ep_flush_credits(ep, 0);
 }
 
 /* A busy-polled loop re-posts a small batch's receives at its next pass:
@@ -997,6 +1090,7 @@ static void ep_finish(jet_urma_ep_t *ep, bool reuse)
     const jet_urma_ctx_t *ctx = ep->ctx;
     jet_urma_loop_t *ul = ep->ul;
     jet_loop_timer_stop(jet__urma_loop_of(ul), &ep->drain_timer);
+    jet_loop_timer_stop(jet__urma_loop_of(ul), &ep->retry_timer);
     ep->cnt->data_wrs += ep->wcnt.data_wrs;
     ep->cnt->signalled_wrs += ep->wcnt.signalled_wrs;
     ep->cnt->send_bounced += ep->wcnt.send_bounced;

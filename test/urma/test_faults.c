@@ -178,6 +178,49 @@ static void test_forced_rnr(void)
     jet_server_destroy(srv);
 }
 
+/* A connection's own receive queue whose provider refuses re-posts for want
+ * of room (here the server's posts after its connection's first 32): the
+ * receives are held and posted again by a timer a millisecond after each
+ * refusal, the client's window lacking them meanwhile, and the connection
+ * goes on. Each refusal holds every re-post for a millisecond, and only the
+ * timer ends that wait: 100 calls are more than the window, so without the
+ * timer's posts (and the credits it sends) they would stop. 60 of them at
+ * once, then 40 one at a time. Both ways credits travel: on data (jetrpc
+ * peers) and in credit messages (brpc's way), whose receives are no credit
+ * and are held apart. */
+static void refused_reposts_retried(bool extensions)
+{
+    const char *envs[] = {"JETRPC_URMA_SHARED_RQ_SIZE=0", "SOFTUB_RECV_FULL_AFTER=32",
+                          "SOFTUB_RECV_FULL=10", NULL};
+    jt_child_t c;
+    JT_REQUIRE(jt_child_start(&c, NULL, envs) == 0);
+    jet_flag_set("urma_jetrpc_extensions", extensions ? "true" : "false");
+    ut_urma_mark_t m = ut_urma_mark();
+    jet_channel_t *ch = channel(c.port, 10000, 0);
+    JT_REQUIRE(ch);
+    int err = 0;
+    JT_CHECK_EQ(jt_async_batch(ch, 60, 3000, 101, GUARD_US, &err), 0);
+    for (int i = 0; i < 40; i++)
+        JT_CHECK_EQ(jt_echo_bytes(ch, 3000 + (size_t)i * 101, (uint64_t)i + 7, "held"), 0);
+    ut_expect_urma(m, 41, 1);
+    ut_child_stats_t p = {0};
+    JT_CHECK(ut_child_pool(ch, &p));
+    JT_CHECK_EQ(p.recv_refused, 10ull);
+    JT_CHECK_EQ(p.endpoints, 1u);
+    fprintf(stderr, "  extensions %d: server refused %llu re-posts, %u connection(s)\n",
+            extensions, p.recv_refused, p.endpoints);
+    jet_channel_destroy(ch);
+    JT_CHECK(ut_urma_released(0, NULL));
+    jet_flag_set("urma_jetrpc_extensions", "true");
+    JT_CHECK_EQ(jt_child_stop(&c), 0);
+}
+
+static void test_refused_reposts_retried(void)
+{
+    refused_reposts_retried(true);
+    refused_reposts_retried(false);
+}
+
 typedef struct conn_arg {
     int port;
     _Atomic int *bad;
@@ -832,6 +875,7 @@ int main(int argc, char **argv)
     JT_RUN(test_completion_errors_server);
     JT_RUN(test_completion_errors_client);
     JT_RUN(test_forced_rnr);
+    JT_RUN(test_refused_reposts_retried);
     JT_RUN(test_jfc_full_falls_back);
     JT_RUN(test_slow_import_keeps_loop_serving);
     JT_RUN(test_import_outlived_by_handshake);

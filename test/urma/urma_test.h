@@ -359,6 +359,7 @@ static UT_UNUSED jet_urma_loop_stats_t ut_urma_totals(int *spinning_p)
         sum.c.signalled_wrs += p.st.c.signalled_wrs;
         sum.c.send_bounced += p.st.c.send_bounced;
         sum.c.window_waits += p.st.c.window_waits;
+        sum.c.recv_refused += p.st.c.recv_refused;
     }
     if (spinning_p) *spinning_p = spinning;
     return sum;
@@ -411,6 +412,8 @@ typedef struct ut_child_stats {
     /* shared queues' buffers kept for want of room, posts refused so */
     unsigned srq_kept;
     unsigned long long srq_refused;
+    /* connections' own receive queues: re-posts refused for want of room */
+    unsigned long long recv_refused;
 } ut_child_stats_t;
 
 /* 0, or the call's error code (EPROTO: an answer that does not parse). */
@@ -425,10 +428,10 @@ static UT_UNUSED int ut_child_pool_rc(jet_channel_t *ch, ut_child_stats_t *st)
     if (rc == 0) rc = jet_call_error_code(call);
     const Example__EchoResponse *resp = (const Example__EchoResponse *)jet_call_response(call);
     if (rc == 0 && (!resp || !resp->message ||
-                    sscanf(resp->message, "%u %llu %u %zu %u %u %u %u %llu", &st->pooled,
+                    sscanf(resp->message, "%u %llu %u %zu %u %u %u %u %llu %llu", &st->pooled,
                            &st->recycled, &st->endpoints, &st->blocks, &st->jfc_used,
-                           &st->srq_posted, &st->srq_depth, &st->srq_kept,
-                           &st->srq_refused) != 9))
+                           &st->srq_posted, &st->srq_depth, &st->srq_kept, &st->srq_refused,
+                           &st->recv_refused) != 10))
         rc = EPROTO;
     jet_call_destroy(call);
     return rc < 0 ? -rc : rc;
@@ -450,9 +453,10 @@ static void *ut_pool_main(void *arg)
     for (int i = 0; i < JET_BLOCK_NCLASS; i++)
         blocks += bp.blocks_in_use[i];
     blocks -= st.srq_posted + st.srq_kept;
-    snprintf(text, sizeof text, "%u %llu %u %zu %u %u %u %u %llu", st.pooled,
+    snprintf(text, sizeof text, "%u %llu %u %zu %u %u %u %u %llu %llu", st.pooled,
              (unsigned long long)st.recycled, st.endpoints, blocks, st.jfc_used, st.srq_posted,
-             st.srq_depth, st.srq_kept, (unsigned long long)st.srq_refused);
+             st.srq_depth, st.srq_kept, (unsigned long long)st.srq_refused,
+             (unsigned long long)st.c.recv_refused);
     Example__EchoResponse resp = EXAMPLE__ECHO_RESPONSE__INIT;
     resp.message = text;
     l->closure(&resp, l->closure_data);
