@@ -349,6 +349,16 @@ struct sub_fault {
     char slow_trace[256]; /* SOFTUB_SLOW_TRACE: the file injected delays are noted in */
 };
 extern struct sub_fault softub__fault;
+
+/* A fault counter of "the next n calls": takes one while it is positive,
+ * true when it did. */
+static inline int softub__fault_take(_Atomic uint32_t *n)
+{
+    uint32_t left = atomic_load_explicit(n, memory_order_relaxed);
+    while (left > 0 && !atomic_compare_exchange_weak(n, &left, left - 1))
+        ;
+    return left > 0;
+}
 void softub__fault_load(void);
 /* Sleeps us microseconds (0: returns at once): the injected delays, each
  * noted with the calling thread's name and `what` in SOFTUB_SLOW_TRACE. */

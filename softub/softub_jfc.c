@@ -229,10 +229,7 @@ SUB_API urma_jfc_t *urma_create_jfc(urma_context_t *ctx, urma_jfc_cfg_t *jfc_cfg
         return NULL;
     }
     softub__fault_sleep_us(softub__fault.queue_delay_us, "create_jfc");
-    uint32_t left = atomic_load(&softub__fault.jfc_fail);
-    while (left > 0 && !atomic_compare_exchange_weak(&softub__fault.jfc_fail, &left, left - 1))
-        ;
-    if (left > 0) {
+    if (softub__fault_take(&softub__fault.jfc_fail)) {
         errno = ENOMEM;
         return NULL;
     }

@@ -1392,23 +1392,14 @@ static int post_rq_recover(struct sub_jfr *jfr)
     return 1;
 }
 
-/* Takes one from *n while it is positive: true when it was. */
-static int post_take_one(_Atomic uint32_t *n)
-{
-    uint32_t left = atomic_load_explicit(n, memory_order_relaxed);
-    while (left > 0 && !atomic_compare_exchange_weak(n, &left, left - 1))
-        ;
-    return left > 0;
-}
-
 /* SOFTUB_RECV_FULL: true while refusals are left (one used), once
  * SOFTUB_RECV_FULL_AFTER posts went through. */
 static int post_recv_full_fault(void)
 {
     if (atomic_load_explicit(&softub__fault.recv_full, memory_order_relaxed) == 0 ||
-        post_take_one(&softub__fault.recv_full_after))
+        softub__fault_take(&softub__fault.recv_full_after))
         return 0;
-    return post_take_one(&softub__fault.recv_full);
+    return softub__fault_take(&softub__fault.recv_full);
 }
 
 urma_status_t softub__rq_post(struct sub_jfr *jfr, urma_jfr_wr_t *wr, urma_jfr_wr_t **bad_wr)

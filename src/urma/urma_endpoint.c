@@ -856,10 +856,9 @@ static void ep_repost_held(jet_urma_ep_t *ep)
         }
     }
     uint32_t n = ep->nrepost, i = 0;
-    int rc = 0;
     for (; i < n; i++) {
         uint32_t slot = ep->repost[i];
-        rc = ep_give_back(ep, slot, ep->held[slot]);
+        int rc = ep_give_back(ep, slot, ep->held[slot]);
         if (rc == -EAGAIN) break;
         ep->held[slot] = NULL;
         if (rc < 0) {
