@@ -210,11 +210,13 @@ SUB_API urma_status_t urma_query_jfs(urma_jfs_t *jfs, urma_jfs_cfg_t *cfg, urma_
 
 SUB_API int urma_flush_jfs(urma_jfs_t *jfs, int cr_cnt, urma_cr_t *cr)
 {
-    if (jfs == NULL || cr == NULL || cr_cnt <= 0 || (uint32_t)cr_cnt > jfs->jfs_cfg.depth)
-        return -URMA_EINVAL;
+    /* Count-returning: -1 on error (§2.1). cr_cnt is the room in cr, which
+     * may exceed the queue's depth. */
+    if (jfs == NULL || cr == NULL || cr_cnt <= 0)
+        return -1;
     struct sub_jfs *j = softub__jfs_check(jfs);
     if (j == NULL)
-        return -URMA_EINVAL;
+        return -1;
     return softub__sq_flush(&j->sq, cr_cnt, cr);
 }
 
@@ -604,12 +606,12 @@ SUB_API urma_status_t urma_query_jetty(urma_jetty_t *jetty, urma_jetty_cfg_t *cf
 
 SUB_API int urma_flush_jetty(urma_jetty_t *jetty, int cr_cnt, urma_cr_t *cr)
 {
-    if (jetty == NULL || cr == NULL || cr_cnt <= 0 ||
-        (uint32_t)cr_cnt > jetty->jetty_cfg.jfs_cfg.depth)
-        return -URMA_EINVAL;
+    /* As urma_flush_jfs. */
+    if (jetty == NULL || cr == NULL || cr_cnt <= 0)
+        return -1;
     struct sub_jetty *j = softub__jetty_check(jetty);
     if (j == NULL)
-        return -URMA_EINVAL;
+        return -1;
     return softub__sq_flush(&j->sq, cr_cnt, cr);
 }
 
@@ -755,8 +757,8 @@ err_unlock:
     return NULL;
 }
 
-SUB_API urma_target_jetty_t *urma_import_jetty(urma_context_t *ctx, urma_rjetty_t *rjetty,
-                                               urma_token_t *token_value)
+static urma_target_jetty_t *q_import_jetty(urma_context_t *ctx, urma_rjetty_t *rjetty,
+                                           urma_token_t *token_value)
 {
     if (ctx == NULL || ctx->dev == NULL || ctx->ops == NULL || rjetty == NULL ||
         !q_tm_valid(rjetty->trans_mode)) {
@@ -782,6 +784,25 @@ SUB_API urma_target_jetty_t *urma_import_jetty(urma_context_t *ctx, urma_rjetty_
     }
     return q_import(c, &rjetty->jetty_id, rjetty->type, rjetty->trans_mode, rjetty->flag,
                     rjetty->policy, rjetty->tp_type, token_value);
+}
+
+SUB_API urma_target_jetty_t *urma_import_jetty(urma_context_t *ctx, urma_rjetty_t *rjetty,
+                                               urma_token_t *token_value)
+{
+    return q_import_jetty(ctx, rjetty, token_value);
+}
+
+/* 25.12+: every argument is required. The configuration names the transport
+ * paths to activate; the fabric has none, so it is not read. */
+SUB_API urma_target_jetty_t *urma_import_jetty_ex(urma_context_t *ctx, urma_rjetty_t *rjetty,
+                                                  urma_token_t *token_value,
+                                                  urma_import_jetty_ex_cfg_t *cfg)
+{
+    if (cfg == NULL || token_value == NULL) {
+        errno = EINVAL;
+        return NULL;
+    }
+    return q_import_jetty(ctx, rjetty, token_value);
 }
 
 SUB_API urma_target_jetty_t *urma_import_jfr(urma_context_t *ctx, urma_rjfr_t *rjfr,
@@ -846,7 +867,7 @@ SUB_API urma_status_t urma_unimport_jfr(urma_target_jetty_t *target_jfr)
 /* RC bind, advise                                                           */
 /* ------------------------------------------------------------------------ */
 
-SUB_API urma_status_t urma_bind_jetty(urma_jetty_t *jetty, urma_target_jetty_t *tjetty)
+static urma_status_t q_bind_jetty(urma_jetty_t *jetty, urma_target_jetty_t *tjetty)
 {
     if (jetty == NULL || tjetty == NULL)
         return URMA_EINVAL;
@@ -877,6 +898,21 @@ SUB_API urma_status_t urma_bind_jetty(urma_jetty_t *jetty, urma_target_jetty_t *
     }
     pthread_mutex_unlock(&j->sq.lock);
     return rc;
+}
+
+SUB_API urma_status_t urma_bind_jetty(urma_jetty_t *jetty, urma_target_jetty_t *tjetty)
+{
+    return q_bind_jetty(jetty, tjetty);
+}
+
+/* 25.12+: as urma_bind_jetty, with a configuration that is required and,
+ * as for urma_import_jetty_ex, not read. */
+SUB_API urma_status_t urma_bind_jetty_ex(urma_jetty_t *jetty, urma_target_jetty_t *tjetty,
+                                         urma_bind_jetty_ex_cfg_t *cfg)
+{
+    if (cfg == NULL)
+        return URMA_EINVAL;
+    return q_bind_jetty(jetty, tjetty);
 }
 
 SUB_API urma_status_t urma_unbind_jetty(urma_jetty_t *jetty)
@@ -1022,5 +1058,7 @@ SUB_API urma_status_t urma_recv(urma_jfr_t *jfr, urma_target_seg_t *recv_tseg, u
     wr.user_ctx = user_ctx;
     wr.src.sge = &sge;
     wr.src.num_sge = 1;
-    return softub__rq_post(j, &wr, &bad);
+    urma_status_t st = softub__rq_post(j, &wr, &bad);
+    /* A WR the check refuses is URMA_FAIL here (§2.4), not the post's EINVAL. */
+    return st == URMA_EINVAL ? URMA_FAIL : st;
 }

@@ -1209,6 +1209,20 @@ urma_status_t urma_get_rjetty(urma_jetty_t *jetty, urma_rjetty_t **rjetty,
 void urma_put_rjetty(urma_rjetty_t *rjetty);                    /* master */
 urma_status_t urma_register_loc_log_func(urma_loc_log_cb func); /* master */
 
+/* 25.12+ import and bind with a transport-path configuration (liburma's
+ * public header; the sheet's §2 tables do not list them, so they stay out of
+ * the X-macro lists below and jetrpc does not call them). softub exports
+ * them because a program tells the 25.12+ layout from 24.12 by the presence
+ * of urma_import_jetty_ex (§2.5, §5.3). The configurations are opaque here:
+ * only pointers to them pass. */
+typedef struct urma_import_jetty_ex_cfg urma_import_jetty_ex_cfg_t;
+typedef struct urma_bind_jetty_ex_cfg urma_bind_jetty_ex_cfg_t;
+urma_target_jetty_t *urma_import_jetty_ex(urma_context_t *ctx, urma_rjetty_t *rjetty,
+                                          urma_token_t *token_value,
+                                          urma_import_jetty_ex_cfg_t *cfg);
+urma_status_t urma_bind_jetty_ex(urma_jetty_t *jetty, urma_target_jetty_t *tjetty,
+                                 urma_bind_jetty_ex_cfg_t *cfg);
+
 /* X-macro lists of the same functions: X(return type, name, (parameters)).
  * The parameter text is the prototype's, so `ret (*name) params;` declares a
  * matching function pointer and `#ret #name #params` reproduces the sheet's

@@ -198,13 +198,16 @@ static int ctx_open(jet_urma_ctx_t *c, char *why, size_t why_len)
     c->max_jfs_sge = cap->max_jfs_sge;
     c->max_jfr_sge = cap->max_jfr_sge;
     c->max_msg_size = cap->max_msg_size;
+    /* Sends are cut at max_msg_size: below brpc's smallest receive buffer
+     * (1 KiB) a connection would crawl, and at 0 it could send nothing. */
     if (!(cap->trans_mode & URMA_TM_RM) || c->max_jfs_sge == 0 || c->max_jfr_sge == 0 ||
-        c->max_jfc_depth < 64 || c->max_jfs_depth < 16 || c->max_jfr_depth < 16) {
+        c->max_jfc_depth < 64 || c->max_jfs_depth < 16 || c->max_jfr_depth < 16 ||
+        c->max_msg_size < 1024) {
         snprintf(why, why_len,
-                 "device %s lacks RM jetties or queue depth (caps: trans_mode %#x, "
-                 "jfc %u, jfs %u, jfr %u, sge %u/%u)",
+                 "device %s lacks RM jetties, queue depth or message size (caps: trans_mode %#x, "
+                 "jfc %u, jfs %u, jfr %u, sge %u/%u, max_msg_size %llu)",
                  c->dev_name, cap->trans_mode, c->max_jfc_depth, c->max_jfs_depth, c->max_jfr_depth,
-                 c->max_jfs_sge, c->max_jfr_sge);
+                 c->max_jfs_sge, c->max_jfr_sge, (unsigned long long)c->max_msg_size);
         return -ENOTSUP;
     }
     c->priority = jet__urma_priority(&attr.a, c->lib.master_layout, c->tp_type);

@@ -16,6 +16,7 @@
 #include "urma/urma_import.h"
 
 #define EP_RESERVED 3  /* SQ slots and peer receives kept for credit messages */
+#define EP_PEER_MIN_SQ 16 /* the smallest SQ depth a brpc peer uses (its urma_sq_size) */
 #define EP_CHAIN    16 /* data WRs per post call */
 #define EP_DEFER_MAX 8 /* receives a batch end may leave for the next poller pass */
 #define EP_DRAIN_MS 2000
@@ -41,6 +42,7 @@ struct jet_urma_ep {
     uint32_t peer_jetty;
     uint32_t local_cap;  /* data WRs we may have outstanding */
     uint32_t remote_cap; /* data WRs the peer may have outstanding toward us */
+    uint32_t credit_batch; /* credits owed past this go at once (brpc's way) */
     uint32_t peer_buf;   /* most bytes per WR toward the peer */
     uint32_t sig_every;
     bool piggyback;
@@ -341,10 +343,20 @@ void jet__urma_ep_connect_peer(jet_urma_ep_t *ep, const jet_urma_hello_t *peer,
      * SQ depth; brpc does not (and assumes it equals its own RQ depth, which
      * deadlocks when the two sides differ): guess the peer's RQ depth, since
      * brpc configurations keep both equal. */
-    uint32_t peer_sq = JET_FLAG(urma_jetrpc_extensions) && peer->jet_caps && peer->jet_sq >= 16
-                           ? peer->jet_sq
-                           : peer_rq;
+    bool knows_sq = JET_FLAG(urma_jetrpc_extensions) && peer->jet_caps && peer->jet_sq >= 16;
+    uint32_t peer_sq = knows_sq ? peer->jet_sq : peer_rq;
     ep->remote_cap = (ep->rq < peer_sq ? ep->rq : peer_sq) - EP_RESERVED;
+    /* Credits go back once more than half the peer's window is owed. A
+     * peer that does not say its SQ depth (brpc) may have a shallower one
+     * than the guess: brpc keeps urma_sq_size at 16 or more, so its window
+     * toward us is at least min(16, our RQ) - 3 sends, and the credits go
+     * at the latest when that many are owed: such a peer waits one credit
+     * round trip per window instead of for ever. */
+    ep->credit_batch = ep->remote_cap / 2;
+    if (!knows_sq) {
+        uint32_t least = (ep->rq < EP_PEER_MIN_SQ ? ep->rq : EP_PEER_MIN_SQ) - EP_RESERVED;
+        if (least - 1 < ep->credit_batch) ep->credit_batch = least - 1;
+    }
     if (!peer->jet_caps && ep->local_cap <= (peer_rq - EP_RESERVED) / 2)
         JET_LOG_ONCE(JET_LOG_WARN,
                      "URMA: %s returns credits only after %u receives, more than "
@@ -578,7 +590,7 @@ static void ep_flush_credits(jet_urma_ep_t *ep, uint32_t above)
  * message once half the window is owed). */
 static void ep_send_credits(jet_urma_ep_t *ep)
 {
-    ep_flush_credits(ep, ep->remote_cap / 2);
+    ep_flush_credits(ep, ep->credit_batch);
 }
 
 /* ---- completions -------------------------------------------------------------- */
@@ -900,7 +912,7 @@ static void ep_retry_timeout(jet_timer_t *t)
 static bool ep_repost_may_wait(const jet_urma_ep_t *ep)
 {
     uint32_t owed = ep->nrepost + atomic_load_explicit(&ep->credits, memory_order_relaxed);
-    return ep->nrepost <= EP_DEFER_MAX && owed <= ep->remote_cap / 2;
+    return ep->nrepost <= EP_DEFER_MAX && owed <= ep->credit_batch;
 }
 
 uint32_t jet__urma_ep_held(const jet_urma_ep_t *ep)

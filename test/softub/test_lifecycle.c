@@ -940,6 +940,69 @@ static void token_id_lifecycle(void)
 
 /* ------------------------------------------------------------------------ */
 /* RC bind rules (§4.2)                                                      */
+/* urma_import_jetty_ex and urma_bind_jetty_ex (25.12+): by their presence a
+ * program tells the 25.12+ layout from 24.12 (§2.5, §5.3). Every argument,
+ * the transport-path configuration included, is required; with one, they
+ * behave as urma_import_jetty and urma_bind_jetty. */
+typedef urma_target_jetty_t *(*lc_import_ex_fn)(urma_context_t *, urma_rjetty_t *, urma_token_t *,
+                                                urma_import_jetty_ex_cfg_t *);
+typedef urma_status_t (*lc_bind_ex_fn)(urma_jetty_t *, urma_target_jetty_t *,
+                                       urma_bind_jetty_ex_cfg_t *);
+
+static void import_bind_ex(void)
+{
+    cf_dev_t d;
+    JT_REQUIRE(cf_open(&d) == 0);
+    lc_import_ex_fn import_ex = (lc_import_ex_fn)dlsym(cf_handle, "urma_import_jetty_ex");
+    lc_bind_ex_fn bind_ex = (lc_bind_ex_fn)dlsym(cf_handle, "urma_bind_jetty_ex");
+    if (!import_ex || !bind_ex) CF_FAILF("the library lacks urma_import_jetty_ex/urma_bind_jetty_ex");
+    JT_REQUIRE(import_ex && bind_ex);
+    urma_context_t *ctx = cf_ctx(&d), *peer = cf_ctx(&d);
+    JT_REQUIRE(ctx && peer);
+    cf_ep_opts_t rc = cf_ep_defaults(URMA_TM_RC);
+    cf_ep_t a, b;
+    JT_REQUIRE(cf_ep_open(&a, ctx, &rc) == 0);
+    JT_REQUIRE(cf_ep_open(&b, peer, &rc) == 0);
+    /* The configurations are opaque to the caller's code here: zeroed room. */
+    uint64_t cfg_room[64];
+    memset(cfg_room, 0, sizeof cfg_room);
+    urma_import_jetty_ex_cfg_t *icfg = (urma_import_jetty_ex_cfg_t *)cfg_room;
+    urma_bind_jetty_ex_cfg_t *bcfg = (urma_bind_jetty_ex_cfg_t *)cfg_room;
+    urma_rjetty_t rj;
+    memset(&rj, 0, sizeof rj);
+    rj.jetty_id = b.jetty->jetty_id;
+    rj.trans_mode = URMA_TM_RC;
+    rj.type = URMA_JETTY;
+    rj.flag.bs.token_policy = rc.jfr_policy;
+    rj.flag.bs.order_type = URMA_DEF_ORDER;
+    rj.tp_type = cf_default_tp(URMA_TM_RC);
+    urma_token_t tok = {rc.jfr_token};
+
+    errno = 0;
+    JT_CHECK(import_ex(ctx, &rj, &tok, NULL) == NULL);
+    JT_CHECK_EQ(errno, EINVAL);
+    errno = 0;
+    JT_CHECK(import_ex(ctx, &rj, NULL, icfg) == NULL);
+    JT_CHECK_EQ(errno, EINVAL);
+    urma_target_jetty_t *tb = import_ex(ctx, &rj, &tok, icfg);
+    JT_REQUIRE(tb != NULL);
+    JT_CHECK_EQ(tb->id.id, b.jetty->jetty_id.id);
+    JT_CHECK_EQ(tb->trans_mode, URMA_TM_RC);
+
+    JT_CHECK_EQ(bind_ex(a.jetty, tb, NULL), URMA_EINVAL);
+    JT_CHECK(a.jetty->remote_jetty == NULL);
+    JT_CHECK_EQ(bind_ex(NULL, tb, bcfg), URMA_EINVAL);
+    JT_CHECK_EQ(bind_ex(a.jetty, tb, bcfg), URMA_SUCCESS);
+    JT_CHECK(a.jetty->remote_jetty == tb);
+    JT_CHECK_EQ(cf.urma_unbind_jetty(a.jetty), URMA_SUCCESS);
+    JT_CHECK_EQ(cf.urma_unimport_jetty(tb), URMA_SUCCESS);
+    cf_ep_close(&a);
+    cf_ep_close(&b);
+    cf_ctx_delete(peer);
+    cf_ctx_delete(ctx);
+    cf_close();
+}
+
 /* ------------------------------------------------------------------------ */
 
 static void bind_rules(void)
@@ -1267,6 +1330,7 @@ int main(int argc, char **argv)
     CF_RUN(import_seg_checks);
     CF_RUN(token_id_lifecycle);
     CF_RUN(bind_rules);
+    CF_RUN(import_bind_ex);
     CF_RUN(post_bad_wr_null);
     CF_RUN(post_partial);
     CF_RUN(post_queue_full);

@@ -15,7 +15,11 @@ URMA_API_MINIMAL(FAKE_STUB_)
 #undef FAKE_STUB_
 
 #if defined(FAKE_GEN_2512) || defined(FAKE_GEN_B081)
-int urma_import_jetty_ex(void) { return 0; }
+urma_target_jetty_t *urma_import_jetty_ex(urma_context_t *ctx, urma_rjetty_t *rjetty,
+                                          urma_token_t *token_value, urma_import_jetty_ex_cfg_t *cfg)
+{
+    return NULL;
+}
 #endif
 #if defined(FAKE_GEN_B081)
 int urma_alloc_jfc(void) { return 0; }

@@ -139,6 +139,31 @@ static void test_brpc_envelope(void)
     JT_CHECK_EQ(jt_child_stop(&c), 0);
 }
 
+/* A brpc peer does not say its SQ depth, and may run a smaller one than
+ * its receive queue (urma_sq_size 16, urma_rq_size 128): its window toward
+ * us is then min(16, our 32) - 3 = 13 sends, fewer than half of what the
+ * guess from its receive queue (29) would let us owe before a credit message
+ * goes. Every answer it sends must still get its credit back in time: more
+ * answers than one window, one call at a time and in batches. */
+static void test_brpc_small_sq_credits(void)
+{
+    const char *args[] = {max_body_arg, "--urma_jetrpc_extensions=false", "--urma_sq_size=16",
+                          "--urma_rq_size=128", NULL};
+    jt_child_t c;
+    JT_REQUIRE(jt_child_start(&c, args, NULL) == 0);
+    ut_urma_mark_t m = ut_urma_mark();
+    jet_channel_t *ch = ut_channel(c.port, JET_SOCKET_MODE_URMA, 3000, JET_CONNECTION_SINGLE);
+    JT_REQUIRE(ch);
+    int bad = 0;
+    for (int i = 0; i < 60 && bad == 0; i++)
+        bad = jt_echo_bytes(ch, 100 + (size_t)i, (uint64_t)i + 5, "small-sq") != 0;
+    JT_CHECK_EQ(bad, 0);
+    JT_CHECK_EQ(jt_async_batch(ch, 200, 1000, 0, GUARD_US, NULL), 0);
+    ut_expect_urma(m, 60, 1); /* answers of a batch may share a receive */
+    jet_channel_destroy(ch);
+    JT_CHECK_EQ(jt_child_stop(&c), 0);
+}
+
 /* 64 KiB receive buffers on the server, 8 KiB on the client: each side
  * cuts its WRs to the other's buffer size. */
 static void test_large_receive_buffers(void)
@@ -238,6 +263,7 @@ int main(int argc, char **argv)
     JT_RUN(test_window_exhaustion_small_both);
     JT_RUN(test_window_exhaustion_asymmetric);
     JT_RUN(test_brpc_envelope);
+    JT_RUN(test_brpc_small_sq_credits);
     JT_RUN(test_large_receive_buffers);
     JT_RUN(test_many_connections);
     JT_RUN(test_concurrent_first_use);
