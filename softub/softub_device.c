@@ -203,6 +203,7 @@ uint64_t softub__uid(void)
 
 struct sub_grave {
     void *p;
+    _Atomic uint32_t *pins; /* NULL: none */
     uint64_t at;
     struct sub_grave *next;
 };
@@ -210,10 +211,16 @@ static pthread_mutex_t grave_lock = PTHREAD_MUTEX_INITIALIZER;
 
 void softub__grave(void *p)
 {
+    softub__grave_pinned(p, NULL);
+}
+
+void softub__grave_pinned(void *p, _Atomic uint32_t *pins)
+{
     struct sub_grave *gr = malloc(sizeof(*gr));
     if (gr == NULL)
         return; /* leak rather than risk a use after free */
     gr->p = p;
+    gr->pins = pins;
     gr->at = softub__now_ns();
     pthread_mutex_lock(&grave_lock);
     gr->next = softub__g.graves;
@@ -229,7 +236,8 @@ void softub__grave_reap(int all)
     struct sub_grave **pp = &softub__g.graves;
     while (*pp != NULL) {
         struct sub_grave *gr = *pp;
-        if (all || now - gr->at >= SUB_FREE_GRACE_NS) {
+        int pinned = gr->pins != NULL && atomic_load(gr->pins) != 0;
+        if (!pinned && (all || now - gr->at >= SUB_FREE_GRACE_NS)) {
             *pp = gr->next;
             free(gr->p);
             free(gr);

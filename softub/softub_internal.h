@@ -537,6 +537,7 @@ struct sub_tjetty {
     uint32_t token;
     int token_valid;
     _Atomic int bound;
+    _Atomic uint32_t pins; /* queued WRs that name it (see softub__grave_pinned) */
 };
 
 struct sub_token {
@@ -561,6 +562,7 @@ struct sub_tseg {
     struct sub_token *tid;
     int own_tid;
     struct sub_backing *backing;
+    _Atomic uint32_t pins; /* queued WRs that name it (see softub__grave_pinned) */
 };
 
 #define SUB_MAGIC_CTX   0x73627563747878ull
@@ -637,6 +639,10 @@ uint64_t softub__uid(void);
 /* Frees p no earlier than SUB_FREE_GRACE_NS from now (objects a racing
  * poller or waiter may still look at). */
 void softub__grave(void *p);
+/* The same for an object that WRs waiting in a send queue (RNR retries) may
+ * still name: freed only once *pins is 0 as well (never by a reap of all,
+ * which leaks it rather than free what a WR still reads). */
+void softub__grave_pinned(void *p, _Atomic uint32_t *pins);
 void softub__grave_reap(int all);
 
 /* softub_fabric.c */

@@ -986,8 +986,49 @@ static int post_build(struct sub_sq *sq, urma_jfs_wr_t *wr, struct sub_wr *w)
     return 0;
 }
 
+/* A queued WR pins the target jetty and segments it names: an unimport or
+ * unregister while it waits (RNR retries) leaves them to the graveyard until
+ * it is gone, and its next run fails it (post_gone) instead of reading what
+ * was freed. */
+static void post_pin(struct sub_wr *w, int by)
+{
+    if (w->tj != NULL)
+        atomic_fetch_add(&w->tj->pins, (uint32_t)by);
+    if (w->rseg != NULL)
+        atomic_fetch_add(&w->rseg->pins, (uint32_t)by);
+    for (uint32_t i = 0; i < w->nl; i++)
+        if (w->l[i].tseg != NULL)
+            atomic_fetch_add(&w->l[i].tseg->pins, (uint32_t)by);
+}
+
+/* A queued WR leaves for good. */
+static void post_wr_free(struct sub_wr *w)
+{
+    post_pin(w, -1);
+    free(w);
+}
+
+static int post_tseg_gone(struct sub_tseg *t)
+{
+    return t != NULL && __atomic_load_n(&t->magic, __ATOMIC_ACQUIRE) != SUB_MAGIC_TSEG;
+}
+
+/* The status a queued WR ends with because what it names was unimported or
+ * unregistered meanwhile, or URMA_CR_SUCCESS. */
+static uint32_t post_gone(const struct sub_wr *w)
+{
+    if (w->tj != NULL && __atomic_load_n(&w->tj->magic, __ATOMIC_ACQUIRE) != SUB_MAGIC_TJ)
+        return URMA_CR_LOC_OPERATION_ERR;
+    if (post_tseg_gone(w->rseg))
+        return URMA_CR_LOC_ACCESS_ERR;
+    for (uint32_t i = 0; i < w->nl; i++)
+        if (post_tseg_gone(w->l[i].tseg))
+            return URMA_CR_LOC_ACCESS_ERR;
+    return URMA_CR_SUCCESS;
+}
+
 /* A heap copy of w that no longer refers to the caller's WR (inline data
- * included). */
+ * included), pinning what it names. */
 static struct sub_wr *post_clone(const struct sub_wr *w)
 {
     struct sub_wr *q = malloc(sizeof(*q));
@@ -1006,6 +1047,7 @@ static struct sub_wr *post_clone(const struct sub_wr *w)
         q->l[0].tseg = NULL;
     }
     q->next = NULL;
+    post_pin(q, 1);
     return q;
 }
 
@@ -1059,7 +1101,7 @@ void softub__sq_fini(struct sub_sq *sq)
     pthread_mutex_unlock(&sq->lock);
     while (w != NULL) {
         struct sub_wr *n = w->next;
-        free(w);
+        post_wr_free(w);
         w = n;
     }
 }
@@ -1170,7 +1212,7 @@ static void post_flush_locked(struct sub_sq *sq)
     while (w != NULL) {
         struct sub_wr *n = w->next;
         post_initiator_cr(sq, w, URMA_CR_WR_FLUSH_ERR, 0, 0);
-        free(w);
+        post_wr_free(w);
         w = n;
     }
     urma_cr_flag_t fl = {.value = 0};
@@ -1197,7 +1239,7 @@ urma_status_t softub__sq_modify(struct sub_sq *sq, urma_jetty_state_t to)
         sq->npend = 0;
         while (w != NULL) {
             struct sub_wr *n = w->next;
-            free(w);
+            post_wr_free(w);
             w = n;
         }
         atomic_store(&sq->state, URMA_JETTY_STATE_RESET);
@@ -1251,7 +1293,7 @@ int softub__sq_flush(struct sub_sq *sq, int cr_cnt, urma_cr_t *cr)
             uint64_t want = w->seq + 1, cur = atomic_load(&sq->done_seq);
             if (cur < want)
                 atomic_store(&sq->done_seq, want);
-            free(w);
+            post_wr_free(w);
         }
     }
     pthread_mutex_unlock(&sq->lock);
@@ -1625,6 +1667,12 @@ static uint64_t prog_run_sq(struct sub_sq *sq, uint64_t now)
             sq->pend_tail = NULL;
         sq->npend--;
         w->next = NULL;
+        uint32_t gone = post_gone(w);
+        if (gone != URMA_CR_SUCCESS) {
+            post_complete(sq, w, gone, 0);
+            post_wr_free(w);
+            continue;
+        }
         if (post_run(sq, w) == X_RETRY) {
             w->next = sq->pend_head;
             sq->pend_head = w;
@@ -1633,7 +1681,7 @@ static uint64_t prog_run_sq(struct sub_sq *sq, uint64_t now)
             sq->npend++;
             return w->due_ns;
         }
-        free(w);
+        post_wr_free(w);
     }
     return 0;
 }

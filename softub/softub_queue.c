@@ -846,10 +846,11 @@ static urma_status_t q_unimport(urma_target_jetty_t *tj)
     }
     pthread_mutex_lock(&softub__g.lock);
     atomic_fetch_sub(&tj->urma_ctx->ref, 1);
-    t->magic = SUB_MAGIC_DEAD;
+    /* Atomic: a queued WR's retry reads it without the lock. */
+    __atomic_store_n(&t->magic, SUB_MAGIC_DEAD, __ATOMIC_RELEASE);
     tj->handle = 0;
     pthread_mutex_unlock(&softub__g.lock);
-    softub__grave(t);
+    softub__grave_pinned(t, &t->pins);
     return URMA_SUCCESS;
 }
 

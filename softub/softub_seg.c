@@ -484,10 +484,11 @@ SUB_API urma_status_t urma_unregister_seg(urma_target_seg_t *target_seg)
     if (t->own_tid)
         token_free(t->tid);
     atomic_fetch_sub(&target_seg->urma_ctx->ref, 1);
-    t->magic = SUB_MAGIC_DEAD;
+    /* Atomic: a queued WR's retry reads it without the lock. */
+    __atomic_store_n(&t->magic, SUB_MAGIC_DEAD, __ATOMIC_RELEASE);
     target_seg->handle = 0;
     pthread_mutex_unlock(&g->lock);
-    softub__grave(t);
+    softub__grave_pinned(t, &t->pins);
     return URMA_SUCCESS;
 }
 
@@ -609,9 +610,9 @@ SUB_API urma_status_t urma_unimport_seg(urma_target_seg_t *tseg)
         return URMA_EINVAL;
     pthread_mutex_lock(&softub__g.lock);
     atomic_fetch_sub(&tseg->urma_ctx->ref, 1);
-    t->magic = SUB_MAGIC_DEAD;
+    __atomic_store_n(&t->magic, SUB_MAGIC_DEAD, __ATOMIC_RELEASE);
     tseg->handle = 0;
     pthread_mutex_unlock(&softub__g.lock);
-    softub__grave(t);
+    softub__grave_pinned(t, &t->pins);
     return URMA_SUCCESS;
 }

@@ -940,6 +940,42 @@ static void rnr_retry_then_success(void)
     dp_close(&a, &b);
 }
 
+/* The target unimported while a SEND to it waits for a receive (RNR,
+ * retried for ever): the SEND ends with an error status, and nothing reaches
+ * the target once a receive is posted there. */
+static void rnr_target_unimported(void)
+{
+    cf_dev_t d;
+    cf_side_t a, b;
+    cf_ep_opts_t o;
+    cf_ep_opts_rm(&o);
+    o.rnr_retry = URMA_TYPICAL_RNR_RETRY; /* 7: infinite */
+    JT_REQUIRE(dp_open(&d, &a, &b, &o) == 0);
+    urma_sge_t s;
+    urma_jfs_wr_t wr;
+    cf_fill(a.mem.buf, 128, 91);
+    memset(b.mem.buf, 0, 256);
+    cf_sge(&s, a.mem.buf, 128, a.mem.tseg);
+    cf_wr_send(&wr, URMA_OPC_SEND, a.tj, &s, 1, 0, 0x90);
+    JT_REQUIRE(cf_post(a.ep.jetty, &wr) == 0);
+    JT_CHECK_EQ(cf_quiet(a.ep.jfc, 50), 0); /* still retrying */
+    JT_REQUIRE(cf.urma_unimport_jetty(a.tj) == URMA_SUCCESS);
+    a.tj = NULL;
+    urma_cr_t cr;
+    JT_REQUIRE(cf_poll(a.ep.jfc, &cr, 1, CF_WAIT_MS) == 1);
+    JT_CHECK_EQ(cr.user_ctx, 0x90);
+    JT_CHECK(cr.status != URMA_CR_SUCCESS);
+    urma_sge_t rs;
+    cf_sge(&rs, b.mem.buf, 256, b.mem.tseg);
+    JT_REQUIRE(cf_post_recv(b.ep.jetty, &rs, 1, 0x91) == 0);
+    JT_CHECK_EQ(cf_quiet(b.ep.jfc, 100), 0);
+    size_t nonzero = 0;
+    for (size_t i = 0; i < 256; i++)
+        nonzero += b.mem.buf[i] != 0;
+    JT_CHECK_EQ(nonzero, 0);
+    dp_close(&a, &b);
+}
+
 /* ------------------------------------------------------------------------ */
 /* UM and RC rules (§4.2)                                                    */
 /* ------------------------------------------------------------------------ */
@@ -1295,6 +1331,7 @@ int main(int argc, char **argv)
     CF_RUN(rnr_finite_retry);
     CF_RUN(rnr_timer_is_the_targets);
     CF_RUN(rnr_retry_then_success);
+    CF_RUN(rnr_target_unimported);
     CF_RUN(um_rules);
     CF_RUN(rc_ignores_tjetty);
     CF_RUN(jfs_to_jfr);
