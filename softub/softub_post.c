@@ -940,20 +940,21 @@ static int post_build(struct sub_sq *sq, urma_jfs_wr_t *wr, struct sub_wr *w)
         const urma_sge_t *src = wr->opcode == URMA_OPC_CAS ? wr->cas.src : wr->faa.src;
         if (dst == NULL || src == NULL || sq->cfg.max_sge == 0)
             return -1;
-        /* UDMA takes the operand size from the local SGE; 16-byte CAS is
-         * not emulated. */
-        if (src->len != 4 && src->len != 8)
+        /* The remote SGE's length is the operand size (§3.7); the local
+         * SGE receives the old value and must hold it. 16-byte CAS is not
+         * emulated. */
+        if ((dst->len != 4 && dst->len != 8) || src->len < dst->len)
             return -1;
-        w->alen = src->len;
+        w->alen = dst->len;
         w->rseg = softub__tseg_check(dst->tseg);
         w->l[0].tseg = softub__tseg_check(src->tseg);
         if (w->rseg == NULL || w->l[0].tseg == NULL)
             return -1;
         w->raddr = dst->addr;
         w->l[0].addr = src->addr;
-        w->l[0].len = src->len;
+        w->l[0].len = w->alen;
         w->nl = 1;
-        w->total = src->len;
+        w->total = w->alen;
         if (wr->opcode == URMA_OPC_CAS) {
             w->cmp = wr->cas.cmp_data;
             w->swp = wr->cas.swap_data;

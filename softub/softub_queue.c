@@ -773,8 +773,10 @@ static urma_target_jetty_t *q_import_jetty(urma_context_t *ctx, urma_rjetty_t *r
     rjetty->flag.bs.order_type = ot;
     if (q_check_tp(rjetty->trans_mode, rjetty->tp_type) != 0)
         return NULL;
-    if (rjetty->flag.bs.share_tp != 0) {
-        SUB_INFO("Share TP is not supported\n");
+    /* A shared TP is for RC with target ordering only (§3.8); the fabric
+     * has no TPs, so there it changes nothing. */
+    if (rjetty->flag.bs.share_tp != 0 && (rjetty->trans_mode != URMA_TM_RC || ot != URMA_OT)) {
+        SUB_INFO("Share TP is only for RC with target ordering\n");
         return NULL;
     }
     struct sub_ctx *c = softub__ctx_check(ctx);
@@ -822,7 +824,7 @@ SUB_API urma_target_jetty_t *urma_import_jfr(urma_context_t *ctx, urma_rjfr_t *r
         return NULL;
     }
     rjfr->flag.bs.order_type = ot;
-    if (rjfr->flag.bs.share_tp != 0)
+    if (rjfr->flag.bs.share_tp != 0 && (rjfr->trans_mode != URMA_TM_RC || ot != URMA_OT))
         return NULL;
     struct sub_ctx *c = softub__ctx_check(ctx);
     if (c == NULL) {

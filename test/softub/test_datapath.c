@@ -332,6 +332,21 @@ static void atomics(void)
     cf_expect_cr(a.ep.jfc, URMA_CR_SUCCESS, 4, "FAA -1");
     JT_CHECK_EQ(*old, 0x0000000100000000ull);
     JT_CHECK_EQ(*word, 0x00000000FFFFFFFFull);
+
+    /* The remote SGE's length is the operand size (§3.7): 4 bytes here,
+     * with 16 bytes of room in the local SGE, of which the old value fills
+     * the first 4. The add wraps within the low word. */
+    urma_sge_t l16, r4;
+    cf_sge(&l16, old, 16, a.mem.tseg);
+    cf_rsge(&r4, cf_seg_va(b.mem.tseg) + 64, 4, a.rseg);
+    old[0] = 0;
+    old[1] = 0;
+    cf_wr_faa(&wr, a.tj, &r4, &l16, 1, 5);
+    JT_REQUIRE(cf_post(a.ep.jetty, &wr) == 0);
+    if (poll_pat(a.ep.jfc, &cr, 0) == 0) check_init_cr(&cr, 0, 5, 4, &a, &b, "4-byte FAA");
+    JT_CHECK_EQ(old[0], 0x00000000FFFFFFFFull);
+    JT_CHECK_EQ(old[1], 0);
+    JT_CHECK_EQ(*word, 0);
     JT_CHECK_EQ(cf_quiet(b.ep.jfc, CF_QUIET_MS), 0);
     dp_close(&a, &b);
 }

@@ -940,6 +940,47 @@ static void token_id_lifecycle(void)
 
 /* ------------------------------------------------------------------------ */
 /* RC bind rules (§4.2)                                                      */
+/* share_tp may be 1 only for RC with target ordering (§3.8; the UMDK
+ * sample's "mode 3"). */
+static void import_share_tp(void)
+{
+    cf_dev_t d;
+    JT_REQUIRE(cf_open(&d) == 0);
+    urma_context_t *ctx = cf_ctx(&d), *peer = cf_ctx(&d);
+    JT_REQUIRE(ctx && peer);
+    cf_ep_opts_t rc = cf_ep_defaults(URMA_TM_RC), rm = cf_ep_defaults(URMA_TM_RM);
+    cf_ep_t b, c;
+    JT_REQUIRE(cf_ep_open(&b, peer, &rc) == 0);
+    JT_REQUIRE(cf_ep_open(&c, peer, &rm) == 0);
+    urma_rjetty_t rj;
+    memset(&rj, 0, sizeof rj);
+    rj.jetty_id = b.jetty->jetty_id;
+    rj.trans_mode = URMA_TM_RC;
+    rj.type = URMA_JETTY;
+    rj.flag.bs.token_policy = rc.jfr_policy;
+    rj.flag.bs.order_type = URMA_OT;
+    rj.flag.bs.share_tp = 1;
+    rj.tp_type = cf_default_tp(URMA_TM_RC);
+    urma_token_t tok = {rc.jfr_token};
+    urma_target_jetty_t *t = cf.urma_import_jetty(ctx, &rj, &tok);
+    JT_CHECK(t != NULL);
+    if (t) JT_CHECK_EQ(cf.urma_unimport_jetty(t), URMA_SUCCESS);
+    rj.flag.bs.order_type = URMA_DEF_ORDER; /* RC, but not target ordering */
+    JT_CHECK(cf.urma_import_jetty(ctx, &rj, &tok) == NULL);
+    rj.jetty_id = c.jetty->jetty_id;
+    rj.trans_mode = URMA_TM_RM;
+    rj.flag.bs.token_policy = rm.jfr_policy;
+    rj.flag.bs.order_type = URMA_DEF_ORDER;
+    rj.tp_type = cf_default_tp(URMA_TM_RM);
+    urma_token_t tok_rm = {rm.jfr_token};
+    JT_CHECK(cf.urma_import_jetty(ctx, &rj, &tok_rm) == NULL);
+    cf_ep_close(&b);
+    cf_ep_close(&c);
+    cf_ctx_delete(peer);
+    cf_ctx_delete(ctx);
+    cf_close();
+}
+
 /* urma_import_jetty_ex and urma_bind_jetty_ex (25.12+): by their presence a
  * program tells the 25.12+ layout from 24.12 (§2.5, §5.3). Every argument,
  * the transport-path configuration included, is required; with one, they
@@ -1331,6 +1372,7 @@ int main(int argc, char **argv)
     CF_RUN(token_id_lifecycle);
     CF_RUN(bind_rules);
     CF_RUN(import_bind_ex);
+    CF_RUN(import_share_tp);
     CF_RUN(post_bad_wr_null);
     CF_RUN(post_partial);
     CF_RUN(post_queue_full);
