@@ -70,7 +70,8 @@ int softub__async_raise(struct sub_peer *p, uint64_t sctx_off, uint32_t type, ui
     if (sc == NULL || atomic_load(&sc->h.state) != SUB_OBJ_LIVE)
         return -1;
     struct sub_ring *r = softub__peer_ptr(p, sc->async_ring_off, sizeof(struct sub_ring));
-    if (r == NULL || r->magic != SUB_RING_MAGIC || r->esize != 8 + sizeof(struct sub_aevt) ||
+    if (r == NULL || r->magic != SUB_RING_MAGIC || r->cap == 0 || (r->cap & (r->cap - 1)) != 0 ||
+        r->mask != r->cap - 1 || r->esize != 8 + sizeof(struct sub_aevt) ||
         softub__peer_ptr(p, sc->async_ring_off, sub_ring_bytes(r->cap, r->esize)) == NULL)
         return -1;
     uint64_t pos;

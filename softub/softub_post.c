@@ -235,7 +235,7 @@ static struct sub_ring *post_peer_ring(struct sub_peer *p, uint64_t off, uint32_
 {
     struct sub_ring *r = softub__peer_ptr(p, off, sizeof(struct sub_ring));
     if (r == NULL || r->magic != SUB_RING_MAGIC || r->cap == 0 || (r->cap & (r->cap - 1)) != 0 ||
-        r->esize < esize_min || softub__peer_ptr(p, off, sub_ring_bytes(r->cap, r->esize)) == NULL)
+        r->mask != r->cap - 1 || r->esize < esize_min || softub__peer_ptr(p, off, sub_ring_bytes(r->cap, r->esize)) == NULL)
         return NULL;
     return r;
 }
