@@ -40,6 +40,8 @@ struct jet_urma_ep {
     bool srq_joined; /* its rq credits count in the loop's target */
     bool jetty_bound; /* the loop maps the set's jetty id to ep */
     uint32_t peer_jetty;
+    bool peer_eid_known;  /* a jetrpc peer: its hello's EID is its jetty's */
+    uint8_t peer_eid[16];
     uint32_t local_cap;  /* data WRs we may have outstanding */
     uint32_t remote_cap; /* data WRs the peer may have outstanding toward us */
     uint32_t credit_batch; /* credits owed past this go at once (brpc's way) */
@@ -336,6 +338,8 @@ void jet__urma_ep_connect_peer(jet_urma_ep_t *ep, const jet_urma_hello_t *peer,
     ep->tseg = tseg;
     ep->tjetty = tjetty;
     ep->peer_jetty = peer->jetty_id;
+    ep->peer_eid_known = peer->jet_caps != 0;
+    memcpy(ep->peer_eid, peer->eid, 16);
     uint32_t peer_rq = peer->recv_buffer_cnt + 1;
     ep->local_cap = (ep->sq < peer_rq ? ep->sq : peer_rq) - EP_RESERVED;
     /* The peer can fill at most min(its SQ, our RQ) - 3 of our receives, and
@@ -647,13 +651,17 @@ static void ep_to_read_buf(jet_urma_ep_t *ep, jet_block_t **b_p, uint32_t len)
         ep_fail(ep, -ENOMEM, "out of memory for received bytes", -1);
 }
 
-/* The sender of a receive is the connection's peer: by jetty id only. The
- * sheet says to match on EID and id, but a brpc hello carries its device's
- * first EID, not the EID its jetty sends from (another eid_index sends from
- * another one): an EID match could drop every message of such a peer. */
+/* The sender of a receive is the connection's peer. The sheet says to match
+ * on EID and id; a jetrpc hello carries the EID of the context its jetty
+ * sends from, so both are compared. A brpc hello carries its device's first
+ * EID, not the EID its jetty sends from (another eid_index sends from
+ * another one): its messages are matched by jetty id only, since an EID
+ * match could drop every message of such a peer. */
 static bool ep_from_peer(const jet_urma_ep_t *ep, const urma_cr_t *cr)
 {
-    return !cr->remote_id.id || cr->remote_id.id == ep->peer_jetty;
+    if (!cr->remote_id.id) return true; /* a provider that does not say */
+    return cr->remote_id.id == ep->peer_jetty &&
+           (!ep->peer_eid_known || memcmp(cr->remote_id.eid.raw, ep->peer_eid, 16) == 0);
 }
 
 /* A receive's block goes back to its queue: the loop's shared one (which
