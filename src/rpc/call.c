@@ -25,6 +25,9 @@
 typedef struct cid_slot {
     _Atomic uint32_t version;
     _Atomic uint32_t next_free; /* index + 1 of the next free slot */
+    /* The attempt's owner: its version (high half) and the tag of the
+     * connection it was written on (low half); see jet__cid_claim_from. */
+    _Atomic uint64_t owner;
     jet_call_t *call;
     /* One word, so that a joiner's registration and the free that ends it
      * are ordered on one location. Low half: the free count (bumped when the
@@ -150,6 +153,30 @@ jet_call_t *jet__cid_claim(uint64_t cid, uint64_t *next_cid_p)
         return NULL;
     if (next_cid_p) *next_cid_p = ((uint64_t)idx << 32) | (uint32_t)(ver + 1);
     return slot->call;
+}
+
+void jet__cid_set_owner(uint64_t cid, uint32_t owner)
+{
+    uint32_t idx = (uint32_t)(cid >> 32);
+    if (idx >= atomic_load_explicit(&cid_reg.nslots, memory_order_acquire)) return;
+    cid_slot_t *slot = cid_slot(idx);
+    if (slot)
+        atomic_store_explicit(&slot->owner, (uint64_t)(uint32_t)cid << 32 | owner,
+                              memory_order_release);
+}
+
+jet_call_t *jet__cid_claim_from(uint64_t cid, uint32_t owner, uint64_t *next_cid_p)
+{
+    uint32_t idx = (uint32_t)(cid >> 32);
+    if (owner == 0 || idx >= atomic_load_explicit(&cid_reg.nslots, memory_order_acquire))
+        return NULL;
+    cid_slot_t *slot = cid_slot(idx);
+    /* Set for this very version: an owner left by an earlier attempt of the
+     * slot (a retry now on another connection) names another version. */
+    if (!slot || atomic_load_explicit(&slot->owner, memory_order_acquire) !=
+                     ((uint64_t)(uint32_t)cid << 32 | owner))
+        return NULL;
+    return jet__cid_claim(cid, next_cid_p);
 }
 
 void jet__cid_free(uint32_t idx)

@@ -96,6 +96,13 @@ int jet__cid_alloc(jet_call_t *call, uint64_t *cid_p);
  * On success the slot accepts the next version: *next_cid_p (may be NULL)
  * is the cid of a retry. */
 jet_call_t *jet__cid_claim(uint64_t cid, uint64_t *next_cid_p);
+/* Records that the attempt cid was written on the connection tagged owner
+ * (non-zero), before it is written. */
+void jet__cid_set_owner(uint64_t cid, uint32_t owner);
+/* jet__cid_claim for an answer that came on the connection tagged owner:
+ * NULL unless the attempt cid was written there, so that a peer answering
+ * with the id of a call sent elsewhere cannot end that call. */
+jet_call_t *jet__cid_claim_from(uint64_t cid, uint32_t owner, uint64_t *next_cid_p);
 /* Frees the slot and wakes its joiners. The call is not touched: a done
  * callback may already have destroyed or reissued it. */
 void jet__cid_free(uint32_t slot);

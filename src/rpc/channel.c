@@ -46,6 +46,7 @@ JET_FLAG_DEFINE_INT32(transport_reprobe_s, 60,
 /* Per-connection client state (the socket's owner). */
 typedef struct cli_conn {
     pthread_mutex_t lock;
+    uint32_t tag;        /* non-zero, distinct per connection: its answers' owner */
     jet_call_t *pending; /* calls written on this connection, not answered */
     bool dead;
     uint32_t max_body;
@@ -189,9 +190,13 @@ void jet_channel_destroy(jet_channel_t *ch)
 
 static int ch_connect(jet_channel_t *ch, jet_socket_t **s_p)
 {
+    static _Atomic uint32_t conn_tags;
     cli_conn_t *conn = calloc(1, sizeof *conn);
     if (!conn) return -ENOMEM;
     pthread_mutex_init(&conn->lock, NULL);
+    do {
+        conn->tag = atomic_fetch_add_explicit(&conn_tags, 1, memory_order_relaxed) + 1;
+    } while (conn->tag == 0);
     conn->max_body = ch->max_body;
     int64_t until = atomic_load_explicit(&ch->tcp_until_us, memory_order_relaxed);
     int mode = until != 0 && jet_now_us() < until ? JET_SOCKET_MODE_TCP : (int)ch->opts.socket_mode;
@@ -502,6 +507,7 @@ static void ch_issue(jet_call_t *call)
         if (conn->pending) conn->pending->sock_prev = call;
         conn->pending = call;
         call->on_sock_list = true;
+        jet__cid_set_owner(call->cid, conn->tag);
         /* The deadline is armed only now, under the lock and before any
          * answer (which unlinks under it before it disarms): whoever it lets
          * end the attempt finds the call linked and its socket set. */
@@ -659,7 +665,9 @@ static void cli_handle_response(jet_socket_t *s, jet_baidu_frame_t *f, int bad_a
     cli_conn_t *conn = s->owner;
     Brpc__Policy__RpcMeta *meta = f->meta;
     uint64_t cid = (uint64_t)meta->correlation_id;
-    jet_call_t *call = meta->has_correlation_id ? jet__cid_claim(cid, NULL) : NULL;
+    /* Only a call written on this connection: a server answering with the
+     * id of a call on another connection is ignored like an unknown id. */
+    jet_call_t *call = meta->has_correlation_id ? jet__cid_claim_from(cid, conn->tag, NULL) : NULL;
     if (!call) {
         JET_DEBUG("%s: dropped a response with unknown correlation_id=%llu", s->peer,
                   (unsigned long long)cid);
@@ -750,9 +758,10 @@ static void cli_on_refused(jet_socket_t *s, jet_iobuf_t *msg)
     }
     uint64_t next, cid = (uint64_t)f.meta->correlation_id;
     jet__baidu_frame_fini(&f);
-    jet_call_t *call = jet__cid_claim(cid, &next);
+    cli_conn_t *conn = s->owner;
+    jet_call_t *call = jet__cid_claim_from(cid, conn->tag, &next);
     if (!call) return; /* already ended (deadline) */
-    conn_unlink(s->owner, call);
+    conn_unlink(conn, call);
     call->cid = next;
     char why[224];
     jet__socket_size_error(s, "request", len, why, sizeof why);

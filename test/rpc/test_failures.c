@@ -33,6 +33,7 @@
 
 #include "base/futex.h"
 #include "echo.pb-c.h"
+#include "rpc_meta.pb-c.h"
 #include "testutil.h"
 #include "testutil_rpc.h"
 
@@ -921,6 +922,86 @@ static void test_reissue_on_destroyed_channel(void)
     jt_server_stop(srv);
 }
 
+/* A baidu_std response to correlation id cid, with message msg, on c. */
+static void answer_on(jt_conn_t *c, uint64_t cid, const char *msg)
+{
+    Brpc__Policy__RpcMeta meta = BRPC__POLICY__RPC_META__INIT;
+    Brpc__Policy__RpcResponseMeta rm = BRPC__POLICY__RPC_RESPONSE_META__INIT;
+    meta.response = &rm;
+    meta.has_correlation_id = true;
+    meta.correlation_id = (int64_t)cid;
+    size_t len = 0;
+    uint8_t *body = jt_echo_request_bytes(msg, &len); /* EchoResponse has the same shape */
+    jt_bytes_t b = {0};
+    jt_bytes_frame(&b, &meta, body, len, NULL, 0);
+    JT_CHECK_EQ(jt_conn_write(c, b.p, b.len), 0);
+    free(b.p);
+    free(body);
+}
+
+/* The correlation id of the next request on c (0: none came). */
+static uint64_t request_cid(jt_conn_t *c)
+{
+    jet_baidu_frame_t f;
+    jet__baidu_frame_init(&f);
+    uint64_t cid = 0;
+    if (jt_conn_frame(c, 3000, &f, NULL, NULL) == 1 && f.meta->has_correlation_id)
+        cid = (uint64_t)f.meta->correlation_id;
+    jet__baidu_frame_fini(&f);
+    return cid;
+}
+
+/* A server that answers on one connection with the correlation id of a call
+ * waiting on another connection (to it or to another server): the answer is
+ * dropped like an unknown id. That call still gets its own answer, and both
+ * connections' calls end normally. */
+static void test_answer_on_the_wrong_connection(void)
+{
+    int port = 0;
+    int lfd = jt_tcp_listen(8, &port);
+    JT_REQUIRE(lfd >= 0);
+    jet_channel_t *ch1 = jt_channel_open_port(port, JET_CONNECTION_SINGLE, 5000, 0);
+    jet_channel_t *ch2 = jt_channel_open_port(port, JET_CONNECTION_SINGLE, 5000, 0);
+    JT_REQUIRE(ch1 && ch2);
+    jt_counter_t done = {0};
+    jet_call_t *x = jet_call_create(), *y = jet_call_create();
+    JT_CHECK_EQ(jt_echo_call(ch1, x, "x", jt_count_done, &done), 0);
+    int fd1 = jt_tcp_accept(lfd, 3000);
+    JT_REQUIRE(fd1 >= 0);
+    jt_conn_t c1, c2;
+    jt_conn_init(&c1, fd1);
+    uint64_t cid_x = request_cid(&c1);
+    JT_CHECK_EQ(jt_echo_call(ch2, y, "y", jt_count_done, &done), 0);
+    int fd2 = jt_tcp_accept(lfd, 3000);
+    JT_REQUIRE(fd2 >= 0);
+    jt_conn_init(&c2, fd2);
+    uint64_t cid_y = request_cid(&c2);
+    JT_REQUIRE(cid_x != 0 && cid_y != 0);
+
+    answer_on(&c2, cid_x, "from the wrong connection");
+    usleep(100 * 1000);
+    JT_CHECK_EQ(atomic_load(&done.n), 0);
+    answer_on(&c1, cid_x, "x-ok");
+    answer_on(&c2, cid_y, "y-ok");
+    JT_CHECK(wait_count(&done, 2));
+    JT_CHECK(jt_echo_resp_is(x, "x-ok"));
+    JT_CHECK(jt_echo_resp_is(y, "y-ok"));
+    /* The connections still carry calls. */
+    jt_counter_t again = {0};
+    JT_CHECK_EQ(jt_echo_call(ch2, y, "y2", jt_count_done, &again), 0);
+    uint64_t cid_y2 = request_cid(&c2);
+    answer_on(&c2, cid_y2, "y2-ok");
+    JT_CHECK(wait_count(&again, 1));
+    JT_CHECK(jt_echo_resp_is(y, "y2-ok"));
+    jet_call_destroy(x);
+    jet_call_destroy(y);
+    jet_channel_destroy(ch1);
+    jet_channel_destroy(ch2);
+    jt_conn_close(&c1);
+    jt_conn_close(&c2);
+    close(lfd);
+}
+
 /* RPC_CASE=<substring> runs only the matching cases (for debugging). */
 #define RUN(fn)                                                                                    \
     do {                                                                                           \
@@ -946,6 +1027,7 @@ int main(int argc, char **argv)
     RUN(test_channel_destroyed_in_flight);
     RUN(test_failed_attempts_release_connections);
     RUN(test_reissue_on_destroyed_channel);
+    RUN(test_answer_on_the_wrong_connection);
     release_held(); /* anything a failed case left behind */
     return jt_finish();
 }
