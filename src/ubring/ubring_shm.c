@@ -20,6 +20,22 @@ bool jet__ubring_shm_name_ok(const char *name)
     return strcmp(name, ".") != 0 && strcmp(name, "..") != 0;
 }
 
+bool jet__ubring_shm_client_name_ok(const char *name)
+{
+    if (!jet__ubring_shm_name_ok(name)) return false;
+    size_t n = strnlen(name, JET_UBRING_NAME_BUF);
+    /* "UBRING_" + at least "h:p" + "_C", the port all digits. */
+    if (n < 7 + 3 + 2 || memcmp(name, "UBRING_", 7) != 0 || memcmp(name + n - 2, "_C", 2) != 0)
+        return false;
+    size_t end = n - 2, colon = end;
+    while (colon > 7 && name[colon - 1] != ':')
+        colon--;
+    if (colon <= 8 || colon == end) return false;
+    for (size_t i = colon; i < end; i++)
+        if (name[i] < '0' || name[i] > '9') return false;
+    return true;
+}
+
 bool jet__ubring_shm_len_ok(uint64_t len)
 {
     return len > 0 && len <= JET_UBRING_SHM_MAX && len % JET_UBRING_SHM_UNIT == 0;
@@ -42,7 +58,7 @@ int jet__ubring_shm_server_name(const char *client_name, char out[JET_UBRING_NAM
     const char *us = strrchr(client_name, '_');
     if (!us) return -EINVAL;
     size_t keep = (size_t)(us - client_name);
-    if (keep + 3 > JET_UBRING_NAME_BUF - 1) return -ENAMETOOLONG;
+    if (keep + 2 > JET_UBRING_NAME_BUF - 1) return -ENAMETOOLONG; /* + "_S" within 47 */
     memcpy(out, client_name, keep);
     memcpy(out + keep, "_S", 3);
     return jet__ubring_shm_name_ok(out) ? 0 : -EINVAL;
@@ -53,7 +69,9 @@ int jet__ubring_shm_create(const char *name, size_t len, jet_ubring_shm_t *shm)
     int rc;
     memset(shm, 0, sizeof *shm);
     if (!jet__ubring_shm_name_ok(name) || !jet__ubring_shm_len_ok(len)) return -EINVAL;
-    int fd = shm_open(name, O_CREAT | O_EXCL | O_RDWR | O_CLOEXEC, 0666);
+    /* Owner only (brpc asks 0666, which the umask usually makes readable by
+     * all): no other user reads the traffic before the name is unlinked. */
+    int fd = shm_open(name, O_CREAT | O_EXCL | O_RDWR | O_CLOEXEC, 0600);
     if (fd < 0) return -errno;
     if (ftruncate(fd, (off_t)len) < 0) {
         rc = -errno;

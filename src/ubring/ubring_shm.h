@@ -42,6 +42,8 @@ int jet__ubring_shm_client_name(const char *local_ipport, char out[JET_UBRING_NA
  * or -ENAMETOOLONG. */
 int jet__ubring_shm_server_name(const char *client_name, char out[JET_UBRING_NAME_BUF]);
 bool jet__ubring_shm_name_ok(const char *name);
+/* A name of the form clients make: "UBRING_" + host + ":" + port digits + "_C". */
+bool jet__ubring_shm_client_name_ok(const char *name);
 bool jet__ubring_shm_len_ok(uint64_t len);
 
 /* 0 or a negative code (-EINVAL for a bad name or size, -EEXIST, -errno). */

@@ -666,7 +666,11 @@ static void ub_server_setup(jet_socket_t *s, ub_ts_t *ts, const jet_ubring_hello
                  h->hello_ver, h->impl_ver);
         return;
     }
-    if (!jet__ubring_shm_name_ok(h->shm_name)) {
+    /* Only a name of the form a client makes for itself (UBRING_<its
+     * ip:port>_C, brpc's rule), so that a peer cannot have us map and write
+     * another program's segment. Not necessarily this connection's address:
+     * a proxy on the host may stand between the two. */
+    if (!jet__ubring_shm_client_name_ok(h->shm_name)) {
         why = "bad shm name";
         rc = -EINVAL;
         goto refuse;

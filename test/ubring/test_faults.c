@@ -498,6 +498,10 @@ static void test_bad_hellos(void)
         {"announced length not a multiple of 4 MiB", {.announce_len = (4u << 20) - 64}},
         {"announced length absurd", {.announce_len = UINT64_MAX}},
         {"name without NUL", {.name = long_name, .no_segment = true}},
+        /* It exists and has the right size, but is not named as a client's
+         * segment: the server must not map (and write into) it. */
+        {"a segment not named as a client's", {.name = "jetrpc_test_segment"}},
+        {"a server's segment name", {.name = "UBRING_127.0.0.1:1_S"}},
     };
     for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
         ubt_raw_t r;

@@ -154,6 +154,23 @@ static void test_names(void)
     JT_CHECK(!jet__ubring_shm_name_ok("a/b"));
     JT_CHECK(!jet__ubring_shm_name_ok(".."));
     JT_CHECK(!jet__ubring_shm_name_ok("a b"));
+    /* The longest client name (47 characters) still has a server name. */
+    char c47[JET_UBRING_NAME_BUF];
+    snprintf(c47, sizeof c47, "UBRING_%s_C", "[fe80::1234:5678:9abc:def0:1234]:65535");
+    JT_REQUIRE(strlen(c47) == 47);
+    JT_CHECK_EQ(jet__ubring_shm_server_name(c47, s), 0);
+    JT_CHECK_EQ(strlen(s), 47);
+    /* What a server accepts as a client's segment name. */
+    JT_CHECK(jet__ubring_shm_client_name_ok("UBRING_127.0.0.1:45548_C"));
+    JT_CHECK(jet__ubring_shm_client_name_ok("UBRING_[::1]:40000_C"));
+    JT_CHECK(jet__ubring_shm_client_name_ok(c47));
+    JT_CHECK(!jet__ubring_shm_client_name_ok("UBRING_127.0.0.1:45548_S"));
+    JT_CHECK(!jet__ubring_shm_client_name_ok("UBRING_127.0.0.1:_C"));
+    JT_CHECK(!jet__ubring_shm_client_name_ok("UBRING_127.0.0.1:45x48_C"));
+    JT_CHECK(!jet__ubring_shm_client_name_ok("UBRING_:45548_C"));
+    JT_CHECK(!jet__ubring_shm_client_name_ok("UBRING_test_C"));
+    JT_CHECK(!jet__ubring_shm_client_name_ok("other_app_segment"));
+    JT_CHECK(!jet__ubring_shm_client_name_ok("XBRING_127.0.0.1:45548_C"));
     JT_CHECK(jet__ubring_shm_len_ok(4u << 20));
     JT_CHECK(jet__ubring_shm_len_ok(8u << 20));
     JT_CHECK(!jet__ubring_shm_len_ok(0));
