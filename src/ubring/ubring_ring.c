@@ -47,6 +47,18 @@ ssize_t jet__ubring_tx_write(jet_ubring_tx_t *tx, jet_iobuf_t *const *bufs, int 
     int64_t free_slots = jet__ubring_tx_free(tx);
     if (free_slots < 0) return (ssize_t)free_slots;
     if ((uint64_t)free_slots < need) return -EAGAIN;
+    /* The tail read above may claim more than the reader consumed (a torn
+     * or stale value: a peer that stores it byte by byte passes through 0).
+     * Past the free slots come the tail's own slot (consumed, flag 0) and
+     * then the unread chunks (flag set; the reader clears a slot's flag
+     * before it publishes a tail past it). The write fits only if its last
+     * slot and the one after it are both clear; otherwise nothing is
+     * written and the next look reads the tail again. */
+    uint32_t last = (uint32_t)(((uint64_t)tx->wpos + need - 1) % tx->cap);
+    uint32_t after = last + 1 == tx->cap ? 0 : last + 1;
+    if (__atomic_load_n(&tx->q[last].flag, __ATOMIC_ACQUIRE) != 0 ||
+        __atomic_load_n(&tx->q[after].flag, __ATOMIC_ACQUIRE) != 0)
+        return -EAGAIN;
 
     int bi = 0;
     uint32_t ri = 0;

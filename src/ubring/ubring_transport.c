@@ -20,8 +20,9 @@
 #include "ubring/ubring_shm.h"
 
 JET_FLAG_DEFINE_INT32(ub_data_queue_size, 4,
-                      "UBRing segment size in MiB (a multiple of 4); the largest message is about "
-                      "(size - 64 B) / 64 * 60 bytes (brpc: data_queue_size)");
+                      "UBRing segment size in MiB (a multiple of 4); one write carries at most "
+                      "(size - 64 B) / 64 * 60 bytes, larger messages take several (brpc: "
+                      "data_queue_size)");
 JET_FLAG_DEFINE_INT32(ub_poller_num, 1, "Event loops that poll UBRing connections");
 JET_FLAG_DEFINE_BOOL(ub_poller_yield, false, "UBRing pollers yield the CPU when they find nothing");
 /* Longer than the ~1-2 ms an idle loop takes to look at its rings: with a
@@ -100,7 +101,6 @@ typedef struct ub_loop {
 typedef struct ub_ts {
     jet_hello_ts_t h; /* first: s->tstate is both */
     ub_conn_t *conn;
-    _Atomic size_t max_msg; /* largest write the peer's queue takes; 0 until ON */
 } ub_ts_t;
 
 static const jet_hello_ops_t ub_hello_ops;
@@ -520,7 +520,6 @@ static int ub_go_on(jet_socket_t *s, jet_hello_ts_t *h)
     if (rc < 0) JET_WARN("UBRing: shm_unlink %s: %s", c->own.name, jet_strerror(rc));
     rc = ubl_attach(s, c);
     if (rc < 0) return rc;
-    atomic_store_explicit(&ts->max_msg, jet__ubring_max_write(c->tx.cap), memory_order_relaxed);
     jet__hello_set_on(s, h);
     JET_DEBUG("UBRing established with %s (%s)", s->peer, c->own.name);
     return 0;
@@ -756,21 +755,15 @@ static bool ub_ack_on(const uint8_t in[JET_HELLO_ACK_LEN])
 
 /* ---- data path ---------------------------------------------------------------- */
 
+/* Messages are a byte stream through the ring, as brpc's writer cuts a large
+ * RPC into several write calls (UBRING.md §6): one write call takes what
+ * the free slots hold, at most UB_WRITE_MAX, and a message larger than the
+ * ring goes in as many as it needs. */
 static ssize_t ub_ring_cut(jet_socket_t *s, ub_conn_t *c, jet_iobuf_t *const *bufs, int n)
 {
-    size_t limit = jet__ubring_max_write(c->tx.cap), bytes = 0;
-    for (int i = 0; i < n && bytes < UB_WRITE_MAX; i++) {
-        size_t len = jet_iobuf_len(bufs[i]);
-        if (len > limit) {
-            if (i > 0) break; /* written alone, next time */
-            JET_ERROR("UBRing to %s: a message of %zu bytes does not fit in the peer's data queue "
-                      "(at most %zu bytes; raise --ub_data_queue_size, now %d MiB, on both sides; "
-                      "brpc: data_queue_size)",
-                      s->peer, len, limit, JET_FLAG(ub_data_queue_size));
-            return -EMSGSIZE;
-        }
-        bytes += len;
-    }
+    size_t bytes = 0;
+    for (int i = 0; i < n && bytes < UB_WRITE_MAX; i++)
+        bytes += jet_iobuf_len(bufs[i]);
     int64_t f = jet__ubring_tx_free(&c->tx);
     if (f < 0) {
         JET_WARN("close %s: the peer wrote an out-of-range UBRing tail", s->peer);
@@ -822,16 +815,6 @@ static int ub_debug(jet_socket_t *s, char *buf, size_t len)
     return n + jet__tcp_transport.debug(s, buf + n, len - (size_t)n);
 }
 
-static size_t ub_max_message(jet_socket_t *s, const char **hint)
-{
-    ub_ts_t *ts = s->tstate;
-    if (hint)
-        *hint = "raise --ub_data_queue_size (MiB, a multiple of 4; brpc: data_queue_size) on both "
-                "sides";
-    if (atomic_load_explicit(&ts->h.mode, memory_order_acquire) != JET_HELLO_ON) return 0;
-    return atomic_load_explicit(&ts->max_msg, memory_order_relaxed);
-}
-
 static const jet_hello_ops_t ub_hello_ops = {
     .name = "UBRing",
     .key = "ubring",
@@ -860,5 +843,4 @@ const jet_transport_ops_t jet__ubring_transport = {
     .on_input = jet__hello_on_input,
     .debug = ub_debug,
     .close = ub_close,
-    .max_message = ub_max_message,
 };

@@ -35,7 +35,10 @@ static void channel_to_peer_server(const char *const *peer_args, bool big)
     JT_REQUIRE(ch);
     static const size_t small[] = {0,  1,   2,   59,   60,   61,   119,   120,   121,
                                    64, 500, 999, 4095, 4096, 4097, 65535, 65536, 100000};
-    static const size_t large[] = {1 << 20, 2 << 20, (3 << 20) + 12345, 3500000, 3 << 20};
+    /* Up to and beyond the 4 MiB ring: both sides cut such a message into
+     * several write calls (UBRING.md §6). */
+    static const size_t large[] = {1 << 20,  2 << 20, (3 << 20) + 12345, 3500000,
+                                   3 << 20,  3932041, 5 << 20,          (9 << 20) + 7};
     size_t total = 0;
     echo_sizes(ch, small, sizeof small / sizeof small[0], 1, &total);
     JT_CHECK(ubt_maps_count() > 0);

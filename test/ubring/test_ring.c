@@ -112,6 +112,40 @@ static void test_worked_example(void)
     pair_fini(&p);
 }
 
+/* A tail that claims slots still holding unread chunks (torn or stale: a
+ * peer that stores it byte by byte passes through 0) is not believed:
+ * nothing is overwritten, and the write goes once the real tail comes. */
+static void test_tail_ahead_of_the_reader(void)
+{
+    pair_t p;
+    pair_init(&p, 8);
+    uint8_t data[7 * 60];
+    fill(data, sizeof data, 5);
+    JT_CHECK_EQ(write_bytes(&p, data, sizeof data), 420); /* slots 0-6: full */
+    jet_iobuf_t got;
+    jet_iobuf_init(&got);
+    JT_CHECK_EQ(jet__ubring_rx_read(&p.rx, &got, 120), 120); /* slots 0-1, tail 1 */
+    JT_CHECK_EQ(jet__ubring_ctrl(p.wseg)->tail, 1);
+    /* The real tail allows 2 slots (7 and 0); a bogus 5 would allow 6, of
+     * which 1-4 still hold unread chunks. */
+    jet__ubring_ctrl(p.wseg)->tail = 5;
+    JT_CHECK_EQ(jet__ubring_tx_free(&p.tx), 6);
+    uint8_t more[3 * 60];
+    fill(more, sizeof more, 6);
+    JT_CHECK_EQ(write_bytes(&p, more, sizeof more), -EAGAIN);
+    JT_CHECK_EQ(p.tx.wpos, 7);
+    /* Two slots the bogus tail covers but the real one does too: written. */
+    JT_CHECK_EQ(write_bytes(&p, more, 120), 120);
+    jet__ubring_ctrl(p.wseg)->tail = 1; /* the real value again */
+    JT_CHECK_EQ(jet__ubring_rx_read(&p.rx, &got, SIZE_MAX), 300 + 120);
+    uint8_t all[540];
+    JT_REQUIRE(jet_iobuf_len(&got) == 540);
+    jet_iobuf_copy_to(&got, all, 540, 0);
+    JT_CHECK(memcmp(all, data, 420) == 0 && memcmp(all + 420, more, 120) == 0);
+    jet_iobuf_fini(&got);
+    pair_fini(&p);
+}
+
 static void test_exact_fit_and_emsgsize(void)
 {
     pair_t p;
@@ -327,6 +361,7 @@ int main(void)
 {
     JT_RUN(test_layout);
     JT_RUN(test_worked_example);
+    JT_RUN(test_tail_ahead_of_the_reader);
     JT_RUN(test_exact_fit_and_emsgsize);
     JT_RUN(test_chunk_format_and_doorbell);
     JT_RUN(test_wrap_every_size);
