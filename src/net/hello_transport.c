@@ -224,6 +224,7 @@ static void hl_input_on(jet_socket_t *s, jet_hello_ts_t *h, uint32_t events)
             return;
         }
         if (r == 0) {
+            if (h->ops->drain) h->ops->drain(s, h);
             jet__socket_set_failed(s, -JET_EEOF);
             return;
         }

@@ -87,6 +87,10 @@ typedef struct jet_hello_ops {
     ssize_t (*cut)(struct jet_socket *s, jet_hello_ts_t *h, jet_iobuf_t *const *bufs, int n);
     /* Loop thread, mode ON: the data plane's wait_writable. */
     int (*wait_writable)(struct jet_socket *s, jet_hello_ts_t *h);
+    /* Loop thread, mode ON, the TCP connection just ended (EOF) and the socket
+     * about to fail: deliver what the peer wrote into the data plane before,
+     * as TCP delivers the bytes before its EOF (optional; bounded). */
+    void (*drain)(struct jet_socket *s, jet_hello_ts_t *h);
 } jet_hello_ops_t;
 
 struct jet_hello_ts {

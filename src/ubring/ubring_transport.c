@@ -333,6 +333,18 @@ static int ubl_poll_cb(jet_poller_t *p)
     return 0;
 }
 
+/* What the peer wrote before it went, delivered: one ring's worth at most,
+ * so that a peer that keeps writing cannot hold the loop. */
+static void uc_drain(ub_conn_t *c)
+{
+    size_t left = (size_t)c->rx.cap * JET_UBRING_CHUNK_PAYLOAD;
+    while (left > 0 && !jet__socket_failed(c->s)) {
+        size_t budget = left < UB_READ_BUDGET ? left : UB_READ_BUDGET;
+        if (!uc_read(c, budget)) break;
+        left -= budget;
+    }
+}
+
 /* The peer closed its side (UBRING.md §8, passive): acknowledge, deliver what
  * it wrote before, and end the socket as a TCP EOF would. */
 static void uc_passive_close(ub_conn_t *c)
@@ -343,8 +355,7 @@ static void uc_passive_close(ub_conn_t *c)
     jet__ubring_store32(&peer->rx_flag, JET_UBRING_EQ_CLOSED);
     c->peer_closed = true;
     jet_socket_t *s = c->s;
-    while (!jet__socket_failed(s) && uc_read(c, SIZE_MAX)) {
-    }
+    uc_drain(c);
     JET_DEBUG("%s closed its UBRing", s->peer);
     jet__socket_set_failed(s, -JET_EEOF);
 }
@@ -785,6 +796,13 @@ static ssize_t ub_cut(jet_socket_t *s, jet_hello_ts_t *h, jet_iobuf_t *const *bu
     return ub_ring_cut(s, c, bufs, n);
 }
 
+static void ub_drain(jet_socket_t *s, jet_hello_ts_t *h)
+{
+    (void)s;
+    ub_conn_t *c = ((ub_ts_t *)h)->conn;
+    if (c && c->state == UC_ACTIVE) uc_drain(c);
+}
+
 static int ub_wait_writable(jet_socket_t *s, jet_hello_ts_t *h)
 {
     (void)s;
@@ -828,6 +846,7 @@ static const jet_hello_ops_t ub_hello_ops = {
     .drop = ub_drop,
     .cut = ub_cut,
     .wait_writable = ub_wait_writable,
+    .drain = ub_drain,
 };
 
 const jet_transport_ops_t jet__ubring_transport = {

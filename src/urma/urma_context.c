@@ -852,6 +852,11 @@ static int ul_drain(jet_urma_loop_t *ul, int max)
     return total;
 }
 
+void jet__urma_loop_drain(jet_urma_loop_t *ul)
+{
+    if (ul && ul->jfc) ul_drain(ul, CTX_EVENT_BUDGET);
+}
+
 static int64_t ul_event_spin_us(void)
 {
     int32_t us = JET_FLAG(urma_event_spin_us);

@@ -243,6 +243,9 @@ typedef struct jet_urma_loop_stats {
 } jet_urma_loop_stats_t;
 jet_urma_counters_t *jet__urma_loop_counters(jet_urma_loop_t *ul);
 void jet__urma_loop_stats(jet_urma_loop_t *ul, jet_urma_loop_stats_t *out);
+/* Loop thread: polls the loop's completion queue now (one event's budget)
+ * and delivers what it holds, as its poller or event would. */
+void jet__urma_loop_drain(jet_urma_loop_t *ul);
 
 jet_loop_t *jet__urma_loop_of(const jet_urma_loop_t *ul);
 

@@ -553,6 +553,11 @@ ssize_t jet__urma_ep_cut(jet_urma_ep_t *ep, jet_iobuf_t *const *bufs, int n)
     return -EAGAIN;
 }
 
+void jet__urma_ep_drain(jet_urma_ep_t *ep)
+{
+    if (ep->connected && !ep->draining) jet__urma_loop_drain(ep->ul);
+}
+
 int jet__urma_ep_wait_writable(jet_urma_ep_t *ep)
 {
     /* Same thread as the completions that open the windows: nothing can

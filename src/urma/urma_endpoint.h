@@ -95,6 +95,9 @@ ssize_t jet__urma_ep_cut(jet_urma_ep_t *ep, jet_iobuf_t *const *bufs, int n);
 /* Loop thread, after -EAGAIN: jet__socket_writable will be called once both
  * windows are open again. */
 int jet__urma_ep_wait_writable(jet_urma_ep_t *ep);
+/* Loop thread: the TCP connection ended; what the peer sent before over URMA
+ * is delivered (the loop's completion queue is polled now). */
+void jet__urma_ep_drain(jet_urma_ep_t *ep);
 
 /* Loop thread: the socket is gone for the endpoint (failed, or URMA was not
  * agreed). Stops the queues (jetty and JFR to ERROR, off the loop), lets the

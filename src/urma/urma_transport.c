@@ -369,6 +369,13 @@ static int ut_wait_writable(jet_socket_t *s, jet_hello_ts_t *h)
     return ts->ep ? jet__urma_ep_wait_writable(ts->ep) : 0;
 }
 
+static void ut_drain(jet_socket_t *s, jet_hello_ts_t *h)
+{
+    (void)s;
+    urma_ts_t *ts = (urma_ts_t *)h;
+    if (ts->ep) jet__urma_ep_drain(ts->ep);
+}
+
 static int ut_debug(jet_socket_t *s, char *buf, size_t len)
 {
     urma_ts_t *ts = s->tstate;
@@ -392,6 +399,7 @@ static const jet_hello_ops_t ut_hello_ops = {
     .drop = ut_drop,
     .cut = ut_cut,
     .wait_writable = ut_wait_writable,
+    .drain = ut_drain,
 };
 
 const jet_transport_ops_t jet__urma_transport = {

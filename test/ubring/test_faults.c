@@ -412,6 +412,44 @@ static void test_raw_client_with_peer(void)
     JT_CHECK(ubt_shm_wait_clean(&before, 10000000));
 }
 
+/* A client that writes requests into the ring and closes its TCP connection
+ * at once, without the ring's close protocol: the server still gets every
+ * request written before the close, as TCP delivers the bytes before its
+ * EOF. The server's loop is idle first, so that it sees the EOF before it
+ * next looks at the ring. */
+static void test_requests_before_tcp_close(void)
+{
+    ubt_names_t before;
+    ubt_shm_list(&before);
+    int port = 0;
+    jet_server_t *srv = ubt_server_start(JET_SOCKET_MODE_UBRING, 0, &port);
+    JT_REQUIRE(srv);
+    for (int round = 0; round < 3; round++) {
+        ubt_raw_t r;
+        JT_REQUIRE(ubt_raw_connect(&r, port, NULL) == 1);
+        JT_CHECK(raw_echo(&r, 1));
+        usleep(50 * 1000); /* past ub_poller_idle_us: the loop stops spinning */
+        jet_server_stats_t st0, st;
+        jet_server_get_stats(srv, &st0);
+        enum { N = 20 };
+        for (int i = 0; i < N; i++) {
+            size_t n;
+            uint8_t *req = ubt_request_frame(100 + i, "before-close", NULL, 0, &n);
+            JT_CHECK(ubt_raw_write(&r, req, n));
+            free(req);
+        }
+        shutdown(r.fd, SHUT_RDWR);
+        JT_CHECK(JT_WAIT_UNTIL((jet_server_get_stats(srv, &st), st.requests >= st0.requests + N),
+                               5000000));
+        JT_CHECK_EQ(st.requests - st0.requests, N);
+        ubt_raw_close(&r);
+    }
+    JT_CHECK(jt_server_wait_stats(srv, 0, 0, 20000000, NULL));
+    jet_server_destroy(srv);
+    JT_CHECK(ubt_maps_wait_none(30000000));
+    JT_CHECK(ubt_shm_wait_clean(&before, 10000000));
+}
+
 static void test_corrupt_chunks(void)
 {
     ubt_names_t before;
@@ -524,5 +562,6 @@ int main(int argc, char **argv)
     JT_RUN(test_larger_than_ring_before_handshake);
     JT_RUN(test_corrupt_chunks);
     JT_RUN(test_bad_hellos);
+    JT_RUN(test_requests_before_tcp_close);
     return jt_finish();
 }
