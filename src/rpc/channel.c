@@ -482,6 +482,9 @@ static void ch_issue(jet_call_t *call)
     jet_iobuf_t frame;
     jet_iobuf_init(&frame);
     rc = ch_pack_request(call, &frame);
+    /* The server takes a body (meta included) of at most its max_body_size,
+     * else closes the connection: such a request never goes out. */
+    if (rc == 0 && jet_iobuf_len(&frame) - JET_BAIDU_HEADER_SIZE > ch->max_body) rc = -EMSGSIZE;
     if (rc < 0) {
         jet_iobuf_fini(&frame);
         call->attempts = call->max_attempts; /* not a connection problem: no retry */
@@ -609,7 +612,10 @@ int jet_channel_call(jet_channel_t *ch, const ProtobufCServiceDescriptor *servic
         rc = jet__encode_message(request, call->req_compress, &call->req_body);
         body_len = jet_iobuf_len(&call->req_body);
     }
-    if (rc == 0 && body_len + jet_iobuf_len(&call->req_att) > ch->max_body) rc = -EMSGSIZE;
+    /* (baidu_std's attachment_size is an int32, whatever max_body_size says.) */
+    if (rc == 0 && (body_len + jet_iobuf_len(&call->req_att) > ch->max_body ||
+                    jet_iobuf_len(&call->req_att) > INT32_MAX))
+        rc = -EMSGSIZE;
     if (rc == 0) rc = jet__cid_alloc(call, &call->cid);
     if (rc < 0) {
         call->req_msg = NULL;

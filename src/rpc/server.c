@@ -4,6 +4,7 @@
 #include <pthread.h>
 #include <stdarg.h>
 #include <stdatomic.h>
+#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -358,6 +359,8 @@ static void srv_send_response(jet_call_t *call, const ProtobufCMessage *output)
                  ? jet__baidu_pack_msg(&frame, &meta, output, att)
                  : jet__baidu_pack(&frame, &meta, &body, att);
     size_t frame_len = jet_iobuf_len(&frame);
+    /* baidu_std's attachment_size is an int32: a larger one is never sent. */
+    if (rc == 0 && att && jet_iobuf_len(att) > INT32_MAX) rc = -EMSGSIZE;
     if (rc == 0) rc = jet__socket_write(s, &frame);
     if (rc == -EMSGSIZE && !call->error_code && !jet__socket_failed(s)) {
         /* Larger than the connection ever carries: the client gets an error

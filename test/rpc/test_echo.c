@@ -345,6 +345,44 @@ static void test_attachments(void)
     jet_channel_destroy(ch);
 }
 
+/* A request whose body (meta + message + attachment) exceeds the channel's
+ * max_body_size fails at once with EMSGSIZE, without a retry and without
+ * reaching the server (a brpc server would close the connection on it), even
+ * when message + attachment alone fit. */
+static void test_request_over_max_body(void)
+{
+    jet_channel_options_t o;
+    jet_channel_options_init(&o);
+    o.timeout_ms = 20000;
+    o.max_retry = 3;
+    o.max_body_size = 4096;
+    char addr[32];
+    snprintf(addr, sizeof addr, "127.0.0.1:%d", g_port);
+    jet_channel_t *ch = NULL;
+    JT_REQUIRE(jet_channel_create(addr, &o, &ch) == 0);
+    jet_server_stats_t st0, st1;
+    stats(g_srv, &st0);
+    jet_call_t *call = jet_call_create();
+    /* Message "big" (3 bytes, 5 packed) + 4080 bytes of attachment fit in
+     * 4096; the meta does not. */
+    uint8_t att[4080];
+    memset(att, 7, sizeof att);
+    jet_iobuf_append(jet_call_request_attachment(call), att, sizeof att);
+    JT_CHECK_EQ(jt_echo_call(ch, call, "big", NULL, NULL), 0);
+    JT_CHECK_EQ(jet_call_error_code(call), EMSGSIZE);
+    stats(g_srv, &st1);
+    JT_CHECK_EQ(st1.requests - st0.requests, 0); /* nothing went out, no retry either */
+    /* A smaller one goes through on the same channel. */
+    jet_iobuf_clear(jet_call_request_attachment(call));
+    jet_iobuf_append(jet_call_request_attachment(call), att, 1000);
+    JT_CHECK_EQ(jt_echo_call(ch, call, "small", NULL, NULL), 0);
+    JT_CHECK(!jet_call_failed(call));
+    stats(g_srv, &st1);
+    JT_CHECK_EQ(st1.requests - st0.requests, 1);
+    jet_call_destroy(call);
+    jet_channel_destroy(ch);
+}
+
 static void test_compression(void)
 {
     jet_channel_t *ch = open_channel(g_port, JET_CONNECTION_SINGLE);
@@ -906,6 +944,7 @@ int main(void)
     RUN(test_pooled_connections);
     RUN(test_short_connections);
     RUN(test_attachments);
+    RUN(test_request_over_max_body);
     RUN(test_compression);
     RUN(test_checksum);
     RUN(test_log_id);
