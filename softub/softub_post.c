@@ -23,6 +23,7 @@
  * outstanding WRs than jfs depth get URMA_ENOMEM with bad_wr. */
 #include <errno.h>
 #include <sched.h>
+#include <semaphore.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/uio.h>
@@ -1649,6 +1650,7 @@ void softub__rq_polled(struct sub_cqe *c, const uint8_t *inl)
 struct prog_handle {
     pthread_t th;
     _Atomic int stop;
+    sem_t holding; /* posted once the thread holds the region's `alive` mutex */
 };
 
 static struct prog_handle *prog_cur; /* under softub__g.lock */
@@ -1768,6 +1770,7 @@ static void *prog_main(void *arg)
     /* Held for the thread's life: peers read the owner's death in it. */
     if (pthread_mutex_lock(&rh->alive) == EOWNERDEAD)
         pthread_mutex_consistent(&rh->alive);
+    sem_post(&h->holding);
     while (!atomic_load(&h->stop)) {
         uint32_t seen = atomic_load(&rh->doorbell);
         uint64_t now = softub__now_ns();
@@ -1804,9 +1807,16 @@ int softub__prog_start(void)
     if (h == NULL)
         return -ENOMEM;
     atomic_init(&h->stop, 0);
+    sem_init(&h->holding, 0, 0);
     if (pthread_create(&h->th, NULL, prog_main, h) != 0) {
+        sem_destroy(&h->holding);
         free(h);
         return -EAGAIN;
+    }
+    /* Not before the thread holds `alive`: a process killed earlier would
+     * leave no "owner died" mark, and peers would take it for alive until
+     * their next liveness check. */
+    while (sem_wait(&h->holding) != 0 && errno == EINTR) {
     }
     prog_cur = h;
     return 0;
@@ -1824,6 +1834,7 @@ void softub__prog_stop(void)
     pthread_mutex_unlock(&softub__g.lock);
     if (h != NULL) {
         pthread_join(h->th, NULL);
+        sem_destroy(&h->holding);
         free(h);
     }
 }
