@@ -939,7 +939,9 @@ static void token_id_lifecycle(void)
 }
 
 /* ------------------------------------------------------------------------ */
-/* RC bind rules (§4.2)                                                      */
+/* Import flags and the 25.12+ import/bind forms (§2.5, §3.8)               */
+/* ------------------------------------------------------------------------ */
+
 /* share_tp may be 1 only for RC with target ordering (§3.8; the UMDK
  * sample's "mode 3"). */
 static void import_share_tp(void)
@@ -1044,6 +1046,8 @@ static void import_bind_ex(void)
     cf_close();
 }
 
+/* ------------------------------------------------------------------------ */
+/* RC bind rules (§4.2)                                                      */
 /* ------------------------------------------------------------------------ */
 
 static void bind_rules(void)
