@@ -1,6 +1,8 @@
 #!/usr/bin/env bash
 # Builds jetrpc and softub (the software URMA provider) and runs the echo
-# demo over URMA: a server and a client on this host, both with
+# demo over URMA, then example/urma_performance (brpc's rdma_performance:
+# latency percentiles, QPS, MB/s, CPU) for a few seconds over the same
+# transport: servers and clients on this host, all with
 # --socket_mode=urma, finding softub as liburma.so.0 through LD_LIBRARY_PATH
 # (build/softub/lib), on a softub fabric of their own (SOFTUB_FABRIC). The
 # client's log says which transport the connection used; without URMA
@@ -10,7 +12,7 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 bash scripts/deps.sh
 cmake -S . -B build -DCMAKE_BUILD_TYPE=Release >/dev/null
-cmake --build build -j"$(nproc)" --target echo_server echo_client
+cmake --build build -j"$(nproc)" --target echo_server echo_client urma_perf_server urma_perf_client
 # softub is optional: without it URMA is unavailable and the demo runs TCP.
 cmake --build build -j"$(nproc)" --target softub >/dev/null 2>&1 ||
   echo "demo: softub did not build; URMA will be unavailable (TCP fallback)"
@@ -26,9 +28,12 @@ cleanup() {
 }
 trap cleanup EXIT
 
-# Starts the server in mode $1; 0 once its port accepts connections.
+# Starts the server in mode $1 (the echo server, or the program $2 with
+# its arguments); 0 once its port accepts connections.
 start_server() {
-  ./build/example/echo/echo_server --port="$port" --socket_mode="$1" \
+  local mode=$1
+  shift
+  "${@:-./build/example/echo/echo_server}" --port="$port" --socket_mode="$mode" \
     >"$logdir/server.out" 2>"$logdir/server.log" &
   srv=$!
   for _ in $(seq 50); do
@@ -60,4 +65,18 @@ if grep -q "URMA established" "$logdir/client.log"; then
 else
   echo "demo: the calls went over TCP"
 fi
+[ "$rc" -eq 0 ] || exit "$rc"
+
+# The performance example: 4 connections x 4 calls in flight, 4 KiB
+# attachments echoed back, on the transport the echo used.
+kill "$srv" 2>/dev/null; wait "$srv" 2>/dev/null || true
+srv=
+port=$((port + 1))
+echo
+echo "demo: example/urma_performance over $mode"
+start_server "$mode" ./build/example/urma_performance/urma_perf_server
+./build/example/urma_performance/urma_perf_client --server="127.0.0.1:$port" \
+  --socket_mode="$mode" --thread_num=4 --queue_depth=4 --attachment_size=4096 \
+  --echo_attachment=true --test_seconds=3 2>"$logdir/perf.log" || rc=$?
+[ "$rc" -eq 0 ] || cat "$logdir/perf.log" >&2
 exit $rc
