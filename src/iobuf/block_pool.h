@@ -98,6 +98,10 @@ int jet__block_pool_set_registrar(const jet_registrar_t *r);
 void jet__block_pool_clear_registrar(void);
 /* The region that holds addr, or NULL (user memory, stack, heap). */
 const jet_region_t *jet__block_pool_find(const void *addr);
+/* jet_iobuf_read_fd that also says how many bytes the read offered the fd
+ * (*offered_p): fewer than max when the pool had too few blocks, so that a
+ * read of all of them does not look like a drained fd. */
+ssize_t jet__iobuf_read_fd(jet_iobuf_t *buf, int fd, size_t max, size_t *offered_p);
 
 /* Statistics for tests and /status. */
 typedef struct jet_block_pool_stats {

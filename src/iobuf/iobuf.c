@@ -430,6 +430,12 @@ const void *jet_iobuf_ref_data(const jet_iobuf_t *buf, uint32_t i, size_t *len_p
 
 ssize_t jet_iobuf_read_fd(jet_iobuf_t *buf, int fd, size_t max)
 {
+    return jet__iobuf_read_fd(buf, fd, max, NULL);
+}
+
+ssize_t jet__iobuf_read_fd(jet_iobuf_t *buf, int fd, size_t max, size_t *offered_p)
+{
+    if (offered_p) *offered_p = 0;
     if (max == 0) return 0;
     struct iovec iov[1 + IOB_READ_BLOCKS];
     jet_block_t *fresh[IOB_READ_BLOCKS];
@@ -441,7 +447,9 @@ ssize_t jet_iobuf_read_fd(jet_iobuf_t *buf, int fd, size_t max)
     uint32_t claimed = iob_claim_tail(buf, max, &tail_off);
     jet_block_t *tail = claimed ? iob_ref(buf, tail_i)->block : NULL;
     size_t want = max - claimed;
-    size_t nfresh = iob_min((want + JET_BLOCK_SIZE_8K - 1) / JET_BLOCK_SIZE_8K, IOB_READ_BLOCKS);
+    /* (Rounded up without overflow: max may be SIZE_MAX, "no limit".) */
+    size_t nfresh = iob_min(want / JET_BLOCK_SIZE_8K + (want % JET_BLOCK_SIZE_8K != 0),
+                            IOB_READ_BLOCKS);
     /* Room for every reference is made before reading: bytes taken from the
      * fd must never be lost for lack of a slot. */
     if (iob_reserve(buf, nfresh) != 0) goto err_unclaim;
@@ -455,6 +463,7 @@ ssize_t jet_iobuf_read_fd(jet_iobuf_t *buf, int fd, size_t max)
         want -= k;
     }
     if (niov == 0) goto err_unclaim;
+    if (offered_p) *offered_p = (max - claimed) - want + claimed;
 
     ssize_t n;
     do {

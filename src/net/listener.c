@@ -1,6 +1,8 @@
 #include "net/listener.h"
 
 #include <errno.h>
+#include <stdbool.h>
+#include <stddef.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/epoll.h>
@@ -8,6 +10,7 @@
 
 #include "base/futex.h"
 #include "base/log.h"
+#include "base/time.h"
 
 struct jet_listener {
     int fd;
@@ -18,12 +21,20 @@ struct jet_listener {
     jet_accept_cb_t cb;
     void *arg;
     jet_task_t stop_task;
+    /* Out of descriptors or memory: accepting is tried again when it fires
+     * (edge-triggered, the connections waiting in the backlog would
+     * otherwise wait for the next one to arrive). */
+    jet_timer_t retry_timer;
+    bool short_of_fds; /* the last accept failed for want of descriptors or memory */
     _Atomic uint32_t stopped;
 };
 
-static void listener_io_cb(jet_io_t *io, uint32_t events)
+/* How long accepting pauses after the process ran out of descriptors or
+ * memory for a connection. */
+#define LISTENER_RETRY_US 20000
+
+static void listener_accept(jet_listener_t *l)
 {
-    jet_listener_t *l = io->arg;
     /* Bounded per event so one busy listener cannot starve its loop. */
     for (int i = 0; i < 256; i++) {
         jet_addr_t peer;
@@ -31,14 +42,42 @@ static void listener_io_cb(jet_io_t *io, uint32_t events)
         int fd = accept4(l->fd, &peer.u.sa, &peer.len, SOCK_NONBLOCK | SOCK_CLOEXEC);
         if (fd < 0) {
             if (errno == EINTR || errno == ECONNABORTED) continue;
-            if (errno != EAGAIN) JET_WARN("accept on %s: %s", l->name, strerror(errno));
+            if (errno == EAGAIN) return;
+            int err = errno;
+            if (err == EMFILE || err == ENFILE || err == ENOBUFS || err == ENOMEM) {
+                /* Logged once per shortage, not at every retry. */
+                if (!jet_timer_armed(&l->retry_timer) && !l->short_of_fds)
+                    JET_WARN("accept on %s: %s; accepting again every %d ms until it succeeds",
+                             l->name, strerror(err), LISTENER_RETRY_US / 1000);
+                l->short_of_fds = true;
+                if (!jet_timer_armed(&l->retry_timer))
+                    jet_loop_timer_start(l->loop, &l->retry_timer, jet_now_us() + LISTENER_RETRY_US);
+                return;
+            }
+            JET_WARN("accept on %s: %s", l->name, strerror(err));
             return;
+        }
+        if (l->short_of_fds) {
+            JET_INFO("accept on %s: accepting again", l->name);
+            l->short_of_fds = false;
         }
         if (l->addr.u.sa.sa_family == AF_UNIX) peer = l->addr;
         l->cb(l, fd, &peer, l->arg);
     }
     /* More may be pending: re-arm by modifying (edge-triggered epoll re-reports). */
     jet_loop_io_mod(&l->io, EPOLLIN);
+}
+
+static void listener_io_cb(jet_io_t *io, uint32_t events)
+{
+    (void)events;
+    jet_listener_t *l = io->arg;
+    if (!jet_timer_armed(&l->retry_timer)) listener_accept(l);
+}
+
+static void listener_retry_cb(jet_timer_t *t)
+{
+    listener_accept((jet_listener_t *)((char *)t - offsetof(jet_listener_t, retry_timer)));
 }
 
 int jet__listener_create(const jet_addr_t *addr, jet_accept_cb_t cb, void *arg,
@@ -81,6 +120,7 @@ int jet__listener_create(const jet_addr_t *addr, jet_accept_cb_t cb, void *arg,
     l->io.events = EPOLLIN;
     l->io.cb = listener_io_cb;
     l->io.arg = l;
+    jet_timer_init(&l->retry_timer, listener_retry_cb);
     rc = jet_loop_io_add(l->loop, &l->io);
     if (rc < 0) goto err_close;
     *l_p = l;
@@ -103,6 +143,7 @@ static void listener_stop_task(jet_task_t *t)
 {
     jet_listener_t *l = (jet_listener_t *)((char *)t - offsetof(jet_listener_t, stop_task));
     jet_loop_io_del(&l->io);
+    if (jet_timer_armed(&l->retry_timer)) jet_loop_timer_stop(l->loop, &l->retry_timer);
     atomic_store(&l->stopped, 1);
     jet__futex_wake(&l->stopped, 1);
 }

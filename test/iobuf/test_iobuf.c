@@ -89,13 +89,12 @@ static void m_reserve(model_t *m, size_t n)
 
 static void m_append(model_t *m, const void *p, size_t n)
 {
-    /* p may point into m itself (self append, rotation). */
-    if (m->d && (const unsigned char *)p >= m->d && (const unsigned char *)p < m->d + m->cap) {
-        size_t off = (size_t)((const unsigned char *)p - m->d);
-        m_reserve(m, n);
-        p = m->d + off;
-    }
+    /* p may point into m itself (self append, rotation): kept as an
+     * offset across the reallocation. */
+    uintptr_t base = (uintptr_t)m->d, at = (uintptr_t)p;
+    bool inside = m->d && at >= base && at < base + m->cap;
     m_reserve(m, n);
+    if (inside) p = m->d + (at - base);
     if (n) memmove(m->d + m->n, p, n);
     m->n += n;
 }
@@ -774,6 +773,24 @@ static void test_pipe_large(void)
     JT_CHECK(all_idle());
 }
 
+/* max is a limit, SIZE_MAX none: the read takes what the fd has. */
+static void test_read_without_limit(void)
+{
+    int pfd[2];
+    JT_REQUIRE(pipe(pfd) == 0);
+    JT_REQUIRE(write(pfd[1], "hello", 5) == 5);
+    jet_iobuf_t in;
+    jet_iobuf_init(&in);
+    JT_CHECK_EQ(jet_iobuf_read_fd(&in, pfd[0], SIZE_MAX), 5);
+    JT_REQUIRE(write(pfd[1], "world!", 6) == 6);
+    JT_CHECK_EQ(jet_iobuf_read_fd(&in, pfd[0], SIZE_MAX - 100), 6);
+    JT_CHECK(jet_iobuf_equals(&in, "helloworld!", 11) == 0);
+    close(pfd[0]);
+    close(pfd[1]);
+    jet_iobuf_fini(&in);
+    JT_CHECK(all_idle());
+}
+
 static void test_socketpair_nonblocking(void)
 {
     int sv[2];
@@ -1038,6 +1055,7 @@ int main(void)
     JT_RUN(test_ref_array);
     JT_RUN(test_random_ops);
     JT_RUN(test_pipe_large);
+    JT_RUN(test_read_without_limit);
     JT_RUN(test_socketpair_nonblocking);
     JT_RUN(test_read_into_tail);
     JT_RUN(test_fd_limits_and_errors);

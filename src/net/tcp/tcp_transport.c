@@ -10,6 +10,7 @@
 #include <unistd.h>
 
 #include "base/log.h"
+#include "iobuf/block_pool.h"
 #include "jetrpc/errors.h"
 #include "jetrpc/flags.h"
 #include "net/socket.h"
@@ -89,13 +90,16 @@ void jet__tcp_read(jet_socket_t *s)
 {
     size_t room = TCP_READ_FIRST;
     for (int i = 0; i < JET_FLAG(tcp_read_budget); i++) {
-        ssize_t r = jet_iobuf_read_fd(&s->read_buf, s->fd, room);
+        size_t offered;
+        ssize_t r = jet__iobuf_read_fd(&s->read_buf, s->fd, room, &offered);
         if (r > 0) {
             jet__socket_deliver(s);
             if (jet__socket_failed(s)) return;
-            /* A short read drained the kernel: the next edge wakes us, except
-             * for a FIN that came with the data (no edge follows it). */
-            if ((size_t)r < room && !s->peer_hup) return;
+            /* A read shorter than what it offered drained the kernel: the
+             * next edge wakes us, except for a FIN that came with the data
+             * (no edge follows it). One that filled the few blocks a short
+             * pool gave did not: reading goes on. */
+            if ((size_t)r < offered && !s->peer_hup) return;
             if (room < TCP_READ_MAX) room *= 2;
             continue;
         }
