@@ -19,6 +19,12 @@
  * connection's error (EEOF, ECONNREFUSED...) once max_retry retries on new
  * connections are used up.
  *
+ * A synchronous call waits on the calling thread; made on the thread of the
+ * event loop that serves its connection (in a done callback, or in a server
+ * handler run on the loop), it could never read its own answer, and fails
+ * at once with EDEADLK instead: such code calls asynchronously, or its
+ * handlers run in the server's worker pool (usercode_in_pool).
+ *
  * Threads: any number of threads may call through one channel. Destroying a
  * channel closes its connections: calls still in flight on it end with
  * ECLOSE (not retried), their done callbacks run as for any completion, and

@@ -132,8 +132,9 @@ int jet__cid_alloc(jet_call_t *call, uint64_t *cid_p)
     cid_slot_t *slot = cid_slot(idx);
     slot->call = call;
     call->slot = idx;
-    call->slot_free_seq = cid_seq(atomic_load_explicit(&slot->state, memory_order_relaxed));
     call->joinable = true;
+    uint32_t seq = cid_seq(atomic_load_explicit(&slot->state, memory_order_relaxed));
+    atomic_store_explicit(&call->join_token, (uint64_t)(idx + 1) << 32 | seq, memory_order_release);
     /* Publishes call before any claim can see this version (claims acquire). */
     uint32_t ver = atomic_load_explicit(&slot->version, memory_order_relaxed);
     atomic_store_explicit(&slot->version, ver, memory_order_release);

@@ -58,8 +58,12 @@ struct jet_call {
     int64_t end_us;
     jet_call_done_cb_t done;
     void *done_arg;
-    bool joinable;      /* has a correlation slot that jet_call_join can wait on */
-    uint32_t slot_free_seq; /* the slot's free count when this call took it */
+    bool joinable;      /* this issue holds the correlation slot `slot` (its owner's field) */
+    /* What jet_call_join waits for: the latest issue's slot + 1 (high half)
+     * and the slot's free count when it took it (low half); 0 before the
+     * first. Replaced, never cleared, by each issue that takes a slot, so
+     * that a joiner sees a reissue made by done (jet__cid_join_token). */
+    _Atomic uint64_t join_token;
     /* The loop of the latest attempt's connection: a synchronous caller may
      * drive it while it waits (jet_loop_drive). Loops outlive calls. */
     _Atomic(jet_loop_t *) wait_loop;
@@ -114,5 +118,8 @@ void jet__cid_free(uint32_t slot);
  * nobody else owns it. */
 void jet__cid_join(uint32_t slot, uint32_t free_seq, int64_t spin_us, jet_loop_t *loop,
                    int64_t deadline_us, void (*expire)(void *arg), void *arg);
+/* The slot and free count a join_token names. */
+static inline uint32_t jet__join_slot(uint64_t token) { return (uint32_t)(token >> 32) - 1; }
+static inline uint32_t jet__join_seq(uint64_t token) { return (uint32_t)token; }
 
 #endif

@@ -358,6 +358,7 @@ static void ch_complete(jet_call_t *call, int code, const char *text)
 }
 
 static void ch_issue(jet_call_t *call);
+static void ch_wait_sync(jet_call_t *call);
 
 static bool ch_retriable(int err)
 {
@@ -473,6 +474,18 @@ static void ch_issue(jet_call_t *call)
     int rc = ch_get_socket(ch, &s);
     if (rc < 0) {
         ch_attempt_failed(call, rc, NULL);
+        return;
+    }
+    if (!call->done && jet_loop_in_thread(s->loop)) {
+        /* Its answer would be read by this very thread, which is about to
+         * wait for it: a deadlock until the deadline, or for ever. */
+        call->sock = s;
+        call->attempts = call->max_attempts;
+        ch_attempt_failed(call, -EDEADLK,
+                          "a synchronous call on the thread of the event loop that serves its "
+                          "connection (a done callback, or a handler run on the loop) can never "
+                          "get its answer: call asynchronously, or run handlers in the worker "
+                          "pool (usercode_in_pool)");
         return;
     }
     call->sock = s;
@@ -633,7 +646,7 @@ int jet_channel_call(jet_channel_t *ch, const ProtobufCServiceDescriptor *servic
          * the loop, which this thread is about to drive while it waits. */
         jet_loop_defer_begin();
         ch_issue(call);
-        jet_call_join(call);
+        ch_wait_sync(call);
         jet_loop_defer_end();
         call->req_msg = NULL; /* the caller's again */
     } else {
@@ -655,13 +668,37 @@ static void ch_wait_expire(void *arg)
     if (cid) ch_deadline_cb(cid);
 }
 
+/* The synchronous caller's own wait: its issue holds a slot until it is
+ * complete, and nothing reissues it meanwhile. */
+static void ch_wait_sync(jet_call_t *call)
+{
+    if (!call->joinable) return;
+    uint64_t t = atomic_load_explicit(&call->join_token, memory_order_relaxed);
+    jet__cid_join(jet__join_slot(t), jet__join_seq(t), JET_FLAG(sync_call_spin_us),
+                  atomic_load_explicit(&call->wait_loop, memory_order_relaxed), call->deadline_us,
+                  ch_wait_expire, call);
+}
+
+static void ch_no_expire(void *arg)
+{
+    (void)arg;
+}
+
 void jet_call_join(jet_call_t *call)
 {
-    /* Read before the call can complete: a joinable call still holds its slot. */
-    if (!call->joinable) return;
-    jet__cid_join(call->slot, call->slot_free_seq, JET_FLAG(sync_call_spin_us),
-                  atomic_load_explicit(&call->wait_loop, memory_order_relaxed),
-                  call->wait_deadline ? call->deadline_us : INT64_MAX, ch_wait_expire, call);
+    /* The deadline thread keeps an asynchronous call's deadline. Each issue
+     * frees its slot only after its done returned; a done that reissued
+     * has by then published the new issue's token, which is waited for in
+     * turn. A stale token (a complete issue) names a slot freed since. */
+    uint64_t t = atomic_load_explicit(&call->join_token, memory_order_acquire);
+    while (t != 0) {
+        jet__cid_join(jet__join_slot(t), jet__join_seq(t), JET_FLAG(sync_call_spin_us),
+                      atomic_load_explicit(&call->wait_loop, memory_order_relaxed), INT64_MAX,
+                      ch_no_expire, NULL);
+        uint64_t now = atomic_load_explicit(&call->join_token, memory_order_acquire);
+        if (now == t) return;
+        t = now;
+    }
 }
 
 /* ---- connection events ------------------------------------------------------ */

@@ -2,16 +2,23 @@
  * belongs to one call; a late joiner of a freed call must not take the wake-up
  * of the call that reuses its correlation slot; a completion on another
  * thread wakes a joiner asleep in its loop's epoll, and every joiner of a
- * call however each waits. */
+ * call however each waits. Through a channel: jet_call_join of a call that
+ * its done reissued waits for the new issue too; a synchronous call made on
+ * the thread of the loop that serves its connection fails at once with
+ * EDEADLK (it would wait for itself). */
 #include <pthread.h>
 #include <stdatomic.h>
+#include <errno.h>
 #include <stdint.h>
+#include <string.h>
 #include <unistd.h>
 
 #include "base/time.h"
 #include "event/loop.h"
 #include "rpc/call.h"
+#include "jetrpc/jetrpc.h"
 #include "testutil.h"
+#include "testutil_rpc.h"
 
 #define GUARD_US (3 * 1000 * 1000)
 
@@ -60,12 +67,12 @@ static void test_late_joiner_keeps_off_the_next_call(void)
         JT_REQUIRE(a && x);
         uint64_t cid;
         JT_REQUIRE(jet__cid_alloc(a, &cid) == 0);
-        uint32_t slot_a = a->slot, seq_a = a->slot_free_seq;
+        uint32_t slot_a = a->slot, seq_a = jet__join_seq(atomic_load(&a->join_token));
         jet__cid_free(slot_a);
         JT_REQUIRE(jet__cid_alloc(x, &cid) == 0);
         JT_REQUIRE(x->slot == slot_a); /* the free list is LIFO */
 
-        joiner_t jx = {.slot = x->slot, .seq = x->slot_free_seq, .loop = with_loop ? loop : NULL};
+        joiner_t jx = {.slot = x->slot, .seq = jet__join_seq(atomic_load(&x->join_token)), .loop = with_loop ? loop : NULL};
         JT_REQUIRE(pthread_create(&jx.t, NULL, joiner_main, &jx) == 0);
         usleep(50 * 1000); /* X's joiner registered and sleeps */
 
@@ -93,7 +100,7 @@ static void test_free_on_another_thread_wakes_a_driving_joiner(void)
         JT_REQUIRE(c);
         uint64_t cid;
         JT_REQUIRE(jet__cid_alloc(c, &cid) == 0);
-        joiner_t j = {.slot = c->slot, .seq = c->slot_free_seq, .loop = loop};
+        joiner_t j = {.slot = c->slot, .seq = jet__join_seq(atomic_load(&c->join_token)), .loop = loop};
         JT_REQUIRE(pthread_create(&j.t, NULL, joiner_main, &j) == 0);
         usleep(round % 2 ? 20 * 1000 : 100);
         jet__cid_free(c->slot);
@@ -116,7 +123,7 @@ static void test_every_joiner_wakes(void)
         joiner_t j[3];
         for (int i = 0; i < 3; i++) {
             int k = order ? 2 - i : i;
-            j[i] = (joiner_t){.slot = c->slot, .seq = c->slot_free_seq, .loop = loops[k]};
+            j[i] = (joiner_t){.slot = c->slot, .seq = jet__join_seq(atomic_load(&c->join_token)), .loop = loops[k]};
             JT_REQUIRE(pthread_create(&j[i].t, NULL, joiner_main, &j[i]) == 0);
             usleep(20 * 1000); /* registered and asleep before the next one */
         }
@@ -126,10 +133,100 @@ static void test_every_joiner_wakes(void)
     }
 }
 
+/* ---- through a channel ---- */
+
+static jet_channel_t *g_ch;
+static _Atomic int g_dones;
+
+static void reissue_once(jet_call_t *call, void *arg)
+{
+    if (atomic_fetch_add(&g_dones, 1) == 0 && jt_echo_call(g_ch, call, "second", reissue_once, arg) != 0)
+        atomic_fetch_add(&g_dones, 100); /* not reissued: fails the check below */
+}
+
+static void test_join_waits_for_a_reissue(void)
+{
+    jt_echo_service_t svc;
+    jt_echo_service_init(&svc, NULL);
+    int port = 0;
+    jet_server_t *srv = jt_echo_server_start_port(&svc, 0, NULL, &port);
+    JT_REQUIRE(srv);
+    g_ch = jt_channel_open_port(port, JET_CONNECTION_SINGLE, 5000, 0);
+    JT_REQUIRE(g_ch);
+    int early = 0, failed = 0;
+    for (int r = 0; r < 300; r++) {
+        atomic_store(&g_dones, 0);
+        jet_call_t *call = jet_call_create();
+        JT_REQUIRE(call);
+        JT_REQUIRE(jt_echo_call(g_ch, call, "first", reissue_once, NULL) == 0);
+        jet_call_join(call);
+        /* Both issues are complete: done ran twice, the second's outcome is there. */
+        if (atomic_load(&g_dones) != 2) {
+            early++;
+            JT_WAIT_UNTIL(atomic_load(&g_dones) >= 2, GUARD_US);
+            usleep(10 * 1000); /* the second done returned: the call may go */
+        } else if (!jt_echo_resp_is(call, "second")) {
+            failed++;
+        }
+        jet_call_destroy(call);
+    }
+    JT_CHECK_EQ(early, 0);
+    JT_CHECK_EQ(failed, 0);
+    jet_channel_destroy(g_ch);
+    jt_server_stop(srv);
+}
+
+static _Atomic int g_inner_code = -1;
+static _Atomic int64_t g_inner_us;
+
+static void sync_inside_done(jet_call_t *call, void *arg)
+{
+    (void)arg;
+    jet_call_t *inner = jet_call_create();
+    if (!inner) return;
+    int64_t t0 = jet_now_us();
+    int rc = jt_echo_call(g_ch, inner, "inner", NULL, NULL);
+    atomic_store(&g_inner_us, jet_now_us() - t0);
+    atomic_store(&g_inner_code, rc != 0 ? rc : jet_call_error_code(inner));
+    if (strstr(jet_call_error_text(inner) ? jet_call_error_text(inner) : "", "synchronous") == NULL)
+        atomic_store(&g_inner_code, -2);
+    jet_call_destroy(inner);
+    (void)call;
+}
+
+static void test_sync_call_on_its_loop_thread(void)
+{
+    jt_echo_service_t svc;
+    jt_echo_service_init(&svc, NULL);
+    int port = 0;
+    jet_server_t *srv = jt_echo_server_start_port(&svc, 0, NULL, &port);
+    JT_REQUIRE(srv);
+    /* A timeout far longer than the guard: a deadlock shows as a guard failure. */
+    g_ch = jt_channel_open_port(port, JET_CONNECTION_SINGLE, 60000, 0);
+    JT_REQUIRE(g_ch);
+    jet_call_t *call = jet_call_create();
+    JT_REQUIRE(call);
+    JT_REQUIRE(jt_echo_call(g_ch, call, "outer", sync_inside_done, NULL) == 0);
+    jet_call_join(call);
+    JT_CHECK_EQ(atomic_load(&g_inner_code), EDEADLK);
+    JT_CHECK(atomic_load(&g_inner_us) < GUARD_US);
+    /* The connection is unharmed. */
+    jet_call_t *after = jet_call_create();
+    JT_REQUIRE(after);
+    JT_CHECK_EQ(jt_echo_call(g_ch, after, "after", NULL, NULL), 0);
+    JT_CHECK(jt_echo_resp_is(after, "after"));
+    jet_call_destroy(after);
+    jet_call_destroy(call);
+    jet_channel_destroy(g_ch);
+    jt_server_stop(srv);
+}
+
 int main(void)
 {
     JT_RUN(test_late_joiner_keeps_off_the_next_call);
     JT_RUN(test_free_on_another_thread_wakes_a_driving_joiner);
     JT_RUN(test_every_joiner_wakes);
+    JT_RUN(test_join_waits_for_a_reissue);
+    JT_RUN(test_sync_call_on_its_loop_thread);
     return jt_finish();
 }
