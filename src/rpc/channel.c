@@ -269,7 +269,10 @@ static int ch_get_socket(jet_channel_t *ch, jet_socket_t **s_p)
     return rc;
 }
 
-static void ch_put_socket(jet_channel_t *ch, jet_socket_t *s)
+/* answered: the attempt on s got its answer. A pooled connection goes back
+ * to the idle list only then (as in brpc): an answer still on its way would
+ * reach the next call on it, which must have the connection to itself. */
+static void ch_put_socket(jet_channel_t *ch, jet_socket_t *s, bool answered)
 {
     if (ch->opts.connection_type == JET_CONNECTION_SINGLE) {
         jet__socket_unref(s);
@@ -277,8 +280,8 @@ static void ch_put_socket(jet_channel_t *ch, jet_socket_t *s)
     }
     pthread_mutex_lock(&ch->lock);
     bool lent = ch_out_del_locked(ch, s);
-    bool idle = ch->opts.connection_type == JET_CONNECTION_POOLED && !jet__socket_failed(s) &&
-                !ch->closed && ch->nidle < CH_POOL_MAX_IDLE;
+    bool idle = ch->opts.connection_type == JET_CONNECTION_POOLED && answered &&
+                !jet__socket_failed(s) && !ch->closed && ch->nidle < CH_POOL_MAX_IDLE;
     if (idle) ch->idle[ch->nidle++] = s;
     pthread_mutex_unlock(&ch->lock);
     if (lent) jet__socket_unref(s);
@@ -350,7 +353,7 @@ static void ch_complete(jet_call_t *call, int code, const char *text)
     call->end_us = jet_now_us();
     ch_deadline_disarm(call);
     if (call->sock) {
-        ch_put_socket(call->channel, call->sock);
+        ch_put_socket(call->channel, call->sock, call->answered);
         call->sock = NULL;
     }
     atomic_store_explicit(&call->in_flight, false, memory_order_relaxed);
@@ -371,9 +374,9 @@ static bool ch_retriable(int err)
 static void ch_attempt_failed(jet_call_t *call, int err, const char *why)
 {
     if (call->sock) {
-        /* Back to the channel: a pooled connection that still works goes to
-         * the idle list, any other closes (and leaves the lent list). */
-        ch_put_socket(call->channel, call->sock);
+        /* Back to the channel, which closes it (and it leaves the lent
+         * list): a failed attempt got no answer, which might yet come. */
+        ch_put_socket(call->channel, call->sock, false);
         call->sock = NULL;
     }
     if (err == -JET__EHELLO_REFUSED) {
@@ -470,6 +473,7 @@ static void ch_issue(jet_call_t *call)
 {
     jet_channel_t *ch = call->channel;
     call->attempts++;
+    call->answered = false;
     jet_socket_t *s = NULL;
     int rc = ch_get_socket(ch, &s);
     if (rc < 0) {
@@ -717,6 +721,7 @@ static void cli_handle_response(jet_socket_t *s, jet_baidu_frame_t *f, int bad_a
         return;
     }
     conn_unlink(conn, call);
+    call->answered = true;
     Brpc__Policy__RpcResponseMeta *rm = meta->response;
     if (rm && rm->has_error_code && rm->error_code != 0) {
         ch_complete(call, rm->error_code, rm->error_text);

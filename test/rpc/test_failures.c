@@ -883,6 +883,46 @@ static void test_failed_attempts_release_connections(void)
     close(cl.lfd);
 }
 
+/* A pooled connection whose call ended without its answer (a timeout while
+ * the server still works on it) is closed, not lent to the next call: the
+ * late answer would share the connection with that call (brpc does the
+ * same). One that got its answer is reused. */
+static void test_pooled_connection_after_a_timeout(void)
+{
+    jt_echo_service_t svc;
+    jt_echo_service_init(&svc, NULL);
+    jet_server_options_t so;
+    jet_server_options_init(&so);
+    so.usercode_in_pool = true;
+    so.num_workers = 2;
+    int port = 0;
+    jet_server_t *srv = jt_echo_server_start_port(&svc, 0, &so, &port);
+    JT_REQUIRE(srv);
+    jet_channel_t *ch = jt_channel_open_port(port, JET_CONNECTION_POOLED, 200, 0);
+    JT_REQUIRE(ch);
+    jet_call_t *c = jet_call_create();
+    JT_REQUIRE(c);
+    JT_CHECK_EQ(jt_echo_call(ch, c, "first", NULL, NULL), 0);
+    JT_CHECK(jt_echo_resp_is(c, "first"));
+    jet_call_reset(c);
+    JT_CHECK_EQ(jt_echo_call(ch, c, "reused", NULL, NULL), 0);
+    JT_CHECK(jt_echo_resp_is(c, "reused"));
+    jet_server_stats_t st;
+    jet_server_get_stats(srv, &st);
+    JT_CHECK_EQ(st.connections_accepted, 1);
+    jet_call_reset(c);
+    JT_CHECK_EQ(jt_echo_call(ch, c, "sleep:600", NULL, NULL), 0);
+    JT_CHECK_EQ(jet_call_error_code(c), JET_ERPCTIMEDOUT);
+    jet_call_reset(c);
+    JT_CHECK_EQ(jt_echo_call(ch, c, "after", NULL, NULL), 0);
+    JT_CHECK(jt_echo_resp_is(c, "after"));
+    jet_server_get_stats(srv, &st);
+    JT_CHECK_EQ(st.connections_accepted, 2);
+    jet_call_destroy(c);
+    jet_channel_destroy(ch);
+    jt_server_stop(srv);
+}
+
 typedef struct reissuer {
     jet_channel_t *ch;
     _Atomic int ended, refused;
@@ -1026,6 +1066,7 @@ int main(int argc, char **argv)
     RUN(test_attempt_ends_while_issuing);
     RUN(test_channel_destroyed_in_flight);
     RUN(test_failed_attempts_release_connections);
+    RUN(test_pooled_connection_after_a_timeout);
     RUN(test_reissue_on_destroyed_channel);
     RUN(test_answer_on_the_wrong_connection);
     release_held(); /* anything a failed case left behind */
