@@ -45,7 +45,8 @@ int jet_server_add_service(jet_server_t *srv, ProtobufCService *service);
 int jet_server_start(jet_server_t *srv, const char *addr);
 int jet_server_listen_port(const jet_server_t *srv);
 /* Stops accepting, answers new requests with ELOGOFF, waits up to
- * graceful_stop_ms for in-flight calls, then closes every connection.
+ * graceful_stop_ms for in-flight calls and for the answers given to be
+ * written out, then closes every connection.
  * Idempotent. */
 void jet_server_stop(jet_server_t *srv);
 void jet_server_destroy(jet_server_t *srv);

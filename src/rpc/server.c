@@ -237,6 +237,20 @@ static void srv_wait_in_flight(jet_server_t *srv, int64_t limit_ms)
     }
 }
 
+/* Every answer handed to a connection has been written (to the kernel, the
+ * ring or the send queue): closing loses none of them. */
+static bool srv_all_written(jet_server_t *srv)
+{
+    bool all = true;
+    pthread_mutex_lock(&srv->lock);
+    for (srv_conn_t *c = srv->conns.next; all && c != &srv->conns; c = c->next)
+        if (c->s && !jet__socket_failed(c->s) &&
+            atomic_load_explicit(&c->s->unwritten, memory_order_relaxed) > 0)
+            all = false;
+    pthread_mutex_unlock(&srv->lock);
+    return all;
+}
+
 void jet_server_stop(jet_server_t *srv)
 {
     if (!srv->started || atomic_exchange(&srv->stopping, true)) return;
@@ -249,7 +263,13 @@ void jet_server_stop(jet_server_t *srv)
         pthread_join(srv->idle_thread, NULL);
         srv->idle_thread_started = false;
     }
-    srv_wait_in_flight(srv, srv->opts.graceful_stop_ms > 0 ? srv->opts.graceful_stop_ms : 0);
+    int64_t grace_ms = srv->opts.graceful_stop_ms > 0 ? srv->opts.graceful_stop_ms : 0;
+    int64_t until = jet_now_us() + grace_ms * 1000;
+    srv_wait_in_flight(srv, grace_ms);
+    /* The answers go out before the connections close, within the same
+     * grace (a large answer may still be on its way to the kernel). */
+    while (!srv_all_written(srv) && jet_now_us() < until)
+        usleep(1000);
     pthread_mutex_lock(&srv->lock);
     for (srv_conn_t *c = srv->conns.next; c != &srv->conns; c = c->next)
         if (c->s) jet__socket_set_failed(c->s, -JET_ELOGOFF);

@@ -923,6 +923,53 @@ static void test_pooled_connection_after_a_timeout(void)
     jt_server_stop(srv);
 }
 
+static jet_server_t *g_stopping_srv;
+
+static void *stop_when_one_in_flight(void *arg)
+{
+    (void)arg;
+    jt_server_wait_stats(g_stopping_srv, 1, JT_ANY, 20000000, NULL);
+    jet_server_stop(g_stopping_srv);
+    return NULL;
+}
+
+/* A graceful stop closes a connection only once the answers handed to it
+ * were written: a large answer given during the grace arrives whole. */
+static void test_graceful_stop_writes_answers_out(void)
+{
+    enum { ATT = 24 << 20 };
+    char *buf = malloc(ATT);
+    JT_REQUIRE(buf);
+    memset(buf, 'a', ATT);
+    for (int round = 0; round < 3; round++) {
+        jt_echo_service_t svc;
+        jt_echo_service_init(&svc, NULL);
+        jet_server_options_t so;
+        jet_server_options_init(&so);
+        so.graceful_stop_ms = 10000;
+        int port = 0;
+        g_stopping_srv = jt_echo_server_start_port(&svc, 0, &so, &port);
+        JT_REQUIRE(g_stopping_srv);
+        jet_channel_t *ch = jt_channel_open_port(port, JET_CONNECTION_SINGLE, 20000, 0);
+        JT_REQUIRE(ch);
+        jet_call_t *call = jet_call_create();
+        JT_REQUIRE(call);
+        JT_REQUIRE(jet_iobuf_append(jet_call_request_attachment(call), buf, ATT) == 0);
+        pthread_t th;
+        JT_REQUIRE(pthread_create(&th, NULL, stop_when_one_in_flight, NULL) == 0);
+        /* Answered 300 ms after the stop began, well within its grace. */
+        JT_CHECK_EQ(jt_echo_call(ch, call, "later:300", NULL, NULL), 0);
+        JT_CHECK_AT(jet_call_error_text(call) ? jet_call_error_text(call) : "ok",
+                    !jet_call_failed(call));
+        JT_CHECK_EQ(jet_iobuf_len(jet_call_response_attachment(call)), ATT);
+        pthread_join(th, NULL);
+        jet_call_destroy(call);
+        jet_channel_destroy(ch);
+        jet_server_destroy(g_stopping_srv);
+    }
+    free(buf);
+}
+
 typedef struct reissuer {
     jet_channel_t *ch;
     _Atomic int ended, refused;
@@ -1060,6 +1107,7 @@ int main(int argc, char **argv)
     RUN(test_server_restart);
     RUN(test_graceful_stop_delayed_handlers);
     RUN(test_graceful_stop_held_calls);
+    RUN(test_graceful_stop_writes_answers_out);
     RUN(test_many_short_connections);
     RUN(test_peer_never_answers);
     RUN(test_max_concurrency);
