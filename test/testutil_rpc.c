@@ -3,7 +3,9 @@
 #include <limits.h>
 #include <pthread.h>
 #include <stdlib.h>
+#include <stdint.h>
 #include <string.h>
+#include <sys/mman.h>
 #include <unistd.h>
 
 #include "base/futex.h"
@@ -66,6 +68,12 @@ static bool tr_answer_later(int ms, const char *message, Example__EchoResponse_C
     return false;
 }
 
+static void tr_unmap_huge(void *data, void *arg)
+{
+    (void)arg;
+    munmap(data, (size_t)INT32_MAX + 1);
+}
+
 static void tr_echo(Example__EchoService_Service *service, const Example__EchoRequest *req,
                     Example__EchoResponse_Closure closure, void *closure_data)
 {
@@ -110,6 +118,18 @@ static void tr_echo(Example__EchoService_Service *service, const Example__EchoRe
         jet_call_set_failed(call, code, "%s", msg + n);
         resp.message = (char *)msg;
         jet_iobuf_append(jet_call_response_attachment(call), "must not arrive", 15);
+        closure(&resp, closure_data);
+        return;
+    }
+    if (strcmp(msg, "hugeatt") == 0) {
+        /* An attachment one byte over baidu_std's int32 attachment_size,
+         * of reserved, untouched memory: the server must refuse to send it. */
+        size_t len = (size_t)INT32_MAX + 1;
+        void *p = mmap(NULL, len, PROT_READ, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
+        if (p == MAP_FAILED ||
+            jet_iobuf_append_user(jet_call_response_attachment(call), p, len, tr_unmap_huge, NULL) < 0)
+            abort();
+        resp.message = (char *)msg;
         closure(&resp, closure_data);
         return;
     }

@@ -374,19 +374,32 @@ static void srv_send_response(jet_call_t *call, const ProtobufCMessage *output)
     meta.has_content_type = true;
     meta.has_checksum_type = true;
     meta.has_checksum_value = true;
-    /* Uncompressed: the message is packed with the frame (one piece). */
-    int rc = !call->error_code && call->resp_compress == 0
+    /* baidu_std's attachment_size is an int32: a larger one is never sent
+     * (checked before packing, which takes the attachment's bytes). */
+    size_t att_len = att ? jet_iobuf_len(att) : 0;
+    int rc = 0;
+    size_t frame_len = att_len;
+    if (att_len > INT32_MAX) {
+        rc = -EMSGSIZE;
+    } else {
+        /* Uncompressed: the message is packed with the frame (one piece). */
+        rc = !call->error_code && call->resp_compress == 0
                  ? jet__baidu_pack_msg(&frame, &meta, output, att)
                  : jet__baidu_pack(&frame, &meta, &body, att);
-    size_t frame_len = jet_iobuf_len(&frame);
-    /* baidu_std's attachment_size is an int32: a larger one is never sent. */
-    if (rc == 0 && att && jet_iobuf_len(att) > INT32_MAX) rc = -EMSGSIZE;
+        frame_len = jet_iobuf_len(&frame);
+    }
     if (rc == 0) rc = jet__socket_write(s, &frame);
     if (rc == -EMSGSIZE && !call->error_code && !jet__socket_failed(s)) {
         /* Larger than the connection ever carries: the client gets an error
          * answer that says so, and the connection goes on. */
         char why[256];
-        jet__socket_size_error(s, "response", frame_len, why, sizeof why);
+        if (att_len > INT32_MAX)
+            snprintf(why, sizeof why,
+                     "response attachment of %zu bytes is larger than baidu_std's "
+                     "attachment_size (an int32) can say",
+                     att_len);
+        else
+            jet__socket_size_error(s, "response", frame_len, why, sizeof why);
         JET_WARN("cannot answer %s: %s", s->peer, why);
         jet_call_set_failed(call, JET_ERESPONSE, "%s", why);
         srv_send_response(call, NULL);

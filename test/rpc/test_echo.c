@@ -383,6 +383,24 @@ static void test_request_over_max_body(void)
     jet_channel_destroy(ch);
 }
 
+/* A response attachment over baidu_std's int32 attachment_size is never
+ * sent: the client gets an error answer, and the connection goes on. */
+static void test_response_attachment_over_int32(void)
+{
+    jet_channel_t *ch = open_channel(g_port, JET_CONNECTION_SINGLE);
+    JT_REQUIRE(ch);
+    jet_call_t *call = jet_call_create();
+    JT_REQUIRE(call);
+    JT_CHECK_EQ(jt_echo_call(ch, call, "hugeatt", NULL, NULL), 0);
+    JT_CHECK_EQ(jet_call_error_code(call), JET_ERESPONSE);
+    JT_CHECK_EQ(jet_iobuf_len(jet_call_response_attachment(call)), 0);
+    jet_call_reset(call);
+    JT_CHECK_EQ(jt_echo_call(ch, call, "after", NULL, NULL), 0);
+    JT_CHECK(jt_echo_resp_is(call, "after"));
+    jet_call_destroy(call);
+    jet_channel_destroy(ch);
+}
+
 static void test_compression(void)
 {
     jet_channel_t *ch = open_channel(g_port, JET_CONNECTION_SINGLE);
@@ -945,6 +963,7 @@ int main(void)
     RUN(test_short_connections);
     RUN(test_attachments);
     RUN(test_request_over_max_body);
+    RUN(test_response_attachment_over_int32);
     RUN(test_compression);
     RUN(test_checksum);
     RUN(test_log_id);
