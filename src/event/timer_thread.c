@@ -102,6 +102,11 @@ int jet__deadline_add(jet_deadline_t *d, int64_t when_us, jet_deadline_cb_t cb, 
     pthread_once(&tt.once, tt_start);
     if (!tt.started) return -EAGAIN;
     pthread_mutex_lock(&tt.lock);
+    if (d->heap_index != UINT32_MAX) {
+        /* Queued already: a second entry would corrupt the heap. */
+        pthread_mutex_unlock(&tt.lock);
+        return -EBUSY;
+    }
     if (tt.n == tt.cap) {
         uint32_t cap = tt.cap ? tt.cap * 2 : 1024;
         jet_deadline_t **h = realloc(tt.heap, cap * sizeof *h);

@@ -27,7 +27,8 @@ static inline void jet__deadline_init(jet_deadline_t *d)
 {
     d->heap_index = UINT32_MAX;
 }
-/* Queues d to fire at when_us (monotonic). 0 or -ENOMEM. */
+/* Queues d to fire at when_us (monotonic). 0, -ENOMEM, or -EBUSY when d is
+ * queued already (jet__deadline_del it first). */
 int jet__deadline_add(jet_deadline_t *d, int64_t when_us, jet_deadline_cb_t cb, uint64_t value);
 /* Removes d; true when it was still queued (its callback will not run). */
 bool jet__deadline_del(jet_deadline_t *d);

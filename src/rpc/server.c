@@ -129,12 +129,15 @@ static void srv_on_accept(jet_listener_t *l, int fd, const jet_addr_t *peer, voi
     c->prev = srv->conns.prev;
     srv->conns.prev->next = c;
     srv->conns.prev = c;
+    /* Counted before the socket exists: its failure may be counted at once. */
+    atomic_fetch_add(&srv->n_open, 1);
     int rc = jet__socket_accept(fd, peer, srv->opts.socket_mode, jet_loop_pick(), &srv_handler,
                                 c, &s);
     if (rc < 0) {
         c->prev->next = c->next;
         c->next->prev = c->prev;
         pthread_mutex_unlock(&srv->lock);
+        atomic_fetch_sub(&srv->n_open, 1);
         JET_WARN("cannot serve a connection: %s", jet_strerror(rc));
         close(fd);
         free(c);
@@ -143,7 +146,6 @@ static void srv_on_accept(jet_listener_t *l, int fd, const jet_addr_t *peer, voi
     c->s = s; /* the creator's reference, dropped by on_failed */
     pthread_mutex_unlock(&srv->lock);
     atomic_fetch_add(&srv->n_accepted, 1);
-    atomic_fetch_add(&srv->n_open, 1);
     JET_DEBUG("accepted %s", s->peer);
 }
 
