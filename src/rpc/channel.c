@@ -472,6 +472,10 @@ static int ch_pack_request(jet_call_t *call, jet_iobuf_t *frame)
 static void ch_issue(jet_call_t *call)
 {
     jet_channel_t *ch = call->channel;
+    /* Issued by jet_channel_call on the caller's thread, not a retry (which
+     * a connection's failure issues on its loop while the caller waits). */
+    bool by_caller = call->by_caller;
+    call->by_caller = false;
     call->attempts++;
     call->answered = false;
     jet_socket_t *s = NULL;
@@ -480,7 +484,7 @@ static void ch_issue(jet_call_t *call)
         ch_attempt_failed(call, rc, NULL);
         return;
     }
-    if (!call->done && jet_loop_in_thread(s->loop)) {
+    if (by_caller && !call->done && jet_loop_in_thread(s->loop)) {
         /* Its answer would be read by this very thread, which is about to
          * wait for it: a deadlock until the deadline, or for ever. */
         call->sock = s;
@@ -649,6 +653,7 @@ int jet_channel_call(jet_channel_t *ch, const ProtobufCServiceDescriptor *servic
         /* A write that has to wait for the connection's window goes on on
          * the loop, which this thread is about to drive while it waits. */
         jet_loop_defer_begin();
+        call->by_caller = true;
         ch_issue(call);
         ch_wait_sync(call);
         jet_loop_defer_end();
