@@ -48,6 +48,9 @@ struct jet_urma_ep {
     uint32_t peer_buf;   /* most bytes per WR toward the peer */
     uint32_t sig_every;
     bool piggyback;
+    /* urma_jetrpc_extensions when the connection began: its hello and its
+     * reading of the peer's agree even if the flag changes meanwhile. */
+    bool ext;
     bool connected; /* peer imported, windows set */
     bool started;   /* received bytes go to the protocol */
     bool touched;
@@ -223,6 +226,7 @@ static int ep_create(jet_socket_t *s, jet_urma_ep_ready_t ready, bool fresh, boo
     ep->ctx = ctx;
     ep->ul = ul;
     ep->ready = ready;
+    ep->ext = JET_FLAG(urma_jetrpc_extensions);
     ep->cnt = jet__urma_loop_counters(ul);
     jet__urma_queue_sizes(ctx, &ep->sq, &ep->rq);
     ep->max_sge = jet__urma_send_sge(ctx);
@@ -320,7 +324,7 @@ void jet__urma_ep_hello(const jet_urma_ep_t *ep, int version, jet_urma_hello_t *
     memcpy(&h->seg_va, (const char *)&seg->ubva + offsetof(urma_ubva_t, va), 8);
     h->seg_len = seg->len;
     h->seg_token_id = seg->token_id;
-    if (JET_FLAG(urma_jetrpc_extensions)) {
+    if (ep->ext) {
         h->jet_caps = JET_URMA_CAPS;
         h->jet_sq = ep->sq;
     }
@@ -347,7 +351,7 @@ void jet__urma_ep_connect_peer(jet_urma_ep_t *ep, const jet_urma_hello_t *peer,
      * SQ depth; brpc does not (and assumes it equals its own RQ depth, which
      * deadlocks when the two sides differ): guess the peer's RQ depth, since
      * brpc configurations keep both equal. */
-    bool knows_sq = JET_FLAG(urma_jetrpc_extensions) && peer->jet_caps && peer->jet_sq >= 16;
+    bool knows_sq = ep->ext && peer->jet_caps && peer->jet_sq >= 16;
     uint32_t peer_sq = knows_sq ? peer->jet_sq : peer_rq;
     ep->remote_cap = (ep->rq < peer_sq ? ep->rq : peer_sq) - EP_RESERVED;
     /* Credits go back once more than half the peer's window is owed. A
@@ -372,7 +376,7 @@ void jet__urma_ep_connect_peer(jet_urma_ep_t *ep, const jet_urma_hello_t *peer,
     if (pb > (1u << 30)) pb = 1u << 30;
     ep->peer_buf = (uint32_t)pb;
     ep->sig_every = ep->local_cap / 4 ? ep->local_cap / 4 : 1;
-    ep->piggyback = (peer->jet_caps & JET_URMA_CAP_PIGGYBACK) && JET_FLAG(urma_jetrpc_extensions);
+    ep->piggyback = (peer->jet_caps & JET_URMA_CAP_PIGGYBACK) && ep->ext;
     atomic_store(&ep->sq_window, (int32_t)ep->local_cap);
     atomic_store(&ep->rq_window, (int32_t)ep->local_cap);
     atomic_store(&ep->imm_slots, EP_RESERVED);

@@ -837,6 +837,25 @@ static void test_churn_while_sets_made(void)
  * goes on over TCP (the server declines its hello), and the next connection
  * of that loop makes it again and runs over URMA. A client whose first
  * completion queue is refused sends no hello: its calls go over TCP. */
+/* urma_jetrpc_extensions turned off while a client imports its server,
+ * after its hello advertised them: the client keeps what its hello said
+ * (the server expects credits on data), and its calls go over URMA on its
+ * first connection. */
+static void test_extensions_flag_changed_mid_handshake(void)
+{
+    jt_child_t c;
+    JT_REQUIRE(jt_child_start(&c, NULL, NULL) == 0);
+    char pa[32];
+    snprintf(pa, sizeof pa, "port=%d", c.port);
+    /* The client's import of the server takes a second; the flag changes
+     * half-way through it. */
+    const char *envs[] = {"SOFTUB_IMPORT_DELAY_US=1000000", NULL};
+    const char *args[] = {pa,          "calls=3", "size=2000", "set_after_ms=500",
+                          "set=urma_jetrpc_extensions=false", "expect_urma=1", NULL};
+    JT_CHECK_EQ(ut_client_run(args, envs), 0);
+    JT_CHECK_EQ(jt_child_stop(&c), 0);
+}
+
 static void test_jfc_creation_fails(void)
 {
     const char *envs[] = {"SOFTUB_JFC_FAIL=1", "JETRPC_EVENT_LOOP_NUM=1", NULL};
@@ -888,5 +907,6 @@ int main(int argc, char **argv)
     JT_RUN(test_flags_change_while_set_made);
     JT_RUN(test_churn_while_sets_made);
     JT_RUN(test_jfc_creation_fails);
+    JT_RUN(test_extensions_flag_changed_mid_handshake);
     return jt_finish();
 }
