@@ -62,7 +62,7 @@ JET_FLAG_DEFINE_BOOL(unix_socket, false, "The forked server listens on a unix so
 JET_FLAG_DEFINE_BOOL(json, false, "Print one JSON object per run instead of the table");
 JET_FLAG_DEFINE_INT32(idle_seconds, 0,
                       "After each run, keep its connections open and silent this many seconds "
-                      "and report the CPU the server and the client use meanwhile (%% of a core)");
+                      "and report the CPU the server and the client use meanwhile (percent of a core)");
 JET_FLAG_DEFINE_BOOL(matrix, false,
                      "Run the standard set (1x1 and 8x8 with a 64 B message; 1x1 and 1x2 with a "
                      "1 MiB attachment), and softub's raw floor right before each URMA mode");
@@ -610,7 +610,8 @@ static int bench_run_one(const bench_cfg_t *cfg, const char *addr, bench_server_
         /* The calls are over, the connections stay: what does waiting cost? */
         double c0 = bench_self_cpu_us(), s0 = bench_server_cpu_us(srv);
         int64_t i0 = bench_now_ns();
-        usleep((useconds_t)JET_FLAG(idle_seconds) * 1000000u);
+        for (int32_t left = JET_FLAG(idle_seconds); left > 0; left--)
+            sleep(1);
         double c1 = bench_self_cpu_us(), s1 = bench_server_cpu_us(srv);
         double wall_us = (double)(bench_now_ns() - i0) / 1e3;
         res->idle_client_pct = (c1 - c0) / wall_us * 100;
@@ -885,10 +886,20 @@ static int bench_mode_child(const char *mode_name, bench_entry_t *entries, int *
     int status = 0;
     while (waitpid(pid, &status, 0) < 0 && errno == EINTR) {
     }
-    /* Exit status 1 with rows means failed calls, which the rows count. */
     if (got == 0) {
         fprintf(stderr, "jetrpc_bench: the %s client produced no result (status %d)\n", mode_name,
                 status);
+        return -EIO;
+    }
+    /* A failure status with rows is fine when the rows count failed calls;
+     * otherwise the client gave up part-way (a run timed out, a channel
+     * could not be made) and the runs it did not print are missing. */
+    double errors = 0;
+    for (int i = *n - got; i < *n; i++)
+        errors += entries[i].row.errors;
+    if ((!WIFEXITED(status) || WEXITSTATUS(status) != 0) && errors == 0) {
+        fprintf(stderr, "jetrpc_bench: the %s client stopped before its last run (status %d)\n",
+                mode_name, status);
         return -EIO;
     }
     return 0;

@@ -21,7 +21,7 @@
 
 JET_FLAG_DEFINE_INT32(ub_data_queue_size, 4,
                       "UBRing segment size in MiB (a multiple of 4); one write carries at most "
-                      "(size - 64 B) / 64 * 60 bytes, larger messages take several (brpc: "
+                      "((size - 64 B) / 64 - 1) * 60 bytes, larger messages take several (brpc: "
                       "data_queue_size)");
 JET_FLAG_DEFINE_INT32(ub_poller_num, 1, "Event loops that poll UBRing connections");
 JET_FLAG_DEFINE_BOOL(ub_poller_yield, false, "UBRing pollers yield the CPU when they find nothing");
