@@ -124,7 +124,9 @@ ssize_t jet__ubring_rx_read(jet_ubring_rx_t *rx, jet_iobuf_t *dst, size_t max)
     size_t staged = 0, total = 0;
     uint32_t consumed = 0, last = 0;
     ssize_t rc = 0;
-    while (total < max) {
+    /* At most one lap of the ring per call, whatever the chunks' sizes: a
+     * peer refilling slots as fast as they are read cannot keep the reader. */
+    while (total < max && consumed < rx->cap) {
         jet_ubring_chunk_t *c = &rx->q[rx->rpos];
         uint8_t flag = __atomic_load_n(&c->flag, __ATOMIC_ACQUIRE);
         if (flag == JET_UBRING_CHUNK_NONE) break;
@@ -137,7 +139,11 @@ ssize_t jet__ubring_rx_read(jet_ubring_rx_t *rx, jet_iobuf_t *dst, size_t max)
         }
         if (!rx->in_chunk) {
             uint8_t cur = __atomic_load_n(&c->cursor, __ATOMIC_RELAXED);
-            if (cur > len) {
+            /* A new chunk carries at least one byte, as it has a length of
+             * at least one: one with nothing left (cursor == len) would let
+             * a peer that keeps refilling its slots hold this loop for ever,
+             * no byte ever counting toward max. */
+            if (cur >= len) {
                 rc = -EPROTO;
                 break;
             }

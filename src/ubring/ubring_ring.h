@@ -147,10 +147,11 @@ typedef struct jet_ubring_rx {
 void jet__ubring_rx_init(jet_ubring_rx_t *rx, void *own_base, size_t own_len, void *peer_base);
 /* A chunk is waiting at the read position. */
 bool jet__ubring_rx_ready(const jet_ubring_rx_t *rx);
-/* Appends up to max bytes to dst (a partly read chunk keeps its cursor for
- * the next call) and publishes the tail. Returns the bytes read (0: nothing
- * waiting), -EPROTO for a corrupt chunk (flag > 2, len 0 or > 60, cursor >
- * len), -ENOMEM when dst cannot grow. */
+/* Appends up to max bytes to dst, from at most one lap of chunks (a partly
+ * read chunk keeps its cursor for the next call), and publishes the tail.
+ * Returns the bytes read (0: nothing waiting), -EPROTO for a corrupt chunk
+ * (flag > 2, len 0 or > 60, a new chunk's cursor >= len), -ENOMEM when dst
+ * cannot grow. */
 ssize_t jet__ubring_rx_read(jet_ubring_rx_t *rx, jet_iobuf_t *dst, size_t max);
 
 #endif

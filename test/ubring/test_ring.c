@@ -318,6 +318,7 @@ static void test_corrupt_chunks(void)
     } cases[] = {
         {"len 0", 2, 0, 0},   {"len 61", 2, 61, 0}, {"len 255", 1, 255, 0},
         {"flag 3", 3, 10, 0}, {"flag 7", 7, 10, 0}, {"cursor > len", 2, 10, 11},
+        {"cursor == len (no byte)", 2, 10, 10},
     };
     for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
         pair_t p;
