@@ -1,6 +1,7 @@
 #include "net/hello_transport.h"
 
 #include <errno.h>
+#include <sched.h>
 #include <stdio.h>
 #include <string.h>
 #include <sys/epoll.h>
@@ -68,8 +69,14 @@ void jet__hello_close(jet_socket_t *s, jet_hello_ts_t *h)
      * sees closed, or we see it inside and wait (a post or a ring write takes
      * microseconds). */
     atomic_thread_fence(memory_order_seq_cst);
-    while (atomic_load_explicit(&h->writer_in, memory_order_acquire))
-        jet__cpu_relax();
+    /* A provider may also hold a post for long (softub waits for room in a
+     * full receive queue): past a short spin the core goes to others. */
+    for (unsigned spins = 0; atomic_load_explicit(&h->writer_in, memory_order_acquire); spins++) {
+        if (spins < 4096)
+            jet__cpu_relax();
+        else
+            sched_yield();
+    }
 }
 
 int jet__hello_send(jet_socket_t *s, const void *buf, size_t len)
