@@ -324,8 +324,10 @@ static int ubl_poll_cb(jet_poller_t *p)
     if (tx > last) last = tx;
     if (jet_now_us() - last > JET_FLAG(ub_poller_idle_us)) {
         bool waiting = false;
+        /* A writer waiting for room, on a connection still in use (one
+         * closing or failed has nobody left to wake). */
         for (ub_conn_t *c = ul->head.next; c != &ul->head; c = c->next)
-            waiting |= c->want_out;
+            waiting |= c->want_out && c->state == UC_ACTIVE && c->s && !jet__socket_failed(c->s);
         if (!waiting) ubl_stop_spin(ul);
     } else if (JET_FLAG(ub_poller_yield)) {
         sched_yield();
