@@ -144,15 +144,21 @@ static void reissue_once(jet_call_t *call, void *arg)
         atomic_fetch_add(&g_dones, 100); /* not reissued: fails the check below */
 }
 
+/* An echo server and g_ch, a single-connection channel to it. */
+static jet_server_t *echo_start(jt_echo_service_t *svc, int32_t timeout_ms)
+{
+    jt_echo_service_init(svc, NULL);
+    int port = 0;
+    jet_server_t *srv = jt_echo_server_start_port(svc, 0, NULL, &port);
+    g_ch = srv ? jt_channel_open_port(port, JET_CONNECTION_SINGLE, timeout_ms, 0) : NULL;
+    return g_ch ? srv : NULL;
+}
+
 static void test_join_waits_for_a_reissue(void)
 {
     jt_echo_service_t svc;
-    jt_echo_service_init(&svc, NULL);
-    int port = 0;
-    jet_server_t *srv = jt_echo_server_start_port(&svc, 0, NULL, &port);
+    jet_server_t *srv = echo_start(&svc, 5000);
     JT_REQUIRE(srv);
-    g_ch = jt_channel_open_port(port, JET_CONNECTION_SINGLE, 5000, 0);
-    JT_REQUIRE(g_ch);
     int early = 0, failed = 0;
     for (int r = 0; r < 300; r++) {
         atomic_store(&g_dones, 0);
@@ -197,13 +203,9 @@ static void sync_inside_done(jet_call_t *call, void *arg)
 static void test_sync_call_on_its_loop_thread(void)
 {
     jt_echo_service_t svc;
-    jt_echo_service_init(&svc, NULL);
-    int port = 0;
-    jet_server_t *srv = jt_echo_server_start_port(&svc, 0, NULL, &port);
-    JT_REQUIRE(srv);
     /* A timeout far longer than the guard: a deadlock shows as a guard failure. */
-    g_ch = jt_channel_open_port(port, JET_CONNECTION_SINGLE, 60000, 0);
-    JT_REQUIRE(g_ch);
+    jet_server_t *srv = echo_start(&svc, 60000);
+    JT_REQUIRE(srv);
     jet_call_t *call = jet_call_create();
     JT_REQUIRE(call);
     JT_REQUIRE(jt_echo_call(g_ch, call, "outer", sync_inside_done, NULL) == 0);
