@@ -647,6 +647,8 @@ SUB_API urma_status_t urma_get_rjetty(urma_jetty_t *jetty, urma_rjetty_t **rjett
         return URMA_ENOMEM;
     r->jetty_id = jetty->jetty_id;
     r->trans_mode = jetty->jetty_cfg.jfs_cfg.trans_mode;
+    /* Importable as it is: UTP under UM, RTP otherwise (§4.2's TP check). */
+    r->tp_type = r->trans_mode == URMA_TM_UM ? URMA_UTP : URMA_RTP;
     r->policy = URMA_JETTY_GRP_POLICY_RR;
     r->type = URMA_JETTY;
     r->flag.bs.order_type = jetty->jetty_cfg.jfs_cfg.flag.bs.order_type;

@@ -754,6 +754,22 @@ static void import_jetty_checks(void)
             }
         }
     }
+    /* What urma_get_rjetty describes imports as it is, in every mode. */
+    for (int m = 0; m < 3; m++) {
+        urma_rjetty_t *got = NULL;
+        uint32_t len = 0;
+        JT_CHECK_EQ(cf.urma_get_rjetty(ep[m].jetty, &got, &len), URMA_SUCCESS);
+        if (!got) continue;
+        JT_CHECK_EQ(got->trans_mode, cf_modes[m]);
+        urma_token_t tok = {ep[m].o.jfr_token};
+        urma_target_jetty_t *tj = cf.urma_import_jetty(ctx, got, &tok);
+        if (!tj)
+            CF_FAILF("get_rjetty of a %s jetty (tp %d) does not import", cf_mode_name(cf_modes[m]),
+                     got->tp_type);
+        else
+            JT_CHECK_EQ(cf.urma_unimport_jetty(tj), URMA_SUCCESS);
+        cf.urma_put_rjetty(got);
+    }
     /* NULL token (the kernel path rejects it), invalid mode, NULL rjetty. */
     urma_rjetty_t rj;
     memset(&rj, 0, sizeof rj);
