@@ -133,6 +133,12 @@ static void tr_echo(Example__EchoService_Service *service, const Example__EchoRe
         closure(&resp, closure_data);
         return;
     }
+    if (strcmp(msg, "norequired") == 0) {
+        /* A response without its required message: the server cannot send it. */
+        Example__EchoResponse bad = EXAMPLE__ECHO_RESPONSE__INIT;
+        closure(&bad, closure_data);
+        return;
+    }
     if (strcmp(msg, "null") == 0) {
         closure(NULL, closure_data);
         return;

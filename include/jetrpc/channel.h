@@ -17,7 +17,9 @@
  * fails before anything was sent). Every call completes: with the response,
  * with the server's error, with ERPCTIMEDOUT at its deadline, or with the
  * connection's error (EEOF, ECONNREFUSED...) once max_retry retries on new
- * connections are used up.
+ * connections are used up. As in brpc's retry policy, a server's answer
+ * ELOGOFF, ELIMIT or EOVERCROWDED is retried too, within max_retry and the
+ * deadline.
  *
  * A synchronous call waits on the calling thread; made on the thread of the
  * event loop that serves its connection (in a done callback, or in a server

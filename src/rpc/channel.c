@@ -363,6 +363,14 @@ static void ch_complete(jet_call_t *call, int code, const char *text)
 static void ch_issue(jet_call_t *call);
 static void ch_wait_sync(jet_call_t *call);
 
+/* Error answers that brpc's default retry policy retries (besides the
+ * connection errors of ch_retriable): the server stops (ELOGOFF), is at its
+ * concurrency limit (ELIMIT), or could not queue the answer (EOVERCROWDED). */
+static bool ch_answer_retriable(int code)
+{
+    return code == JET_ELOGOFF || code == JET_ELIMIT || code == JET_EOVERCROWDED;
+}
+
 static bool ch_retriable(int err)
 {
     return err != -JET_ERPCTIMEDOUT && err != -EMSGSIZE && err != -JET_EOVERCROWDED &&
@@ -719,7 +727,8 @@ static void cli_handle_response(jet_socket_t *s, jet_baidu_frame_t *f, int bad_a
     uint64_t cid = (uint64_t)meta->correlation_id;
     /* Only a call written on this connection: a server answering with the
      * id of a call on another connection is ignored like an unknown id. */
-    jet_call_t *call = meta->has_correlation_id ? jet__cid_claim_from(cid, conn->tag, NULL) : NULL;
+    uint64_t next = 0;
+    jet_call_t *call = meta->has_correlation_id ? jet__cid_claim_from(cid, conn->tag, &next) : NULL;
     if (!call) {
         JET_DEBUG("%s: dropped a response with unknown correlation_id=%llu", s->peer,
                   (unsigned long long)cid);
@@ -729,6 +738,18 @@ static void cli_handle_response(jet_socket_t *s, jet_baidu_frame_t *f, int bad_a
     call->answered = true;
     Brpc__Policy__RpcResponseMeta *rm = meta->response;
     if (rm && rm->has_error_code && rm->error_code != 0) {
+        if (ch_answer_retriable(rm->error_code) && call->attempts < call->max_attempts &&
+            jet_now_us() < call->deadline_us) {
+            /* brpc's retry policy: a server that is stopping or over its
+             * limit is asked again, within max_retry and the deadline. */
+            JET_DEBUG("retry call to %s after E%d", call->channel->name, rm->error_code);
+            call->cid = next;
+            ch_put_socket(call->channel, call->sock, true);
+            call->sock = NULL;
+            ch_deadline_disarm(call);
+            ch_issue(call);
+            return;
+        }
         ch_complete(call, rm->error_code, rm->error_text);
         return;
     }

@@ -341,12 +341,12 @@ static void srv_send_response(jet_call_t *call, const ProtobufCMessage *output)
         if (!output) {
             jet_call_set_failed(call, JET_EINTERNAL, "Handler answered without a response");
         } else if (!protobuf_c_message_check(output)) {
-            jet_call_set_failed(call, JET_EINTERNAL, "Fail to serialize response=%s: missing required fields",
+            jet_call_set_failed(call, JET_ERESPONSE, "Fail to serialize response=%s: missing required fields",
                                 output->descriptor->name);
         } else if (call->resp_compress != 0 &&
                    jet__encode_message(output, call->resp_compress, &body) < 0) {
             jet_iobuf_clear(&body);
-            jet_call_set_failed(call, JET_EINTERNAL, "Fail to serialize response=%s, CompressType=%s",
+            jet_call_set_failed(call, JET_ERESPONSE, "Fail to serialize response=%s, CompressType=%s",
                                 output->descriptor->name, jet__compress_name(call->resp_compress));
         }
     }

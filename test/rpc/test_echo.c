@@ -660,6 +660,12 @@ static void test_handler_set_failed(void)
     JT_CHECK_EQ(sync_echo(ch, call, "fail:-5:negative code"), 0);
     JT_CHECK_EQ(jet_call_error_code(call), JET_EINTERNAL);
 
+    /* A response missing a required field: ERESPONSE, as brpc's server. */
+    jet_call_reset(call);
+    JT_CHECK_EQ(sync_echo(ch, call, "norequired"), 0);
+    JT_CHECK_EQ(jet_call_error_code(call), JET_ERESPONSE);
+    JT_CHECK(strstr(jet_call_error_text(call), "missing required fields") != NULL);
+
     /* closure(NULL) without set_failed. */
     jet_call_reset(call);
     JT_CHECK_EQ(sync_echo(ch, call, "null"), 0);
@@ -674,8 +680,8 @@ static void test_handler_set_failed(void)
     jet_call_destroy(call);
     JT_CHECK(wait_in_flight_zero(g_srv));
     stats(g_srv, &after);
-    JT_CHECK_EQ(after.requests - before.requests, 7);
-    JT_CHECK_EQ(after.requests_failed - before.requests_failed, 6);
+    JT_CHECK_EQ(after.requests - before.requests, 8);
+    JT_CHECK_EQ(after.requests_failed - before.requests_failed, 7);
     JT_CHECK_EQ(after.connections_accepted - before.connections_accepted, 1);
     jet_channel_destroy(ch);
 }
