@@ -56,7 +56,9 @@ ProtobufCMessage *jet__decode_message(const ProtobufCMessageDescriptor *desc,
         *why_p = "ChecksumType";
         return NULL;
     }
-    if (meta->has_content_type && meta->content_type != 0) {
+    /* JSON, proto3-JSON and text are not read; a value brpc's enum does not
+     * know is an unknown field to it, and the message protobuf, as here. */
+    if (meta->has_content_type && meta->content_type >= 1 && meta->content_type <= 3) {
         *why_p = "ContentType";
         return NULL;
     }

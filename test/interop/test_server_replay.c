@@ -564,6 +564,22 @@ static void probe_user_fields(void)
     free(q);
 }
 
+/* content_type is an enum in brpc's meta: a value it does not know is an
+ * unknown field there, and the message is read as protobuf. */
+static void probe_unknown_content_type(void)
+{
+    Brpc__Policy__RpcMeta m;
+    Brpc__Policy__RpcRequestMeta rm;
+    std_meta(&m, &rm, "example.EchoService", "Echo", 18);
+    m.content_type = 7;
+    size_t bl, n;
+    uint8_t *body = jt_echo_request_bytes("content 7", &bl);
+    uint8_t *q = jt_frame_pack(&m, body, bl, NULL, 0, &n);
+    expect_echo("unknown_content_type", q, n, 18, "content 7", NULL, 0);
+    free(body);
+    free(q);
+}
+
 static void probe_attachment_size_too_big(void)
 {
     Brpc__Policy__RpcMeta m;
@@ -939,6 +955,7 @@ int main(void)
     JT_RUN(probe_request_meta_missing_names);
     JT_RUN(probe_meta_with_response_field);
     JT_RUN(probe_user_fields);
+    JT_RUN(probe_unknown_content_type);
     JT_RUN(probe_attachment_size_too_big);
     JT_RUN(probe_bad_bodies);
     JT_RUN(probe_compressed_bodies);
