@@ -45,7 +45,9 @@ struct jet_call {
     struct jet_call *sock_next;
     bool on_sock_list;
     bool answered;               /* the current attempt's answer came (its connection may be reused) */
-    bool by_caller;              /* the next ch_issue is a synchronous call's first, on its caller's thread */
+    /* A synchronous call made on a loop's thread (a done callback, a
+     * handler): that loop, which no attempt may use; NULL otherwise. */
+    jet_loop_t *waiter_loop;
     jet_iobuf_t req_body;        /* serialised (and compressed) request, kept for retries */
     /* A synchronous call's plain request, packed at each attempt instead
      * (req_body empty); NULL otherwise. Valid while the call is issued. */

@@ -480,10 +480,6 @@ static int ch_pack_request(jet_call_t *call, jet_iobuf_t *frame)
 static void ch_issue(jet_call_t *call)
 {
     jet_channel_t *ch = call->channel;
-    /* Issued by jet_channel_call on the caller's thread, not a retry (which
-     * a connection's failure issues on its loop while the caller waits). */
-    bool by_caller = call->by_caller;
-    call->by_caller = false;
     call->attempts++;
     call->answered = false;
     jet_socket_t *s = NULL;
@@ -492,10 +488,11 @@ static void ch_issue(jet_call_t *call)
         ch_attempt_failed(call, rc, NULL);
         return;
     }
-    if (by_caller && !call->done && jet_loop_in_thread(s->loop)) {
-        /* Its answer would be read by this very thread, which is about to
-         * wait for it: a deadlock until the deadline, or for ever. */
-        call->sock = s;
+    if (call->waiter_loop && call->waiter_loop == s->loop) {
+        /* Its answer would be read by the thread that waits for it, the
+         * loop's own: a deadlock until the deadline, or for ever. Checked
+         * at every attempt (a retry may get a connection on that loop). */
+        ch_put_socket(ch, s, true); /* nothing went out on it */
         call->attempts = call->max_attempts;
         ch_attempt_failed(call, -EDEADLK,
                           "a synchronous call on the thread of the event loop that serves its "
@@ -517,6 +514,8 @@ static void ch_issue(jet_call_t *call)
     if (rc < 0) {
         jet_iobuf_fini(&frame);
         call->attempts = call->max_attempts; /* not a connection problem: no retry */
+        ch_put_socket(ch, s, true);          /* nothing went out on it */
+        call->sock = NULL;
         ch_attempt_failed(call, rc, NULL);
         return;
     }
@@ -574,6 +573,11 @@ static void ch_issue(jet_call_t *call)
             call->cid = next;
             char why[224];
             if (rc == -EMSGSIZE) jet__socket_size_error(s, "request", frame_len, why, sizeof why);
+            /* Refused whole: nothing of it went out, the connection stays usable. */
+            if (call->sock) {
+                ch_put_socket(ch, call->sock, true);
+                call->sock = NULL;
+            }
             ch_attempt_failed(call, rc, rc == -EMSGSIZE ? why : NULL);
         }
     }
@@ -608,6 +612,7 @@ int jet_channel_call(jet_channel_t *ch, const ProtobufCServiceDescriptor *servic
     atomic_fetch_add_explicit(&ch->refs, 1, memory_order_relaxed); /* until ch_notify */
     call->done = done;
     call->done_arg = arg;
+    call->waiter_loop = NULL;
     call->attempts = 0;
     call->resp_compress = 0;
     call->start_us = jet_now_us();
@@ -661,7 +666,7 @@ int jet_channel_call(jet_channel_t *ch, const ProtobufCServiceDescriptor *servic
         /* A write that has to wait for the connection's window goes on on
          * the loop, which this thread is about to drive while it waits. */
         jet_loop_defer_begin();
-        call->by_caller = true;
+        call->waiter_loop = jet_loop_current();
         ch_issue(call);
         ch_wait_sync(call);
         jet_loop_defer_end();

@@ -11,6 +11,7 @@
 #include <errno.h>
 #include <stdint.h>
 #include <string.h>
+#include <sys/socket.h>
 #include <unistd.h>
 
 #include "base/time.h"
@@ -18,6 +19,7 @@
 #include "rpc/call.h"
 #include "jetrpc/jetrpc.h"
 #include "testutil.h"
+#include "testutil_net.h"
 #include "testutil_rpc.h"
 
 #define GUARD_US (3 * 1000 * 1000)
@@ -223,6 +225,72 @@ static void test_sync_call_on_its_loop_thread(void)
     jt_server_stop(srv);
 }
 
+/* A peer that accepts and closes every connection a moment later. */
+static int g_closer_fd = -1;
+
+static void *closer_main(void *arg)
+{
+    (void)arg;
+    for (;;) {
+        int fd = accept(g_closer_fd, NULL, NULL);
+        if (fd < 0) return NULL;
+        usleep(20 * 1000);
+        close(fd);
+    }
+}
+
+static jet_channel_t *g_closing_ch;
+
+/* The inner call's first attempt gets a connection on the other loop (loops
+ * are picked in turn), its retry one on this loop: that one is refused too. */
+static void sync_retry_inside_done(jet_call_t *call, void *arg)
+{
+    (void)call;
+    (void)arg;
+    for (int i = 0; i < 16 && jet_loop_pick() != jet_loop_current(); i++) {
+    }
+    jet_call_t *inner = jet_call_create();
+    if (!inner) return;
+    int64_t t0 = jet_now_us();
+    int rc = jt_echo_call(g_closing_ch, inner, "inner", NULL, NULL);
+    atomic_store(&g_inner_us, jet_now_us() - t0);
+    atomic_store(&g_inner_code, rc != 0 ? rc : jet_call_error_code(inner));
+    jet_call_destroy(inner);
+}
+
+static void test_sync_retry_on_its_loop_thread(void)
+{
+    jt_echo_service_t svc;
+    jet_server_t *srv = echo_start(&svc, 60000);
+    JT_REQUIRE(srv);
+    int port = 0;
+    g_closer_fd = jt_tcp_listen(64, &port);
+    JT_REQUIRE(g_closer_fd >= 0);
+    pthread_t th;
+    JT_REQUIRE(pthread_create(&th, NULL, closer_main, NULL) == 0);
+    /* Retries, and a deadline far past the guard. */
+    g_closing_ch = jt_channel_open_port(port, JET_CONNECTION_SINGLE, 60000, 3);
+    JT_REQUIRE(g_closing_ch);
+    for (int round = 0; round < 4; round++) {
+        atomic_store(&g_inner_code, -1);
+        jet_call_t *call = jet_call_create();
+        JT_REQUIRE(call);
+        JT_REQUIRE(jt_echo_call(g_ch, call, "outer", sync_retry_inside_done, NULL) == 0);
+        jet_call_join(call);
+        int code = atomic_load(&g_inner_code);
+        JT_CHECK_AT(jet_strerror(code), code == EDEADLK || code == JET_EEOF);
+        JT_CHECK(atomic_load(&g_inner_us) < GUARD_US);
+        jet_call_destroy(call);
+        usleep(50 * 1000); /* the peer closed the inner connection meanwhile */
+    }
+    jet_channel_destroy(g_closing_ch);
+    shutdown(g_closer_fd, SHUT_RDWR);
+    close(g_closer_fd);
+    pthread_join(th, NULL);
+    jet_channel_destroy(g_ch);
+    jt_server_stop(srv);
+}
+
 int main(void)
 {
     JT_RUN(test_late_joiner_keeps_off_the_next_call);
@@ -230,5 +298,6 @@ int main(void)
     JT_RUN(test_every_joiner_wakes);
     JT_RUN(test_join_waits_for_a_reissue);
     JT_RUN(test_sync_call_on_its_loop_thread);
+    JT_RUN(test_sync_retry_on_its_loop_thread);
     return jt_finish();
 }
