@@ -831,6 +831,9 @@ static void bench_row_from_json(const char *line, const char *label, bench_row_t
     row->idle_spct = bench_json_get(line, "idle_server_cpu_pct");
 }
 
+/* The last line of a URMA-mode client whose runs all ended. */
+#define BENCH_CHILD_DONE "# jetrpc_bench client: every run ended"
+
 static int bench_mode_child(const char *mode_name, bench_entry_t *entries, int *n, int max)
 {
     const char *label = bench_label(mode_name, JET_SOCKET_MODE_URMA);
@@ -872,8 +875,10 @@ static int bench_mode_child(const char *mode_name, bench_entry_t *entries, int *
     }
     char line[2048];
     int got = 0;
+    bool complete = false;
     while (fgets(line, sizeof line, f)) {
         line[strcspn(line, "\n")] = '\0';
+        if (strcmp(line, BENCH_CHILD_DONE) == 0) complete = true;
         if (line[0] != '{' || *n >= max) continue;
         bench_entry_t *e = &entries[*n];
         memset(e, 0, sizeof *e);
@@ -891,13 +896,14 @@ static int bench_mode_child(const char *mode_name, bench_entry_t *entries, int *
                 status);
         return -EIO;
     }
-    /* A failure status with rows is fine when the rows count failed calls;
-     * otherwise the client gave up part-way (a run timed out, a channel
-     * could not be made) and the runs it did not print are missing. */
+    /* A failure status with every run printed is fine when the rows count
+     * failed calls; otherwise the client gave up part-way (a run timed out,
+     * a channel could not be made) and the runs it did not print are
+     * missing. */
     double errors = 0;
     for (int i = *n - got; i < *n; i++)
         errors += entries[i].row.errors;
-    if ((!WIFEXITED(status) || WEXITSTATUS(status) != 0) && errors == 0) {
+    if (!complete || ((!WIFEXITED(status) || WEXITSTATUS(status) != 0) && errors == 0)) {
         fprintf(stderr, "jetrpc_bench: the %s client stopped before its last run (status %d)\n",
                 mode_name, status);
         return -EIO;
@@ -1193,6 +1199,8 @@ int main(int argc, char **argv)
     }
     for (int i = 0; i < nent; i++)
         free(entries[i].json);
+    /* A URMA-mode client tells its parent that every run it was given ended. */
+    if (JET_FLAG(bench_child) && rc == 0) printf("%s\n", BENCH_CHILD_DONE);
     fflush(stdout);
     free(msg);
     free(bench_argv);
