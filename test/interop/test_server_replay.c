@@ -525,6 +525,18 @@ static void probe_request_meta_missing_names(void)
     expect_closed_silently("request_meta_missing_method_name", no_method, sizeof no_method);
 }
 
+/* An echo request for msg with meta m (correlation id cid) is answered. */
+static void echo_with_meta(const char *label, Brpc__Policy__RpcMeta *m, int64_t cid,
+                           const char *msg)
+{
+    size_t bl, n;
+    uint8_t *body = jt_echo_request_bytes(msg, &bl);
+    uint8_t *q = jt_frame_pack(m, body, bl, NULL, 0, &n);
+    expect_echo(label, q, n, cid, msg, NULL, 0);
+    free(body);
+    free(q);
+}
+
 static void probe_meta_with_response_field(void)
 {
     Brpc__Policy__RpcMeta m;
@@ -534,12 +546,7 @@ static void probe_meta_with_response_field(void)
     resp.has_error_code = true;
     resp.error_code = 0;
     m.response = &resp;
-    size_t bl, n;
-    uint8_t *body = jt_echo_request_bytes("with response", &bl);
-    uint8_t *q = jt_frame_pack(&m, body, bl, NULL, 0, &n);
-    expect_echo("meta_with_response_field_sent_to_server", q, n, 15, "with response", NULL, 0);
-    free(body);
-    free(q);
+    echo_with_meta("meta_with_response_field_sent_to_server", &m, 15, "with response");
 }
 
 static void probe_user_fields(void)
@@ -556,12 +563,7 @@ static void probe_user_fields(void)
     Brpc__Policy__UserFieldsEntry *ents[] = {&e1, &e2};
     m.n_user_fields = 2;
     m.user_fields = ents;
-    size_t bl, n;
-    uint8_t *body = jt_echo_request_bytes("fields", &bl);
-    uint8_t *q = jt_frame_pack(&m, body, bl, NULL, 0, &n);
-    expect_echo("user_fields_roundtrip", q, n, 16, "fields", NULL, 0);
-    free(body);
-    free(q);
+    echo_with_meta("user_fields_roundtrip", &m, 16, "fields");
 }
 
 /* content_type is an enum in brpc's meta: a value it does not know is an
@@ -572,12 +574,7 @@ static void probe_unknown_content_type(void)
     Brpc__Policy__RpcRequestMeta rm;
     std_meta(&m, &rm, "example.EchoService", "Echo", 18);
     m.content_type = 7;
-    size_t bl, n;
-    uint8_t *body = jt_echo_request_bytes("content 7", &bl);
-    uint8_t *q = jt_frame_pack(&m, body, bl, NULL, 0, &n);
-    expect_echo("unknown_content_type", q, n, 18, "content 7", NULL, 0);
-    free(body);
-    free(q);
+    echo_with_meta("unknown_content_type", &m, 18, "content 7");
 }
 
 static void probe_attachment_size_too_big(void)
