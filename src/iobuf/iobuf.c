@@ -463,7 +463,7 @@ ssize_t jet__iobuf_read_fd(jet_iobuf_t *buf, int fd, size_t max, size_t *offered
         want -= k;
     }
     if (niov == 0) goto err_unclaim;
-    if (offered_p) *offered_p = (max - claimed) - want + claimed;
+    if (offered_p) *offered_p = max - want; /* the tail's room and the fresh blocks' */
 
     ssize_t n;
     do {

@@ -46,7 +46,7 @@ static void listener_accept(jet_listener_t *l)
             int err = errno;
             if (err == EMFILE || err == ENFILE || err == ENOBUFS || err == ENOMEM) {
                 /* Logged once per shortage, not at every retry. */
-                if (!jet_timer_armed(&l->retry_timer) && !l->short_of_fds)
+                if (!l->short_of_fds)
                     JET_WARN("accept on %s: %s; accepting again every %d ms until it succeeds",
                              l->name, strerror(err), LISTENER_RETRY_US / 1000);
                 l->short_of_fds = true;
