@@ -24,6 +24,13 @@
  * queue's depth: a slot a sender holds, as a stalled one does) is tried
  * again this long after, by a timer, not at every batch end. */
 #define EP_RETRY_US 1000
+/* Block bytes the unsignalled data WRs of a connection may hold once its
+ * writer has sent all it had: the last WR of such a burst is signalled when
+ * they hold more, so a connection that then goes quiet keeps at most this
+ * much pool memory (unsignalled WRs release their blocks only when a later
+ * completion covers them). A block counts once for the WRs in a row that
+ * share it, so small messages packed into the same blocks reach it seldom. */
+#define EP_IDLE_HOLD (256u * 1024)
 
 struct jet_urma_ep {
     const jet_urma_ctx_t *ctx;
@@ -69,6 +76,8 @@ struct jet_urma_ep {
     _Atomic uint32_t credits; /* receives re-posted here, not reported yet */
     _Atomic uint32_t head;    /* send-ring sequence of the next data WR (writer) */
     uint32_t unsig;           /* writer: data WRs since the last signalled one */
+    size_t unsig_hold;        /* writer: block bytes those WRs hold */
+    const jet_block_t *unsig_last; /* writer: the last block counted in it */
     uint32_t tail;            /* loop: oldest data WR not released */
     uint32_t rx_seq;          /* loop: sequence the peer's next data WR carries */
     uint32_t *slot_n;         /* blocks held by each ring slot */
@@ -470,6 +479,10 @@ static ssize_t ep_build(jet_urma_ep_t *ep, jet_iobuf_t *const *bufs, int n, ep_c
             seg = nb->region->reg;
         }
         blk[nsge] = b;
+        if (b != ep->unsig_last) {
+            ep->unsig_hold += b->cap;
+            ep->unsig_last = b;
+        }
         sge[nsge] =
             (urma_sge_t){.addr = (uint64_t)(uintptr_t)addr, .len = (uint32_t)take, .tseg = seg};
         nsge++;
@@ -518,11 +531,20 @@ ssize_t jet__urma_ep_cut(jet_urma_ep_t *ep, jet_iobuf_t *const *bufs, int n)
             atomic_fetch_sub_explicit(&ep->sq_window, 1, memory_order_relaxed);
             atomic_fetch_sub_explicit(&ep->rq_window, 1, memory_order_relaxed);
             ep->wcnt.data_wrs++;
-            if (++ep->unsig >= ep->sig_every || sw == 1) {
-                /* sw == 1: this WR empties the SQ window, and only a completion
-                 * at or after it gives slots back. */
+            /* sw == 1: this WR empties the SQ window, and only a completion
+             * at or after it gives slots back. The last WR of what there is
+             * to send lets go of what the burst holds (EP_IDLE_HOLD). */
+            bool sig = ++ep->unsig >= ep->sig_every || sw == 1;
+            if (!sig && ep->unsig_hold > EP_IDLE_HOLD) {
+                ep_cursor_t rest = c;
+                const jet_iobuf_ref_t *ref;
+                sig = !ep_cursor_next(bufs, n, &rest, &ref);
+            }
+            if (sig) {
                 wrs[k].flag.bs.complete_enable = URMA_COMPLETE_ENABLE;
                 ep->unsig = 0;
+                ep->unsig_hold = 0;
+                ep->unsig_last = NULL;
                 ep->wcnt.signalled_wrs++;
             }
             if (ep->piggyback) {

@@ -3,10 +3,11 @@
  * zero-copy receive at and above urma_zerocopy_min_size and copy below it
  * (and never with urma_recv_zerocopy off); user memory that is not
  * registered is copied into pool blocks, byte-exact; selective signalling
- * (far fewer signalled WRs than WRs); credits piggybacked between jetrpc
- * peers (no standalone credit message in request/response traffic) and
- * standalone credit messages in brpc's envelope; jetty sets reset and
- * reused after connections close. */
+ * (far fewer signalled WRs than WRs, yet an idle connection keeps little of
+ * what it sent); credits piggybacked between jetrpc peers (no standalone
+ * credit message in request/response traffic) and standalone credit
+ * messages in brpc's envelope; jetty sets reset and reused after
+ * connections close. */
 #include "urma/urma_context.h"
 #include "urma_test.h"
 
@@ -124,6 +125,51 @@ static void test_signalling_and_piggyback(void)
     JT_CHECK(sig > 0 && sig * 4 < wrs); /* selective: every local_cap/4-th */
 }
 
+/* Bytes of the iobuf blocks in use in this process (client and server
+ * ends), but for the buffers posted in (or kept for) the shared receive
+ * queues. */
+static size_t held_bytes(void)
+{
+    static const size_t size[JET_BLOCK_NCLASS] = {JET_BLOCK_SIZE_8K, JET_BLOCK_SIZE_64K,
+                                                  JET_BLOCK_SIZE_2M};
+    jet_urma_loop_stats_t st = totals();
+    jet_block_pool_stats_t bp;
+    jet__block_pool_stats(&bp);
+    size_t bytes = 0;
+    for (int i = 0; i < JET_BLOCK_NCLASS; i++)
+        bytes += bp.blocks_in_use[i] * size[i];
+    return bytes - (size_t)(st.srq_posted + st.srq_kept) * jet__urma_recv_size();
+}
+
+/* A connection that goes quiet after sending keeps almost nothing of what it
+ * sent: unsignalled WRs hold their blocks until a later completion covers
+ * them, so the last WR of a burst that holds more than 256 KiB is signalled.
+ * Both ends of each echo (the request on the client; on the server the
+ * response, which holds the request's receive buffers) stay open and idle,
+ * each keeping at most 256 KiB (each size leaves WRs after the last one
+ * that the every (window/4)-th rule signals). */
+static void test_idle_connection_releases_blocks(void)
+{
+    static const size_t sizes[] = {700000, 1 << 20, 9 << 20};
+    for (size_t i = 0; i < sizeof sizes / sizeof sizes[0]; i++) {
+        /* A fresh connection each: what its ends hold after the echo
+         * depends on no earlier traffic. */
+        jet_channel_t *ch =
+            ut_channel(g_port, JET_SOCKET_MODE_URMA, 10000, JET_CONNECTION_SINGLE);
+        JT_REQUIRE(ch);
+        JT_CHECK_EQ(jt_echo_bytes(ch, 10, 1, "warm"), 0);
+        size_t before = held_bytes();
+        JT_CHECK_EQ(jt_echo_bytes(ch, sizes[i], i, "idle"), 0);
+        size_t after = 0;
+        bool back = JT_WAIT_EVERY((after = held_bytes()) <= before + 2 * 256 * 1024, 3000000, 1000);
+        if (!back)
+            fprintf(stderr, "  after %zu bytes each way: %zu KiB of blocks in use, %zu before\n",
+                    sizes[i], after >> 10, before >> 10);
+        JT_CHECK(back);
+        jet_channel_destroy(ch);
+    }
+}
+
 static void test_brpc_envelope_credits(void)
 {
     jet_flag_set("urma_jetrpc_extensions", "false");
@@ -170,6 +216,7 @@ int main(int argc, char **argv)
     JT_RUN(test_zero_copy_threshold);
     JT_RUN(test_unregistered_user_memory);
     JT_RUN(test_signalling_and_piggyback);
+    JT_RUN(test_idle_connection_releases_blocks);
     JT_RUN(test_brpc_envelope_credits);
     JT_RUN(test_jetty_reuse);
     jet_server_destroy(g_srv);
