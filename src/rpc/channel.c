@@ -811,7 +811,9 @@ static void cli_on_read(jet_socket_t *s)
         case JET_PARSE_META_SIZE:
         case JET_PARSE_BAD_META:
             /* brpc drops such a response; its call ends at its deadline. */
-            JET_WARN("%s: dropped a response whose RpcMeta does not parse", s->peer);
+            JET_WARN("%s: dropped a response whose RpcMeta does not parse (malformed, over 1 "
+                     "MiB, or decoding into more than 48 bytes per byte)",
+                     s->peer);
             break;
         }
         jet__baidu_frame_fini(&f);

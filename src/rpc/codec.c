@@ -61,7 +61,8 @@ typedef struct arena {
     arena_big_t *big;
     size_t used;
     size_t cap;
-    size_t in_frame; /* lives in a frame's meta_room: nothing to give back */
+    size_t in_frame;   /* lives in a frame's meta_room: nothing to give back */
+    size_t spill_left; /* bytes the overflow may still take (codec.h's bound) */
     alignas(16) unsigned char data[];
 } arena_t;
 
@@ -131,6 +132,8 @@ static void *arena_alloc(void *data, size_t size)
         p = a->data + a->used;
         a->used += need;
     } else {
+        if (sizeof(arena_big_t) + need > a->spill_left) return NULL; /* the unpack fails */
+        a->spill_left -= sizeof(arena_big_t) + need;
         arena_big_t *b = malloc(sizeof(*b) + need);
         if (!b) return NULL;
         b->next = a->big;
@@ -261,6 +264,7 @@ static Brpc__Policy__RpcMeta *codec_decode_meta(const jet_iobuf_t *in, uint32_t 
                  : meta_size <= JET_FRAME_META_INLINE ? arena_in_frame(f)
                                                       : arena_create(arena_size_for(meta_size));
     if (!a) goto out_free_tmp;
+    a->spill_left = 65536 + (size_t)meta_size * JET_BAIDU_META_EXPANSION;
 
     ProtobufCAllocator alloc = {.alloc = arena_alloc, .free = arena_free, .allocator_data = a};
     /* The usual meta first; protobuf-c for what the fast path declines. */
@@ -287,7 +291,8 @@ jet_parse_result_t jet__baidu_cut(jet_iobuf_t *in, uint32_t max_body_size, jet_b
         jet_iobuf_pop_front(in, frame_len);
         return JET_PARSE_META_SIZE;
     }
-    Brpc__Policy__RpcMeta *meta = codec_decode_meta(in, meta_size, f);
+    Brpc__Policy__RpcMeta *meta =
+        meta_size <= JET_BAIDU_META_MAX ? codec_decode_meta(in, meta_size, f) : NULL;
     if (!meta) {
         jet_iobuf_pop_front(in, frame_len);
         return JET_PARSE_BAD_META;

@@ -3,9 +3,16 @@
  *
  * The parser is stateless and zero-copy: it looks at the front of an input
  * iobuf, and either reports "need more", "not mine", an error, or cuts one
- * whole frame off (the payload blocks move, they are not copied). It never
- * allocates more than the frame's declared size, and refuses a body_size over
- * the limit from the header alone, before the body arrives. */
+ * whole frame off (the payload blocks move, they are not copied). It refuses
+ * a body_size over the limit from the header alone, before the body arrives.
+ * The decoded meta is bounded too, whatever a peer sends: a meta over
+ * JET_BAIDU_META_MAX bytes is refused (JET_PARSE_BAD_META), and so is one
+ * whose decoding would take more than 64 KiB plus JET_BAIDU_META_EXPANSION
+ * times its size (protobuf-c gives each 2-byte empty entry or unknown field
+ * a struct of its own: 60 to 68 bytes per byte). brpc's metas are tens of
+ * bytes; the most a legitimate one takes is about 40 bytes per byte (only
+ * user_fields entries with an empty key and value, 6 bytes each, as brpc
+ * writes them). */
 #ifndef JET_RPC_CODEC_H
 #define JET_RPC_CODEC_H
 
@@ -17,13 +24,16 @@
 
 #define JET_BAIDU_HEADER_SIZE 12
 #define JET_BAIDU_MAGIC       "PRPC"
+#define JET_BAIDU_META_MAX       (1u << 20)
+#define JET_BAIDU_META_EXPANSION 48
 
 typedef enum jet_parse_result {
     JET_PARSE_OK = 0,        /* a frame was cut */
     JET_PARSE_NEED_MORE = 1, /* a prefix of a valid frame; wait for bytes */
     JET_PARSE_NOT_MINE = 2,  /* the first bytes are not PRPC */
     JET_PARSE_TOO_BIG = 3,   /* body_size over the limit: close the connection */
-    JET_PARSE_BAD_META = 4,  /* RpcMeta does not decode (frame consumed): close */
+    JET_PARSE_BAD_META = 4,  /* RpcMeta does not decode, or is over the limits above
+                                (frame consumed): close */
     JET_PARSE_META_SIZE = 5, /* meta_size > body_size (frame consumed): brpc drops the
                                 frame and keeps the connection */
 } jet_parse_result_t;

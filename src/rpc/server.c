@@ -673,7 +673,9 @@ static void srv_on_read(jet_socket_t *s)
             continue;
         case JET_PARSE_BAD_META:
             jet__baidu_frame_fini(&f);
-            JET_WARN("close %s: RpcMeta does not parse", s->peer);
+            JET_WARN("close %s: RpcMeta does not parse (malformed, over 1 MiB, or decoding "
+                     "into more than 48 bytes per byte)",
+                     s->peer);
             jet__socket_set_failed(s, -JET_EREQUEST);
             return;
         }

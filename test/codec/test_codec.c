@@ -968,6 +968,127 @@ static void undecodable_meta(void)
     jet_iobuf_fini(&in);
 }
 
+/* Cuts a frame of this meta (malloc'd copy, flat) followed by a captured
+ * request; the captured request must parse after it whatever happened. */
+static jet_parse_result_t cut_meta_then_request(const uint8_t *meta, size_t meta_len,
+                                                jet_baidu_frame_t *f)
+{
+    size_t cap = 12 + meta_len + 2 + sizeof(cap_req);
+    uint8_t *buf = malloc(cap);
+    if (!buf) abort();
+    size_t len = raw_frame(buf, meta, meta_len, "\x0a\x00", 2);
+    memcpy(buf + len, cap_req, sizeof(cap_req));
+    jet_iobuf_t in;
+    jt_iobuf_flat(&in, buf, len + sizeof(cap_req));
+    free(buf);
+    int bad;
+    jet_parse_result_t r = cut1(&in, f, &bad);
+    JT_CHECK_EQ(jet_iobuf_len(&in), sizeof(cap_req));
+    jet_baidu_frame_t next;
+    JT_CHECK_EQ(cut1(&in, &next, &bad), JET_PARSE_OK);
+    jet__baidu_frame_fini(&next);
+    jet_iobuf_fini(&in);
+    return r;
+}
+
+/* What a peer's meta can make the decoder take is bounded (codec.h): a
+ * meta of 2-byte empty user_fields entries or unknown fields, which
+ * protobuf-c would decode into about 60-68 bytes per byte, is refused, and so
+ * is a meta over JET_BAIDU_META_MAX bytes; legitimate large metas (many
+ * small user_fields, even with empty keys and values, large authentication
+ * data up to the limit) decode. */
+static void meta_decode_bounded(void)
+{
+    enum { N = 128 * 1024 };
+    uint8_t *m = malloc(2 * N + 64);
+    JT_REQUIRE(m);
+    static const uint8_t bombs[][2] = {{0x4a, 0x00}, {0x78, 0x00}};
+    for (size_t k = 0; k < 2; k++) {
+        for (size_t i = 0; i < N; i++)
+            memcpy(m + 2 * i, bombs[k], 2);
+        jet_baidu_frame_t f;
+        JT_CHECK_EQ(cut_meta_then_request(m, 2 * N, &f), JET_PARSE_BAD_META);
+        JT_CHECK(f.meta == NULL);
+        jet__baidu_frame_fini(&f);
+    }
+    free(m);
+
+    /* 20000 user_fields with an empty key and value, as brpc writes them
+     * (both fields present: 6 bytes each), the most a meta brpc sends
+     * decodes into. */
+    enum { NE = 20000 };
+    m = malloc(6 * NE);
+    JT_REQUIRE(m);
+    for (size_t i = 0; i < NE; i++)
+        memcpy(m + 6 * i, "\x4a\x04\x0a\x00\x12\x00", 6);
+    {
+        jet_baidu_frame_t f;
+        JT_CHECK_EQ(cut_meta_then_request(m, 6 * NE, &f), JET_PARSE_OK);
+        JT_CHECK(f.meta && f.meta->n_user_fields == NE && f.meta->user_fields[NE - 1]->key &&
+                 f.meta->user_fields[NE - 1]->key[0] == '\0');
+        jet__baidu_frame_fini(&f);
+    }
+    free(m);
+
+    /* 3000 user_fields of a few bytes each, and a request. */
+    Brpc__Policy__RpcMeta meta = BRPC__POLICY__RPC_META__INIT;
+    Brpc__Policy__RpcRequestMeta req = BRPC__POLICY__RPC_REQUEST_META__INIT;
+    req.service_name = "s.S";
+    req.method_name = "m";
+    meta.request = &req;
+    enum { NF = 3000 };
+    Brpc__Policy__UserFieldsEntry *e = calloc(NF, sizeof *e);
+    Brpc__Policy__UserFieldsEntry **ep = calloc(NF, sizeof *ep);
+    char(*keys)[8] = calloc(NF, sizeof *keys);
+    JT_REQUIRE(e && ep && keys);
+    for (int i = 0; i < NF; i++) {
+        brpc__policy__user_fields_entry__init(&e[i]);
+        snprintf(keys[i], sizeof keys[i], "k%d", i);
+        e[i].key = keys[i];
+        e[i].value = keys[i] + 1;
+        ep[i] = &e[i];
+    }
+    meta.n_user_fields = NF;
+    meta.user_fields = ep;
+    size_t mlen = brpc__policy__rpc_meta__get_packed_size(&meta);
+    m = malloc(mlen);
+    JT_REQUIRE(m);
+    brpc__policy__rpc_meta__pack(&meta, m);
+    jet_baidu_frame_t f;
+    JT_CHECK_EQ(cut_meta_then_request(m, mlen, &f), JET_PARSE_OK);
+    JT_CHECK(f.meta && f.meta->n_user_fields == NF && f.meta->request &&
+             strcmp(f.meta->user_fields[NF - 1]->value, keys[NF - 1] + 1) == 0);
+    jet__baidu_frame_fini(&f);
+    free(m);
+    meta.n_user_fields = 0;
+    meta.user_fields = NULL;
+
+    /* Authentication data: the meta at the limit decodes, one byte more is
+     * refused. */
+    size_t base = brpc__policy__rpc_meta__get_packed_size(&meta);
+    for (int over = 0; over <= 1; over++) {
+        size_t auth = JET_BAIDU_META_MAX - base - 4 + (size_t)over; /* tag + 3-byte length */
+        meta.has_authentication_data = 1;
+        meta.authentication_data.len = auth;
+        meta.authentication_data.data = calloc(1, auth);
+        JT_REQUIRE(meta.authentication_data.data);
+        mlen = brpc__policy__rpc_meta__get_packed_size(&meta);
+        JT_CHECK_EQ(mlen, (size_t)JET_BAIDU_META_MAX + (size_t)over);
+        m = malloc(mlen);
+        JT_REQUIRE(m);
+        brpc__policy__rpc_meta__pack(&meta, m);
+        JT_CHECK_EQ(cut_meta_then_request(m, mlen, &f),
+                    over ? JET_PARSE_BAD_META : JET_PARSE_OK);
+        JT_CHECK(over ? f.meta == NULL : f.meta && f.meta->authentication_data.len == auth);
+        jet__baidu_frame_fini(&f);
+        free(m);
+        free(meta.authentication_data.data);
+    }
+    free(e);
+    free(ep);
+    free(keys);
+}
+
 static void attachment_size_checks(void)
 {
     static const struct {
@@ -1286,6 +1407,7 @@ int main(void)
     JT_RUN(too_big_on_header_alone);
     JT_RUN(meta_size_over_body_size);
     JT_RUN(undecodable_meta);
+    JT_RUN(meta_decode_bounded);
     JT_RUN(attachment_size_checks);
     JT_RUN(pb_iobuf_helpers);
     JT_RUN(msg_arena_decode);
