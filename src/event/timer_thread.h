@@ -27,8 +27,10 @@ static inline void jet__deadline_init(jet_deadline_t *d)
 {
     d->heap_index = UINT32_MAX;
 }
-/* Queues d to fire at when_us (monotonic). 0, -ENOMEM, or -EBUSY when d is
- * queued already (jet__deadline_del it first). */
+/* Queues d to fire at when_us (monotonic). 0, -ENOMEM, -EBUSY when d is
+ * queued already (jet__deadline_del it first), or -EAGAIN when the deadline
+ * thread could not be started (the first call starts it; every later call
+ * then fails the same way). */
 int jet__deadline_add(jet_deadline_t *d, int64_t when_us, jet_deadline_cb_t cb, uint64_t value);
 /* Removes d; true when it was still queued (its callback will not run). */
 bool jet__deadline_del(jet_deadline_t *d);
