@@ -734,12 +734,25 @@ int softub__seg_snap(const struct sub_sseg *ss, uint32_t gen, struct sub_sseg *o
     SEG_LOAD(dev);
     SEG_LOAD(ino);
     SEG_LOAD(uasid);
+    atomic_init(&out->revoked, atomic_load_explicit(&ss->revoked, memory_order_relaxed));
     atomic_init(&out->state, SUB_SEG_REG);
     atomic_init(&out->gen, gen);
     atomic_init(&out->alock, 0);
     atomic_thread_fence(memory_order_acquire);
     return atomic_load_explicit(&ss->state, memory_order_relaxed) == SUB_SEG_REG &&
            atomic_load_explicit(&ss->gen, memory_order_relaxed) == gen;
+}
+
+void softub__seg_revoke(struct sub_peer *p, uint32_t token_id)
+{
+    for (uint32_t i = 0; i < SUB_MAX_SEGS; i++) {
+        struct sub_sseg *ss = softub__seg_entry(p, i);
+        if (ss == NULL)
+            return;
+        if (atomic_load_explicit(&ss->state, memory_order_acquire) == SUB_SEG_REG &&
+            __atomic_load_n(&ss->token_id, __ATOMIC_RELAXED) == token_id)
+            atomic_store_explicit(&ss->revoked, 1, memory_order_release);
+    }
 }
 
 _Static_assert(SUB_SEG_TABLE_OFF + (uint64_t)SUB_MAX_SEGS * sizeof(struct sub_sseg) <= SUB_HEAP_OFF,

@@ -219,7 +219,11 @@ struct sub_sseg {
     _Atomic uint32_t alock; /* pid of the holder: serialises process_vm atomics */
     uint32_t uasid;
     urma_eid_t eid;
-    uint8_t pad[16];
+    /* Set by a SEND_INVALIDATE naming the entry's token id (fact sheet
+     * §4.10): remote accesses through it fail from then on; the owner's
+     * own use of the memory (local SGEs, receive buffers) goes on. */
+    _Atomic uint32_t revoked;
+    uint8_t pad[12];
 };
 _Static_assert(sizeof(struct sub_sseg) == 112, "sub_sseg");
 
@@ -667,6 +671,9 @@ struct sub_sseg *softub__seg_entry(struct sub_peer *p, uint32_t idx);
  * freed entry in place for the next registration, so checks and accesses use
  * the copy, never a mixture of two registrations. */
 int softub__seg_snap(const struct sub_sseg *ss, uint32_t gen, struct sub_sseg *out);
+/* Revokes remote access through token id `token_id` to every segment p has
+ * registered with it (a SEND_INVALIDATE delivered to p). */
+void softub__seg_revoke(struct sub_peer *p, uint32_t token_id);
 struct sub_peer *softub__peer_get(int slot, uint32_t slot_gen); /* control plane */
 void *softub__peer_ptr(struct sub_peer *p, uint64_t off, uint64_t size);
 uint8_t *softub__peer_map(struct sub_peer *p, const struct sub_sseg *ss, uint64_t need_end);

@@ -207,6 +207,8 @@ static int post_rseg(struct sub_tseg *ts, uint64_t addr, uint64_t len, uint32_t 
         return URMA_CR_REM_ACCESS_ABORT_ERR;
     if (snap.token_policy != URMA_TOKEN_NONE && (!ts->token_valid || ts->token != snap.token_value))
         return URMA_CR_REM_ACCESS_ABORT_ERR;
+    if (atomic_load_explicit(&snap.revoked, memory_order_relaxed))
+        return URMA_CR_REM_ACCESS_ABORT_ERR; /* a SEND_INVALIDATE named its token id */
     post_window(p, &snap, ts->map_base, addr, len, m);
     if (ssp != NULL)
         *ssp = ss;
@@ -542,6 +544,13 @@ static int post_exec_send_rm(struct sub_sq *sq, struct sub_wr *w, uint32_t *len)
         if (st == URMA_CR_ACK_TIMEOUT_ERR)
             softub__peer_mark_dead(t.p);
         goto out;
+    }
+    if (w->opcode == URMA_OPC_SEND_INVALIDATE) {
+        /* Before the CR: the receiver that sees it finds the token id
+         * invalid already. */
+        urma_cr_token_t tok;
+        memcpy(&tok, &w->imm, sizeof(tok));
+        softub__seg_revoke(t.p, tok.token_id);
     }
     post_recv_cr(sq, w, &t, &rqe, URMA_CR_SUCCESS, opc, (uint32_t)w->total, NULL);
     *len = (uint32_t)w->total;

@@ -3,7 +3,8 @@
  * Two contexts a and b, each with a jetty, a JFC and a 64 KiB segment, importing
  * each other. Every opcode with its completion records checked field by field
  * (§4.6) over zero- and garbage-initialised CR arrays, gather/scatter, length,
- * token, range and access violations (no byte may move), RNR, UM and RC rules. */
+ * token, range and access violations (no byte may move), SEND_INVALIDATE
+ * revoking a token id, RNR, UM and RC rules. */
 #include "conformance.h"
 
 #define MEM (64 * 1024)
@@ -691,6 +692,90 @@ static void token_violation(void)
     dp_close(&a, &b);
 }
 
+/* SEND_INVALIDATE (§4.10): the receive CR carries the named segment's token
+ * id and value, and the token id is invalid at the receiver from then on:
+ * remote accesses through it fail and move nothing, while the owner's other
+ * segments, and its own use of the memory, are untouched. */
+static void send_invalidate(void)
+{
+    cf_dev_t d;
+    cf_side_t a, b;
+    cf_ep_opts_t o;
+    cf_ep_opts_rm(&o);
+    JT_REQUIRE(dp_open(&d, &a, &b, &o) == 0);
+    cf_mem_t s2;
+    JT_REQUIRE(cf_mem_alloc(&s2, 4096, CF_MEM_MEMALIGN) == 0);
+    JT_REQUIRE(cf_mem_register(&s2, b.ctx, CF_ACCESS_ALL, URMA_TOKEN_PLAIN_TEXT, 0x1111) == 0);
+    memset(s2.buf, 0x55, 4096);
+    memset(a.mem.buf, 0x66, MEM);
+    urma_target_seg_t *ts = cf_import_seg(a.ctx, &s2.tseg->seg, 0x1111, CF_ACCESS_ALL);
+    JT_REQUIRE(ts != NULL);
+    urma_sge_t l, r;
+    urma_jfs_wr_t wr;
+    cf_sge(&l, a.mem.buf, 64, a.mem.tseg);
+    cf_rsge(&r, cf_seg_va(s2.tseg), 64, ts);
+    cf_wr_rw(&wr, URMA_OPC_WRITE, a.tj, &l, 1, &r, 1, 0, 0x90);
+    JT_REQUIRE(cf_post(a.ep.jetty, &wr) == 0);
+    cf_expect_cr(a.ep.jfc, URMA_CR_SUCCESS, 0x90, "WRITE before the invalidation");
+    JT_CHECK_EQ(cf_check_byte(s2.buf, 64, 0x66), -1);
+
+    urma_sge_t rs, sg;
+    cf_sge(&rs, b.mem.buf, 256, b.mem.tseg);
+    JT_REQUIRE(cf_post_recv(b.ep.jetty, &rs, 1, 0x91) == 0);
+    cf_fill(a.mem.buf + 1024, 40, 3);
+    cf_sge(&sg, a.mem.buf + 1024, 40, a.mem.tseg);
+    cf_wr_send(&wr, URMA_OPC_SEND_INVALIDATE, a.tj, &sg, 1, 0, 0x92);
+    wr.send.tseg = ts;
+    JT_REQUIRE(cf_post(a.ep.jetty, &wr) == 0);
+    cf_expect_cr(a.ep.jfc, URMA_CR_SUCCESS, 0x92, "SEND_INVALIDATE");
+    urma_cr_t cr;
+    if (cf_poll1(b.ep.jfc, &cr) == 0) {
+        JT_CHECK_EQ(cr.status, URMA_CR_SUCCESS);
+        JT_CHECK_EQ(cr.user_ctx, 0x91);
+        JT_CHECK_EQ(cr.opcode, URMA_CR_OPC_SEND_WITH_INV);
+        JT_CHECK_EQ(cr.completion_len, 40);
+        JT_CHECK_EQ(cr.invalid_token.token_id, s2.tseg->seg.token_id);
+        JT_CHECK_EQ(cr.invalid_token.token_value.token, 0x1111u);
+    } else {
+        CF_FAILF("no receive CR for the SEND_INVALIDATE");
+    }
+    JT_CHECK_EQ(cf_check_fill(b.mem.buf, 40, 3), -1);
+
+    /* Remote access through the invalidated token id fails. */
+    memset(a.mem.buf, 0x77, 64);
+    cf_wr_rw(&wr, URMA_OPC_WRITE, a.tj, &l, 1, &r, 1, 0, 0x93);
+    expect_remote_error(&a, &wr, "WRITE after the invalidation");
+    cf_wr_rw(&wr, URMA_OPC_READ, a.tj, &r, 1, &l, 1, 0, 0x94);
+    expect_remote_error(&a, &wr, "READ after the invalidation");
+    JT_CHECK_EQ(cf_check_byte(s2.buf, 64, 0x66), -1);
+    JT_CHECK_EQ(cf_check_byte(a.mem.buf, 64, 0x77), -1);
+
+    /* b's own segment (another token id) still takes WRITEs, and b still
+     * receives into it. */
+    urma_sge_t rb;
+    cf_rsge(&rb, cf_seg_va(b.mem.tseg) + 2048, 64, a.rseg);
+    cf_wr_rw(&wr, URMA_OPC_WRITE, a.tj, &l, 1, &rb, 1, 0, 0x95);
+    JT_REQUIRE(cf_post(a.ep.jetty, &wr) == 0);
+    cf_expect_cr(a.ep.jfc, URMA_CR_SUCCESS, 0x95, "WRITE to a segment of another token id");
+    JT_CHECK_EQ(cf_check_byte(b.mem.buf + 2048, 64, 0x77), -1);
+    JT_CHECK_EQ(cf.urma_unimport_seg(ts), URMA_SUCCESS);
+    cf_mem_free(&s2);
+
+    /* A new registration of the same memory is valid again. */
+    cf_mem_t s3;
+    JT_REQUIRE(cf_mem_alloc(&s3, 4096, CF_MEM_MEMALIGN) == 0);
+    JT_REQUIRE(cf_mem_register(&s3, b.ctx, CF_ACCESS_ALL, URMA_TOKEN_PLAIN_TEXT, 0x1111) == 0);
+    ts = cf_import_seg(a.ctx, &s3.tseg->seg, 0x1111, CF_ACCESS_ALL);
+    JT_REQUIRE(ts != NULL);
+    cf_rsge(&r, cf_seg_va(s3.tseg), 64, ts);
+    cf_wr_rw(&wr, URMA_OPC_WRITE, a.tj, &l, 1, &r, 1, 0, 0x96);
+    JT_REQUIRE(cf_post(a.ep.jetty, &wr) == 0);
+    cf_expect_cr(a.ep.jfc, URMA_CR_SUCCESS, 0x96, "WRITE to a new registration");
+    JT_CHECK_EQ(cf.urma_unimport_seg(ts), URMA_SUCCESS);
+    cf_mem_free(&s3);
+    dp_close(&a, &b);
+}
+
 static void out_of_range(void)
 {
     cf_dev_t d;
@@ -1340,6 +1425,7 @@ int main(int argc, char **argv)
     CF_RUN(recv_matched_by_user_ctx);
     CF_RUN(completion_order);
     CF_RUN(token_violation);
+    CF_RUN(send_invalidate);
     CF_RUN(out_of_range);
     CF_RUN(missing_access);
     CF_RUN(rnr_no_retry);
