@@ -745,13 +745,20 @@ int softub__seg_snap(const struct sub_sseg *ss, uint32_t gen, struct sub_sseg *o
 
 void softub__seg_revoke(struct sub_peer *p, uint32_t token_id)
 {
-    for (uint32_t i = 0; i < SUB_MAX_SEGS; i++) {
+    if (p->region == NULL)
+        return;
+    uint32_t hwm = atomic_load(&((struct sub_region_hdr *)p->region)->seg_hwm);
+    if (hwm > SUB_MAX_SEGS)
+        hwm = SUB_MAX_SEGS;
+    for (uint32_t i = 0; i < hwm; i++) {
         struct sub_sseg *ss = softub__seg_entry(p, i);
-        if (ss == NULL)
-            return;
-        if (atomic_load_explicit(&ss->state, memory_order_acquire) == SUB_SEG_REG &&
-            __atomic_load_n(&ss->token_id, __ATOMIC_RELAXED) == token_id)
-            atomic_store_explicit(&ss->revoked, 1, memory_order_release);
+        struct sub_sseg snap;
+        /* The registration seen, by its gen: a store that lands after the
+         * owner re-registered the entry names an older gen and revokes
+         * nothing (softub__seg_snap reads revoked == gen). */
+        uint32_t gen = atomic_load_explicit(&ss->gen, memory_order_acquire);
+        if (softub__seg_snap(ss, gen, &snap) && snap.token_id == token_id)
+            atomic_store_explicit(&ss->revoked, gen, memory_order_release);
     }
 }
 

@@ -219,9 +219,11 @@ struct sub_sseg {
     _Atomic uint32_t alock; /* pid of the holder: serialises process_vm atomics */
     uint32_t uasid;
     urma_eid_t eid;
-    /* Set by a SEND_INVALIDATE naming the entry's token id (fact sheet
-     * §4.10): remote accesses through it fail from then on; the owner's
-     * own use of the memory (local SGEs, receive buffers) goes on. */
+    /* The gen of the registration a SEND_INVALIDATE naming the entry's
+     * token id revoked (fact sheet §4.10; 0: none, gens start at 1):
+     * remote accesses through it fail from then on; the owner's own use of
+     * the memory (local SGEs, receive buffers) goes on. The one field a
+     * process other than the owner writes. */
     _Atomic uint32_t revoked;
     uint8_t pad[12];
 };

@@ -207,7 +207,7 @@ static int post_rseg(struct sub_tseg *ts, uint64_t addr, uint64_t len, uint32_t 
         return URMA_CR_REM_ACCESS_ABORT_ERR;
     if (snap.token_policy != URMA_TOKEN_NONE && (!ts->token_valid || ts->token != snap.token_value))
         return URMA_CR_REM_ACCESS_ABORT_ERR;
-    if (atomic_load_explicit(&snap.revoked, memory_order_relaxed))
+    if (atomic_load_explicit(&snap.revoked, memory_order_relaxed) == ts->seg_gen)
         return URMA_CR_REM_ACCESS_ABORT_ERR; /* a SEND_INVALIDATE named its token id */
     post_window(p, &snap, ts->map_base, addr, len, m);
     if (ssp != NULL)

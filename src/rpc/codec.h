@@ -7,9 +7,11 @@
  * a body_size over the limit from the header alone, before the body arrives.
  * The decoded meta is bounded too, whatever a peer sends: a meta over
  * JET_BAIDU_META_MAX bytes is refused (JET_PARSE_BAD_META), and so is one
- * whose decoding would take more than 64 KiB plus JET_BAIDU_META_EXPANSION
- * times its size (protobuf-c gives each 2-byte empty entry or unknown field
- * a struct of its own: 60 to 68 bytes per byte). brpc's metas are tens of
+ * whose decoding would spill more than 64 KiB plus JET_BAIDU_META_EXPANSION
+ * times its size past the arena's first chunk (protobuf-c gives each 2-byte
+ * empty entry or unknown field a struct of its own: 60 to 68 bytes per
+ * byte). With that chunk (at most 64 KiB) and a flat copy of the meta, a
+ * meta takes at most 128 KiB plus 49 bytes per byte while it is decoded. brpc's metas are tens of
  * bytes; the most a legitimate one takes is about 40 bytes per byte (only
  * user_fields entries with an empty key and value, 6 bytes each, as brpc
  * writes them). */

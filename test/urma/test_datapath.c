@@ -146,8 +146,9 @@ static size_t held_bytes(void)
  * them, so the last WR of a burst that holds more than 256 KiB is signalled.
  * Both ends of each echo (the request on the client; on the server the
  * response, which holds the request's receive buffers) stay open and idle,
- * each keeping at most 256 KiB (each size leaves WRs after the last one
- * that the every (window/4)-th rule signals). */
+ * each keeping at most 256 KiB. The 700000-byte echo is the one the rule
+ * decides (without it both ends keep about 650 KiB); the larger ones check
+ * that longer bursts end within the bound too. */
 static void test_idle_connection_releases_blocks(void)
 {
     static const size_t sizes[] = {700000, 1 << 20, 9 << 20};
