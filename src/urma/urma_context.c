@@ -54,8 +54,11 @@ JET_FLAG_DEFINE_INT32(urma_event_spin_auto_us, 50,
                       "Event mode with urma_event_spin_us=0: a loop whose completion batches "
                       "have been coming less than this many microseconds apart (a moving "
                       "estimate of the gap) keeps polling this long after a batch before it "
-                      "sleeps on its event fd again; a loop with longer gaps (sparse traffic) "
-                      "sleeps at once. Not while more threads are runnable than cores (0: never; "
+                      "sleeps on its event fd again; a loop with longer gaps sleeps at once, but "
+                      "for one probe spin every 5 ms while its gaps stay under 4x this (steady "
+                      "traffic whose gaps are wake-ups a spin would remove), going on while it "
+                      "finds batches within this; sparse traffic never spins. Not while more "
+                      "threads are runnable than cores (0: never; "
                       "with urma_event_spin_us=0 too, a wake-up per batch as brpc) [0, 1000000]");
 JET_FLAG_DEFINE_INT32(urma_event_partial_spin_us, 50,
                       "Event mode: while a message is partly received (its sender is still "
@@ -353,6 +356,10 @@ struct jet_urma_loop {
     bool partial;        /* the last batch left a message partly received */
     int64_t last_cr_us;  /* spinning: when the poller last found completions */
     int64_t gap_us;      /* estimated gap between completion batches (auto spin) */
+    int64_t probe_us;    /* the last probe (jet__urma_probe_due) */
+    uint32_t near;       /* gaps in a row under 4x the limit (saturates) */
+    bool probing;        /* this spin is a probe */
+    bool spin_paid;      /* this spin found a batch within the limit */
     int64_t slept_us;    /* asleep on events: the last batch before (0: not asleep) */
     uint64_t events, spins;
     uint32_t jfc_depth;
@@ -888,23 +895,38 @@ int64_t jet__urma_auto_spin_us(int64_t gap_us, int64_t max_us)
     return max_us > 0 && gap_us < max_us ? max_us : 0;
 }
 
+bool jet__urma_probe_due(int64_t gap_us, uint32_t near, int64_t max_us, int64_t since_probe_us)
+{
+    return max_us > 0 && gap_us >= max_us && near >= JET_URMA_PROBE_NEAR &&
+           since_probe_us >= JET_URMA_PROBE_EVERY_US;
+}
+
 static int64_t ul_auto_max_us(void)
 {
     int32_t us = JET_FLAG(urma_event_spin_auto_us);
     return us < 0 ? 0 : us > 1000000 ? 1000000 : us;
 }
 
-/* The spin after a burst: urma_event_spin_us, else the adaptive one. */
+/* The spin after a burst: urma_event_spin_us, else the adaptive one (also
+ * for a probe, and while spinning finds batches within the limit). */
 static int64_t ul_burst_spin_us(const jet_urma_loop_t *ul)
 {
     int64_t us = ul_event_spin_us();
-    return us > 0 ? us : jet__urma_auto_spin_us(ul->gap_us, ul_auto_max_us());
+    if (us > 0) return us;
+    int64_t max = ul_auto_max_us();
+    us = jet__urma_auto_spin_us(ul->gap_us, max);
+    return us == 0 && (ul->probing || ul->spin_paid) ? max : us;
 }
 
 static void ul_gap_sample(jet_urma_loop_t *ul, int64_t sample_us)
 {
     int64_t max = ul_auto_max_us();
-    if (max > 0) ul->gap_us = jet__urma_gap_update(ul->gap_us, sample_us, max);
+    if (max <= 0) return;
+    ul->gap_us = jet__urma_gap_update(ul->gap_us, sample_us, max);
+    if (sample_us >= 4 * max)
+        ul->near = 0;
+    else if (ul->near < UINT32_MAX)
+        ul->near++;
 }
 
 /* How long the event-mode poller goes on without a completion: the spin
@@ -985,7 +1007,15 @@ static void ul_event_cb(jet_io_t *io, uint32_t events)
      * answer to the next call, are found without a wake-up. Not while
      * threads outnumber cores (base/runq.h): the spin would hold a core
      * the answering thread needs. */
-    bool spin = ul_spin_window_us(ul) > 0 && jet__runq_has_room(jet_now_us());
+    int64_t now = jet_now_us();
+    bool room = jet__runq_has_room(now);
+    bool spin = ul_spin_window_us(ul) > 0 && room;
+    if (!spin && room && ul_event_spin_us() == 0 &&
+        jet__urma_probe_due(ul->gap_us, ul->near, ul_auto_max_us(), now - ul->probe_us)) {
+        ul->probe_us = now;
+        ul->probing = true;
+        spin = true;
+    }
     if (spin || !ul_rearm(ul))
         ul_spin_start(ul);
     else
@@ -1010,6 +1040,12 @@ static int ul_poll_cb(jet_poller_t *p)
     if (ul->spinning) {
         int64_t now = jet_loop_now_us(ul->loop);
         if (n > 0) {
+            /* A spin after bursts (not one only for the rest of a message)
+             * that found this batch within the limit goes on. */
+            int64_t max = ul_auto_max_us();
+            if (max > 0 && now - ul->last_cr_us <= max && ul_burst_spin_us(ul) > 0)
+                ul->spin_paid = true;
+            ul->probing = false;
             ul_gap_sample(ul, now - ul->last_cr_us);
             ul->last_cr_us = now;
             /* Guests may drive a spin after bursts, not one only for the rest
@@ -1031,6 +1067,8 @@ static int ul_poll_cb(jet_poller_t *p)
                 return n;
             }
             ul->spinning = false;
+            ul->probing = false;
+            ul->spin_paid = false;
             /* The next gap is counted from the last batch, not from the
              * end of the spin: a gap a little longer than the spin must
              * raise the estimate, or such traffic would spin forever. */

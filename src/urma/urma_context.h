@@ -256,6 +256,18 @@ jet_loop_t *jet__urma_loop_of(const jet_urma_loop_t *ul);
  * while gap_us < max_us, else 0. */
 int64_t jet__urma_gap_update(int64_t gap_us, int64_t sample_us, int64_t max_us);
 int64_t jet__urma_auto_spin_us(int64_t gap_us, int64_t max_us);
+/* A loop whose estimate is at or above the limit while its last `near`
+ * gaps in a row were all under 4x it (steady traffic, not sparse: e.g.
+ * synchronous calls whose gaps hold both sides' wake-ups, which spinning
+ * would remove) spins once anyway after a batch, at most every
+ * JET_URMA_PROBE_EVERY_US: when the next batch comes within the limit, the
+ * loop goes on spinning while batches keep coming so (and its estimate
+ * comes down), else it sleeps again. Without it, two loops that each wait
+ * for the other to answer fast never start. True when such a probe is due,
+ * since_probe_us after the last one. */
+#define JET_URMA_PROBE_EVERY_US 5000
+#define JET_URMA_PROBE_NEAR     8
+bool jet__urma_probe_due(int64_t gap_us, uint32_t near, int64_t max_us, int64_t since_probe_us);
 
 /* The JFS priority for transport path tp (URMA_CTP, URMA_RTP) on a device
  * with attributes a, as brpc picks it: the priority whose transport-path mask

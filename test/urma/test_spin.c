@@ -222,6 +222,33 @@ static void test_auto_estimate(void)
         g = jet__urma_gap_update(g, i % 10 == 9 ? 150 : 2, max);
         if (i >= 10) JT_CHECK_EQ(jet__urma_auto_spin_us(g, max), max);
     }
+    /* Probes: only while the estimate is at or above the limit (below it
+     * the loop spins anyway) after JET_URMA_PROBE_NEAR gaps in a row under
+     * 4x the limit (never for sparse traffic, nor for far batches each
+     * followed by a close one), at most every JET_URMA_PROBE_EVERY_US, and
+     * never with the spin off. */
+    const int64_t every = JET_URMA_PROBE_EVERY_US;
+    const uint32_t near = JET_URMA_PROBE_NEAR;
+    JT_CHECK(!jet__urma_probe_due(49, near, max, every));
+    JT_CHECK(jet__urma_probe_due(50, near, max, every));
+    JT_CHECK(jet__urma_probe_due(200, near, max, every * 10));
+    JT_CHECK(!jet__urma_probe_due(100, near - 1, max, every));
+    JT_CHECK(!jet__urma_probe_due(100, near, max, every - 1));
+    JT_CHECK(!jet__urma_probe_due(100, near, 0, every));
+    /* The estimate and the run of near gaps as a loop keeps them. */
+    g = INT64_MAX / 8;
+    uint32_t run = 0;
+    for (int i = 0; i < 50; i++) {
+        int64_t sample = i % 2 ? 1000 : 1; /* close, then far */
+        g = jet__urma_gap_update(g, sample, max);
+        run = sample >= 4 * max ? 0 : run + 1;
+        JT_CHECK(!jet__urma_probe_due(g, run, max, every));
+    }
+    for (int i = 0; i < 20; i++) {
+        g = jet__urma_gap_update(g, 95, max); /* both sides' wake-ups */
+        run = run + 1;
+        JT_CHECK_EQ(jet__urma_probe_due(g, run, max, every), i >= (int)near - 1);
+    }
 }
 
 /* With urma_event_spin_us 0 and the adaptive spin on, back-to-back calls
