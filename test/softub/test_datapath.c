@@ -614,18 +614,50 @@ static void expect_remote_error(cf_side_t *a, urma_jfs_wr_t *wr, const char *wha
     JT_CHECK_EQ(cr.flag.bs.s_r, 0);
 }
 
+/* One WRITE of l to r that must complete with success. */
+static void write_ok(cf_side_t *a, urma_sge_t *l, urma_sge_t *r, uint64_t user_ctx,
+                     const char *what)
+{
+    urma_jfs_wr_t wr;
+    cf_wr_rw(&wr, URMA_OPC_WRITE, a->tj, l, 1, r, 1, 0, user_ctx);
+    JT_REQUIRE(cf_post(a->ep.jetty, &wr) == 0);
+    cf_expect_cr(a->ep.jfc, URMA_CR_SUCCESS, user_ctx, what);
+}
+
+/* Imports s2 with its right token and WRITEs a's first 64 bytes (0x66)
+ * to its start, which must work: the import, with l and r set up for more. */
+static urma_target_seg_t *import_and_write(cf_side_t *a, cf_mem_t *s2, urma_sge_t *l,
+                                           urma_sge_t *r, uint64_t user_ctx, const char *what)
+{
+    urma_target_seg_t *ts = cf_import_seg(a->ctx, &s2->tseg->seg, 0x1111, CF_ACCESS_ALL);
+    if (ts == NULL) return NULL;
+    cf_sge(l, a->mem.buf, 64, a->mem.tseg);
+    cf_rsge(r, cf_seg_va(s2->tseg), 64, ts);
+    write_ok(a, l, r, user_ctx, what);
+    JT_CHECK_EQ(cf_check_byte(s2->buf, 64, 0x66), -1);
+    return ts;
+}
+
+/* An RM pair (dp_open) and a second 4 KiB segment of b's, token 0x1111,
+ * filled with 0x55 (a's memory with 0x66). */
+static int open_with_second_seg(cf_dev_t *d, cf_side_t *a, cf_side_t *b, cf_ep_opts_t *o,
+                                cf_mem_t *s2)
+{
+    cf_ep_opts_rm(o);
+    if (dp_open(d, a, b, o) != 0 || cf_mem_alloc(s2, 4096, CF_MEM_MEMALIGN) != 0) return -1;
+    if (cf_mem_register(s2, b->ctx, CF_ACCESS_ALL, URMA_TOKEN_PLAIN_TEXT, 0x1111) != 0) return -1;
+    memset(s2->buf, 0x55, 4096);
+    memset(a->mem.buf, 0x66, MEM);
+    return 0;
+}
+
 static void token_violation(void)
 {
     cf_dev_t d;
     cf_side_t a, b;
     cf_ep_opts_t o;
-    cf_ep_opts_rm(&o);
-    JT_REQUIRE(dp_open(&d, &a, &b, &o) == 0);
     cf_mem_t s2;
-    JT_REQUIRE(cf_mem_alloc(&s2, 4096, CF_MEM_MEMALIGN) == 0);
-    JT_REQUIRE(cf_mem_register(&s2, b.ctx, CF_ACCESS_ALL, URMA_TOKEN_PLAIN_TEXT, 0x1111) == 0);
-    memset(s2.buf, 0x55, 4096);
-    memset(a.mem.buf, 0x66, MEM);
+    JT_REQUIRE(open_with_second_seg(&d, &a, &b, &o, &s2) == 0);
     urma_target_seg_t *bad_seg = cf_import_seg(a.ctx, &s2.tseg->seg, 0x2222, CF_ACCESS_ALL);
     if (bad_seg) { /* refusing the import is also correct: nothing can move */
         urma_sge_t l, r;
@@ -650,16 +682,10 @@ static void token_violation(void)
         JT_CHECK_EQ(cf.urma_unimport_seg(bad_seg), URMA_SUCCESS);
     }
     /* The right token works (the violation was the token, nothing else). */
-    urma_target_seg_t *good = cf_import_seg(a.ctx, &s2.tseg->seg, 0x1111, CF_ACCESS_ALL);
-    JT_REQUIRE(good != NULL);
     urma_sge_t l, r;
     urma_jfs_wr_t wr;
-    cf_sge(&l, a.mem.buf, 64, a.mem.tseg);
-    cf_rsge(&r, cf_seg_va(s2.tseg), 64, good);
-    cf_wr_rw(&wr, URMA_OPC_WRITE, a.tj, &l, 1, &r, 1, 0, 0x76);
-    JT_REQUIRE(cf_post(a.ep.jetty, &wr) == 0);
-    cf_expect_cr(a.ep.jfc, URMA_CR_SUCCESS, 0x76, "WRITE with the right token");
-    JT_CHECK_EQ(cf_check_byte(s2.buf, 64, 0x66), -1);
+    urma_target_seg_t *good = import_and_write(&a, &s2, &l, &r, 0x76, "WRITE with the right token");
+    JT_REQUIRE(good != NULL);
     JT_CHECK_EQ(cf.urma_unimport_seg(good), URMA_SUCCESS);
 
     /* A jetty imported with a wrong JFR token: SEND fails, no receive is consumed. */
@@ -701,23 +727,13 @@ static void send_invalidate(void)
     cf_dev_t d;
     cf_side_t a, b;
     cf_ep_opts_t o;
-    cf_ep_opts_rm(&o);
-    JT_REQUIRE(dp_open(&d, &a, &b, &o) == 0);
     cf_mem_t s2;
-    JT_REQUIRE(cf_mem_alloc(&s2, 4096, CF_MEM_MEMALIGN) == 0);
-    JT_REQUIRE(cf_mem_register(&s2, b.ctx, CF_ACCESS_ALL, URMA_TOKEN_PLAIN_TEXT, 0x1111) == 0);
-    memset(s2.buf, 0x55, 4096);
-    memset(a.mem.buf, 0x66, MEM);
-    urma_target_seg_t *ts = cf_import_seg(a.ctx, &s2.tseg->seg, 0x1111, CF_ACCESS_ALL);
-    JT_REQUIRE(ts != NULL);
+    JT_REQUIRE(open_with_second_seg(&d, &a, &b, &o, &s2) == 0);
     urma_sge_t l, r;
     urma_jfs_wr_t wr;
-    cf_sge(&l, a.mem.buf, 64, a.mem.tseg);
-    cf_rsge(&r, cf_seg_va(s2.tseg), 64, ts);
-    cf_wr_rw(&wr, URMA_OPC_WRITE, a.tj, &l, 1, &r, 1, 0, 0x90);
-    JT_REQUIRE(cf_post(a.ep.jetty, &wr) == 0);
-    cf_expect_cr(a.ep.jfc, URMA_CR_SUCCESS, 0x90, "WRITE before the invalidation");
-    JT_CHECK_EQ(cf_check_byte(s2.buf, 64, 0x66), -1);
+    urma_target_seg_t *ts =
+        import_and_write(&a, &s2, &l, &r, 0x90, "WRITE before the invalidation");
+    JT_REQUIRE(ts != NULL);
 
     urma_sge_t rs, sg;
     cf_sge(&rs, b.mem.buf, 256, b.mem.tseg);
@@ -754,9 +770,7 @@ static void send_invalidate(void)
      * receives into it. */
     urma_sge_t rb;
     cf_rsge(&rb, cf_seg_va(b.mem.tseg) + 2048, 64, a.rseg);
-    cf_wr_rw(&wr, URMA_OPC_WRITE, a.tj, &l, 1, &rb, 1, 0, 0x95);
-    JT_REQUIRE(cf_post(a.ep.jetty, &wr) == 0);
-    cf_expect_cr(a.ep.jfc, URMA_CR_SUCCESS, 0x95, "WRITE to a segment of another token id");
+    write_ok(&a, &l, &rb, 0x95, "WRITE to a segment of another token id");
     JT_CHECK_EQ(cf_check_byte(b.mem.buf + 2048, 64, 0x77), -1);
     JT_CHECK_EQ(cf.urma_unimport_seg(ts), URMA_SUCCESS);
     cf_mem_free(&s2);
@@ -768,9 +782,7 @@ static void send_invalidate(void)
     ts = cf_import_seg(a.ctx, &s3.tseg->seg, 0x1111, CF_ACCESS_ALL);
     JT_REQUIRE(ts != NULL);
     cf_rsge(&r, cf_seg_va(s3.tseg), 64, ts);
-    cf_wr_rw(&wr, URMA_OPC_WRITE, a.tj, &l, 1, &r, 1, 0, 0x96);
-    JT_REQUIRE(cf_post(a.ep.jetty, &wr) == 0);
-    cf_expect_cr(a.ep.jfc, URMA_CR_SUCCESS, 0x96, "WRITE to a new registration");
+    write_ok(&a, &l, &r, 0x96, "WRITE to a new registration");
     JT_CHECK_EQ(cf.urma_unimport_seg(ts), URMA_SUCCESS);
     cf_mem_free(&s3);
     dp_close(&a, &b);
