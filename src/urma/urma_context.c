@@ -1068,6 +1068,8 @@ static int ul_poll_cb(jet_poller_t *p)
             }
             ul->spinning = false;
             ul->probing = false;
+            if (ul->spin_paid)
+                ul->probe_us = now - JET_URMA_PROBE_EVERY_US + JET_URMA_REPROBE_US;
             ul->spin_paid = false;
             /* The next gap is counted from the last batch, not from the
              * end of the spin: a gap a little longer than the spin must

@@ -267,6 +267,9 @@ int64_t jet__urma_auto_spin_us(int64_t gap_us, int64_t max_us);
  * since_probe_us after the last one. */
 #define JET_URMA_PROBE_EVERY_US 5000
 #define JET_URMA_PROBE_NEAR     8
+/* A spin that had found batches and ran out (a preempted peer, say) may
+ * probe again this soon, not JET_URMA_PROBE_EVERY_US later. */
+#define JET_URMA_REPROBE_US 250
 bool jet__urma_probe_due(int64_t gap_us, uint32_t near, int64_t max_us, int64_t since_probe_us);
 
 /* The JFS priority for transport path tp (URMA_CTP, URMA_RTP) on a device
