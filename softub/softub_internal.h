@@ -517,6 +517,11 @@ struct sub_jfr {
     /* Moves to RESET: a WR posted before one is never posted again for a
      * sender that died holding it (post_rq_recover). */
     uint64_t rq_epoch;
+    /* The head slot seen claimed with no taker recorded (position + 1, 0:
+     * none) and since when: a sender killed between its claim and its mark
+     * (post_rq_recover gives such a slot back after SUB_TAKER_LOST_NS). */
+    _Atomic uint64_t lost_pos;
+    _Atomic uint64_t lost_since_ns;
     _Atomic uint32_t users; /* jetties sharing it */
     pthread_mutex_t lock;   /* state changes and flushes */
 };

@@ -306,8 +306,8 @@ static int post_target(struct sub_tjetty *tj, struct sub_target *t)
 /* Pops one receive WR (copied out of the ring). */
 static void post_release_rqe(struct sub_target *t);
 
-static int post_take_rqe(struct sub_target *t, struct sub_rqe *out, struct sub_rqe_sge *sges,
-                         uint64_t total)
+static int post_take_rqe(struct sub_target *t, const struct sub_wr *w, struct sub_rqe *out,
+                         struct sub_rqe_sge *sges, uint64_t total)
 {
     if (softub__fault.force_rnr)
         return -1;
@@ -315,6 +315,7 @@ static int post_take_rqe(struct sub_target *t, struct sub_rqe *out, struct sub_r
     struct sub_rqe *q = sub_ring_deq_begin(t->rq, &pos);
     if (q == NULL)
         return -1;
+    post_take_fault(w, 2); /* claimed, not yet marked as ours */
     uint32_t maxs = (t->rq->esize - 8 - (uint32_t)sizeof(struct sub_rqe)) /
                     (uint32_t)sizeof(struct sub_rqe_sge);
     *out = *q;
@@ -483,7 +484,7 @@ static int post_exec_send_rm(struct sub_sq *sq, struct sub_wr *w, uint32_t *len)
     }
     struct sub_rqe rqe;
     struct sub_rqe_sge rs[SUB_MAX_JFR_SGE];
-    if (post_take_rqe(&t, &rqe, rs, w->total) != 0) {
+    if (post_take_rqe(&t, w, &rqe, rs, w->total) != 0) {
         if (sq->cfg.trans_mode == URMA_TM_UM) {
             *len = (uint32_t)w->total; /* UM: dropped silently */
             goto out;
@@ -607,7 +608,7 @@ static int post_exec_write(struct sub_sq *sq, struct sub_wr *w, uint32_t *len)
     struct sub_rqe rqe;
     struct sub_rqe_sge rs[SUB_MAX_JFR_SGE];
     st = post_target(tj, &t);
-    if (st == URMA_CR_SUCCESS && post_take_rqe(&t, &rqe, rs, w->total) != 0) {
+    if (st == URMA_CR_SUCCESS && post_take_rqe(&t, w, &rqe, rs, w->total) != 0) {
         w->rnr_ns = (uint64_t)post_rnr_us[t.jfr->min_rnr_timer & 31] * 1000ull;
         softub__peer_leave(tj->peer);
         softub__peer_leave(sp);
@@ -1388,9 +1389,31 @@ static int post_rq_taker_stopped(struct sub_jfr *jfr)
     return pid != 0 && softub__pid_stopped(pid);
 }
 
+/* A slot claimed with no taker marked this long is taken to belong to a
+ * sender killed between its claim and its mark (a few instructions: a live
+ * sender is never preempted there that long in practice). */
+#define SUB_TAKER_LOST_NS 1000000000ull
+
+/* Claimed a lap ago and never marked (taker 0) since at least
+ * SUB_TAKER_LOST_NS: the owner's own timing, as no pid is there to ask. */
+static int post_rq_lost(struct sub_jfr *jfr, uint64_t pos, uint32_t taker, uint64_t s)
+{
+    if (taker != 0 || s != pos - jfr->ring->cap + 1)
+        return 0;
+    uint64_t now = softub__now_ns();
+    if (atomic_load_explicit(&jfr->lost_pos, memory_order_relaxed) != pos + 1) {
+        atomic_store_explicit(&jfr->lost_since_ns, now, memory_order_relaxed);
+        atomic_store_explicit(&jfr->lost_pos, pos + 1, memory_order_relaxed);
+        return 0;
+    }
+    return now - atomic_load_explicit(&jfr->lost_since_ns, memory_order_relaxed) >=
+           SUB_TAKER_LOST_NS;
+}
+
 /* The slot at the ring's head was taken a lap ago by a sender that has
- * died (its pid is in the entry). Died before it released the slot: the
- * slot is released for it. Died before its CR: the WR it took is posted
+ * died (its pid is in the entry; or none is, after SUB_TAKER_LOST_NS: it
+ * died between its claim and its mark). Died before it released the slot:
+ * the slot is released for it. Died before its CR: the WR it took is posted
  * again in that slot, at the head, as if it had never been taken (hardware
  * does not lose a receive WR when a sender goes away mid-message). 1 when
  * the slot changed (claim again); 0 when it is not such a slot. */
@@ -1401,10 +1424,10 @@ static int post_rq_recover(struct sub_jfr *jfr)
     struct sub_rqe *q;
     pid_t pid;
     uint32_t taker = post_rq_head(jfr, &pos, &q, &pid);
-    if (pid == 0 || softub__pid_alive(pid, 0))
-        return 0;
     _Atomic uint64_t *seq = sub_ring_seq(r, pos);
     uint64_t s = atomic_load_explicit(seq, memory_order_acquire);
+    if (!post_rq_lost(jfr, pos, taker, s) && (pid == 0 || softub__pid_alive(pid, 0)))
+        return 0;
     int changed = 0;
     if (s == pos - r->cap + 1) {
         /* Taken and never released. */

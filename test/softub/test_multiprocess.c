@@ -597,8 +597,15 @@ static void small_send_right_after_death(void)
 
 typedef struct taker_arg {
     uint32_t len;
-    uint64_t imm; /* DIE_IMM: dies before its CR; DIE_IMM + 1: after it */
+    uint64_t imm; /* DIE_IMM + a TK_DIE_* step */
 } taker_arg_t;
+
+/* Where the taker dies (softub's SOFTUB_DIE_ON_TAKE_IMM steps). */
+enum {
+    TK_DIE_BEFORE_CR = 0, /* took the WR, before its data and CR */
+    TK_DIE_AFTER_CR = 1,  /* after its CR, before it released the slot */
+    TK_DIE_AT_CLAIM = 2,  /* claimed the slot, before it marked it as its own */
+};
 
 /* The peer of a taker case: one SEND_IMM of a->len bytes (filled with seed
  * TAKER_SEED) carrying a->imm, which softub's knobs turn into its death or
@@ -679,9 +686,10 @@ static int tk_send_one(cf_side_t *s2, cf_side_t *s, int k, urma_cr_t *cr)
 /* reset: the owner then moves its JFR to RESET and READY and posts its
  * receives anew (user_ctx TK_DEPTH + i): a RESET gives up every WR, so the
  * one the dead sender took must never be posted again. */
-static void taker_killed(uint32_t len, bool after_cr, bool reset)
+static void taker_killed(uint32_t len, int step, bool reset)
 {
-    taker_arg_t ta = {.len = len, .imm = after_cr ? DIE_IMM + 1 : DIE_IMM};
+    bool after_cr = step == TK_DIE_AFTER_CR;
+    taker_arg_t ta = {.len = len, .imm = DIE_IMM + (uint64_t)step};
     cf_peer_t p;
     cf_dev_t d;
     cf_side_t s;
@@ -731,7 +739,15 @@ static void taker_killed(uint32_t len, bool after_cr, bool reset)
         seen[cr.user_ctx - base] = true;
         urma_sge_t rs;
         cf_sge(&rs, s.mem.buf + TK_BUF * (cr.user_ctx - base), TK_BUF, s.mem.tseg);
-        if (cf_post_recv(s.ep.jetty, &rs, 1, cr.user_ctx) != 0) {
+        /* A slot claimed by a taker that died before it marked it is given
+         * back only after a second of the owner's refused posts (no pid to
+         * ask): such a post is tried again meanwhile. */
+        uint64_t until = cf_now_ms() + (step == TK_DIE_AT_CLAIM ? 5000 : 0);
+        int prc;
+        while ((prc = cf_try_post_recv(s.ep.jetty, &rs, 1, cr.user_ctx)) != 0 &&
+               cf_now_ms() < until)
+            usleep(1000);
+        if (prc != 0) {
             CF_FAILF("re-posting a receive failed after %d messages (%d of %d WRs posted)", k,
                      TK_DEPTH - 1, TK_DEPTH);
             break;
@@ -854,23 +870,27 @@ out:
 /* One case each (a case process opens softub once). */
 static void taker_killed_small(void)
 {
-    taker_killed(3000, false, false); /* the slot is released after the CR */
+    taker_killed(3000, TK_DIE_BEFORE_CR, false); /* the slot is released after the CR */
 }
 static void taker_killed_large(void)
 {
-    taker_killed(12000, false, false); /* released before the copy */
+    taker_killed(12000, TK_DIE_BEFORE_CR, false); /* released before the copy */
 }
 static void taker_killed_after_cr(void)
 {
-    taker_killed(3000, true, false); /* died between its CR and the release */
+    taker_killed(3000, TK_DIE_AFTER_CR, false); /* died between its CR and the release */
+}
+static void taker_killed_at_claim(void)
+{
+    taker_killed(3000, TK_DIE_AT_CLAIM, false); /* no pid in the slot to find dead */
 }
 static void taker_killed_then_reset_small(void)
 {
-    taker_killed(3000, false, true);
+    taker_killed(3000, TK_DIE_BEFORE_CR, true);
 }
 static void taker_killed_then_reset_large(void)
 {
-    taker_killed(12000, false, true);
+    taker_killed(12000, TK_DIE_BEFORE_CR, true);
 }
 /* Twice in one case process: the second peer is forked while this process
  * has softub open, its progress thread running (the fork handlers; under
@@ -878,8 +898,8 @@ static void taker_killed_then_reset_large(void)
  * showed as a double lock). */
 static void taker_killed_fork_after_open(void)
 {
-    taker_killed(3000, false, false);
-    taker_killed(12000, false, false);
+    taker_killed(3000, TK_DIE_BEFORE_CR, false);
+    taker_killed(12000, TK_DIE_BEFORE_CR, false);
 }
 
 /* ------------------------------------------------------------------------ */
@@ -1194,6 +1214,7 @@ int main(int argc, char **argv)
     CF_RUN(taker_killed_small);
     CF_RUN(taker_killed_large);
     CF_RUN(taker_killed_after_cr);
+    CF_RUN(taker_killed_at_claim);
     CF_RUN(taker_killed_then_reset_small);
     CF_RUN(taker_killed_then_reset_large);
     CF_RUN(taker_killed_fork_after_open);
