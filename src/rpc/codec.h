@@ -11,10 +11,10 @@
  * times its size past the arena's first chunk (protobuf-c gives each 2-byte
  * empty entry or unknown field a struct of its own: 60 to 68 bytes per
  * byte). With that chunk (at most 64 KiB) and a flat copy of the meta, a
- * meta takes at most 128 KiB plus 49 bytes per byte while it is decoded. brpc's metas are tens of
- * bytes; the most a legitimate one takes is about 40 bytes per byte (only
- * user_fields entries with an empty key and value, 6 bytes each, as brpc
- * writes them). */
+ * meta takes at most 128 KiB plus 49 bytes per byte while it is decoded.
+ * brpc's metas are tens of bytes; the most a legitimate one takes is about
+ * 40 bytes per byte (only user_fields entries with an empty key and value,
+ * 6 bytes each, as brpc writes them). */
 #ifndef JET_RPC_CODEC_H
 #define JET_RPC_CODEC_H
 
