@@ -130,15 +130,10 @@ static void test_signalling_and_piggyback(void)
  * queues. */
 static size_t held_bytes(void)
 {
-    static const size_t size[JET_BLOCK_NCLASS] = {JET_BLOCK_SIZE_8K, JET_BLOCK_SIZE_64K,
-                                                  JET_BLOCK_SIZE_2M};
     jet_urma_loop_stats_t st = totals();
-    jet_block_pool_stats_t bp;
-    jet__block_pool_stats(&bp);
-    size_t bytes = 0;
-    for (int i = 0; i < JET_BLOCK_NCLASS; i++)
-        bytes += bp.blocks_in_use[i] * size[i];
-    return bytes - (size_t)(st.srq_posted + st.srq_kept) * jet__urma_recv_size();
+    size_t bytes;
+    (void)ut_blocks_in_use(&st, &bytes);
+    return bytes;
 }
 
 /* A connection that goes quiet after sending keeps almost nothing of what it

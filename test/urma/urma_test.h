@@ -442,17 +442,31 @@ static UT_UNUSED bool ut_child_pool(jet_channel_t *ch, ut_child_stats_t *st)
     return ut_child_pool_rc(ch, st) == 0;
 }
 
+/* This process's iobuf blocks in use (their count, and their bytes in
+ * *bytes_p unless NULL), but for the buffers posted in (or kept for) the
+ * shared receive queues: st's. */
+static UT_UNUSED size_t ut_blocks_in_use(const jet_urma_loop_stats_t *st, size_t *bytes_p)
+{
+    static const size_t size[JET_BLOCK_NCLASS] = {JET_BLOCK_SIZE_8K, JET_BLOCK_SIZE_64K,
+                                                  JET_BLOCK_SIZE_2M};
+    jet_block_pool_stats_t bp;
+    jet__block_pool_stats(&bp);
+    size_t blocks = 0, bytes = 0;
+    for (int i = 0; i < JET_BLOCK_NCLASS; i++) {
+        blocks += bp.blocks_in_use[i];
+        bytes += bp.blocks_in_use[i] * size[i];
+    }
+    size_t srq = (size_t)st->srq_posted + st->srq_kept;
+    if (bytes_p) *bytes_p = bytes - srq * jet__urma_recv_size();
+    return blocks - srq;
+}
+
 static void *ut_pool_main(void *arg)
 {
     ut_later_t *l = arg;
     jet_urma_loop_stats_t st = ut_urma_totals(NULL);
     char text[160];
-    jet_block_pool_stats_t bp;
-    jet__block_pool_stats(&bp);
-    size_t blocks = 0;
-    for (int i = 0; i < JET_BLOCK_NCLASS; i++)
-        blocks += bp.blocks_in_use[i];
-    blocks -= st.srq_posted + st.srq_kept;
+    size_t blocks = ut_blocks_in_use(&st, NULL);
     snprintf(text, sizeof text, "%u %llu %u %zu %u %u %u %u %llu %llu", st.pooled,
              (unsigned long long)st.recycled, st.endpoints, blocks, st.jfc_used, st.srq_posted,
              st.srq_depth, st.srq_kept, (unsigned long long)st.srq_refused,
