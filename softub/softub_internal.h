@@ -366,6 +366,23 @@ static inline int softub__fault_take(_Atomic uint32_t *n)
     return left > 0;
 }
 void softub__fault_load(void);
+/* SOFTUB_DIE_ON_TAKE_IMM steps inside a receive CR's push (softub_jfc.c):
+ * the step the immediate of the SEND_IMM this thread is completing names
+ * (-1: none), set by the sender around the push. */
+enum {
+    SUB_DIE_CR_CLAIMED = 3,    /* its CR slot claimed, before its claim record */
+    SUB_DIE_CR_MARKED = 4,     /* claim recorded, WR marked, before the CR is written */
+    SUB_DIE_EVENT_CLAIMED = 5, /* its JFCE event slot claimed and recorded, not written */
+};
+extern __thread int softub__die_step;
+void softub__fault_die(void); /* SIGKILL, now */
+/* Kills this process when softub__die_step is `step` (a global's load when
+ * the knob is off). */
+static inline void softub__fault_die_at(int step)
+{
+    if (softub__fault.die_on_take_imm != 0 && softub__die_step == step)
+        softub__fault_die();
+}
 /* Sleeps us microseconds (0: returns at once): the injected delays, each
  * noted with the calling thread's name and `what` in SOFTUB_SLOW_TRACE. */
 void softub__fault_sleep_us(uint32_t us, const char *what);
@@ -458,6 +475,20 @@ struct sub_ctx {
     struct sub_ctx *next; /* process list, for doorbell signalling */
 };
 
+/* A consumer's look at the hole at its ring's tail (softub_jfc.c,
+ * jfc_hole_lost). */
+struct sub_hole {
+    uint64_t pos1;     /* the hole's position + 1 (0: none seen) */
+    uint64_t since_ns; /* when it was first seen */
+    uint64_t asked_ns; /* when its claimant's process was last asked after */
+};
+
+/* A slot claimed without a record stays claimed this long before its
+ * claimant is taken to have been killed between its claim and its record
+ * (a few instructions: a live process is not preempted there that long in
+ * practice). Receive rings (softub_post.c) and completion rings. */
+#define SUB_CLAIM_LOST_NS 1000000000ull
+
 struct sub_jfce {
     urma_jfce_t base;
     uint64_t magic;
@@ -466,6 +497,7 @@ struct sub_jfce {
     uint64_t sh_off;
     struct sub_ring *ring;
     pthread_mutex_t take_lock; /* one consumer at a time (see sub_jfc.poll_lock) */
+    struct sub_hole hole;      /* under take_lock */
     struct sub_jfce *next;     /* process list, for doorbell signalling */
 };
 
@@ -487,6 +519,8 @@ struct sub_jfc {
     uint64_t reported;
     uint64_t acked;
     _Atomic uint32_t users; /* JFS/JFR/jetty using it */
+    _Atomic uint32_t empty_polls; /* a count, for the look for a hole */
+    struct sub_hole hole;         /* under poll_lock */
 };
 
 struct sub_jfs {
@@ -706,6 +740,21 @@ struct sub_jfc *softub__jfc_check(urma_jfc_t *jfc);
  * SUB_CQE_F_INLINE, else NULL. 0 or -1 overflow. */
 int softub__cq_push(struct sub_peer *p, struct sub_sjfc *sjfc, const struct sub_cqe *e,
                     const void *inl);
+/* softub__cq_push in two steps, for a producer with work between its claim
+ * and its CR: claims a slot and records this process and `note` in its
+ * claim record (0 or -1, as the push); publish writes the CR (the same
+ * arguments as the push) and must follow promptly. note: for a receive CR,
+ * JFR id << 32 | the receive WR's ring position (softub__rq_cr_lost). */
+struct sub_cq_claim {
+    struct sub_peer *p;
+    struct sub_sjfc *sj;
+    struct sub_ring *r;
+    uint64_t pos;
+    struct sub_cqe *slot;
+};
+int softub__cq_claim(struct sub_peer *p, struct sub_sjfc *sjfc, uint64_t note,
+                     struct sub_cq_claim *c);
+void softub__cq_publish(struct sub_cq_claim *c, const struct sub_cqe *e, const void *inl);
 
 /* softub_async.c */
 int softub__async_raise(struct sub_peer *p, uint64_t sctx_off, uint32_t type, uint32_t obj_id,
@@ -746,6 +795,11 @@ void softub__rq_discard(struct sub_jfr *jfr);
  * the slot) into the WR's buffer. A CR that names no posted WR, or whose
  * payload does not fit, copies nothing and reports an error status. */
 void softub__rq_polled(struct sub_cqe *c, const uint8_t *inl);
+/* A receive CR claimed by sender `pid` in a JFC of this process and never
+ * written (the sender died): the receive WR its note names, which the
+ * sender marked as completed through that CR, is marked as merely taken,
+ * so that the owner's post reaching its slot serves it again. */
+void softub__rq_cr_lost(uint64_t note, uint32_t pid);
 static inline struct sub_rshadow *softub__rq_shadow(struct sub_jfr *jfr, uint64_t pos)
 {
     return (struct sub_rshadow *)(jfr->shadow + (pos & jfr->ring->mask) * (uint64_t)jfr->sh_stride);

@@ -10,7 +10,12 @@
  * CR loads it after a full fence; only when it is armed does anything else
  * happen (one CAS to disarm, one event, one eventfd write), so an unarmed
  * JFC costs no system call. urma_rearm_jfc fires at once when CRs are
- * already waiting, as hardware armed with the consumer index does. */
+ * already waiting, as hardware armed with the consumer index does.
+ *
+ * Both rings keep claim records (softub_ring.h): a producer in another
+ * process killed between its claim of a slot and its commit leaves a hole
+ * that would hide every later CR or event for good; the consumer passes it
+ * once that process is gone (jfc_hole_lost). */
 #include <errno.h>
 #include <poll.h>
 #include <sched.h>
@@ -23,6 +28,8 @@
 #include "softub_internal.h"
 
 #define JFC_EVT_SLOT ((uint32_t)(8 + sizeof(struct sub_evt)))
+#define JFC_HOLE_EVERY 64u         /* empty polls between looks for a hole */
+#define JFC_HOLE_HEAD_EVERY 65536u /* ... and between looks at the head */
 #define ERESTARTSYS_VALUE 512
 
 struct sub_jfc *softub__jfc_check(urma_jfc_t *jfc)
@@ -45,7 +52,8 @@ static struct sub_ring *jfc_ring(struct sub_peer *p, uint64_t off)
 {
     struct sub_ring *r = softub__peer_ptr(p, off, sizeof(struct sub_ring));
     if (r == NULL || r->magic != SUB_RING_MAGIC || r->cap == 0 || (r->cap & (r->cap - 1)) != 0 ||
-        r->mask != r->cap - 1 || r->esize < 16 || softub__peer_ptr(p, off, sub_ring_bytes(r->cap, r->esize)) == NULL)
+        r->mask != r->cap - 1 || r->esize < 16 ||
+        softub__peer_ptr(p, off, sub_ring_bytes_claims(r->cap, r->esize)) == NULL)
         return NULL;
     return r;
 }
@@ -70,6 +78,8 @@ static void jfc_fire(struct sub_peer *p, struct sub_sjfc *sj)
         SUB_WARN("JFCE event queue full: event of JFC %u dropped\n", sj->h.id);
         return;
     }
+    sub_ring_claim_note(er, pos, (uint32_t)softub__g.self->pid, 0);
+    softub__fault_die_at(SUB_DIE_EVENT_CLAIMED);
     ev->jfc_user = sj->user_ptr;
     ev->jfc_uid = sj->uid;
     ev->jfc_id = sj->h.id;
@@ -96,16 +106,15 @@ static void jfc_notify(struct sub_peer *p, struct sub_sjfc *sj, int solicited)
     jfc_fire(p, sj);
 }
 
-int softub__cq_push(struct sub_peer *p, struct sub_sjfc *sj, const struct sub_cqe *e,
-                    const void *inl)
+int softub__cq_claim(struct sub_peer *p, struct sub_sjfc *sj, uint64_t note,
+                     struct sub_cq_claim *c)
 {
     if (sj == NULL || atomic_load(&sj->h.state) != SUB_OBJ_LIVE)
         return -1;
     struct sub_ring *r = jfc_ring(p, sj->ring_off);
     if (r == NULL || r->esize != SUB_CQE_SLOT)
         return -1;
-    uint64_t pos;
-    struct sub_cqe *slot = sub_cring_enq_begin(r, &pos);
+    struct sub_cqe *slot = sub_cring_enq_begin(r, &c->pos);
     if (slot == NULL) {
         if (!atomic_exchange(&sj->overflow, 1)) {
             SUB_WARN("JFC %u overflowed: CR dropped, URMA_EVENT_JFC_ERR raised\n", sj->h.id);
@@ -114,14 +123,96 @@ int softub__cq_push(struct sub_peer *p, struct sub_sjfc *sj, const struct sub_cq
         }
         return -1;
     }
+    softub__fault_die_at(SUB_DIE_CR_CLAIMED);
+    sub_ring_claim_note(r, c->pos, (uint32_t)softub__g.self->pid, note);
+    c->p = p;
+    c->sj = sj;
+    c->r = r;
+    c->slot = slot;
+    return 0;
+}
+
+void softub__cq_publish(struct sub_cq_claim *c, const struct sub_cqe *e, const void *inl)
+{
     /* Payload line first, CR line next, sequence last (release): the poller
      * reads both lines only after it has seen the sequence. */
     if (inl != NULL)
-        memcpy((uint8_t *)slot + SUB_CQE_INL_OFF, inl, e->len <= SUB_CQE_INL_MAX ? e->len : 0);
-    memcpy(slot, e, sizeof(*e));
-    sub_cring_enq_commit(r, pos);
-    jfc_notify(p, sj, e->solicited);
+        memcpy((uint8_t *)c->slot + SUB_CQE_INL_OFF, inl, e->len <= SUB_CQE_INL_MAX ? e->len : 0);
+    memcpy(c->slot, e, sizeof(*e));
+    sub_cring_enq_commit(c->r, c->pos);
+    jfc_notify(c->p, c->sj, e->solicited);
+}
+
+int softub__cq_push(struct sub_peer *p, struct sub_sjfc *sj, const struct sub_cqe *e,
+                    const void *inl)
+{
+    struct sub_cq_claim c;
+    if (softub__cq_claim(p, sj, 0, &c) != 0)
+        return -1;
+    softub__cq_publish(&c, e, inl);
     return 0;
+}
+
+/* A ring's hole (sub_ring_tail_hole) at `pos`, seen again by its consumer
+ * (serialised; h: its look at the last one): true when the claimant is gone
+ * and will never write the slot. Its claim record names it: its process is
+ * asked after, at most every SUB_HOLE_ASK_NS (a stopped process keeps its
+ * hole until it goes on). With no record (killed between its claim and its
+ * note, a few instructions), once the hole has stayed SUB_CLAIM_LOST_NS.
+ * *pid, *note: the record's (0 without one). A hole seen for the first time
+ * is only remembered: a live producer is usually writing it. */
+#define SUB_HOLE_ASK_NS 10000000ull
+static int jfc_hole_lost(struct sub_ring *r, uint64_t pos, struct sub_hole *h, uint32_t *pid,
+                         uint64_t *note)
+{
+    uint64_t now = softub__now_ns();
+    *pid = 0;
+    *note = 0;
+    if (h->pos1 != pos + 1) {
+        h->pos1 = pos + 1;
+        h->since_ns = now;
+        h->asked_ns = 0;
+        return 0;
+    }
+    if (!sub_ring_claim_read(r, pos, pid, note))
+        return now - h->since_ns >= SUB_CLAIM_LOST_NS;
+    if (*pid == (uint32_t)softub__g.self->pid || now - h->asked_ns < SUB_HOLE_ASK_NS)
+        return 0;
+    h->asked_ns = now;
+    return !softub__pid_alive((pid_t)*pid, 0);
+}
+
+/* Passes a CR slot at the consumer index left by a producer that died
+ * before it published it. A receive CR's sender had marked the receive WR
+ * as completed through this CR: softub__rq_cr_lost undoes that, so that the
+ * WR serves again. */
+static void jfc_hole_check(struct sub_jfc *j, int by_head)
+{
+    uint64_t pos;
+    if (!sub_ring_tail_hole(j->ring, by_head, &pos))
+        return;
+    int locked = !j->base.jfc_cfg.flag.bs.lock_free;
+    if (locked)
+        pthread_mutex_lock(&j->poll_lock);
+    uint32_t pid;
+    uint64_t note;
+    uint64_t again;
+    if (sub_ring_tail_hole(j->ring, 1, &again) && again == pos &&
+        jfc_hole_lost(j->ring, pos, &j->hole, &pid, &note)) {
+        if (note != 0)
+            softub__rq_cr_lost(note, pid);
+        sub_ring_pass_hole(j->ring, pos, 1);
+        j->hole.pos1 = 0;
+        if (pid != 0)
+            SUB_WARN("JFC %u: a CR slot claimed by process %u, dead, is passed\n",
+                     j->base.jfc_id.id, pid);
+        else
+            SUB_WARN("JFC %u: a CR slot claimed a second ago by a process killed at its claim "
+                     "is passed\n",
+                     j->base.jfc_id.id);
+    }
+    if (locked)
+        pthread_mutex_unlock(&j->poll_lock);
 }
 
 /* ------------------------------------------------------------------------ */
@@ -150,10 +241,10 @@ SUB_API urma_jfce_t *urma_create_jfce(urma_context_t *ctx)
     }
     pthread_mutex_lock(&g->lock);
     j->sh_off = softub__ralloc(sizeof(struct sub_sjfce), 64);
-    uint64_t roff = softub__ralloc(sub_ring_bytes(SUB_EV_RING_CAP, JFC_EVT_SLOT), 64);
+    uint64_t roff = softub__ralloc(sub_ring_bytes_claims(SUB_EV_RING_CAP, JFC_EVT_SLOT), 64);
     if (j->sh_off == 0 || roff == 0) {
         softub__rfree(j->sh_off, j->sh_off ? sizeof(struct sub_sjfce) : 0);
-        softub__rfree(roff, roff ? sub_ring_bytes(SUB_EV_RING_CAP, JFC_EVT_SLOT) : 0);
+        softub__rfree(roff, roff ? sub_ring_bytes_claims(SUB_EV_RING_CAP, JFC_EVT_SLOT) : 0);
         pthread_mutex_unlock(&g->lock);
         close(efd);
         free(j);
@@ -161,7 +252,7 @@ SUB_API urma_jfce_t *urma_create_jfce(urma_context_t *ctx)
         return NULL;
     }
     j->ring = softub__rptr(roff);
-    sub_ring_init(j->ring, SUB_EV_RING_CAP, JFC_EVT_SLOT);
+    sub_ring_init_claims(j->ring, SUB_EV_RING_CAP, JFC_EVT_SLOT);
     j->sh = softub__rptr(j->sh_off);
     j->sh->h.type = SUB_T_NONE;
     j->sh->h.gen = (uint32_t)softub__uid();
@@ -202,7 +293,7 @@ SUB_API urma_status_t urma_delete_jfce(urma_jfce_t *jfce)
         }
     }
     atomic_store(&j->sh->h.state, SUB_OBJ_DEAD);
-    softub__rfree(j->sh->ring_off, sub_ring_bytes(SUB_EV_RING_CAP, JFC_EVT_SLOT));
+    softub__rfree(j->sh->ring_off, sub_ring_bytes_claims(SUB_EV_RING_CAP, JFC_EVT_SLOT));
     softub__rfree(j->sh_off, sizeof(struct sub_sjfce));
     atomic_fetch_sub(&jfce->urma_ctx->ref, 1);
     j->magic = SUB_MAGIC_DEAD;
@@ -261,13 +352,13 @@ SUB_API urma_jfc_t *urma_create_jfc(urma_context_t *ctx, urma_jfc_cfg_t *jfc_cfg
     uint32_t cap_slots = sub_ring_pow2(jfc_cfg->depth);
     struct sub_global *g = &softub__g;
     pthread_mutex_lock(&g->lock);
-    uint64_t roff = softub__ralloc(sub_ring_bytes(cap_slots, SUB_CQE_SLOT), 4096);
+    uint64_t roff = softub__ralloc(sub_ring_bytes_claims(cap_slots, SUB_CQE_SLOT), 4096);
     j->sh_off = softub__ralloc(sizeof(struct sub_sjfc), 64);
     uint32_t id = 0, gen = 0;
     int rc = (roff == 0 || j->sh_off == 0) ? -ENOMEM
                                           : softub__id_alloc(0, 0, SUB_T_JFC, j->sh_off, &id, &gen);
     if (rc != 0) {
-        softub__rfree(roff, roff ? sub_ring_bytes(cap_slots, SUB_CQE_SLOT) : 0);
+        softub__rfree(roff, roff ? sub_ring_bytes_claims(cap_slots, SUB_CQE_SLOT) : 0);
         softub__rfree(j->sh_off, j->sh_off ? sizeof(struct sub_sjfc) : 0);
         pthread_mutex_unlock(&g->lock);
         free(j);
@@ -275,7 +366,7 @@ SUB_API urma_jfc_t *urma_create_jfc(urma_context_t *ctx, urma_jfc_cfg_t *jfc_cfg
         return NULL;
     }
     j->ring = softub__rptr(roff);
-    sub_ring_init(j->ring, cap_slots, SUB_CQE_SLOT);
+    sub_ring_init_claims(j->ring, cap_slots, SUB_CQE_SLOT);
     j->magic = SUB_MAGIC_JFC;
     j->ctx = c;
     j->jfce = ce;
@@ -358,7 +449,7 @@ SUB_API urma_status_t urma_delete_jfc(urma_jfc_t *jfc)
     atomic_store(&j->sh->h.state, SUB_OBJ_DEAD);
     softub__obj_unregister(&j->obj);
     softub__id_free(0, j->sh->h.id);
-    softub__rfree(j->sh->ring_off, sub_ring_bytes(j->ring->cap, SUB_CQE_SLOT));
+    softub__rfree(j->sh->ring_off, sub_ring_bytes_claims(j->ring->cap, SUB_CQE_SLOT));
     softub__rfree(j->sh_off, sizeof(struct sub_sjfc));
     if (j->jfce != NULL)
         atomic_fetch_sub(&j->jfce->base.ref, 1);
@@ -432,8 +523,17 @@ SUB_API int urma_poll_jfc(urma_jfc_t *jfc, int cr_cnt, urma_cr_t *cr)
     if (locked)
         pthread_mutex_unlock(&j->poll_lock);
 empty:
-    if (n == 0 && atomic_load_explicit(&softub__g.prog.nactive, memory_order_relaxed) > 0)
-        softub__prog_assist();
+    if (n == 0) {
+        /* A hole at the consumer index is looked for now and then, mostly
+         * behind a CR published after it; rarely by the producers' head
+         * (two holes in a row, nothing after them). */
+        uint32_t k = atomic_load_explicit(&j->empty_polls, memory_order_relaxed) + 1;
+        atomic_store_explicit(&j->empty_polls, k, memory_order_relaxed);
+        if ((k & (JFC_HOLE_EVERY - 1)) == 0)
+            jfc_hole_check(j, (k & (JFC_HOLE_HEAD_EVERY - 1)) == 0);
+        if (atomic_load_explicit(&softub__g.prog.nactive, memory_order_relaxed) > 0)
+            softub__prog_assist();
+    }
     return n;
 }
 
@@ -475,9 +575,11 @@ SUB_API urma_status_t urma_rearm_jfc(urma_jfc_t *jfc, bool solicited_only)
 }
 
 /* Takes the next event; its slot may be claimed but not yet published by a
- * racing producer, which is then only a few instructions away. */
-static struct sub_evt *jfc_evt_take(struct sub_ring *r, struct sub_evt *out)
+ * racing producer, which is then only a few instructions away, or by one
+ * that died there (passed once known dead). Under take_lock. */
+static struct sub_evt *jfc_evt_take(struct sub_jfce *ce, struct sub_evt *out)
 {
+    struct sub_ring *r = ce->ring;
     for (int spins = 0; spins < 1000000; spins++) {
         uint64_t pos;
         struct sub_evt *e = sub_ring_deq_begin(r, &pos);
@@ -488,6 +590,17 @@ static struct sub_evt *jfc_evt_take(struct sub_ring *r, struct sub_evt *out)
         }
         if (!sub_ring_tail_pending(r))
             return NULL;
+        uint32_t pid;
+        uint64_t note;
+        if ((spins & 63) == 63 && sub_ring_tail_hole(r, 1, &pos) &&
+            jfc_hole_lost(r, pos, &ce->hole, &pid, &note)) {
+            sub_ring_pass_hole(r, pos, 0);
+            ce->hole.pos1 = 0;
+            SUB_WARN("JFCE: an event slot claimed by process %u, dead or killed at its claim, "
+                     "is passed\n",
+                     pid);
+            continue;
+        }
         sched_yield();
     }
     return NULL;
@@ -507,7 +620,7 @@ SUB_API int urma_wait_jfc(urma_jfce_t *jfce, uint32_t jfc_cnt, int time_out, urm
         if (r == (ssize_t)sizeof(v)) {
             struct sub_evt ev;
             pthread_mutex_lock(&ce->take_lock);
-            struct sub_evt *got = jfc_evt_take(ce->ring, &ev);
+            struct sub_evt *got = jfc_evt_take(ce, &ev);
             pthread_mutex_unlock(&ce->take_lock);
             if (got == NULL)
                 continue;

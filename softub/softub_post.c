@@ -262,6 +262,25 @@ static void post_take_fault(const struct sub_wr *w, uint64_t step)
         pause();
 }
 
+__thread int softub__die_step = -1;
+
+void softub__fault_die(void)
+{
+    kill(getpid(), SIGKILL);
+    for (;;)
+        pause();
+}
+
+/* The SOFTUB_DIE_ON_TAKE_IMM step inside the CR push that w names, or -1. */
+static int post_die_step(const struct sub_wr *w)
+{
+    uint64_t base = softub__fault.die_on_take_imm;
+    if (base == 0 || w->opcode != URMA_OPC_SEND_IMM || w->imm < base + SUB_DIE_CR_CLAIMED ||
+        w->imm > base + SUB_DIE_EVENT_CLAIMED)
+        return -1;
+    return (int)(w->imm - base);
+}
+
 /* The receive side of a target jetty/JFR; called inside peer_enter. */
 static int post_target(struct sub_tjetty *tj, struct sub_target *t)
 {
@@ -407,10 +426,26 @@ static void post_recv_cr(struct sub_sq *sq, struct sub_wr *w, struct sub_target 
     e.rq_pos = (uint32_t)t->rq_pos;
     if (inl != NULL)
         e.flag |= SUB_CQE_F_INLINE;
-    /* From here the WR comes back to its owner through this CR. */
+    /* The CR slot is claimed and its claim record names this process and the
+     * WR before the WR is marked: a receiver that finds the slot never
+     * written (this process died before the CR) undoes the mark through the
+     * record (softub__rq_cr_lost), and a WR not marked yet serves again
+     * anyway (post_rq_recover). */
+    if (softub__fault.die_on_take_imm != 0)
+        softub__die_step = post_die_step(w);
+    struct sub_cq_claim c;
+    uint64_t note = (uint64_t)(t->jfr->h.id & 0xffffu) << 32 | (uint32_t)t->rq_pos;
+    int claimed = softub__cq_claim(t->p, t->jfc, note, &c) == 0;
+    /* From here the WR comes back to its owner through this CR (dropped
+     * when the JFC overflowed: that JFC is in error). */
     __atomic_store_n(&t->rq_q->taker, (uint32_t)softub__g.self->pid | SUB_TAKER_CR,
                      __ATOMIC_RELEASE);
-    (void)softub__cq_push(t->p, t->jfc, &e, inl);
+    if (claimed) {
+        softub__fault_die_at(SUB_DIE_CR_MARKED);
+        softub__cq_publish(&c, &e, inl);
+    }
+    if (softub__fault.die_on_take_imm != 0)
+        softub__die_step = -1;
     post_take_fault(w, 1); /* after the CR, before the release */
     post_release_rqe(t);
 }
@@ -1389,13 +1424,8 @@ static int post_rq_taker_stopped(struct sub_jfr *jfr)
     return pid != 0 && softub__pid_stopped(pid);
 }
 
-/* A slot claimed with no taker marked this long is taken to belong to a
- * sender killed between its claim and its mark (a few instructions: a live
- * sender is never preempted there that long in practice). */
-#define SUB_TAKER_LOST_NS 1000000000ull
-
 /* Claimed a lap ago and never marked (taker 0) since at least
- * SUB_TAKER_LOST_NS: the owner's own timing, as no pid is there to ask. */
+ * SUB_CLAIM_LOST_NS: the owner's own timing, as no pid is there to ask. */
 static int post_rq_lost(struct sub_jfr *jfr, uint64_t pos, uint32_t taker, uint64_t s)
 {
     if (taker != 0 || s != pos - jfr->ring->cap + 1)
@@ -1407,11 +1437,11 @@ static int post_rq_lost(struct sub_jfr *jfr, uint64_t pos, uint32_t taker, uint6
         return 0;
     }
     return now - atomic_load_explicit(&jfr->lost_since_ns, memory_order_relaxed) >=
-           SUB_TAKER_LOST_NS;
+           SUB_CLAIM_LOST_NS;
 }
 
 /* The slot at the ring's head was taken a lap ago by a sender that has
- * died (its pid is in the entry; or none is, after SUB_TAKER_LOST_NS: it
+ * died (its pid is in the entry; or none is, after SUB_CLAIM_LOST_NS: it
  * died between its claim and its mark). Died before it released the slot:
  * the slot is released for it. Died before its CR: the WR it took is posted
  * again in that slot, at the head, as if it had never been taken (hardware
@@ -1613,6 +1643,25 @@ static struct sub_jfr *post_cr_jfr(uint32_t local_id)
     if (o->kind == SUB_T_JETTY)
         return ((struct sub_jetty *)((char *)o - offsetof(struct sub_jetty, obj)))->jfr;
     return NULL;
+}
+
+void softub__rq_cr_lost(uint64_t note, uint32_t pid)
+{
+    struct sub_jfr *jfr = post_cr_jfr((uint32_t)(note >> 32));
+    if (jfr == NULL || pid == 0)
+        return;
+    uint32_t pos = (uint32_t)note;
+    struct sub_rshadow *sh = softub__rq_shadow(jfr, pos);
+    if (atomic_load_explicit(&sh->state, memory_order_acquire) != SUB_RSH_POSTED ||
+        (uint32_t)sh->pos != pos)
+        return;
+    struct sub_rqe *q = (struct sub_rqe *)((uint8_t *)sub_ring_seq(jfr->ring, pos) + 8);
+    uint32_t marked = pid | SUB_TAKER_CR;
+    if (__atomic_compare_exchange_n(&q->taker, &marked, pid, 0, __ATOMIC_ACQ_REL,
+                                    __ATOMIC_RELAXED))
+        SUB_WARN("receive WR %u of JFR %u: its sender (pid %u) died before its CR; it serves "
+                 "again\n",
+                 pos, jfr->base.jfr_id.id, pid);
 }
 
 /* Scatters an inline payload into the WR's buffer: the SGEs must still be

@@ -605,6 +605,11 @@ enum {
     TK_DIE_BEFORE_CR = 0, /* took the WR, before its data and CR */
     TK_DIE_AFTER_CR = 1,  /* after its CR, before it released the slot */
     TK_DIE_AT_CLAIM = 2,  /* claimed the slot, before it marked it as its own */
+    /* In its CR's push (the owner's JFC is left with a slot claimed and
+     * never written, before every later CR): */
+    TK_DIE_CR_CLAIMED = 3, /* claimed the CR slot, before its claim record */
+    TK_DIE_CR_MARKED = 4,  /* recorded it and marked the WR as completed */
+    TK_DIE_EVENT = 5,      /* after its CR, claimed and recorded a JFCE event slot */
 };
 
 /* The peer of a taker case: one SEND_IMM of a->len bytes (filled with seed
@@ -627,13 +632,16 @@ static int taker_sends(int fd, void *arg)
 
 /* The owner's start of a taker case: forks the peer running fn, connects a
  * side whose JFR (depth TK_DEPTH) has TK_DEPTH receives of TK_BUF posted
- * (user_ctx 0, 1, ...), and lets the peer go (T_GO). 0, or -1 with the peer
- * reaped (killed if it had started). */
-static int tk_start(cf_peer_t *p, cf_peer_fn fn, void *arg, cf_dev_t *d, cf_side_t *s)
+ * (user_ctx 0, 1, ...), and lets the peer go (T_GO); events: its JFC has a
+ * JFCE and is armed. 0, or -1 with the peer reaped (killed if it had
+ * started). */
+static int tk_start(cf_peer_t *p, cf_peer_fn fn, void *arg, cf_dev_t *d, cf_side_t *s,
+                    bool events)
 {
     cf_wire_t peer;
     cf_ep_opts_t o = cf_ep_defaults(URMA_TM_RM);
     o.jfr_depth = TK_DEPTH;
+    o.jfce = events;
     if (cf_peer_fork(p, fn, arg) != 0) {
         CF_FAILF("cannot fork the peer");
         return -1;
@@ -647,6 +655,7 @@ static int tk_start(cf_peer_t *p, cf_peer_fn fn, void *arg, cf_dev_t *d, cf_side
         cf_sge(&rs, s->mem.buf + TK_BUF * i, TK_BUF, s->mem.tseg);
         if (cf_post_recv(s->ep.jetty, &rs, 1, (uint64_t)i) != 0) goto fail;
     }
+    if (events && cf.urma_rearm_jfc(s->ep.jfc, false) != URMA_SUCCESS) goto fail;
     if (cf_msg_send(p->fd, T_GO, NULL, 0) == 0) return 0;
 fail:
     kill(p->pid, SIGKILL);
@@ -693,7 +702,7 @@ static void taker_killed(uint32_t len, int step, bool reset)
     cf_peer_t p;
     cf_dev_t d;
     cf_side_t s;
-    if (tk_start(&p, taker_sends, &ta, &d, &s) != 0) return;
+    if (tk_start(&p, taker_sends, &ta, &d, &s, false) != 0) return;
     JT_CHECK_EQ(cf_peer_wait(&p, CF_WAIT_MS), 128 + SIGKILL);
     urma_cr_t first;
     if (after_cr) {
@@ -741,7 +750,9 @@ static void taker_killed(uint32_t len, int step, bool reset)
         cf_sge(&rs, s.mem.buf + TK_BUF * (cr.user_ctx - base), TK_BUF, s.mem.tseg);
         /* A slot claimed by a taker that died before it marked it is given
          * back only after a second of the owner's refused posts (no pid to
-         * ask): such a post is tried again meanwhile. */
+         * ask): such a post is tried again meanwhile. (A CR slot claimed
+         * without a record is passed after a second too, by the polls of
+         * the first message after it: tk_send_one waits for that.) */
         uint64_t until = cf_now_ms() + (step == TK_DIE_AT_CLAIM ? 5000 : 0);
         int prc;
         while ((prc = cf_try_post_recv(s.ep.jetty, &rs, 1, cr.user_ctx)) != 0 &&
@@ -795,7 +806,7 @@ static void taker_stopped(void)
     cf_side_t s, s2;
     bool s2_open = false;
     taker_arg_t ta = {.len = STOP_LEN, .imm = STOP_IMM};
-    if (tk_start(&p, taker_sends, &ta, &d, &s) != 0) return;
+    if (tk_start(&p, taker_sends, &ta, &d, &s, false) != 0) return;
     /* From here the peer may be stopped: every way out continues or kills it. */
     uint64_t until = cf_now_ms() + CF_WAIT_MS;
     while (mp_pid_state(p.pid) != 'T' && cf_now_ms() < until)
@@ -884,6 +895,55 @@ static void taker_killed_at_claim(void)
 {
     taker_killed(3000, TK_DIE_AT_CLAIM, false); /* no pid in the slot to find dead */
 }
+static void taker_killed_cr_claimed(void)
+{
+    taker_killed(3000, TK_DIE_CR_CLAIMED, false); /* no claim record to find dead */
+}
+static void taker_killed_cr_marked(void)
+{
+    taker_killed(100, TK_DIE_CR_MARKED, false); /* a CR that would carry the payload */
+}
+
+/* A sender that dies after its CR, having claimed (and recorded) a slot in
+ * the owner's JFCE for the event of that CR and before writing it: the
+ * owner's event queue has a hole before every later event. The next event
+ * must still be reported by urma_wait_jfc, promptly, and so must every one
+ * after it. */
+static void taker_killed_at_event(void)
+{
+    taker_arg_t ta = {.len = 3000, .imm = DIE_IMM + TK_DIE_EVENT};
+    cf_peer_t p;
+    cf_dev_t d;
+    cf_side_t s, s2;
+    if (tk_start(&p, taker_sends, &ta, &d, &s, true) != 0) return;
+    JT_CHECK_EQ(cf_peer_wait(&p, CF_WAIT_MS), 128 + SIGKILL);
+    urma_cr_t cr;
+    JT_REQUIRE(cf_poll(s.ep.jfc, &cr, 1, CF_WAIT_MS) == 1); /* its CR was written */
+    JT_CHECK_EQ(cr.user_ctx, 0u);
+    JT_CHECK_EQ(cr.completion_len, 3000u);
+    urma_jfc_t *jfcs[16];
+    JT_CHECK_EQ(cf.urma_wait_jfc(s.ep.jfce, 16, 0, jfcs), 0); /* its event was not */
+    JT_REQUIRE(tk_second_jetty(&d, &s, &s2) == 0);
+    for (int k = 0; k < 3 && !jt_case_failed; k++) {
+        JT_CHECK_EQ(cf.urma_rearm_jfc(s.ep.jfc, false), URMA_SUCCESS);
+        if (tk_send_one(&s2, &s, k, &cr) != 0) break;
+        uint64_t t0 = cf_now_ms();
+        int n = cf.urma_wait_jfc(s.ep.jfce, 16, 3000, jfcs);
+        uint64_t ms = cf_now_ms() - t0;
+        JT_CHECK_EQ(n, 1);
+        JT_CHECK(ms < 1000);
+        if (n != 1) break;
+        JT_CHECK(jfcs[0] == s.ep.jfc);
+        uint32_t one = 1;
+        cf.urma_ack_jfc(jfcs, &one, 1);
+        urma_sge_t rs;
+        cf_sge(&rs, s.mem.buf + TK_BUF * cr.user_ctx, TK_BUF, s.mem.tseg);
+        JT_CHECK_EQ(cf_post_recv(s.ep.jetty, &rs, 1, cr.user_ctx), 0);
+    }
+    cf_side_close(&s2, true);
+    mp_disconnect(&s, true);
+}
+
 static void taker_killed_then_reset_small(void)
 {
     taker_killed(3000, TK_DIE_BEFORE_CR, true);
@@ -1215,6 +1275,9 @@ int main(int argc, char **argv)
     CF_RUN(taker_killed_large);
     CF_RUN(taker_killed_after_cr);
     CF_RUN(taker_killed_at_claim);
+    CF_RUN(taker_killed_cr_claimed);
+    CF_RUN(taker_killed_cr_marked);
+    CF_RUN(taker_killed_at_event);
     CF_RUN(taker_killed_then_reset_small);
     CF_RUN(taker_killed_then_reset_large);
     CF_RUN(taker_killed_fork_after_open);
