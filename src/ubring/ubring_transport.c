@@ -53,6 +53,9 @@ JET_FLAG_DEFINE_INT32(ub_handshake_timeout_ms, 5000,
 #define UB_WRITE_MAX   (2 * 1024 * 1024)
 #define UB_MAX_LOOPS   256
 #define UB_HB_WRITE_US 1000000
+/* A writer waiting for the peer to make room keeps the poller spinning
+ * this many times ub_poller_idle_us past the last traffic. */
+#define UB_WAIT_SPIN_FACTOR 20
 
 _Static_assert(JET_UBRING_ACK_LEN == JET_HELLO_ACK_LEN, "UBRing ACK length");
 
@@ -322,12 +325,20 @@ static int ubl_poll_cb(jet_poller_t *p)
     int64_t last = ul->last_work_us,
             tx = atomic_load_explicit(&ul->last_tx_us, memory_order_relaxed);
     if (tx > last) last = tx;
-    if (jet_now_us() - last > JET_FLAG(ub_poller_idle_us)) {
+    int64_t idle = jet_now_us() - last, idle_max = JET_FLAG(ub_poller_idle_us);
+    if (idle > idle_max) {
         bool waiting = false;
         /* A writer waiting for room, on a connection still in use (one
-         * closing or failed has nobody left to wake). */
-        for (ub_conn_t *c = ul->head.next; c != &ul->head; c = c->next)
-            waiting |= c->want_out && c->state == UC_ACTIVE && c->s && !jet__socket_failed(c->s);
+         * closing or failed has nobody left to wake), keeps the spin a
+         * while longer, not for good: a peer that stops reading (stuck,
+         * stalled, hostile) would hold a core for the connection's life.
+         * The tick then looks for room, and the room it finds restarts
+         * the spin. */
+        if (idle <= UB_WAIT_SPIN_FACTOR * (int64_t)idle_max) {
+            for (ub_conn_t *c = ul->head.next; c != &ul->head; c = c->next)
+                waiting |=
+                    c->want_out && c->state == UC_ACTIVE && c->s && !jet__socket_failed(c->s);
+        }
         if (!waiting) ubl_stop_spin(ul);
     } else if (JET_FLAG(ub_poller_yield)) {
         sched_yield();

@@ -2,11 +2,14 @@
  * fail promptly, the channel reconnects to the restarted server); a client
  * process killed mid-traffic; a peer that stops heart-beating (the
  * reference peer stopped with SIGSTOP, a raw client that never beats); a
- * request larger than the ring (EMSGSIZE naming the limit, the channel goes
- * on); corrupt chunks and a corrupt tail from a raw client (the server
+ * peer that stops reading while a writer waits for room (no CPU spent on
+ * it past a short spin); a request larger than the ring (EMSGSIZE naming
+ * the limit, the channel goes on); corrupt chunks and a corrupt tail from a raw client (the server
  * drops that connection and serves the next); bad hellos (clean refusal).
  * The raw client is written from UBRING.md, not from the implementation.
  * Every case ends with nothing mapped and no UBRING_* name left behind. */
+#include <sys/resource.h>
+
 #include "ubring_test.h"
 
 #define GUARD_US (90 * 1000000LL)
@@ -184,6 +187,67 @@ static int silent_role(int argc, char **argv)
     kill(peer, SIGCONT);
     jet_channel_destroy(ch);
     return rc;
+}
+
+/* "role=stuck port=<p> pid=<peer pid>" (default heartbeat flags, so the
+ * connection lives on for seconds): after one call, the peer is stopped and
+ * a call with an attachment larger than its ring leaves a writer waiting
+ * for room that never comes. Once the call has timed out, this process
+ * must not spin a core for the waiting writer. Exit codes: 0 ok, 10 the
+ * first call failed, 30 the stuck call did not time out, 31 the process
+ * spent more than a quarter of 2 s of CPU. */
+static double stuck_cpu_s(void)
+{
+    struct rusage u;
+    getrusage(RUSAGE_SELF, &u);
+    return (double)(u.ru_utime.tv_sec + u.ru_stime.tv_sec) +
+           (double)(u.ru_utime.tv_usec + u.ru_stime.tv_usec) / 1e6;
+}
+
+static int stuck_role(int argc, char **argv)
+{
+    int port = 0;
+    pid_t peer = 0;
+    for (int i = 2; i < argc; i++) {
+        if (strncmp(argv[i], "port=", 5) == 0) port = atoi(argv[i] + 5);
+        if (strncmp(argv[i], "pid=", 4) == 0) peer = (pid_t)atoi(argv[i] + 4);
+    }
+    jet_channel_t *ch = ubt_channel(port, JET_SOCKET_MODE_UBRING, 1000, JET_CONNECTION_SINGLE, 0);
+    if (!ch || peer <= 0) return 4;
+    if (jt_echo_bytes(ch, 5000, 1, "before") != 0) return 10;
+    kill(peer, SIGSTOP);
+    if (!JT_WAIT_UNTIL(ubt_proc_stopped(peer), 5000000)) return 12;
+    int rc = jt_echo_bytes(ch, 5 << 20, 2, "stuck") != 0 ? 0 : 30;
+    usleep(200 * 1000);
+    double c0 = stuck_cpu_s();
+    usleep(2000 * 1000);
+    double cpu = stuck_cpu_s() - c0;
+    fprintf(stderr, "  a writer waiting on a stopped peer: %.3f s of CPU in 2 s\n", cpu);
+    if (rc == 0 && cpu > 0.5) rc = 31;
+    kill(peer, SIGCONT);
+    jet_channel_destroy(ch);
+    return rc;
+}
+
+/* A peer that stops reading its ring (stuck, or hostile: it could go on
+ * beating) costs a waiting writer's process no CPU beyond a short spin. */
+static void test_stuck_peer_costs_no_cpu(void)
+{
+    ubt_names_t before;
+    ubt_shm_list(&before);
+    ubt_peer_t peer;
+    const char *args[] = {"--hb-timeout", "0", NULL};
+    JT_REQUIRE(ubt_peer_server_start(&peer, args) == 0);
+    char pa[32], pi[32];
+    snprintf(pa, sizeof pa, "port=%d", peer.port);
+    snprintf(pi, sizeof pi, "pid=%d", (int)peer.pid);
+    const char *cargs[] = {pa, pi, NULL};
+    int rc = jt_run_role("role=stuck", cargs, NULL, 60000);
+    kill(peer.pid, SIGCONT);
+    JT_CHECK_EQ(rc, 0);
+    if (jt_case_failed) ubt_peer_dump(&peer, "case failed");
+    JT_CHECK_EQ(ubt_peer_stop(&peer, false), 0);
+    JT_CHECK(ubt_shm_wait_clean(&before, 10000000));
 }
 
 static void test_silent_peer_server(void)
@@ -553,11 +617,13 @@ int main(int argc, char **argv)
     if (argc > 1 && strcmp(argv[1], "role=server") == 0) return ubt_server_role(argc, argv);
     if (argc > 1 && strcmp(argv[1], "role=client") == 0) return client_role(argc, argv);
     if (argc > 1 && strcmp(argv[1], "role=silent") == 0) return silent_role(argc, argv);
+    if (argc > 1 && strcmp(argv[1], "role=stuck") == 0) return stuck_role(argc, argv);
     JT_RUN(test_raw_client_with_peer);
     JT_RUN(test_server_killed);
     JT_RUN(test_client_killed);
     JT_RUN(test_silent_peer_server);
     JT_RUN(test_silent_raw_client);
+    JT_RUN(test_stuck_peer_costs_no_cpu);
     JT_RUN(test_larger_than_ring);
     JT_RUN(test_larger_than_ring_before_handshake);
     JT_RUN(test_corrupt_chunks);
