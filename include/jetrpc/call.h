@@ -40,7 +40,7 @@ void jet_call_reset(jet_call_t *call);
 
 /* --- client-side settings (before jet_channel_call) --- */
 void jet_call_set_timeout_ms(jet_call_t *call, int32_t timeout_ms); /* < 0: no limit */
-void jet_call_set_max_retry(jet_call_t *call, int32_t max_retry);
+void jet_call_set_max_retry(jet_call_t *call, int32_t max_retry); /* < 0: the channel's */
 void jet_call_set_log_id(jet_call_t *call, uint64_t log_id);
 void jet_call_set_request_compress_type(jet_call_t *call, int type);
 /* Adds a CRC32C checksum to the request (checksum_type 1). */

@@ -51,7 +51,7 @@ typedef struct jet_server_options {
     uint32_t max_body_size;     /* 0 = flag max_body_size (64 MiB) */
     int idle_timeout_sec;       /* > 0: close connections idle that long */
     int graceful_stop_ms;       /* jet_server_stop waits this long for in-flight calls; default 5000 */
-    const char *ssl_cert;       /* not supported: non-NULL is refused by non-TCP modes */
+    const char *ssl_cert;       /* not supported: non-NULL is refused (-EPROTONOSUPPORT) */
 } jet_server_options_t;
 
 typedef struct jet_channel_options {
@@ -62,7 +62,7 @@ typedef struct jet_channel_options {
     int32_t max_retry;                     /* retries after connection failures, default 3 */
     uint32_t max_body_size;                /* 0 = flag max_body_size */
     const char *protocol;                  /* NULL or "baidu_std" */
-    bool use_ssl;                          /* not supported */
+    bool use_ssl;                          /* not supported: true is refused (-EPROTONOSUPPORT) */
 } jet_channel_options_t;
 
 void jet_server_options_init(jet_server_options_t *opts);

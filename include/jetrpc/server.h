@@ -41,7 +41,8 @@ int jet_server_create(const jet_server_options_t *opts, jet_server_t **srv_p);
  * service must outlive the server. */
 int jet_server_add_service(jet_server_t *srv, ProtobufCService *service);
 /* Listens on "ip:port", ":port", "port", "[v6]:port" or "unix:/path" (port 0
- * picks a free one: see jet_server_listen_port). Starts the event loops. */
+ * picks a free one: see jet_server_listen_port). Starts the event loops.
+ * -EPROTONOSUPPORT when opts asked for SSL (ssl_cert), in any socket mode. */
 int jet_server_start(jet_server_t *srv, const char *addr);
 int jet_server_listen_port(const jet_server_t *srv);
 /* Stops accepting, answers new requests with ELOGOFF, waits up to

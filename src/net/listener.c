@@ -41,7 +41,15 @@ static void listener_accept(jet_listener_t *l)
         peer.len = sizeof peer.u;
         int fd = accept4(l->fd, &peer.u.sa, &peer.len, SOCK_NONBLOCK | SOCK_CLOEXEC);
         if (fd < 0) {
-            if (errno == EINTR || errno == ECONNABORTED) continue;
+            /* A pending connection that failed (accept(2) asks that TCP's
+             * network errors be retried like EAGAIN): the next one is
+             * taken, else the edge-triggered listener would leave the
+             * backlog waiting for a new arrival. */
+            if (errno == EINTR || errno == ECONNABORTED || errno == EPROTO ||
+                errno == ENETDOWN || errno == ENOPROTOOPT || errno == EHOSTDOWN ||
+                errno == ENONET || errno == EHOSTUNREACH || errno == EOPNOTSUPP ||
+                errno == ENETUNREACH || errno == EPERM)
+                continue;
             if (errno == EAGAIN) return;
             int err = errno;
             if (err == EMFILE || err == ENFILE || err == ENOBUFS || err == ENOMEM) {

@@ -16,8 +16,9 @@
 #include "jetrpc/flags.h"
 
 JET_FLAG_DEFINE_INT64(socket_max_unwritten_bytes, 64 * 1024 * 1024,
-                      "Writes to a connection fail with EOVERCROWDED while more bytes than "
-                      "this wait to be sent");
+                      "Requests written to a connection fail with EOVERCROWDED while more "
+                      "bytes than this wait to be sent (a server's answers are always queued, "
+                      "as brpc's)");
 
 /* A request whose successor is being linked by its producer. */
 #define SOCK_UNCONNECTED ((jet_write_req_t *)-1L)
@@ -317,7 +318,19 @@ void jet__socket_size_error(jet_socket_t *s, const char *what, size_t len, char 
              what, len, most, s->ops->name, hint ? ": " : "", hint ? hint : "");
 }
 
+static int sock_write(jet_socket_t *s, jet_iobuf_t *data, bool bounded);
+
 int jet__socket_write(jet_socket_t *s, jet_iobuf_t *data)
+{
+    return sock_write(s, data, true);
+}
+
+int jet__socket_write_answer(jet_socket_t *s, jet_iobuf_t *data)
+{
+    return sock_write(s, data, false);
+}
+
+static int sock_write(jet_socket_t *s, jet_iobuf_t *data, bool bounded)
 {
     if (jet__socket_failed(s)) {
         jet_iobuf_clear(data);
@@ -331,8 +344,8 @@ int jet__socket_write(jet_socket_t *s, jet_iobuf_t *data)
         jet_iobuf_clear(data);
         return -EMSGSIZE;
     }
-    if (atomic_load_explicit(&s->unwritten, memory_order_relaxed) >
-        JET_FLAG(socket_max_unwritten_bytes)) {
+    if (bounded && atomic_load_explicit(&s->unwritten, memory_order_relaxed) >
+                       JET_FLAG(socket_max_unwritten_bytes)) {
         jet_iobuf_clear(data);
         return -JET_EOVERCROWDED;
     }

@@ -152,6 +152,11 @@ static inline bool jet__socket_failed(const jet_socket_t *s)
  * data is larger than the transport ever carries (its max_message slot);
  * the last two leave the socket working. */
 int jet__socket_write(jet_socket_t *s, jet_iobuf_t *data);
+/* jet__socket_write for a server's answers: never -JET_EOVERCROWDED (as
+ * brpc's answers, written with ignore_eovercrowded: a request already taken
+ * is answered, however many bytes wait; servers bound their backlog with
+ * max_concurrency). */
+int jet__socket_write_answer(jet_socket_t *s, jet_iobuf_t *data);
 
 /* The text for a message of `len` bytes refused with -EMSGSIZE: what was
  * too large, the transport's limit and how to raise it. `what` names the

@@ -357,7 +357,12 @@ void jet_call_reset(jet_call_t *c)
     call_init(c);
 }
 
-void jet_call_set_timeout_ms(jet_call_t *c, int32_t timeout_ms) { c->timeout_ms = timeout_ms; }
+void jet_call_set_timeout_ms(jet_call_t *c, int32_t timeout_ms)
+{
+    /* INT32_MIN marks "the channel's" inside: any negative value means no
+     * limit, that one too. */
+    c->timeout_ms = timeout_ms == INT32_MIN ? -1 : timeout_ms;
+}
 void jet_call_set_max_retry(jet_call_t *c, int32_t max_retry) { c->max_retry = max_retry; }
 void jet_call_set_log_id(jet_call_t *c, uint64_t log_id)
 {

@@ -493,7 +493,7 @@ static void ch_issue(jet_call_t *call)
          * loop's own: a deadlock until the deadline, or for ever. Checked
          * at every attempt (a retry may get a connection on that loop). */
         ch_put_socket(ch, s, true); /* nothing went out on it */
-        call->attempts = call->max_attempts;
+        call->max_attempts = call->attempts; /* no retry; this attempt counts */
         ch_attempt_failed(call, -EDEADLK,
                           "a synchronous call on the thread of the event loop that serves its "
                           "connection (a done callback, or a handler run on the loop) can never "
@@ -513,7 +513,7 @@ static void ch_issue(jet_call_t *call)
     if (rc == 0 && jet_iobuf_len(&frame) - JET_BAIDU_HEADER_SIZE > ch->max_body) rc = -EMSGSIZE;
     if (rc < 0) {
         jet_iobuf_fini(&frame);
-        call->attempts = call->max_attempts; /* not a connection problem: no retry */
+        call->max_attempts = call->attempts; /* not a connection problem: no retry */
         ch_put_socket(ch, s, true);          /* nothing went out on it */
         call->sock = NULL;
         ch_attempt_failed(call, rc, NULL);
@@ -620,7 +620,7 @@ int jet_channel_call(jet_channel_t *ch, const ProtobufCServiceDescriptor *servic
     atomic_store_explicit(&call->in_flight, true, memory_order_relaxed);
     int32_t timeout = call->timeout_ms != INT32_MIN ? call->timeout_ms : ch->opts.timeout_ms;
     int32_t retry = call->max_retry >= 0 ? call->max_retry : ch->opts.max_retry;
-    call->max_attempts = retry + 1;
+    call->max_attempts = retry < INT32_MAX ? retry + 1 : INT32_MAX;
     call->deadline_us = timeout < 0 ? INT64_MAX : call->start_us + (int64_t)timeout * 1000;
 
     if (request && !protobuf_c_message_check(request)) {
@@ -753,6 +753,15 @@ static void cli_handle_response(jet_socket_t *s, jet_baidu_frame_t *f, int bad_a
             call->sock = NULL;
             ch_deadline_disarm(call);
             ch_issue(call);
+            return;
+        }
+        if (rm->error_code < 0) {
+            /* Codes are positive (brpc's, or errno values): a negative one
+             * would read as no error to some callers. */
+            char text[320];
+            snprintf(text, sizeof text, "the server answered error_code %d: %.200s",
+                     rm->error_code, rm->error_text ? rm->error_text : "");
+            ch_complete(call, JET_ERESPONSE, text);
             return;
         }
         ch_complete(call, rm->error_code, rm->error_text);

@@ -390,7 +390,7 @@ static void srv_send_response(jet_call_t *call, const ProtobufCMessage *output)
                  : jet__baidu_pack(&frame, &meta, &body, att);
         frame_len = jet_iobuf_len(&frame);
     }
-    if (rc == 0) rc = jet__socket_write(s, &frame);
+    if (rc == 0) rc = jet__socket_write_answer(s, &frame);
     if (rc == -EMSGSIZE && !call->error_code && !jet__socket_failed(s)) {
         /* Larger than the connection ever carries: the client gets an error
          * answer that says so, and the connection goes on. */
@@ -409,8 +409,13 @@ static void srv_send_response(jet_call_t *call, const ProtobufCMessage *output)
         jet_iobuf_fini(&frame);
         return;
     }
-    if (rc < 0 && !jet__socket_failed(s))
-        JET_WARN("cannot answer %s: %s", s->peer, jet_strerror(rc));
+    if (rc < 0 && !jet__socket_failed(s)) {
+        /* No memory to pack or queue it: an answer the client would wait
+         * for until its deadline (forever without one). The connection
+         * fails instead, and with it the client's calls on it, at once. */
+        JET_WARN("cannot answer %s: %s; closing the connection", s->peer, jet_strerror(rc));
+        jet__socket_set_failed(s, rc);
+    }
     jet_iobuf_fini(&body);
     jet_iobuf_fini(&frame);
 }

@@ -1099,6 +1099,130 @@ static void test_answer_on_the_wrong_connection(void)
     close(lfd);
 }
 
+/* A server answering with a negative error_code (no brpc code, no errno
+ * value): the call fails with a positive code, as call.h promises, and the
+ * text keeps the server's code and text. */
+static void test_negative_error_code_answer(void)
+{
+    int port = 0;
+    int lfd = jt_tcp_listen(8, &port);
+    JT_REQUIRE(lfd >= 0);
+    jet_channel_t *ch = jt_channel_open_port(port, JET_CONNECTION_SINGLE, 5000, 0);
+    JT_REQUIRE(ch);
+    jt_counter_t done = {0};
+    jet_call_t *x = jet_call_create();
+    JT_CHECK_EQ(jt_echo_call(ch, x, "x", jt_count_done, &done), 0);
+    int fd = jt_tcp_accept(lfd, 3000);
+    JT_REQUIRE(fd >= 0);
+    jt_conn_t c;
+    jt_conn_init(&c, fd);
+    uint64_t cid = request_cid(&c);
+    JT_REQUIRE(cid != 0);
+    Brpc__Policy__RpcMeta meta = BRPC__POLICY__RPC_META__INIT;
+    Brpc__Policy__RpcResponseMeta rm = BRPC__POLICY__RPC_RESPONSE_META__INIT;
+    meta.response = &rm;
+    meta.has_correlation_id = true;
+    meta.correlation_id = (int64_t)cid;
+    rm.has_error_code = true;
+    rm.error_code = -5;
+    rm.error_text = "hostile";
+    jt_bytes_t b = {0};
+    jt_bytes_frame(&b, &meta, NULL, 0, NULL, 0);
+    JT_CHECK_EQ(jt_conn_write(&c, b.p, b.len), 0);
+    free(b.p);
+    JT_CHECK(wait_count(&done, 1));
+    JT_CHECK(jet_call_failed(x));
+    JT_CHECK_EQ(jet_call_error_code(x), JET_ERESPONSE);
+    JT_CHECK(strstr(jet_call_error_text(x), "-5") && strstr(jet_call_error_text(x), "hostile"));
+    jet_call_destroy(x);
+    jet_channel_destroy(ch);
+    jt_conn_close(&c);
+    close(lfd);
+}
+
+/* A call refused before it goes out (its frame is over the channel's
+ * max_body_size once the meta is added) is not retried, and counts the
+ * one attempt it made (call.h: attempts made, 1 + retries). */
+static void test_local_refusal_counts_one_attempt(void)
+{
+    int port = 0;
+    jet_server_t *srv = jt_echo_server_start_port(&g_service, 0, NULL, &port);
+    JT_REQUIRE(srv);
+    jet_channel_options_t o;
+    jet_channel_options_init(&o);
+    o.max_body_size = 1000;
+    o.max_retry = 3;
+    char addr[64];
+    snprintf(addr, sizeof addr, "127.0.0.1:%d", port);
+    jet_channel_t *ch = NULL;
+    JT_REQUIRE(jet_channel_create(addr, &o, &ch) == 0);
+    jet_call_t *c = jet_call_create();
+    char att[980];
+    memset(att, 'a', sizeof att);
+    jet_iobuf_append(jet_call_request_attachment(c), att, sizeof att);
+    jt_echo_call(ch, c, "x", NULL, NULL);
+    JT_CHECK(jet_call_failed(c));
+    JT_CHECK_EQ(jet_call_error_code(c), EMSGSIZE);
+    JT_CHECK_EQ(jet_call_attempts(c), 1);
+    jet_call_destroy(c);
+    jet_channel_destroy(ch);
+    jt_server_stop(srv);
+}
+
+/* A client that pipelines requests faster than it reads the answers: the
+ * server's write backlog passes socket_max_unwritten_bytes (lowered to 1
+ * MiB here). Every request taken is still answered, as brpc answers
+ * (ignore_eovercrowded); a dropped answer would leave its call waiting for
+ * its deadline, or for ever without one. */
+static void test_answers_past_write_backlog(void)
+{
+    enum { N = 64, ATT = 128 * 1024 };
+    JT_REQUIRE(jet_flag_set("socket_max_unwritten_bytes", "1048576") == 0);
+    int port = 0;
+    jet_server_t *srv = jt_echo_server_start_port(&g_service, 0, NULL, &port);
+    JT_REQUIRE(srv);
+    int fd = jt_tcp_connect(port, 5);
+    JT_REQUIRE(fd >= 0);
+    static char att[ATT];
+    memset(att, 'a', sizeof att);
+    size_t ml;
+    uint8_t *msg = jt_echo_request_bytes("x", &ml);
+    for (int i = 0; i < N; i++) {
+        Brpc__Policy__RpcMeta m = BRPC__POLICY__RPC_META__INIT;
+        Brpc__Policy__RpcRequestMeta rq = BRPC__POLICY__RPC_REQUEST_META__INIT;
+        m.request = &rq;
+        rq.service_name = "example.EchoService";
+        rq.method_name = "Echo";
+        m.has_correlation_id = true;
+        m.correlation_id = i + 1;
+        m.has_attachment_size = true;
+        m.attachment_size = ATT;
+        jt_bytes_t b = {0};
+        jt_bytes_frame(&b, &m, msg, ml, att, ATT);
+        JT_CHECK(jt_send_all(fd, b.p, b.len));
+        free(b.p);
+    }
+    free(msg);
+    usleep(300 * 1000); /* the answers pile up unread */
+    jt_conn_t c;
+    jt_conn_init(&c, fd);
+    int answers = 0;
+    for (;;) {
+        jet_baidu_frame_t f;
+        jet__baidu_frame_init(&f);
+        int r = jt_conn_frame(&c, 2000, &f, NULL, NULL);
+        if (r == 1 && f.meta->response && f.meta->response->error_code == 0 &&
+            jet_iobuf_len(&f.attachment) == ATT)
+            answers++;
+        jet__baidu_frame_fini(&f);
+        if (r != 1) break;
+    }
+    JT_CHECK_EQ(answers, N);
+    jt_conn_close(&c);
+    jt_server_stop(srv);
+    JT_CHECK(jet_flag_set("socket_max_unwritten_bytes", "67108864") == 0);
+}
+
 /* RPC_CASE=<substring> runs only the matching cases (for debugging). */
 #define RUN(fn)                                                                                    \
     do {                                                                                           \
@@ -1127,6 +1251,9 @@ int main(int argc, char **argv)
     RUN(test_pooled_connection_after_a_timeout);
     RUN(test_reissue_on_destroyed_channel);
     RUN(test_answer_on_the_wrong_connection);
+    RUN(test_answers_past_write_backlog);
+    RUN(test_negative_error_code_answer);
+    RUN(test_local_refusal_counts_one_attempt);
     release_held(); /* anything a failed case left behind */
     return jt_finish();
 }

@@ -311,6 +311,14 @@ static void test_option_checks(void)
     JT_REQUIRE(jet_server_create(&so, &srv) == 0);
     JT_CHECK_EQ(jet_server_start(srv, "127.0.0.1:0"), -EPROTONOSUPPORT);
     jet_server_destroy(srv);
+    /* No mode has TLS: TCP refuses it too, rather than run in clear text. */
+    o.socket_mode = JET_SOCKET_MODE_TCP;
+    o.use_ssl = true;
+    JT_CHECK_EQ(jet_channel_create("127.0.0.1:1", &o, &ch), -EPROTONOSUPPORT);
+    so.socket_mode = JET_SOCKET_MODE_TCP;
+    JT_REQUIRE(jet_server_create(&so, &srv) == 0);
+    JT_CHECK_EQ(jet_server_start(srv, "127.0.0.1:0"), -EPROTONOSUPPORT);
+    jet_server_destroy(srv);
 }
 
 /* ---- child roles ------------------------------------------------------------- */

@@ -27,6 +27,13 @@ JET_FLAG_DEFINE_INT32(tcp_read_budget, 16,
 
 static int tcp_global_init(const jet_transport_check_t *check)
 {
+    /* jetrpc has no TLS: a channel or server that asks for it must not run
+     * in clear text instead. */
+    if (check->use_ssl) {
+        JET_ERROR("%s with socket_mode=tcp: SSL is not supported",
+                  check->is_server ? "server" : "channel");
+        return -EPROTONOSUPPORT;
+    }
     return 0;
 }
 
