@@ -370,6 +370,7 @@ static void test_request_over_max_body(void)
     jet_iobuf_append(jet_call_request_attachment(call), att, sizeof att);
     JT_CHECK_EQ(jt_echo_call(ch, call, "big", NULL, NULL), 0);
     JT_CHECK_EQ(jet_call_error_code(call), EMSGSIZE);
+    JT_CHECK_EQ(jet_call_attempts(call), 1); /* call.h: attempts made */
     stats(g_srv, &st1);
     JT_CHECK_EQ(st1.requests - st0.requests, 0); /* nothing went out, no retry either */
     /* A smaller one goes through on the same channel. */

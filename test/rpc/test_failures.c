@@ -1140,35 +1140,6 @@ static void test_negative_error_code_answer(void)
     close(lfd);
 }
 
-/* A call refused before it goes out (its frame is over the channel's
- * max_body_size once the meta is added) is not retried, and counts the
- * one attempt it made (call.h: attempts made, 1 + retries). */
-static void test_local_refusal_counts_one_attempt(void)
-{
-    int port = 0;
-    jet_server_t *srv = jt_echo_server_start_port(&g_service, 0, NULL, &port);
-    JT_REQUIRE(srv);
-    jet_channel_options_t o;
-    jet_channel_options_init(&o);
-    o.max_body_size = 1000;
-    o.max_retry = 3;
-    char addr[64];
-    snprintf(addr, sizeof addr, "127.0.0.1:%d", port);
-    jet_channel_t *ch = NULL;
-    JT_REQUIRE(jet_channel_create(addr, &o, &ch) == 0);
-    jet_call_t *c = jet_call_create();
-    char att[980];
-    memset(att, 'a', sizeof att);
-    jet_iobuf_append(jet_call_request_attachment(c), att, sizeof att);
-    jt_echo_call(ch, c, "x", NULL, NULL);
-    JT_CHECK(jet_call_failed(c));
-    JT_CHECK_EQ(jet_call_error_code(c), EMSGSIZE);
-    JT_CHECK_EQ(jet_call_attempts(c), 1);
-    jet_call_destroy(c);
-    jet_channel_destroy(ch);
-    jt_server_stop(srv);
-}
-
 /* A client that pipelines requests faster than it reads the answers: the
  * server's write backlog passes socket_max_unwritten_bytes (lowered to 1
  * MiB here). Every request taken is still answered, as brpc answers
@@ -1253,7 +1224,6 @@ int main(int argc, char **argv)
     RUN(test_answer_on_the_wrong_connection);
     RUN(test_answers_past_write_backlog);
     RUN(test_negative_error_code_answer);
-    RUN(test_local_refusal_counts_one_attempt);
     release_held(); /* anything a failed case left behind */
     return jt_finish();
 }

@@ -150,14 +150,22 @@ static bool ubt_proc_stopped(pid_t pid)
     return rp && rp[1] == ' ' && (rp[2] == 'T' || rp[2] == 't');
 }
 
+/* A role's "port=<p> pid=<peer pid>" arguments. */
+static void role_port_pid(int argc, char **argv, int *port, pid_t *peer)
+{
+    *port = 0;
+    *peer = 0;
+    for (int i = 2; i < argc; i++) {
+        if (strncmp(argv[i], "port=", 5) == 0) *port = atoi(argv[i] + 5);
+        if (strncmp(argv[i], "pid=", 4) == 0) *peer = (pid_t)atoi(argv[i] + 4);
+    }
+}
+
 static int silent_role(int argc, char **argv)
 {
-    int port = 0;
-    pid_t peer = 0;
-    for (int i = 2; i < argc; i++) {
-        if (strncmp(argv[i], "port=", 5) == 0) port = atoi(argv[i] + 5);
-        if (strncmp(argv[i], "pid=", 4) == 0) peer = (pid_t)atoi(argv[i] + 4);
-    }
+    int port;
+    pid_t peer;
+    role_port_pid(argc, argv, &port, &peer);
     jet_channel_t *ch = ubt_channel(port, JET_SOCKET_MODE_UBRING, 60000, JET_CONNECTION_SINGLE, 0);
     if (!ch || peer <= 0) return 4;
     if (jt_echo_bytes(ch, 5000, 1, "before") != 0) return 10;
@@ -206,12 +214,9 @@ static double stuck_cpu_s(void)
 
 static int stuck_role(int argc, char **argv)
 {
-    int port = 0;
-    pid_t peer = 0;
-    for (int i = 2; i < argc; i++) {
-        if (strncmp(argv[i], "port=", 5) == 0) port = atoi(argv[i] + 5);
-        if (strncmp(argv[i], "pid=", 4) == 0) peer = (pid_t)atoi(argv[i] + 4);
-    }
+    int port;
+    pid_t peer;
+    role_port_pid(argc, argv, &port, &peer);
     jet_channel_t *ch = ubt_channel(port, JET_SOCKET_MODE_UBRING, 1000, JET_CONNECTION_SINGLE, 0);
     if (!ch || peer <= 0) return 4;
     if (jt_echo_bytes(ch, 5000, 1, "before") != 0) return 10;
