@@ -32,8 +32,9 @@ JET_FLAG_DEFINE_INT32(urma_recv_block_size, 65536,
                       "Bytes of one URMA receive buffer (advertised as the hello's buffer_size): "
                       "65536 or 8192 (brpc's)");
 JET_FLAG_DEFINE_INT32(urma_zerocopy_min_size, 512,
-                      "URMA receives of at least this many bytes are handed to the parser "
-                      "without copy; smaller ones are copied and the buffer re-posted");
+                      "URMA receives of at least this many bytes (and of at least 1/16 of "
+                      "urma_recv_block_size) are handed to the parser without copy; smaller "
+                      "ones are copied and the buffer re-posted");
 JET_FLAG_DEFINE_BOOL(urma_recv_zerocopy, true,
                      "Zero-copy URMA receives (see urma_zerocopy_min_size)");
 JET_FLAG_DEFINE_INT32(urma_cqe_poll_once, 32, "Completions fetched by one urma_poll_jfc [1, 64]");

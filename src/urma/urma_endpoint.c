@@ -652,11 +652,20 @@ static void ep_release_all(jet_urma_ep_t *ep)
         ep_slot_release(ep, ep->tail++);
 }
 
+/* A zero-copied receive pins its whole buffer until the parser's user lets
+ * the message go (a handler that keeps a request, a response held by its
+ * caller): receives under this fraction of a buffer are copied whatever
+ * urma_zerocopy_min_size says, so that held messages pin at most this many
+ * times their size. brpc's 512 with its 8 KiB buffers is the same 16; with
+ * 64 KiB buffers 512-byte receives would pin 128 times theirs. */
+#define EP_ZC_MAX_PIN 16
+
 static void ep_to_read_buf(jet_urma_ep_t *ep, jet_block_t **b_p, uint32_t len)
 {
     jet_socket_t *s = ep->s;
     jet_block_t *b = *b_p;
-    bool zc = JET_FLAG(urma_recv_zerocopy) && len >= (uint32_t)JET_FLAG(urma_zerocopy_min_size);
+    bool zc = JET_FLAG(urma_recv_zerocopy) && len >= (uint32_t)JET_FLAG(urma_zerocopy_min_size) &&
+              len >= ep->recv_size / EP_ZC_MAX_PIN;
     jet_block_t *fresh = zc ? jet__block_alloc(ep->recv_size) : NULL;
     if (fresh) {
         /* The block itself joins the read buffer; a fresh one is posted. */

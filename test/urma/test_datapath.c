@@ -1,7 +1,7 @@
 /* The URMA data path seen through its counters (client and server in one
  * process, so every receive and send of the test is counted):
- * zero-copy receive at and above urma_zerocopy_min_size and copy below it
- * (and never with urma_recv_zerocopy off); user memory that is not
+ * zero-copy receive at and above urma_zerocopy_min_size and 1/16 of a
+ * receive buffer, copy below (and never with urma_recv_zerocopy off); user memory that is not
  * registered is copied into pool blocks, byte-exact; selective signalling
  * (far fewer signalled WRs than WRs, yet an idle connection keeps little of
  * what it sent); credits piggybacked between jetrpc peers (no standalone
@@ -35,16 +35,28 @@ static void test_zero_copy_threshold(void)
     jet_urma_loop_stats_t b = totals();
     JT_CHECK_EQ(b.c.recv_copied - a.c.recv_copied, 20);
     JT_CHECK_EQ(b.c.recv_zerocopy - a.c.recv_zerocopy, 0);
-    /* 4000-byte frames: the receive buffers themselves go to the parser. */
+    /* Frames over 512 bytes but under 1/16 of a receive buffer: copied too
+     * (zero-copied, a held one would pin a whole buffer). */
+    size_t pin_min = jet__urma_recv_size() / 16;
+    jet_urma_loop_stats_t b2 = totals();
     for (int i = 0; i < 10; i++)
-        JT_CHECK_EQ(jt_echo_bytes(ch, 4000, (uint64_t)i, "z"), 0);
+        JT_CHECK_EQ(jt_echo_bytes(ch, pin_min - 200, (uint64_t)i, "m"), 0);
+    b = totals();
+    JT_CHECK_EQ(b.c.recv_copied - b2.c.recv_copied, 20);
+    JT_CHECK_EQ(b.c.recv_zerocopy - b2.c.recv_zerocopy, 0);
+    /* Frames of a 16th of a buffer and more: the receive buffers themselves
+     * go to the parser. */
+    for (int i = 0; i < 10; i++)
+        JT_CHECK_EQ(jt_echo_bytes(ch, pin_min + 100, (uint64_t)i, "z"), 0);
     jet_urma_loop_stats_t c = totals();
     JT_CHECK_EQ(c.c.recv_zerocopy - b.c.recv_zerocopy, 20);
     JT_CHECK_EQ(c.c.recv_copied - b.c.recv_copied, 0);
     /* A higher threshold copies them. */
-    jet_flag_set("urma_zerocopy_min_size", "5000");
+    char over[32];
+    snprintf(over, sizeof over, "%zu", pin_min + 1000);
+    jet_flag_set("urma_zerocopy_min_size", over);
     for (int i = 0; i < 10; i++)
-        JT_CHECK_EQ(jt_echo_bytes(ch, 4000, (uint64_t)i, "t"), 0);
+        JT_CHECK_EQ(jt_echo_bytes(ch, pin_min + 100, (uint64_t)i, "t"), 0);
     jet_urma_loop_stats_t d = totals();
     JT_CHECK_EQ(d.c.recv_copied - c.c.recv_copied, 20);
     JT_CHECK_EQ(d.c.recv_zerocopy - c.c.recv_zerocopy, 0);
