@@ -70,7 +70,8 @@ bool jet__runq_has_room(int64_t now_us)
         atomic_store_explicit(&runq_ncores, cores, memory_order_relaxed);
     }
     bool over = runnable >= 0 && cores > 0 && runnable > cores;
-    int n = over ? atomic_load_explicit(&runq_over, memory_order_relaxed) + 1 : 0;
+    int n = over ? atomic_load_explicit(&runq_over, memory_order_relaxed) : -1;
+    if (n < RUNQ_OVER_READINGS) n++; /* saturates: an excess of weeks must not wrap */
     atomic_store_explicit(&runq_over, n, memory_order_relaxed);
     bool room = n < RUNQ_OVER_READINGS;
     atomic_store_explicit(&runq_runnable, runnable, memory_order_relaxed);

@@ -21,8 +21,13 @@ const char *jet_strerror(int code)
     case JET__EHELLO_REFUSED:
         return "The peer closed the connection on the transport's hello";
     default:
-        return strerror(code);
+        break;
     }
+    /* glibc's texts of errno values are static; an unknown code would get
+     * its per-thread "Unknown error N" buffer, which the next call
+     * overwrites (two in one log line would print the same text). */
+    if (code > 0 && code < 4096 && strerrorname_np(code) != NULL) return strerror(code);
+    return "Unknown error code";
 }
 
 const char *jet_err_name(int code)

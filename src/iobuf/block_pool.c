@@ -26,9 +26,10 @@ JET_FLAG_DEFINE_INT32(iobuf_region_mb_64k, 64,
                       "Size in MiB of each memory region of 64 KiB iobuf blocks");
 JET_FLAG_DEFINE_INT32(iobuf_region_mb_2m, 128,
                       "Size in MiB of each memory region of 2 MiB iobuf blocks");
-JET_FLAG_DEFINE_INT32(iobuf_max_mb, 4096,
+#define BP_DEFAULT_MAX_MB 4096
+JET_FLAG_DEFINE_INT32(iobuf_max_mb, BP_DEFAULT_MAX_MB,
                       "Cap in MiB on the memory mapped for iobuf blocks; allocations fail past "
-                      "it (0: no cap)");
+                      "it (0: no cap; a negative value keeps the default)");
 
 #define BP_MAX_REGIONS 1024
 #define BP_TCACHE_MAX  64 /* 8 KiB blocks kept per thread */
@@ -165,6 +166,13 @@ static jet_region_t *bp_region_create(int cls, int *err_p)
     size_t bs = bp_class_size[cls];
     size_t len = bp_region_bytes(cls);
     int64_t max_mb = JET_FLAG(iobuf_max_mb);
+    if (max_mb < 0) {
+        /* Only 0 lifts the cap: a negative value (a typo, a size gone wrong)
+         * keeps the default one. */
+        JET_LOG_ONCE(JET_LOG_WARN, "iobuf_max_mb=%lld is negative: the cap stays %d MiB",
+                     (long long)max_mb, BP_DEFAULT_MAX_MB);
+        max_mb = BP_DEFAULT_MAX_MB;
+    }
     size_t cap = max_mb > 0 ? (size_t)max_mb * BP_MiB : SIZE_MAX;
     size_t room = cap > bp_bytes_mapped ? cap - bp_bytes_mapped : 0;
     if (room < bs) {

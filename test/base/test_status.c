@@ -62,6 +62,13 @@ static void test_zero_and_unknown(void)
         JT_CHECK(strlen(t) > 0);
         JT_CHECK(strstr(t, "nknown") != NULL);
     }
+    /* Static, as errors.h says: a later call does not rewrite an earlier
+     * text (two in one log line). */
+    const char *a = jet_strerror(5000);
+    char before[64];
+    snprintf(before, sizeof before, "%s", a);
+    (void)jet_strerror(5002);
+    JT_CHECK(STREQ(a, before));
 }
 
 /* Internal codes never reach a caller but do reach log lines: named. */
