@@ -1181,7 +1181,10 @@ static void ep_finish(jet_urma_ep_t *ep, bool reuse)
         jet__urma_unimport_later(jet__urma_loop_of(ul), left.tjetty, left.tseg);
         quiet = true;
     }
-    ep_release_all(ep);
+    /* A set that stays (its jetty could not be destroyed, nor flushed) may
+     * still read what its sends point to: those blocks are leaked with it,
+     * as its receive buffers are below. */
+    if (quiet) ep_release_all(ep);
     if (ep->srq_joined) {
         /* First: what it gives back beyond the loop's new target is freed. */
         jet__urma_loop_srq_leave(ul, ep->rq);
