@@ -824,6 +824,9 @@ struct sub_peer *softub__peer_get(int slot, uint32_t slot_gen)
     p->pidfd = -1;
     pthread_mutex_init(&p->lock, NULL);
     struct sub_peer *old = atomic_exchange(&g->peers[slot], p);
+    /* Our progress thread may sleep with no deadline: from now on it looks
+     * at its peers every 100 ms (their deaths, the event slots they left). */
+    softub__doorbell_ring(g->self);
     if (old != NULL && !old->self) {
         /* Its process is gone (the slot was reused): data-path threads may
          * still hold the pointer, so the struct is kept until leave. */
@@ -951,6 +954,7 @@ void softub__peer_mark_dead(struct sub_peer *p)
         atomic_store(&pr->state, SUB_PROC_FREE);
     }
     fab_dir_unlock(d);
+    atomic_fetch_add(&softub__g.peers_died, 1);
 }
 
 /* Writes one to an eventfd owned by p: directly when it is ours, through a
@@ -1026,6 +1030,17 @@ void softub__peers_check(uint64_t now)
         if (!softub__pid_alive(p->pid, p->start_time))
             softub__peer_mark_dead(p);
     }
+}
+
+int softub__pid_gone(uint32_t pid)
+{
+    struct sub_global *g = &softub__g;
+    for (int i = 0; i < SUB_MAX_PROCS; i++) {
+        struct sub_peer *p = atomic_load(&g->peers[i]);
+        if (p != NULL && !p->self && (uint32_t)p->pid == pid)
+            return atomic_load(&p->dead) || !softub__pid_alive(p->pid, p->start_time);
+    }
+    return !softub__pid_alive((pid_t)pid, 0);
 }
 
 /* Tears down a dead peer's mappings once no data-path operation is inside

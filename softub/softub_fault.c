@@ -31,9 +31,8 @@
  *                          after its CR, before it frees the receive queue's
  *                          slot; + 2, right after it claims that slot; + 3,
  *                          right after it claims its CR's slot; + 4, after
- *                          its claim record and the WR's mark, before the
- *                          CR; + 5, holding a claimed JFCE event slot
- *                          (SUB_DIE_*) (0: off).
+ *                          the WR's mark, before the CR; + 5, holding a
+ *                          claimed JFCE event slot (SUB_DIE_*) (0: off).
  * SOFTUB_STOP_ON_TAKE_IMM  the same points, but the sender stops itself
  *                          (SIGSTOP) and goes on once continued (0: off).
  * SOFTUB_JFC_FAIL          the first this many create_jfc calls of the

@@ -76,7 +76,9 @@
 #define SUB_DIR_MAGIC    0x534f465455424452ull /* "SOFTUBDR" */
 #define SUB_DIR_VERSION  1u
 #define SUB_REGION_MAGIC 0x534f465455425247ull /* "SOFTUBRG" */
-#define SUB_REGION_VERSION 3u /* 3: 256-byte CR slots (192-byte inline SENDs) */
+/* 3: 256-byte CR slots (192-byte inline SENDs); 4: claim records after the
+ * slots of JFC and JFCE rings (processes of two layouts must not meet). */
+#define SUB_REGION_VERSION 4u
 
 enum { SUB_PROC_FREE = 0, SUB_PROC_ALIVE = 1 };
 enum { SUB_ID_FREE = 0, SUB_ID_USED = 1 };
@@ -366,22 +368,25 @@ static inline int softub__fault_take(_Atomic uint32_t *n)
     return left > 0;
 }
 void softub__fault_load(void);
-/* SOFTUB_DIE_ON_TAKE_IMM steps inside a receive CR's push (softub_jfc.c):
- * the step the immediate of the SEND_IMM this thread is completing names
- * (-1: none), set by the sender around the push. */
+/* SOFTUB_DIE_ON_TAKE_IMM / SOFTUB_STOP_ON_TAKE_IMM steps inside a receive
+ * CR's push (softub_jfc.c): the step the immediate of the SEND_IMM this
+ * thread is completing names (-1: none), and whether it dies or stops
+ * there, set by the sender around the push. */
 enum {
-    SUB_DIE_CR_CLAIMED = 3,    /* its CR slot claimed, before its claim record */
-    SUB_DIE_CR_MARKED = 4,     /* claim recorded, WR marked, before the CR is written */
-    SUB_DIE_EVENT_CLAIMED = 5, /* its JFCE event slot claimed and recorded, not written */
+    SUB_DIE_CR_CLAIMED = 3,    /* its CR slot claimed (and recorded), WR not yet marked */
+    SUB_DIE_CR_MARKED = 4,     /* WR marked, before the CR is written */
+    SUB_DIE_EVENT_CLAIMED = 5, /* its JFCE event slot claimed (and recorded), not written */
 };
-extern __thread int softub__die_step;
-void softub__fault_die(void); /* SIGKILL, now */
-/* Kills this process when softub__die_step is `step` (a global's load when
- * the knob is off). */
-static inline void softub__fault_die_at(int step)
+extern __thread int softub__fault_step;
+extern __thread int softub__fault_stops;
+void softub__fault_hit(void); /* SIGKILL now, or SIGSTOP and go on once continued */
+/* The fault of this thread's SEND_IMM when it is at `step` (a global's load
+ * when both knobs are off). */
+static inline void softub__fault_at(int step)
 {
-    if (softub__fault.die_on_take_imm != 0 && softub__die_step == step)
-        softub__fault_die();
+    if ((softub__fault.die_on_take_imm != 0 || softub__fault.stop_on_take_imm != 0) &&
+        softub__fault_step == step)
+        softub__fault_hit();
 }
 /* Sleeps us microseconds (0: returns at once): the injected delays, each
  * noted with the calling thread's name and `what` in SOFTUB_SLOW_TRACE. */
@@ -479,14 +484,13 @@ struct sub_ctx {
  * jfc_hole_lost). */
 struct sub_hole {
     uint64_t pos1;     /* the hole's position + 1 (0: none seen) */
-    uint64_t since_ns; /* when it was first seen */
     uint64_t asked_ns; /* when its claimant's process was last asked after */
 };
 
-/* A slot claimed without a record stays claimed this long before its
- * claimant is taken to have been killed between its claim and its record
- * (a few instructions: a live process is not preempted there that long in
- * practice). Receive rings (softub_post.c) and completion rings. */
+/* A receive-ring slot claimed without a taker marked stays so this long
+ * before its taker is taken to have been killed between its claim and its
+ * mark (a few instructions: a live process is not preempted there that
+ * long in practice; softub_post.c). */
 #define SUB_CLAIM_LOST_NS 1000000000ull
 
 struct sub_jfce {
@@ -648,6 +652,9 @@ struct sub_global {
     uint32_t *seg_free; /* stack of free segment indexes */
     uint32_t nseg_free;
     struct sub_peer *_Atomic peers[SUB_MAX_PROCS];
+    /* Peers found dead so far: the progress thread looks at its event
+     * queues after each (softub__jfce_holes_check). */
+    _Atomic uint32_t peers_died;
     struct sub_peer *self;
     struct sub_obj *_Atomic *objs; /* SUB_MAX_QIDS entries, by queue id */
     int nctx;
@@ -800,6 +807,15 @@ void softub__rq_polled(struct sub_cqe *c, const uint8_t *inl);
  * sender marked as completed through that CR, is marked as merely taken,
  * so that the owner's post reaching its slot serves it again. */
 void softub__rq_cr_lost(uint64_t note, uint32_t pid);
+/* JFCE event slots claimed by producers that died before writing them are
+ * written for them (softub_jfc.c): by the progress thread, every 100 ms
+ * while peers or such slots are there, for a consumer that waits for
+ * exactly that event. 1 while a slot is left claimed (its claimant lives,
+ * or its queue was busy). */
+int softub__jfce_holes_check(void);
+/* True when the process `pid` (a peer's, recorded in shared memory) is gone:
+ * a peer of the fabric by its recorded start time, else by its pid alone. */
+int softub__pid_gone(uint32_t pid);
 static inline struct sub_rshadow *softub__rq_shadow(struct sub_jfr *jfr, uint64_t pos)
 {
     return (struct sub_rshadow *)(jfr->shadow + (pos & jfr->ring->mask) * (uint64_t)jfr->sh_stride);

@@ -14,8 +14,11 @@
  *
  * Both rings keep claim records (softub_ring.h): a producer in another
  * process killed between its claim of a slot and its commit leaves a hole
- * that would hide every later CR or event for good; the consumer passes it
- * once that process is gone (jfc_hole_lost). */
+ * that would hide every later CR or event for good. Once the recorded
+ * process is gone (jfc_hole_lost), the JFC's poll passes the CR slot, and
+ * an event slot is written for it (jfc_evt_complete): the dead producer had
+ * disarmed the JFC, so its event may be the only one its consumer will
+ * ever wait for. */
 #include <errno.h>
 #include <poll.h>
 #include <sched.h>
@@ -73,13 +76,16 @@ static void jfc_fire(struct sub_peer *p, struct sub_sjfc *sj)
     if (er == NULL)
         return;
     uint64_t pos;
-    struct sub_evt *ev = sub_ring_enq_begin(er, &pos);
+    /* The record names the JFC (its id and the low half of its uid): a
+     * consumer that finds the slot never written writes it from there. */
+    uint64_t note = (uint64_t)(uint32_t)sj->uid << 32 | sj->h.id;
+    struct sub_evt *ev =
+        sub_ring_enq_begin_noted(er, &pos, (uint32_t)softub__g.self->pid, note);
     if (ev == NULL) {
         SUB_WARN("JFCE event queue full: event of JFC %u dropped\n", sj->h.id);
         return;
     }
-    sub_ring_claim_note(er, pos, (uint32_t)softub__g.self->pid, 0);
-    softub__fault_die_at(SUB_DIE_EVENT_CLAIMED);
+    softub__fault_at(SUB_DIE_EVENT_CLAIMED);
     ev->jfc_user = sj->user_ptr;
     ev->jfc_uid = sj->uid;
     ev->jfc_id = sj->h.id;
@@ -114,7 +120,8 @@ int softub__cq_claim(struct sub_peer *p, struct sub_sjfc *sj, uint64_t note,
     struct sub_ring *r = jfc_ring(p, sj->ring_off);
     if (r == NULL || r->esize != SUB_CQE_SLOT)
         return -1;
-    struct sub_cqe *slot = sub_cring_enq_begin(r, &c->pos);
+    struct sub_cqe *slot =
+        sub_cring_enq_begin_noted(r, &c->pos, (uint32_t)softub__g.self->pid, note);
     if (slot == NULL) {
         if (!atomic_exchange(&sj->overflow, 1)) {
             SUB_WARN("JFC %u overflowed: CR dropped, URMA_EVENT_JFC_ERR raised\n", sj->h.id);
@@ -123,8 +130,7 @@ int softub__cq_claim(struct sub_peer *p, struct sub_sjfc *sj, uint64_t note,
         }
         return -1;
     }
-    softub__fault_die_at(SUB_DIE_CR_CLAIMED);
-    sub_ring_claim_note(r, c->pos, (uint32_t)softub__g.self->pid, note);
+    softub__fault_at(SUB_DIE_CR_CLAIMED);
     c->p = p;
     c->sj = sj;
     c->r = r;
@@ -153,33 +159,30 @@ int softub__cq_push(struct sub_peer *p, struct sub_sjfc *sj, const struct sub_cq
     return 0;
 }
 
-/* A ring's hole (sub_ring_tail_hole) at `pos`, seen again by its consumer
+/* A ring's hole (sub_ring_tail_hole) at `pos`, seen by its consumer
  * (serialised; h: its look at the last one): true when the claimant is gone
- * and will never write the slot. Its claim record names it: its process is
- * asked after, at most every SUB_HOLE_ASK_NS (a stopped process keeps its
- * hole until it goes on). With no record (killed between its claim and its
- * note, a few instructions), once the hole has stayed SUB_CLAIM_LOST_NS.
- * *pid, *note: the record's (0 without one). A hole seen for the first time
- * is only remembered: a live producer is usually writing it. */
+ * and will never write the slot. Its claim record names it; its process is
+ * asked after at most every SUB_HOLE_ASK_NS. A live one, even stopped for
+ * good, keeps its hole: it will write it when it goes on. *pid, *note: the
+ * record's. Unless at_once (a look made rarely), a hole seen for the first
+ * time is only remembered: a live producer is usually writing it, and the
+ * question costs system calls. */
 #define SUB_HOLE_ASK_NS 10000000ull
-static int jfc_hole_lost(struct sub_ring *r, uint64_t pos, struct sub_hole *h, uint32_t *pid,
-                         uint64_t *note)
+static int jfc_hole_lost(struct sub_ring *r, uint64_t pos, struct sub_hole *h, bool at_once,
+                         uint32_t *pid, uint64_t *note)
 {
     uint64_t now = softub__now_ns();
-    *pid = 0;
-    *note = 0;
     if (h->pos1 != pos + 1) {
         h->pos1 = pos + 1;
-        h->since_ns = now;
         h->asked_ns = 0;
-        return 0;
+        if (!at_once)
+            return 0;
     }
-    if (!sub_ring_claim_read(r, pos, pid, note))
-        return now - h->since_ns >= SUB_CLAIM_LOST_NS;
-    if (*pid == (uint32_t)softub__g.self->pid || now - h->asked_ns < SUB_HOLE_ASK_NS)
+    if (!sub_ring_claim_read(r, pos, pid, note) || *pid == (uint32_t)softub__g.self->pid ||
+        now - h->asked_ns < SUB_HOLE_ASK_NS)
         return 0;
     h->asked_ns = now;
-    return !softub__pid_alive((pid_t)*pid, 0);
+    return softub__pid_gone(*pid);
 }
 
 /* Passes a CR slot at the consumer index left by a producer that died
@@ -198,18 +201,13 @@ static void jfc_hole_check(struct sub_jfc *j, int by_head)
     uint64_t note;
     uint64_t again;
     if (sub_ring_tail_hole(j->ring, 1, &again) && again == pos &&
-        jfc_hole_lost(j->ring, pos, &j->hole, &pid, &note)) {
+        jfc_hole_lost(j->ring, pos, &j->hole, false, &pid, &note)) {
         if (note != 0)
             softub__rq_cr_lost(note, pid);
         sub_ring_pass_hole(j->ring, pos, 1);
         j->hole.pos1 = 0;
-        if (pid != 0)
-            SUB_WARN("JFC %u: a CR slot claimed by process %u, dead, is passed\n",
-                     j->base.jfc_id.id, pid);
-        else
-            SUB_WARN("JFC %u: a CR slot claimed a second ago by a process killed at its claim "
-                     "is passed\n",
-                     j->base.jfc_id.id);
+        SUB_WARN("JFC %u: a CR slot claimed by process %u, dead, is passed\n",
+                 j->base.jfc_id.id, pid);
     }
     if (locked)
         pthread_mutex_unlock(&j->poll_lock);
@@ -574,9 +572,41 @@ SUB_API urma_status_t urma_rearm_jfc(urma_jfc_t *jfc, bool solicited_only)
     return URMA_SUCCESS;
 }
 
+/* Under take_lock: when the event slot at the consumer index was claimed
+ * by a process that died before writing it, writes it for that process
+ * from the claim record (the JFC it named, if it is still the same) and
+ * counts it on the eventfd, as the producer would have. 1 when it did. */
+static int jfc_evt_complete(struct sub_jfce *ce, bool at_once)
+{
+    struct sub_ring *r = ce->ring;
+    uint64_t pos, note;
+    uint32_t pid;
+    if (!sub_ring_tail_hole(r, 1, &pos) ||
+        !jfc_hole_lost(r, pos, &ce->hole, at_once, &pid, &note))
+        return 0;
+    struct sub_evt *ev = (struct sub_evt *)((uint8_t *)sub_ring_seq(r, pos) + 8);
+    uint32_t id = (uint32_t)note;
+    struct sub_obj *o = id < SUB_MAX_QIDS
+                            ? atomic_load_explicit(&softub__g.objs[id], memory_order_acquire)
+                            : NULL;
+    memset(ev, 0, sizeof(*ev)); /* no JFC: urma_wait_jfc drops it */
+    if (o != NULL && o->kind == SUB_T_JFC && (uint32_t)o->uid == (uint32_t)(note >> 32)) {
+        ev->jfc_user = o->user_ptr;
+        ev->jfc_uid = o->uid;
+        ev->jfc_id = id;
+    }
+    sub_ring_enq_commit(r, pos);
+    uint64_t one = 1;
+    (void)!write(ce->base.fd, &one, sizeof(one));
+    ce->hole.pos1 = 0;
+    SUB_WARN("JFCE: the event of JFC %u claimed by process %u, dead, is written for it\n", id,
+             pid);
+    return 1;
+}
+
 /* Takes the next event; its slot may be claimed but not yet published by a
  * racing producer, which is then only a few instructions away, or by one
- * that died there (passed once known dead). Under take_lock. */
+ * that died there (written for it once known dead). Under take_lock. */
 static struct sub_evt *jfc_evt_take(struct sub_jfce *ce, struct sub_evt *out)
 {
     struct sub_ring *r = ce->ring;
@@ -590,20 +620,32 @@ static struct sub_evt *jfc_evt_take(struct sub_jfce *ce, struct sub_evt *out)
         }
         if (!sub_ring_tail_pending(r))
             return NULL;
-        uint32_t pid;
-        uint64_t note;
-        if ((spins & 63) == 63 && sub_ring_tail_hole(r, 1, &pos) &&
-            jfc_hole_lost(r, pos, &ce->hole, &pid, &note)) {
-            sub_ring_pass_hole(r, pos, 0);
-            ce->hole.pos1 = 0;
-            SUB_WARN("JFCE: an event slot claimed by process %u, dead or killed at its claim, "
-                     "is passed\n",
-                     pid);
+        if ((spins & 63) == 63 && jfc_evt_complete(ce, false))
             continue;
-        }
         sched_yield();
     }
     return NULL;
+}
+
+int softub__jfce_holes_check(void)
+{
+    struct sub_global *g = &softub__g;
+    int left = 0;
+    pthread_mutex_lock(&g->lock);
+    for (struct sub_jfce *j = g->jfces; j != NULL; j = j->next) {
+        uint64_t pos;
+        if (!sub_ring_tail_hole(j->ring, 1, &pos))
+            continue;
+        if (pthread_mutex_trylock(&j->take_lock) != 0) {
+            left = 1;
+            continue;
+        }
+        if (!jfc_evt_complete(j, true))
+            left = 1;
+        pthread_mutex_unlock(&j->take_lock);
+    }
+    pthread_mutex_unlock(&g->lock);
+    return left;
 }
 
 SUB_API int urma_wait_jfc(urma_jfce_t *jfce, uint32_t jfc_cnt, int time_out, urma_jfc_t *jfc[])

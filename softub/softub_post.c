@@ -262,23 +262,37 @@ static void post_take_fault(const struct sub_wr *w, uint64_t step)
         pause();
 }
 
-__thread int softub__die_step = -1;
+__thread int softub__fault_step = -1;
+__thread int softub__fault_stops;
 
-void softub__fault_die(void)
+void softub__fault_hit(void)
 {
+    if (softub__fault_stops) {
+        kill(getpid(), SIGSTOP);
+        return;
+    }
     kill(getpid(), SIGKILL);
     for (;;)
         pause();
 }
 
-/* The SOFTUB_DIE_ON_TAKE_IMM step inside the CR push that w names, or -1. */
-static int post_die_step(const struct sub_wr *w)
+/* The step inside the CR push that w's immediate names for a knob whose
+ * value is base, or -1. */
+static int post_push_step(const struct sub_wr *w, uint64_t base)
 {
-    uint64_t base = softub__fault.die_on_take_imm;
     if (base == 0 || w->opcode != URMA_OPC_SEND_IMM || w->imm < base + SUB_DIE_CR_CLAIMED ||
         w->imm > base + SUB_DIE_EVENT_CLAIMED)
         return -1;
     return (int)(w->imm - base);
+}
+
+/* Sets this thread's fault step for w's push (SOFTUB_DIE_ON_TAKE_IMM first). */
+static void post_push_fault(const struct sub_wr *w)
+{
+    int die = post_push_step(w, softub__fault.die_on_take_imm);
+    int stop = post_push_step(w, softub__fault.stop_on_take_imm);
+    softub__fault_step = die >= 0 ? die : stop;
+    softub__fault_stops = die < 0 && stop >= 0;
 }
 
 /* The receive side of a target jetty/JFR; called inside peer_enter. */
@@ -426,13 +440,14 @@ static void post_recv_cr(struct sub_sq *sq, struct sub_wr *w, struct sub_target 
     e.rq_pos = (uint32_t)t->rq_pos;
     if (inl != NULL)
         e.flag |= SUB_CQE_F_INLINE;
-    /* The CR slot is claimed and its claim record names this process and the
-     * WR before the WR is marked: a receiver that finds the slot never
+    /* The CR slot is claimed, its claim record naming this process and the
+     * WR, before the WR is marked: a receiver that finds the slot never
      * written (this process died before the CR) undoes the mark through the
      * record (softub__rq_cr_lost), and a WR not marked yet serves again
      * anyway (post_rq_recover). */
-    if (softub__fault.die_on_take_imm != 0)
-        softub__die_step = post_die_step(w);
+    int faults = softub__fault.die_on_take_imm != 0 || softub__fault.stop_on_take_imm != 0;
+    if (faults)
+        post_push_fault(w);
     struct sub_cq_claim c;
     uint64_t note = (uint64_t)(t->jfr->h.id & 0xffffu) << 32 | (uint32_t)t->rq_pos;
     int claimed = softub__cq_claim(t->p, t->jfc, note, &c) == 0;
@@ -441,11 +456,11 @@ static void post_recv_cr(struct sub_sq *sq, struct sub_wr *w, struct sub_target 
     __atomic_store_n(&t->rq_q->taker, (uint32_t)softub__g.self->pid | SUB_TAKER_CR,
                      __ATOMIC_RELEASE);
     if (claimed) {
-        softub__fault_die_at(SUB_DIE_CR_MARKED);
+        softub__fault_at(SUB_DIE_CR_MARKED);
         softub__cq_publish(&c, &e, inl);
     }
-    if (softub__fault.die_on_take_imm != 0)
-        softub__die_step = -1;
+    if (faults)
+        softub__fault_step = -1;
     post_take_fault(w, 1); /* after the CR, before the release */
     post_release_rqe(t);
 }
@@ -1848,6 +1863,8 @@ static void *prog_main(void *arg)
     struct sub_region_hdr *rh = (struct sub_region_hdr *)g->region;
     uint64_t last_check = 0;
     uint32_t last_bell = UINT32_MAX;
+    int holes = 0; /* an event slot left claimed at the last look */
+    uint32_t last_died = 0;
     /* Held for the thread's life: peers read the owner's death in it. */
     if (pthread_mutex_lock(&rh->alive) == EOWNERDEAD)
         pthread_mutex_consistent(&rh->alive);
@@ -1863,9 +1880,12 @@ static void *prog_main(void *arg)
         pthread_mutex_lock(&g->prog.mu);
         next = prog_pass_locked(now);
         pthread_mutex_unlock(&g->prog.mu);
-        if (prog_have_peers()) {
-            if (now - last_check >= 100000000ull) {
+        uint32_t died = atomic_load(&g->peers_died);
+        if (prog_have_peers() || holes || died != last_died) {
+            if (now - last_check >= 100000000ull || died != last_died) {
                 softub__peers_check(now);
+                last_died = atomic_load(&g->peers_died);
+                holes = softub__jfce_holes_check();
                 last_check = now;
             }
             uint64_t c = last_check + 100000000ull;

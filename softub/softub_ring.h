@@ -132,14 +132,68 @@ static inline void sub_ring_deq_commit(struct sub_ring *r, uint64_t pos)
     atomic_store_explicit(sub_ring_seq(r, pos), pos + r->cap, memory_order_release);
 }
 
+/* Claim records: a ring made with sub_ring_init_claims keeps one per slot,
+ * after the slots. A producer that may die between its claim and its commit
+ * (another process, killed) claims with sub_ring_enq_begin_noted or
+ * sub_cring_enq_begin_noted, which write who it is into the record of the
+ * position it is about to claim, before the claim, and again after it (a
+ * producer that lost the race for that position may have written it in
+ * between). A consumer stuck at the hole a producer left asks whether the
+ * process the record names still lives, and passes or completes the slot
+ * when it does not (sub_ring_tail_hole, sub_ring_pass_hole); a live one,
+ * even stopped for good, is waited for. `tag` holds the low 32 bits of the
+ * position, stored after pid and note (release): a record whose tag names
+ * the hole's position is its claimant's, or (a race lost a lap late) a
+ * live or dead rival's, never stale. A hole whose record names another
+ * position is never passed. */
+struct sub_ring_claim {
+    _Atomic uint32_t tag;
+    uint32_t pid;  /* __atomic builtins */
+    uint64_t note; /* the claimant's: what the consumer must undo for it */
+};
+
+static inline uint64_t sub_ring_bytes_claims(uint32_t cap, uint32_t esize)
+{
+    return sub_ring_bytes(cap, esize) + (uint64_t)cap * sizeof(struct sub_ring_claim);
+}
+
+static inline struct sub_ring_claim *sub_ring_claim_at(struct sub_ring *r, uint64_t pos)
+{
+    struct sub_ring_claim *c =
+        (struct sub_ring_claim *)((uint8_t *)(r + 1) + (uint64_t)r->cap * r->esize);
+    return c + (pos & r->mask);
+}
+
+static inline void sub_ring_init_claims(struct sub_ring *r, uint32_t cap, uint32_t esize)
+{
+    sub_ring_init(r, cap, esize);
+    for (uint64_t i = 0; i < cap; i++) {
+        struct sub_ring_claim *c = sub_ring_claim_at(r, i);
+        atomic_init(&c->tag, (uint32_t)(i - cap)); /* a lap before any claim */
+        c->pid = 0;
+        c->note = 0;
+    }
+}
+
+static inline void sub_ring_claim_note(struct sub_ring *r, uint64_t pos, uint32_t pid,
+                                       uint64_t note)
+{
+    struct sub_ring_claim *c = sub_ring_claim_at(r, pos);
+    __atomic_store_n(&c->pid, pid, __ATOMIC_RELAXED);
+    __atomic_store_n(&c->note, note, __ATOMIC_RELAXED);
+    atomic_store_explicit(&c->tag, (uint32_t)pos, memory_order_release);
+}
+
 /* Single-consumer variant (completion rings: one consumer at a time, under
  * the owner's lock). Producers claim and publish exactly as above; the
  * consumer never writes a slot, it publishes its progress in `tail` after it
  * has copied the slot out. A slot line therefore moves once per message,
  * producer to consumer, as in a plain shared-memory ping-pong; producers learn
  * that slots are free from `tail_seen` and read `tail` about once a lap.
- * Initialised by sub_ring_init (slot i holds i, published as pos + 1). */
-static inline void *sub_cring_enq_begin(struct sub_ring *r, uint64_t *pos_out)
+ * Initialised by sub_ring_init_claims (slot i holds i, published as
+ * pos + 1); producers record their claims. */
+static inline void *sub_cring_enq_begin_noted(struct sub_ring *r, uint64_t *pos_out, uint32_t pid,
+                                              uint64_t note)
 {
     uint64_t pos = atomic_load_explicit(&r->head, memory_order_relaxed);
     for (;;) {
@@ -158,10 +212,14 @@ static inline void *sub_cring_enq_begin(struct sub_ring *r, uint64_t *pos_out)
                 continue;
             }
         }
-        /* seq_cst: the claim is the producer's half of the arm handshake of
-         * completion queues (softub_jfc.c, jfc_notify). */
+        /* Slot pos is free (its previous lap consumed): its record is ours
+         * to write. seq_cst: the claim is the producer's half of the arm
+         * handshake of completion queues (softub_jfc.c, jfc_notify), and
+         * releases the record to whoever sees the head moved. */
+        sub_ring_claim_note(r, pos, pid, note);
         if (atomic_compare_exchange_weak_explicit(&r->head, &pos, pos + 1, memory_order_seq_cst,
                                                   memory_order_relaxed)) {
+            sub_ring_claim_note(r, pos, pid, note);
             *pos_out = pos;
             return (uint8_t *)sub_ring_seq(r, pos) + 8;
         }
@@ -226,52 +284,31 @@ static inline int sub_ring_holds(struct sub_ring *r, uint64_t n)
     return (int64_t)(h - t) >= (int64_t)n;
 }
 
-/* Claim records: a ring made with sub_ring_init_claims keeps one per slot,
- * after the slots. A producer that may die between its claim and its commit
- * (another process, killed) writes who it is right after its claim
- * (sub_ring_claim_note), so that a consumer stuck at the hole it left can
- * ask whether that process still lives and pass the slot when it does not
- * (sub_ring_tail_hole, sub_ring_pass_hole). `tag` holds the low 32 bits of
- * the position noted last, stored after pid and note (release): a record
- * whose tag names the hole's position is that claimant's. A claimant killed
- * before its note leaves the previous lap's record, which names another
- * position: its consumer can only go by how long the hole has stayed. */
-struct sub_ring_claim {
-    _Atomic uint32_t tag;
-    uint32_t pid;  /* __atomic builtins */
-    uint64_t note; /* the claimant's: what the consumer must undo for it */
-};
-
-static inline uint64_t sub_ring_bytes_claims(uint32_t cap, uint32_t esize)
+/* sub_ring_enq_begin with claim records: pid and note recorded for the
+ * claimed slot. */
+static inline void *sub_ring_enq_begin_noted(struct sub_ring *r, uint64_t *pos_out, uint32_t pid,
+                                             uint64_t note)
 {
-    return sub_ring_bytes(cap, esize) + (uint64_t)cap * sizeof(struct sub_ring_claim);
-}
-
-static inline struct sub_ring_claim *sub_ring_claim_at(struct sub_ring *r, uint64_t pos)
-{
-    struct sub_ring_claim *c =
-        (struct sub_ring_claim *)((uint8_t *)(r + 1) + (uint64_t)r->cap * r->esize);
-    return c + (pos & r->mask);
-}
-
-static inline void sub_ring_init_claims(struct sub_ring *r, uint32_t cap, uint32_t esize)
-{
-    sub_ring_init(r, cap, esize);
-    for (uint64_t i = 0; i < cap; i++) {
-        struct sub_ring_claim *c = sub_ring_claim_at(r, i);
-        atomic_init(&c->tag, (uint32_t)(i - cap)); /* a lap before any claim */
-        c->pid = 0;
-        c->note = 0;
+    uint64_t pos = atomic_load_explicit(&r->head, memory_order_relaxed);
+    for (;;) {
+        _Atomic uint64_t *seq = sub_ring_seq(r, pos);
+        uint64_t s = atomic_load_explicit(seq, memory_order_acquire);
+        int64_t dif = (int64_t)(s - pos);
+        if (dif == 0) {
+            sub_ring_claim_note(r, pos, pid, note);
+            if (atomic_compare_exchange_weak_explicit(&r->head, &pos, pos + 1,
+                                                      memory_order_seq_cst,
+                                                      memory_order_relaxed)) {
+                sub_ring_claim_note(r, pos, pid, note);
+                *pos_out = pos;
+                return (uint8_t *)seq + 8;
+            }
+        } else if (dif < 0) {
+            return NULL; /* full */
+        } else {
+            pos = atomic_load_explicit(&r->head, memory_order_relaxed);
+        }
     }
-}
-
-static inline void sub_ring_claim_note(struct sub_ring *r, uint64_t pos, uint32_t pid,
-                                       uint64_t note)
-{
-    struct sub_ring_claim *c = sub_ring_claim_at(r, pos);
-    __atomic_store_n(&c->pid, pid, __ATOMIC_RELAXED);
-    __atomic_store_n(&c->note, note, __ATOMIC_RELAXED);
-    atomic_store_explicit(&c->tag, (uint32_t)pos, memory_order_release);
 }
 
 /* The claim record of slot `pos` when its claimant wrote one: 1 with its
