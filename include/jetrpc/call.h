@@ -55,7 +55,9 @@ const char *jet_call_remote_side(const jet_call_t *call);
 
 /* --- outcome --- */
 bool jet_call_failed(const jet_call_t *call);
-/* 0 on success; else a brpc code (1001...) or a system errno value (positive). */
+/* 0 on success; else a brpc code (1001...) or a system errno value (positive).
+ * A server's negative error_code (brpc's client passes it on as is) is
+ * reported as ERESPONSE, with that code and the server's text in the text. */
 int jet_call_error_code(const jet_call_t *call);
 const char *jet_call_error_text(const jet_call_t *call);
 /* Client: the decoded response (owned by the call; NULL when failed). */
