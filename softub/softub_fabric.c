@@ -825,7 +825,7 @@ struct sub_peer *softub__peer_get(int slot, uint32_t slot_gen)
     pthread_mutex_init(&p->lock, NULL);
     struct sub_peer *old = atomic_exchange(&g->peers[slot], p);
     /* Our progress thread may sleep with no deadline: from now on it looks
-     * at its peers every 100 ms (their deaths, the event slots they left). */
+     * at its peers once a second (their deaths, the event slots they left). */
     softub__doorbell_ring(g->self);
     if (old != NULL && !old->self) {
         /* Its process is gone (the slot was reused): data-path threads may
@@ -1027,7 +1027,9 @@ void softub__peers_check(uint64_t now)
         struct sub_peer *p = atomic_load(&g->peers[i]);
         if (p == NULL || p->self || atomic_load(&p->dead))
             continue;
-        if (!softub__pid_alive(p->pid, p->start_time))
+        /* The word first: a load, where the kernel's answer costs system
+         * calls; the kernel for a process that died before its word said so. */
+        if (fab_owner_died(p) || !softub__pid_alive(p->pid, p->start_time))
             softub__peer_mark_dead(p);
     }
 }

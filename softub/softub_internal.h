@@ -140,7 +140,7 @@ struct sub_region_hdr {
     /* A process-shared robust mutex held by the owner's progress thread while
      * it runs. When the owner dies the kernel sets FUTEX_OWNER_DIED in its
      * futex word (glibc's __data.__lock), so peers see the death with one load
-     * before every WR (softub__peer_enter), not only at the 100 ms liveness
+     * before every WR (softub__peer_enter), not only at the once-a-second liveness
      * check. Its own line: the doorbell's writes do not evict it. */
     _Alignas(64) pthread_mutex_t alive;
 };
@@ -808,7 +808,7 @@ void softub__rq_polled(struct sub_cqe *c, const uint8_t *inl);
  * so that the owner's post reaching its slot serves it again. */
 void softub__rq_cr_lost(uint64_t note, uint32_t pid);
 /* JFCE event slots claimed by producers that died before writing them are
- * written for them (softub_jfc.c): by the progress thread, every 100 ms
+ * written for them (softub_jfc.c): by the progress thread, once a second
  * while peers or such slots are there, for a consumer that waits for
  * exactly that event. 1 while a slot is left claimed (its claimant lives,
  * or its queue was busy). */

@@ -11,7 +11,7 @@
  * is copied into the send queue's pending list, and every later WR of that
  * queue waits behind it. The per-process progress thread retries the head
  * after the target JFR's min_rnr_timer, at most rnr_retry times (7 =
- * forever), checks every 100 ms that the processes it talks to are alive,
+ * forever), checks once a second that the processes it talks to are alive,
  * and turns WRs to dead peers into error CRs.
  *
  * Every check a target would make is made before the first byte moves
@@ -1856,6 +1856,13 @@ void softub__prog_assist(void)
     pthread_mutex_unlock(&pg->mu);
 }
 
+/* The progress thread's look at its peers: their deaths (a load each; the
+ * kernel asked once a second), the mappings of dead ones, the event slots
+ * they left. Once a second: a process whose connections are idle wakes
+ * once a second for it (a dead peer's WRs fail at once anyway, on the
+ * word its death sets). */
+#define SUB_PEER_LOOK_NS 1000000000ull
+
 static void *prog_main(void *arg)
 {
     struct prog_handle *h = arg;
@@ -1882,13 +1889,13 @@ static void *prog_main(void *arg)
         pthread_mutex_unlock(&g->prog.mu);
         uint32_t died = atomic_load(&g->peers_died);
         if (prog_have_peers() || holes || died != last_died) {
-            if (now - last_check >= 100000000ull || died != last_died) {
+            if (now - last_check >= SUB_PEER_LOOK_NS || died != last_died) {
                 softub__peers_check(now);
                 last_died = atomic_load(&g->peers_died);
                 holes = softub__jfce_holes_check();
                 last_check = now;
             }
-            uint64_t c = last_check + 100000000ull;
+            uint64_t c = last_check + SUB_PEER_LOOK_NS;
             next = c < next ? c : next;
         }
         softub__peers_release_dead();

@@ -560,7 +560,7 @@ static void peer_killed(void)
 }
 
 /* A SEND small enough to travel in the completion record, posted as soon as
- * the peer is known dead (well within the 100 ms liveness check): an error
+ * the peer is known dead (well within the liveness check, once a second): an error
  * CR, not a success for a message nobody will ever read. */
 static void small_send_right_after_death(void)
 {
