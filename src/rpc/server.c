@@ -207,9 +207,15 @@ int jet_server_start(jet_server_t *srv, const char *addr_text)
         return rc;
     }
     srv->started = true;
-    if (srv->opts.idle_timeout_sec > 0 &&
-        pthread_create(&srv->idle_thread, NULL, srv_idle_main, srv) == 0)
-        srv->idle_thread_started = true;
+    if (srv->opts.idle_timeout_sec > 0) {
+        int err = pthread_create(&srv->idle_thread, NULL, srv_idle_main, srv);
+        if (err == 0)
+            srv->idle_thread_started = true;
+        else
+            JET_WARN("server on %s: no thread to close idle connections (%s): idle_timeout_sec=%d "
+                     "is not applied",
+                     addr_text, strerror(err), srv->opts.idle_timeout_sec);
+    }
     char bound[80];
     jet__addr_format(&addr, bound, sizeof bound);
     if (addr.u.sa.sa_family != AF_UNIX) {
