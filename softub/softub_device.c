@@ -133,6 +133,10 @@ uint64_t softub__now_ns(void)
     return (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
 }
 
+/* dev_stat could not read the file (out of descriptors, say): the process
+ * may well live, and must not be taken for dead. */
+#define DEV_STAT_UNKNOWN (UINT64_MAX - 1)
+
 /* Reads /proc/<pid>/stat: returns the start time (field 22), 0 when the
  * process does not exist, UINT64_MAX when it is a zombie; *state_out (when
  * given) gets its state letter (field 3), '?' when unknown. */
@@ -144,7 +148,7 @@ static uint64_t dev_stat(pid_t pid, char *state_out)
     snprintf(path, sizeof(path), "/proc/%d/stat", (int)pid);
     int fd = open(path, O_RDONLY | O_CLOEXEC);
     if (fd < 0)
-        return 0;
+        return errno == ENOENT || errno == ESRCH ? 0 : DEV_STAT_UNKNOWN;
     ssize_t n = read(fd, buf, sizeof(buf) - 1);
     close(fd);
     if (n <= 0)
@@ -185,7 +189,7 @@ int softub__pid_alive(pid_t pid, uint64_t start_time)
     uint64_t st = dev_stat(pid, NULL);
     if (st == 0 || st == UINT64_MAX)
         return 0;
-    return start_time == 0 || st == start_time;
+    return start_time == 0 || st == DEV_STAT_UNKNOWN || st == start_time;
 }
 
 int softub__pid_stopped(pid_t pid)

@@ -1036,11 +1036,14 @@ void softub__peers_check(uint64_t now)
 
 int softub__pid_gone(uint32_t pid)
 {
+    /* A live peer with that pid is asked by its start time (the entries of
+     * dead peers stay until their slot is reused, and the pid may have been
+     * given to a new peer since). */
     struct sub_global *g = &softub__g;
     for (int i = 0; i < SUB_MAX_PROCS; i++) {
         struct sub_peer *p = atomic_load(&g->peers[i]);
-        if (p != NULL && !p->self && (uint32_t)p->pid == pid)
-            return atomic_load(&p->dead) || !softub__pid_alive(p->pid, p->start_time);
+        if (p != NULL && !p->self && (uint32_t)p->pid == pid && !atomic_load(&p->dead))
+            return !softub__pid_alive(p->pid, p->start_time);
     }
     return !softub__pid_alive((pid_t)pid, 0);
 }

@@ -484,13 +484,15 @@ struct sub_ctx {
  * jfc_hole_lost). */
 struct sub_hole {
     uint64_t pos1;     /* the hole's position + 1 (0: none seen) */
+    uint64_t since_ns; /* when it was first seen */
     uint64_t asked_ns; /* when its claimant's process was last asked after */
 };
 
-/* A receive-ring slot claimed without a taker marked stays so this long
- * before its taker is taken to have been killed between its claim and its
- * mark (a few instructions: a live process is not preempted there that
- * long in practice; softub_post.c). */
+/* A slot claimed without its claimant's mark (a receive-ring slot with no
+ * taker, a ring slot whose claim record has no note) stays so this long
+ * before the claimant is taken to have been killed between its claim and
+ * its mark, or its record to be its own (a few instructions: a live process
+ * is not preempted there that long in practice). */
 #define SUB_CLAIM_LOST_NS 1000000000ull
 
 struct sub_jfce {

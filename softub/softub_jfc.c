@@ -163,10 +163,13 @@ int softub__cq_push(struct sub_peer *p, struct sub_sjfc *sj, const struct sub_cq
  * (serialised; h: its look at the last one): true when the claimant is gone
  * and will never write the slot. Its claim record names it; its process is
  * asked after at most every SUB_HOLE_ASK_NS. A live one, even stopped for
- * good, keeps its hole: it will write it when it goes on. *pid, *note: the
- * record's. Unless at_once (a look made rarely), a hole seen for the first
- * time is only remembered: a live producer is usually writing it, and the
- * question costs system calls. */
+ * good, keeps its hole: it will write it when it goes on. A record without
+ * its note may name, for a few instructions after the claim, a rival that
+ * lost it: such a record counts only once the hole has stayed
+ * SUB_CLAIM_LOST_NS. *pid, *note: the record's (note 0 without one).
+ * Unless at_once (a look made rarely), a hole seen for the first time is
+ * only remembered: a live producer is usually writing it, and the question
+ * costs system calls. */
 #define SUB_HOLE_ASK_NS 10000000ull
 static int jfc_hole_lost(struct sub_ring *r, uint64_t pos, struct sub_hole *h, bool at_once,
                          uint32_t *pid, uint64_t *note)
@@ -174,15 +177,25 @@ static int jfc_hole_lost(struct sub_ring *r, uint64_t pos, struct sub_hole *h, b
     uint64_t now = softub__now_ns();
     if (h->pos1 != pos + 1) {
         h->pos1 = pos + 1;
+        h->since_ns = now;
         h->asked_ns = 0;
         if (!at_once)
             return 0;
     }
-    if (!sub_ring_claim_read(r, pos, pid, note) || *pid == (uint32_t)softub__g.self->pid ||
-        now - h->asked_ns < SUB_HOLE_ASK_NS)
+    int rec = sub_ring_claim_read(r, pos, pid, note);
+    if (rec == 0 || *pid == (uint32_t)softub__g.self->pid || now - h->asked_ns < SUB_HOLE_ASK_NS ||
+        (rec == 1 && now - h->since_ns < SUB_CLAIM_LOST_NS))
         return 0;
     h->asked_ns = now;
     return softub__pid_gone(*pid);
+}
+
+/* The hole at pos is still there: asked after its claimant, which may have
+ * written it and exited meanwhile. */
+static int jfc_hole_still(struct sub_ring *r, uint64_t pos)
+{
+    uint64_t again;
+    return sub_ring_tail_hole(r, 1, &again) && again == pos;
 }
 
 /* Passes a CR slot at the consumer index left by a producer that died
@@ -199,9 +212,8 @@ static void jfc_hole_check(struct sub_jfc *j, int by_head)
         pthread_mutex_lock(&j->poll_lock);
     uint32_t pid;
     uint64_t note;
-    uint64_t again;
-    if (sub_ring_tail_hole(j->ring, 1, &again) && again == pos &&
-        jfc_hole_lost(j->ring, pos, &j->hole, false, &pid, &note)) {
+    if (jfc_hole_still(j->ring, pos) && jfc_hole_lost(j->ring, pos, &j->hole, false, &pid, &note) &&
+        jfc_hole_still(j->ring, pos)) {
         if (note != 0)
             softub__rq_cr_lost(note, pid);
         sub_ring_pass_hole(j->ring, pos, 1);
@@ -572,21 +584,38 @@ SUB_API urma_status_t urma_rearm_jfc(urma_jfc_t *jfc, bool solicited_only)
     return URMA_SUCCESS;
 }
 
+/* Fires every JFC of ce that is not armed, as its producer would have: the
+ * event of a dead producer that left no note (it had disarmed its JFC, and
+ * which one is not known). Spurious events are tolerated by waiters. */
+static void jfc_refire_all(struct sub_jfce *ce)
+{
+    for (uint32_t id = 0; id < SUB_MAX_QIDS; id++) {
+        struct sub_obj *o = atomic_load_explicit(&softub__g.objs[id], memory_order_acquire);
+        if (o == NULL || o->kind != SUB_T_JFC)
+            continue;
+        struct sub_jfc *j = (struct sub_jfc *)((char *)o - offsetof(struct sub_jfc, obj));
+        if (j->jfce == ce && atomic_load(&j->sh->armed) == SUB_ARM_NONE)
+            jfc_fire(softub__g.self, j->sh);
+    }
+}
+
 /* Under take_lock: when the event slot at the consumer index was claimed
  * by a process that died before writing it, writes it for that process
- * from the claim record (the JFC it named, if it is still the same) and
- * counts it on the eventfd, as the producer would have. 1 when it did. */
+ * from the claim record (the JFC it named, if it is still the same; with
+ * no note, an empty event that urma_wait_jfc drops, and a new event for
+ * each JFC of the queue that is not armed) and counts it on the eventfd,
+ * as the producer would have. 1 when it did. */
 static int jfc_evt_complete(struct sub_jfce *ce, bool at_once)
 {
     struct sub_ring *r = ce->ring;
     uint64_t pos, note;
     uint32_t pid;
     if (!sub_ring_tail_hole(r, 1, &pos) ||
-        !jfc_hole_lost(r, pos, &ce->hole, at_once, &pid, &note))
+        !jfc_hole_lost(r, pos, &ce->hole, at_once, &pid, &note) || !jfc_hole_still(r, pos))
         return 0;
     struct sub_evt *ev = (struct sub_evt *)((uint8_t *)sub_ring_seq(r, pos) + 8);
     uint32_t id = (uint32_t)note;
-    struct sub_obj *o = id < SUB_MAX_QIDS
+    struct sub_obj *o = note != 0 && id < SUB_MAX_QIDS
                             ? atomic_load_explicit(&softub__g.objs[id], memory_order_acquire)
                             : NULL;
     memset(ev, 0, sizeof(*ev)); /* no JFC: urma_wait_jfc drops it */
@@ -601,16 +630,19 @@ static int jfc_evt_complete(struct sub_jfce *ce, bool at_once)
     ce->hole.pos1 = 0;
     SUB_WARN("JFCE: the event of JFC %u claimed by process %u, dead, is written for it\n", id,
              pid);
+    if (note == 0)
+        jfc_refire_all(ce);
     return 1;
 }
 
 /* Takes the next event; its slot may be claimed but not yet published by a
- * racing producer, which is then only a few instructions away, or by one
- * that died there (written for it once known dead). Under take_lock. */
+ * racing producer, which is then only a few instructions away, by one that
+ * died there (written for it once known dead), or by one stopped there
+ * (NULL after about a millisecond). Under take_lock. */
 static struct sub_evt *jfc_evt_take(struct sub_jfce *ce, struct sub_evt *out)
 {
     struct sub_ring *r = ce->ring;
-    for (int spins = 0; spins < 1000000; spins++) {
+    for (int spins = 0; spins < 1024; spins++) {
         uint64_t pos;
         struct sub_evt *e = sub_ring_deq_begin(r, &pos);
         if (e != NULL) {
@@ -663,7 +695,19 @@ SUB_API int urma_wait_jfc(urma_jfce_t *jfce, uint32_t jfc_cnt, int time_out, urm
             struct sub_evt ev;
             pthread_mutex_lock(&ce->take_lock);
             struct sub_evt *got = jfc_evt_take(ce, &ev);
+            int held = got == NULL && sub_ring_tail_pending(ce->ring);
             pthread_mutex_unlock(&ce->take_lock);
+            if (held) {
+                /* The count is the event's behind a slot a live producer
+                 * holds (stopped): given back, so that neither is lost. */
+                (void)!write(jfce->fd, &v, sizeof(v));
+                if (n > 0 || time_out == 0 ||
+                    (time_out > 0 && softub__now_ns() >= deadline))
+                    break;
+                struct timespec nap = {0, 1000000};
+                nanosleep(&nap, NULL);
+                continue;
+            }
             if (got == NULL)
                 continue;
             struct sub_obj *o = softub__obj_find(ev.jfc_id, ev.jfc_uid);

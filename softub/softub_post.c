@@ -1888,7 +1888,12 @@ static void *prog_main(void *arg)
         next = prog_pass_locked(now);
         pthread_mutex_unlock(&g->prog.mu);
         uint32_t died = atomic_load(&g->peers_died);
-        if (prog_have_peers() || holes || died != last_died) {
+        /* A process with event queues looks too: a producer it never
+         * imported from may die holding one of their slots. */
+        pthread_mutex_lock(&g->lock);
+        int queues = g->jfces != NULL;
+        pthread_mutex_unlock(&g->lock);
+        if (prog_have_peers() || holes || died != last_died || queues) {
             if (now - last_check >= SUB_PEER_LOOK_NS || died != last_died) {
                 softub__peers_check(now);
                 last_died = atomic_load(&g->peers_died);

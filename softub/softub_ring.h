@@ -135,21 +135,23 @@ static inline void sub_ring_deq_commit(struct sub_ring *r, uint64_t pos)
 /* Claim records: a ring made with sub_ring_init_claims keeps one per slot,
  * after the slots. A producer that may die between its claim and its commit
  * (another process, killed) claims with sub_ring_enq_begin_noted or
- * sub_cring_enq_begin_noted, which write who it is into the record of the
- * position it is about to claim, before the claim, and again after it (a
- * producer that lost the race for that position may have written it in
- * between). A consumer stuck at the hole a producer left asks whether the
- * process the record names still lives, and passes or completes the slot
- * when it does not (sub_ring_tail_hole, sub_ring_pass_hole); a live one,
- * even stopped for good, is waited for. `tag` holds the low 32 bits of the
- * position, stored after pid and note (release): a record whose tag names
- * the hole's position is its claimant's, or (a race lost a lap late) a
- * live or dead rival's, never stale. A hole whose record names another
- * position is never passed. */
+ * sub_cring_enq_begin_noted, so that a consumer stuck at the hole it left
+ * can ask whether that process still lives (sub_ring_claim_read,
+ * sub_ring_tail_hole, sub_ring_pass_hole).
+ *
+ * `who` (the low 32 bits of a position, then a pid, in one word) is written
+ * before the claim, with a CAS that never replaces a word already naming
+ * that position: the first producer to go for the position names itself.
+ * The winner of the claim then stores its own word (it may have lost that
+ * CAS to a rival that then lost the claim), its note, and `note_tag`
+ * (release) last. A record whose note_tag names the position is therefore
+ * wholly its claimant's; one whose `who` alone names it names the claimant
+ * or, for a few instructions after the claim, a rival. */
 struct sub_ring_claim {
-    _Atomic uint32_t tag;
-    uint32_t pid;  /* __atomic builtins */
-    uint64_t note; /* the claimant's: what the consumer must undo for it */
+    _Atomic uint64_t who;      /* (uint32_t)pos << 32 | pid */
+    _Atomic uint32_t note_tag; /* (uint32_t)pos once note is the claimant's */
+    uint32_t pad;
+    uint64_t note; /* the claimant's: what the consumer must undo for it (__atomic) */
 };
 
 static inline uint64_t sub_ring_bytes_claims(uint32_t cap, uint32_t esize)
@@ -169,19 +171,58 @@ static inline void sub_ring_init_claims(struct sub_ring *r, uint32_t cap, uint32
     sub_ring_init(r, cap, esize);
     for (uint64_t i = 0; i < cap; i++) {
         struct sub_ring_claim *c = sub_ring_claim_at(r, i);
-        atomic_init(&c->tag, (uint32_t)(i - cap)); /* a lap before any claim */
-        c->pid = 0;
+        uint32_t before = (uint32_t)(i - cap); /* a lap before any claim */
+        atomic_init(&c->who, (uint64_t)before << 32);
+        atomic_init(&c->note_tag, before);
+        c->pad = 0;
         c->note = 0;
     }
 }
 
-static inline void sub_ring_claim_note(struct sub_ring *r, uint64_t pos, uint32_t pid,
-                                       uint64_t note)
+static inline uint64_t sub_ring_who(uint64_t pos, uint32_t pid)
+{
+    return (uint64_t)(uint32_t)pos << 32 | pid;
+}
+
+/* Before the claim of pos: names pid, unless a rival already did. */
+static inline void sub_ring_claim_bid(struct sub_ring *r, uint64_t pos, uint32_t pid)
 {
     struct sub_ring_claim *c = sub_ring_claim_at(r, pos);
-    __atomic_store_n(&c->pid, pid, __ATOMIC_RELAXED);
+    uint64_t cur = atomic_load_explicit(&c->who, memory_order_relaxed);
+    if ((uint32_t)(cur >> 32) != (uint32_t)pos)
+        (void)atomic_compare_exchange_strong_explicit(&c->who, &cur, sub_ring_who(pos, pid),
+                                                      memory_order_relaxed,
+                                                      memory_order_relaxed);
+}
+
+/* After the claim of pos: the claimant's own record. */
+static inline void sub_ring_claim_won(struct sub_ring *r, uint64_t pos, uint32_t pid,
+                                      uint64_t note)
+{
+    struct sub_ring_claim *c = sub_ring_claim_at(r, pos);
+    atomic_store_explicit(&c->who, sub_ring_who(pos, pid), memory_order_relaxed);
     __atomic_store_n(&c->note, note, __ATOMIC_RELAXED);
-    atomic_store_explicit(&c->tag, (uint32_t)pos, memory_order_release);
+    atomic_store_explicit(&c->note_tag, (uint32_t)pos, memory_order_release);
+}
+
+/* What the record of slot `pos` says: 2, the claimant's pid and note; 1, a
+ * pid only (the claimant's, or for a moment a rival's; *note 0); 0, nothing
+ * of this position. */
+static inline int sub_ring_claim_read(struct sub_ring *r, uint64_t pos, uint32_t *pid,
+                                      uint64_t *note)
+{
+    struct sub_ring_claim *c = sub_ring_claim_at(r, pos);
+    *note = 0;
+    if (atomic_load_explicit(&c->note_tag, memory_order_acquire) == (uint32_t)pos) {
+        *pid = (uint32_t)atomic_load_explicit(&c->who, memory_order_relaxed);
+        *note = __atomic_load_n(&c->note, __ATOMIC_RELAXED);
+        return 2;
+    }
+    uint64_t w = atomic_load_explicit(&c->who, memory_order_acquire);
+    if ((uint32_t)(w >> 32) != (uint32_t)pos)
+        return 0;
+    *pid = (uint32_t)w;
+    return 1;
 }
 
 /* Single-consumer variant (completion rings: one consumer at a time, under
@@ -212,14 +253,14 @@ static inline void *sub_cring_enq_begin_noted(struct sub_ring *r, uint64_t *pos_
                 continue;
             }
         }
-        /* Slot pos is free (its previous lap consumed): its record is ours
-         * to write. seq_cst: the claim is the producer's half of the arm
+        /* Slot pos is free (its previous lap consumed): its record may be
+         * bid for. seq_cst: the claim is the producer's half of the arm
          * handshake of completion queues (softub_jfc.c, jfc_notify), and
-         * releases the record to whoever sees the head moved. */
-        sub_ring_claim_note(r, pos, pid, note);
+         * releases the bid to whoever sees the head moved. */
+        sub_ring_claim_bid(r, pos, pid);
         if (atomic_compare_exchange_weak_explicit(&r->head, &pos, pos + 1, memory_order_seq_cst,
                                                   memory_order_relaxed)) {
-            sub_ring_claim_note(r, pos, pid, note);
+            sub_ring_claim_won(r, pos, pid, note);
             *pos_out = pos;
             return (uint8_t *)sub_ring_seq(r, pos) + 8;
         }
@@ -295,11 +336,11 @@ static inline void *sub_ring_enq_begin_noted(struct sub_ring *r, uint64_t *pos_o
         uint64_t s = atomic_load_explicit(seq, memory_order_acquire);
         int64_t dif = (int64_t)(s - pos);
         if (dif == 0) {
-            sub_ring_claim_note(r, pos, pid, note);
+            sub_ring_claim_bid(r, pos, pid);
             if (atomic_compare_exchange_weak_explicit(&r->head, &pos, pos + 1,
                                                       memory_order_seq_cst,
                                                       memory_order_relaxed)) {
-                sub_ring_claim_note(r, pos, pid, note);
+                sub_ring_claim_won(r, pos, pid, note);
                 *pos_out = pos;
                 return (uint8_t *)seq + 8;
             }
@@ -309,19 +350,6 @@ static inline void *sub_ring_enq_begin_noted(struct sub_ring *r, uint64_t *pos_o
             pos = atomic_load_explicit(&r->head, memory_order_relaxed);
         }
     }
-}
-
-/* The claim record of slot `pos` when its claimant wrote one: 1 with its
- * pid and note, 0 when it names another position. */
-static inline int sub_ring_claim_read(struct sub_ring *r, uint64_t pos, uint32_t *pid,
-                                      uint64_t *note)
-{
-    struct sub_ring_claim *c = sub_ring_claim_at(r, pos);
-    if (atomic_load_explicit(&c->tag, memory_order_acquire) != (uint32_t)pos)
-        return 0;
-    *pid = __atomic_load_n(&c->pid, __ATOMIC_RELAXED);
-    *note = __atomic_load_n(&c->note, __ATOMIC_RELAXED);
-    return 1;
 }
 
 /* The consumer's next slot when it is claimed and not yet published (a

@@ -6,7 +6,9 @@
  * posix_memalign'ed memory, 1 and 4 MiB transfers, completion events across
  * processes, a peer killed with WRs outstanding, UM loss injection, and many
  * processes creating jetties on a fresh fabric at once. */
+#include <fcntl.h>
 #include <sys/epoll.h>
+#include <sys/resource.h>
 
 #include "conformance.h"
 
@@ -750,9 +752,7 @@ static void taker_killed(uint32_t len, int step, bool reset)
         cf_sge(&rs, s.mem.buf + TK_BUF * (cr.user_ctx - base), TK_BUF, s.mem.tseg);
         /* A slot claimed by a taker that died before it marked it is given
          * back only after a second of the owner's refused posts (no pid to
-         * ask): such a post is tried again meanwhile. (A CR slot claimed
-         * without a record is passed after a second too, by the polls of
-         * the first message after it: tk_send_one waits for that.) */
+         * ask): such a post is tried again meanwhile. */
         uint64_t until = cf_now_ms() + (step == TK_DIE_AT_CLAIM ? 5000 : 0);
         int prc;
         while ((prc = cf_try_post_recv(s.ep.jetty, &rs, 1, cr.user_ctx)) != 0 &&
@@ -974,7 +974,21 @@ static void taker_stopped_in_push(void)
     JT_CHECK_EQ(cf_side_send(&s2, s2.mem.buf, 100, URMA_OPC_SEND, 0, 7), 0);
     cf_expect_cr(s2.ep.jfc, URMA_CR_SUCCESS, 7, "SEND behind the stopped sender's slot");
     urma_cr_t cr[4];
-    JT_CHECK_EQ(cf_poll(s.ep.jfc, cr, 1, 1500), 0); /* held behind the slot, not passed */
+    /* Held behind the slot, not passed; even while this process is out of
+     * descriptors, when the kernel cannot be asked whether the sender
+     * lives (it is not taken for dead then). */
+    struct rlimit old_nofile, nofile;
+    JT_REQUIRE(getrlimit(RLIMIT_NOFILE, &old_nofile) == 0);
+    nofile = old_nofile;
+    nofile.rlim_cur = 512;
+    JT_REQUIRE(setrlimit(RLIMIT_NOFILE, &nofile) == 0);
+    int fds[512], nfd = 0;
+    for (int fd; nfd < 512 && (fd = open("/dev/null", O_RDONLY | O_CLOEXEC)) >= 0;)
+        fds[nfd++] = fd;
+    JT_CHECK_EQ(cf_poll(s.ep.jfc, cr, 1, 1500), 0);
+    while (nfd > 0)
+        close(fds[--nfd]);
+    JT_REQUIRE(setrlimit(RLIMIT_NOFILE, &old_nofile) == 0);
     if (kill(p.pid, SIGCONT) != 0) {
         CF_FAILF("SIGCONT: %s", strerror(errno));
         goto kill_peer;
@@ -1000,6 +1014,63 @@ kill_peer:
     cf_peer_wait(&p, CF_WAIT_MS);
 out:
     if (s2_open) cf_side_close(&s2, true);
+    mp_disconnect(&s, true);
+}
+
+/* A sender stopped while it holds a claimed JFCE event slot: an event the
+ * owner raises meanwhile (its rearm, with the sender's CR waiting) lands
+ * behind that slot. A wait while the sender is stopped reports nothing and
+ * loses nothing: once the sender goes on, both events are reported. */
+static void taker_stopped_at_event(void)
+{
+    taker_arg_t ta = {.len = 3000, .imm = STOP_IMM + TK_DIE_EVENT};
+    cf_peer_t p;
+    cf_dev_t d;
+    cf_side_t s;
+    if (tk_start(&p, taker_sends, &ta, &d, &s, true) != 0) return;
+    uint64_t until = cf_now_ms() + CF_WAIT_MS;
+    while (mp_pid_state(p.pid) != 'T' && cf_now_ms() < until)
+        usleep(1000);
+    if (mp_pid_state(p.pid) != 'T') {
+        CF_FAILF("the sender never stopped");
+        goto kill_peer;
+    }
+    /* Its CR is there; its event is not. The rearm fires at once (a CR
+     * waits) into the slot after the stopped sender's. */
+    JT_CHECK_EQ(cf.urma_rearm_jfc(s.ep.jfc, false), URMA_SUCCESS);
+    urma_jfc_t *jfcs[16];
+    uint64_t t0 = cf_now_ms();
+    JT_CHECK_EQ(cf.urma_wait_jfc(s.ep.jfce, 16, 100, jfcs), 0);
+    JT_CHECK(cf_now_ms() - t0 < 1000);
+    if (kill(p.pid, SIGCONT) != 0) {
+        CF_FAILF("SIGCONT: %s", strerror(errno));
+        goto kill_peer;
+    }
+    int total = 0;
+    for (int k = 0; k < 4 && total < 2; k++) {
+        int n = cf.urma_wait_jfc(s.ep.jfce, 16, 2000, jfcs);
+        for (int i = 0; i < n; i++) {
+            JT_CHECK(jfcs[i] == s.ep.jfc);
+            uint32_t one = 1;
+            cf.urma_ack_jfc(&jfcs[i], &one, 1);
+        }
+        total += n > 0 ? n : 0;
+    }
+    JT_CHECK_EQ(total, 2);
+    urma_cr_t cr;
+    JT_CHECK_EQ(cf_poll(s.ep.jfc, &cr, 1, CF_WAIT_MS), 1);
+    JT_CHECK_EQ(cr.completion_len, 3000u);
+    if (cf_msg_recv(p.fd, T_DONE, NULL, 0, CF_CASE_TIMEOUT_MS) != 0) {
+        CF_FAILF("the continued sender did not finish");
+        goto kill_peer;
+    }
+    cf_sync(p.fd, T_EXIT);
+    JT_CHECK_EQ(cf_peer_wait(&p, CF_WAIT_MS), 0);
+    mp_disconnect(&s, true);
+    return;
+kill_peer:
+    kill(p.pid, SIGKILL);
+    cf_peer_wait(&p, CF_WAIT_MS);
     mp_disconnect(&s, true);
 }
 
@@ -1338,6 +1409,7 @@ int main(int argc, char **argv)
     CF_RUN(taker_killed_cr_marked);
     CF_RUN(taker_killed_at_event);
     CF_RUN(taker_stopped_in_push);
+    CF_RUN(taker_stopped_at_event);
     CF_RUN(taker_killed_then_reset_small);
     CF_RUN(taker_killed_then_reset_large);
     CF_RUN(taker_killed_fork_after_open);
