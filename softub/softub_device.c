@@ -177,7 +177,7 @@ static uint64_t dev_stat(pid_t pid, char *state_out)
 uint64_t softub__pid_start_time(pid_t pid)
 {
     uint64_t v = dev_stat(pid, NULL);
-    return v == UINT64_MAX ? 0 : v;
+    return v == UINT64_MAX || v == DEV_STAT_UNKNOWN ? 0 : v; /* 0: not compared */
 }
 
 int softub__pid_alive(pid_t pid, uint64_t start_time)

@@ -586,17 +586,25 @@ SUB_API urma_status_t urma_rearm_jfc(urma_jfc_t *jfc, bool solicited_only)
 
 /* Fires every JFC of ce that is not armed, as its producer would have: the
  * event of a dead producer that left no note (it had disarmed its JFC, and
- * which one is not known). Spurious events are tolerated by waiters. */
-static void jfc_refire_all(struct sub_jfce *ce)
+ * which one is not known). Spurious events are tolerated by waiters. Under
+ * softub__g.lock (g_locked: the caller holds it), which urma_delete_jfc
+ * takes to free a JFC's shared part. */
+static void jfc_refire_all(struct sub_jfce *ce, bool g_locked)
 {
+    if (!g_locked)
+        pthread_mutex_lock(&softub__g.lock);
     for (uint32_t id = 0; id < SUB_MAX_QIDS; id++) {
         struct sub_obj *o = atomic_load_explicit(&softub__g.objs[id], memory_order_acquire);
         if (o == NULL || o->kind != SUB_T_JFC)
             continue;
         struct sub_jfc *j = (struct sub_jfc *)((char *)o - offsetof(struct sub_jfc, obj));
-        if (j->jfce == ce && atomic_load(&j->sh->armed) == SUB_ARM_NONE)
+        if (j->magic == SUB_MAGIC_JFC && j->jfce == ce &&
+            atomic_load(&j->sh->h.state) == SUB_OBJ_LIVE &&
+            atomic_load(&j->sh->armed) == SUB_ARM_NONE)
             jfc_fire(softub__g.self, j->sh);
     }
+    if (!g_locked)
+        pthread_mutex_unlock(&softub__g.lock);
 }
 
 /* Under take_lock: when the event slot at the consumer index was claimed
@@ -605,7 +613,7 @@ static void jfc_refire_all(struct sub_jfce *ce)
  * no note, an empty event that urma_wait_jfc drops, and a new event for
  * each JFC of the queue that is not armed) and counts it on the eventfd,
  * as the producer would have. 1 when it did. */
-static int jfc_evt_complete(struct sub_jfce *ce, bool at_once)
+static int jfc_evt_complete(struct sub_jfce *ce, bool at_once, bool g_locked)
 {
     struct sub_ring *r = ce->ring;
     uint64_t pos, note;
@@ -631,18 +639,18 @@ static int jfc_evt_complete(struct sub_jfce *ce, bool at_once)
     SUB_WARN("JFCE: the event of JFC %u claimed by process %u, dead, is written for it\n", id,
              pid);
     if (note == 0)
-        jfc_refire_all(ce);
+        jfc_refire_all(ce, g_locked);
     return 1;
 }
 
 /* Takes the next event; its slot may be claimed but not yet published by a
  * racing producer, which is then only a few instructions away, by one that
  * died there (written for it once known dead), or by one stopped there
- * (NULL after about a millisecond). Under take_lock. */
+ * (NULL after 64 yields). Under take_lock. */
 static struct sub_evt *jfc_evt_take(struct sub_jfce *ce, struct sub_evt *out)
 {
     struct sub_ring *r = ce->ring;
-    for (int spins = 0; spins < 1024; spins++) {
+    for (int spins = 0; spins < 64; spins++) {
         uint64_t pos;
         struct sub_evt *e = sub_ring_deq_begin(r, &pos);
         if (e != NULL) {
@@ -652,7 +660,7 @@ static struct sub_evt *jfc_evt_take(struct sub_jfce *ce, struct sub_evt *out)
         }
         if (!sub_ring_tail_pending(r))
             return NULL;
-        if ((spins & 63) == 63 && jfc_evt_complete(ce, false))
+        if ((spins & 15) == 15 && jfc_evt_complete(ce, false, false))
             continue;
         sched_yield();
     }
@@ -672,7 +680,7 @@ int softub__jfce_holes_check(void)
             left = 1;
             continue;
         }
-        if (!jfc_evt_complete(j, true))
+        if (!jfc_evt_complete(j, true, true))
             left = 1;
         pthread_mutex_unlock(&j->take_lock);
     }
@@ -704,7 +712,7 @@ SUB_API int urma_wait_jfc(urma_jfce_t *jfce, uint32_t jfc_cnt, int time_out, urm
                 if (n > 0 || time_out == 0 ||
                     (time_out > 0 && softub__now_ns() >= deadline))
                     break;
-                struct timespec nap = {0, 1000000};
+                struct timespec nap = {0, 2000000};
                 nanosleep(&nap, NULL);
                 continue;
             }

@@ -140,18 +140,18 @@ static inline void sub_ring_deq_commit(struct sub_ring *r, uint64_t pos)
  * sub_ring_tail_hole, sub_ring_pass_hole).
  *
  * `who` (the low 32 bits of a position, then a pid, in one word) is written
- * before the claim, with a CAS that never replaces a word already naming
- * that position: the first producer to go for the position names itself.
- * The winner of the claim then stores its own word (it may have lost that
- * CAS to a rival that then lost the claim), its note, and `note_tag`
- * (release) last. A record whose note_tag names the position is therefore
- * wholly its claimant's; one whose `who` alone names it names the claimant
- * or, for a few instructions after the claim, a rival. */
+ * before the claim, with a CAS that replaces only a word of an earlier lap:
+ * the first producer to go for the position names itself, and a producer
+ * that read the head a lap or more ago (preempted) names nobody. The winner
+ * of the claim then writes its pid and its note, and `note_tag` (release)
+ * last. A record whose note_tag names the position is therefore wholly its
+ * claimant's; one whose `who` alone names it names the claimant or, for a
+ * few instructions after the claim, a rival. */
 struct sub_ring_claim {
-    _Atomic uint64_t who;      /* (uint32_t)pos << 32 | pid */
-    _Atomic uint32_t note_tag; /* (uint32_t)pos once note is the claimant's */
-    uint32_t pad;
-    uint64_t note; /* the claimant's: what the consumer must undo for it (__atomic) */
+    _Atomic uint64_t who;      /* (uint32_t)pos << 32 | pid: the first bid */
+    _Atomic uint32_t note_tag; /* (uint32_t)pos once pid and note are the claimant's */
+    uint32_t pid;              /* the claimant's (__atomic) */
+    uint64_t note;             /* the claimant's: what the consumer must undo for it (__atomic) */
 };
 
 static inline uint64_t sub_ring_bytes_claims(uint32_t cap, uint32_t esize)
@@ -174,7 +174,7 @@ static inline void sub_ring_init_claims(struct sub_ring *r, uint32_t cap, uint32
         uint32_t before = (uint32_t)(i - cap); /* a lap before any claim */
         atomic_init(&c->who, (uint64_t)before << 32);
         atomic_init(&c->note_tag, before);
-        c->pad = 0;
+        c->pid = 0;
         c->note = 0;
     }
 }
@@ -184,12 +184,13 @@ static inline uint64_t sub_ring_who(uint64_t pos, uint32_t pid)
     return (uint64_t)(uint32_t)pos << 32 | pid;
 }
 
-/* Before the claim of pos: names pid, unless a rival already did. */
+/* Before the claim of pos: names pid, unless a rival already did (or the
+ * record is of a later lap: pos was read long ago). */
 static inline void sub_ring_claim_bid(struct sub_ring *r, uint64_t pos, uint32_t pid)
 {
     struct sub_ring_claim *c = sub_ring_claim_at(r, pos);
     uint64_t cur = atomic_load_explicit(&c->who, memory_order_relaxed);
-    if ((uint32_t)(cur >> 32) != (uint32_t)pos)
+    if ((int32_t)((uint32_t)(cur >> 32) - (uint32_t)pos) < 0)
         (void)atomic_compare_exchange_strong_explicit(&c->who, &cur, sub_ring_who(pos, pid),
                                                       memory_order_relaxed,
                                                       memory_order_relaxed);
@@ -200,7 +201,7 @@ static inline void sub_ring_claim_won(struct sub_ring *r, uint64_t pos, uint32_t
                                       uint64_t note)
 {
     struct sub_ring_claim *c = sub_ring_claim_at(r, pos);
-    atomic_store_explicit(&c->who, sub_ring_who(pos, pid), memory_order_relaxed);
+    __atomic_store_n(&c->pid, pid, __ATOMIC_RELAXED);
     __atomic_store_n(&c->note, note, __ATOMIC_RELAXED);
     atomic_store_explicit(&c->note_tag, (uint32_t)pos, memory_order_release);
 }
@@ -214,7 +215,7 @@ static inline int sub_ring_claim_read(struct sub_ring *r, uint64_t pos, uint32_t
     struct sub_ring_claim *c = sub_ring_claim_at(r, pos);
     *note = 0;
     if (atomic_load_explicit(&c->note_tag, memory_order_acquire) == (uint32_t)pos) {
-        *pid = (uint32_t)atomic_load_explicit(&c->who, memory_order_relaxed);
+        *pid = __atomic_load_n(&c->pid, __ATOMIC_RELAXED);
         *note = __atomic_load_n(&c->note, __ATOMIC_RELAXED);
         return 2;
     }

@@ -134,10 +134,45 @@ static void bid_without_claim(void)
     free(r);
 }
 
+/* A producer that read the head a lap or more ago (preempted after its
+ * look) and bids for that old position must leave the record of the
+ * position's next lap alone: its claimant's record stays whole, and a
+ * later lap's bid stands. */
+static void stale_bid_a_lap_late(void)
+{
+    struct sub_ring *r = aligned_alloc(64, (size_t)sub_ring_bytes_claims(CAP, ESIZE));
+    JT_REQUIRE(r);
+    sub_ring_init_claims(r, CAP, ESIZE);
+    uint64_t pos = 0;
+    for (uint32_t i = 0; i <= CAP; i++) { /* a lap and one: position CAP is claimed last */
+        JT_REQUIRE(sub_cring_enq_begin_noted(r, &pos, 1000 + i, 0x100 + i) != NULL);
+        if (i == CAP) break;
+        sub_cring_enq_commit(r, pos);
+        uint64_t got;
+        JT_REQUIRE(sub_cring_deq_begin(r, &got) != NULL && got == pos);
+        sub_cring_deq_commit(r, got);
+    }
+    JT_REQUIRE(pos == CAP);
+    sub_ring_claim_bid(r, 0, 4242); /* the late producer, for position 0 */
+    uint32_t pid = 0;
+    uint64_t note = 0;
+    JT_CHECK_EQ(sub_ring_claim_read(r, CAP, &pid, &note), 2);
+    JT_CHECK_EQ(pid, 1000u + CAP);
+    JT_CHECK_EQ(note, 0x100u + CAP);
+    /* Bid only (the claimant has not recorded yet): the late bid does not
+     * replace it either. */
+    sub_ring_claim_bid(r, 2 * CAP, 77);
+    sub_ring_claim_bid(r, CAP, 4242);
+    JT_CHECK_EQ(sub_ring_claim_read(r, 2 * CAP, &pid, &note), 1);
+    JT_CHECK_EQ(pid, 77u);
+    free(r);
+}
+
 int main(void)
 {
     JT_RUN(completion_ring_records_name_the_claimant);
     JT_RUN(event_ring_records_name_the_claimant);
     JT_RUN(bid_without_claim);
+    JT_RUN(stale_bid_a_lap_late);
     return jt_finish();
 }
