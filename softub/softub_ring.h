@@ -78,7 +78,14 @@ static inline void sub_ring_init(struct sub_ring *r, uint32_t cap, uint32_t esiz
         atomic_init(sub_ring_seq(r, i), i);
 }
 
-static inline void *sub_ring_enq_begin(struct sub_ring *r, uint64_t *pos_out)
+/* Claims the next slot to produce (NULL when full). A ring made with
+ * sub_ring_init_claims is claimed with sub_ring_enq_begin_noted (below),
+ * which records pid and note: rec set. */
+static inline void sub_ring_claim_bid(struct sub_ring *r, uint64_t pos, uint32_t pid);
+static inline void sub_ring_claim_won(struct sub_ring *r, uint64_t pos, uint32_t pid,
+                                      uint64_t note);
+static inline void *sub_ring_enq_begin_(struct sub_ring *r, uint64_t *pos_out, int rec,
+                                        uint32_t pid, uint64_t note)
 {
     uint64_t pos = atomic_load_explicit(&r->head, memory_order_relaxed);
     for (;;) {
@@ -86,9 +93,14 @@ static inline void *sub_ring_enq_begin(struct sub_ring *r, uint64_t *pos_out)
         uint64_t s = atomic_load_explicit(seq, memory_order_acquire);
         int64_t dif = (int64_t)(s - pos);
         if (dif == 0) {
+            /* seq_cst: releases a bid to whoever sees the head moved. */
+            if (rec)
+                sub_ring_claim_bid(r, pos, pid);
             if (atomic_compare_exchange_weak_explicit(&r->head, &pos, pos + 1,
-                                                      memory_order_relaxed,
+                                                      memory_order_seq_cst,
                                                       memory_order_relaxed)) {
+                if (rec)
+                    sub_ring_claim_won(r, pos, pid, note);
                 *pos_out = pos;
                 return (uint8_t *)seq + 8;
             }
@@ -98,6 +110,17 @@ static inline void *sub_ring_enq_begin(struct sub_ring *r, uint64_t *pos_out)
             pos = atomic_load_explicit(&r->head, memory_order_relaxed);
         }
     }
+}
+
+static inline void *sub_ring_enq_begin(struct sub_ring *r, uint64_t *pos_out)
+{
+    return sub_ring_enq_begin_(r, pos_out, 0, 0, 0);
+}
+
+static inline void *sub_ring_enq_begin_noted(struct sub_ring *r, uint64_t *pos_out, uint32_t pid,
+                                             uint64_t note)
+{
+    return sub_ring_enq_begin_(r, pos_out, 1, pid, note);
 }
 
 static inline void sub_ring_enq_commit(struct sub_ring *r, uint64_t pos)
@@ -324,33 +347,6 @@ static inline int sub_ring_holds(struct sub_ring *r, uint64_t n)
     uint64_t t = atomic_load_explicit(&r->tail, memory_order_acquire);
     atomic_store_explicit(&r->tail_seen, t, memory_order_release);
     return (int64_t)(h - t) >= (int64_t)n;
-}
-
-/* sub_ring_enq_begin with claim records: pid and note recorded for the
- * claimed slot. */
-static inline void *sub_ring_enq_begin_noted(struct sub_ring *r, uint64_t *pos_out, uint32_t pid,
-                                             uint64_t note)
-{
-    uint64_t pos = atomic_load_explicit(&r->head, memory_order_relaxed);
-    for (;;) {
-        _Atomic uint64_t *seq = sub_ring_seq(r, pos);
-        uint64_t s = atomic_load_explicit(seq, memory_order_acquire);
-        int64_t dif = (int64_t)(s - pos);
-        if (dif == 0) {
-            sub_ring_claim_bid(r, pos, pid);
-            if (atomic_compare_exchange_weak_explicit(&r->head, &pos, pos + 1,
-                                                      memory_order_seq_cst,
-                                                      memory_order_relaxed)) {
-                sub_ring_claim_won(r, pos, pid, note);
-                *pos_out = pos;
-                return (uint8_t *)seq + 8;
-            }
-        } else if (dif < 0) {
-            return NULL; /* full */
-        } else {
-            pos = atomic_load_explicit(&r->head, memory_order_relaxed);
-        }
-    }
 }
 
 /* The consumer's next slot when it is claimed and not yet published (a

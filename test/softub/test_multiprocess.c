@@ -666,6 +666,18 @@ fail:
     return -1;
 }
 
+/* A stopped taker, continued, finishes its case (0); -1 when it does not. */
+static int tk_sender_finishes(cf_peer_t *p)
+{
+    if (cf_msg_recv(p->fd, T_DONE, NULL, 0, CF_CASE_TIMEOUT_MS) != 0) {
+        CF_FAILF("the continued sender did not finish");
+        return -1;
+    }
+    cf_sync(p->fd, T_EXIT);
+    JT_CHECK_EQ(cf_peer_wait(p, CF_WAIT_MS), 0);
+    return 0;
+}
+
 /* A second jetty of this process (s2) that sends to s beside the taker. */
 static int tk_second_jetty(cf_dev_t *d, cf_side_t *s, cf_side_t *s2)
 {
@@ -863,12 +875,7 @@ static void taker_stopped(void)
         cf_sge(&rs, s.mem.buf + TK_BUF * refused_slot, TK_BUF, s.mem.tseg);
         JT_CHECK_EQ(cf_post_recv(s.ep.jetty, &rs, 1, refused_slot), 0);
     }
-    if (cf_msg_recv(p.fd, T_DONE, NULL, 0, CF_CASE_TIMEOUT_MS) != 0) {
-        CF_FAILF("the continued sender did not finish");
-        goto kill_peer;
-    }
-    cf_sync(p.fd, T_EXIT);
-    JT_CHECK_EQ(cf_peer_wait(&p, CF_WAIT_MS), 0);
+    if (tk_sender_finishes(&p) != 0) goto kill_peer;
     goto out;
 kill_peer:
     kill(p.pid, SIGKILL); /* stopped or not */
@@ -1002,12 +1009,7 @@ static void taker_stopped_in_push(void)
     } else {
         CF_FAILF("the CRs did not all arrive once the sender went on");
     }
-    if (cf_msg_recv(p.fd, T_DONE, NULL, 0, CF_CASE_TIMEOUT_MS) != 0) {
-        CF_FAILF("the continued sender did not finish");
-        goto kill_peer;
-    }
-    cf_sync(p.fd, T_EXIT);
-    JT_CHECK_EQ(cf_peer_wait(&p, CF_WAIT_MS), 0);
+    if (tk_sender_finishes(&p) != 0) goto kill_peer;
     goto out;
 kill_peer:
     kill(p.pid, SIGKILL);
@@ -1060,12 +1062,7 @@ static void taker_stopped_at_event(void)
     urma_cr_t cr;
     JT_CHECK_EQ(cf_poll(s.ep.jfc, &cr, 1, CF_WAIT_MS), 1);
     JT_CHECK_EQ(cr.completion_len, 3000u);
-    if (cf_msg_recv(p.fd, T_DONE, NULL, 0, CF_CASE_TIMEOUT_MS) != 0) {
-        CF_FAILF("the continued sender did not finish");
-        goto kill_peer;
-    }
-    cf_sync(p.fd, T_EXIT);
-    JT_CHECK_EQ(cf_peer_wait(&p, CF_WAIT_MS), 0);
+    if (tk_sender_finishes(&p) != 0) goto kill_peer;
     mp_disconnect(&s, true);
     return;
 kill_peer:
