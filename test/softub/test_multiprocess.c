@@ -811,6 +811,18 @@ static char mp_pid_state(pid_t pid)
     return p && p[1] == ' ' ? p[2] : '?';
 }
 
+/* Waits until the sender has stopped itself; false (and the case failed)
+ * when it never does. */
+static bool tk_stopped(pid_t pid)
+{
+    uint64_t until = cf_now_ms() + CF_WAIT_MS;
+    while (mp_pid_state(pid) != 'T' && cf_now_ms() < until)
+        usleep(1000);
+    if (mp_pid_state(pid) == 'T') return true;
+    CF_FAILF("the sender never stopped");
+    return false;
+}
+
 static void taker_stopped(void)
 {
     cf_peer_t p;
@@ -820,13 +832,7 @@ static void taker_stopped(void)
     taker_arg_t ta = {.len = STOP_LEN, .imm = STOP_IMM};
     if (tk_start(&p, taker_sends, &ta, &d, &s, false) != 0) return;
     /* From here the peer may be stopped: every way out continues or kills it. */
-    uint64_t until = cf_now_ms() + CF_WAIT_MS;
-    while (mp_pid_state(p.pid) != 'T' && cf_now_ms() < until)
-        usleep(1000);
-    if (mp_pid_state(p.pid) != 'T') {
-        CF_FAILF("the sender never stopped");
-        goto kill_peer;
-    }
+    if (!tk_stopped(p.pid)) goto kill_peer;
     JT_CHECK_EQ(cf_quiet(s.ep.jfc, CF_QUIET_MS), 0); /* WR 0 is taken, nothing written */
     /* A second jetty of this process sends one message at a time; each
      * receive is posted again as soon as it completes, until a post reaches
@@ -969,13 +975,7 @@ static void taker_stopped_in_push(void)
     cf_side_t s, s2;
     bool s2_open = false;
     if (tk_start(&p, taker_sends, &ta, &d, &s, false) != 0) return;
-    uint64_t until = cf_now_ms() + CF_WAIT_MS;
-    while (mp_pid_state(p.pid) != 'T' && cf_now_ms() < until)
-        usleep(1000);
-    if (mp_pid_state(p.pid) != 'T') {
-        CF_FAILF("the sender never stopped");
-        goto kill_peer;
-    }
+    if (!tk_stopped(p.pid)) goto kill_peer;
     if (tk_second_jetty(&d, &s, &s2) != 0) goto kill_peer;
     s2_open = true;
     JT_CHECK_EQ(cf_side_send(&s2, s2.mem.buf, 100, URMA_OPC_SEND, 0, 7), 0);
@@ -1030,13 +1030,7 @@ static void taker_stopped_at_event(void)
     cf_dev_t d;
     cf_side_t s;
     if (tk_start(&p, taker_sends, &ta, &d, &s, true) != 0) return;
-    uint64_t until = cf_now_ms() + CF_WAIT_MS;
-    while (mp_pid_state(p.pid) != 'T' && cf_now_ms() < until)
-        usleep(1000);
-    if (mp_pid_state(p.pid) != 'T') {
-        CF_FAILF("the sender never stopped");
-        goto kill_peer;
-    }
+    if (!tk_stopped(p.pid)) goto kill_peer;
     /* Its CR is there; its event is not. The rearm fires at once (a CR
      * waits) into the slot after the stopped sender's. */
     JT_CHECK_EQ(cf.urma_rearm_jfc(s.ep.jfc, false), URMA_SUCCESS);
