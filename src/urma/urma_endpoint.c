@@ -66,6 +66,11 @@ struct jet_urma_ep {
     bool draining;
     bool sq_flushed;
     bool fail_logged;
+    /* A send of ours failed in this poll batch (the peer is gone, most
+     * likely): the batch end fails the socket, after it delivered what the
+     * peer sent before, as TCP reads the bytes before an error. */
+    const char *fail_what;
+    int fail_status;
     bool no_reuse; /* the provider refused a receive: the set is not recycled */
     bool awaiting; /* its set is being made off the loop */
 
@@ -109,6 +114,14 @@ struct jet_urma_ep {
 };
 
 static void ep_finish(jet_urma_ep_t *ep, bool reuse);
+
+/* A completion error of a send: the failure waits for the batch end. */
+static void ep_fail_after_batch(jet_urma_ep_t *ep, const char *what, int status)
+{
+    if (ep->draining || ep->fail_what) return;
+    ep->fail_what = what;
+    ep->fail_status = status;
+}
 
 /* Fails the socket once; the endpoint keeps releasing buffers until close. */
 static void ep_fail(jet_urma_ep_t *ep, int err, const char *what, int status)
@@ -877,13 +890,12 @@ bool jet__urma_ep_on_cr(jet_urma_ep_t *ep, const urma_cr_t *cr)
     case JET_URMA_CTX_KIND_DATA:
         if (!ep_release_to(ep, value) && !ep->draining)
             ep_fail(ep, -EPROTO, "a send completion names no outstanding WR", -1);
-        if (cr->status != URMA_CR_SUCCESS && !ep->draining) ep_fail(ep, -EIO, "a send", cr->status);
+        if (cr->status != URMA_CR_SUCCESS) ep_fail_after_batch(ep, "a send", cr->status);
         break;
     case JET_URMA_CTX_KIND_CREDIT:
         if (atomic_fetch_add(&ep->imm_slots, 1) >= EP_RESERVED && !ep->draining)
             ep_fail(ep, -EPROTO, "a credit completion with no credit message out", -1);
-        if (cr->status != URMA_CR_SUCCESS && !ep->draining)
-            ep_fail(ep, -EIO, "a credit message", cr->status);
+        if (cr->status != URMA_CR_SUCCESS) ep_fail_after_batch(ep, "a credit message", cr->status);
         break;
     case JET_URMA_CTX_KIND_RECV:
         ep_on_recv(ep, cr, value);
@@ -989,6 +1001,11 @@ bool jet__urma_ep_batch_end(jet_urma_ep_t *ep)
         jet__socket_deliver(s);
     }
     if (!ep->s || ep->draining) return false; /* the held blocks go with ep_finish */
+    if (ep->fail_what) {
+        ep_fail(ep, -EIO, ep->fail_what, ep->fail_status);
+        ep->fail_what = NULL;
+        return false;
+    }
     if (ep->nrepost > 0 && !ep->repost_deferred && ep_repost_may_wait(ep))
         ep->repost_deferred = jet__urma_loop_defer(ep->ul, ep);
     if (!ep->repost_deferred) ep_repost_held(ep);

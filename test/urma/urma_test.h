@@ -11,7 +11,11 @@
  *   server's prepared jetty sets waiting, those of closed connections reset
  *   and pooled again, its URMA endpoints (connections on URMA or setting it
  *   up, and closed ones still draining), its iobuf blocks in use, and the
- *   completion-queue entries its connections hold.
+ *   completion-queue entries its connections hold. "hold:<ms>" answers
+ *   after keeping the handler's thread (a loop's, by default) that long;
+ *   "hold_mute:<ms>" keeps it as long, then answers from a thread a second
+ *   later; "count" requests are echoed and counted, and "counted" answers
+ *   with how many came.
  * - Server children (testutil_transport's jt_child_*): the test binary
  *   re-executed with "role=server" and flag arguments serves that echo
  *   service; client children ("role=client") make echo calls.
@@ -89,13 +93,20 @@ static UT_UNUSED void *ut_later_main(void *arg)
 
 static void *ut_pool_main(void *arg);
 
+static _Atomic int ut_counted;
+
 static UT_UNUSED void ut_echo(Example__EchoService_Service *service,
                               const Example__EchoRequest *req,
                               Example__EchoResponse_Closure closure, void *closure_data)
 {
     jet_call_t *call = jet_server_call(closure_data);
     int ms = 0;
-    if (sscanf(req->message, "sleep:%d", &ms) == 1) {
+    bool mute = sscanf(req->message, "hold_mute:%d", &ms) == 1;
+    if (mute) {
+        usleep((useconds_t)ms * 1000);
+        ms = 1000;
+    }
+    if (mute || sscanf(req->message, "sleep:%d", &ms) == 1) {
         ut_later_t *l = calloc(1, sizeof *l);
         pthread_t th;
         if (!l) abort();
@@ -107,6 +118,16 @@ static UT_UNUSED void ut_echo(Example__EchoService_Service *service,
         return;
     }
     if (strcmp(req->message, "close") == 0) _exit(0);
+    if (sscanf(req->message, "hold:%d", &ms) == 1) usleep((useconds_t)ms * 1000);
+    if (strcmp(req->message, "count") == 0) atomic_fetch_add(&ut_counted, 1);
+    char counted[16];
+    if (strcmp(req->message, "counted") == 0) {
+        snprintf(counted, sizeof counted, "%d", atomic_load(&ut_counted));
+        Example__EchoResponse resp = EXAMPLE__ECHO_RESPONSE__INIT;
+        resp.message = counted;
+        closure(&resp, closure_data);
+        return;
+    }
     if (strcmp(req->message, "pool") == 0) {
         /* Read on the loops' own threads, which this handler may hold. */
         ut_later_t *l = calloc(1, sizeof *l);
