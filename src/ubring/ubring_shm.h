@@ -7,9 +7,17 @@
  *    ASCII; longer names are refused (-ENAMETOOLONG), never truncated. No
  *    leading '/' in the name: glibc maps it to /dev/shm/<name>.
  *  - Size: a non-zero multiple of 4 MiB, at most JET_UBRING_SHM_MAX.
- *  - create: shm_open(O_CREAT|O_EXCL|O_RDWR, 0666) (EEXIST -> -EEXIST),
- *    ftruncate, posix_fallocate, mmap shared RW, close the fd, zero the whole
- *    segment. On failure nothing is left behind (the name is unlinked).
+ *  - create: shm_open(O_CREAT|O_EXCL|O_RDWR, 0600), ftruncate,
+ *    posix_fallocate, mmap shared RW, close the fd, zero the whole segment.
+ *    On failure nothing is left behind (the name is unlinked). A name that
+ *    exists already is -EEXIST, unless it is stale (below, unchanged for 2 s):
+ *    then it is replaced.
+ *  - stale: a segment of this user that no process we can see maps (their
+ *    /proc/<pid>/maps) and that was not modified for min_age_s. Names
+ *    outlive their handshake only when their maker died before unlinking
+ *    them (established rings and failed handshakes unlink theirs); such a
+ *    name keeps its memory and makes the next connection from the same
+ *    ip:port fall back to TCP.
  *  - open: shm_open(O_RDWR), fstat size must be >= len (else -EINVAL), mmap
  *    len bytes. A missing name is -ENOENT.
  *  - unlink: removes the name if this side created it and has not removed it
@@ -50,6 +58,12 @@ bool jet__ubring_shm_len_ok(uint64_t len);
 int jet__ubring_shm_create(const char *name, size_t len, jet_ubring_shm_t *shm);
 int jet__ubring_shm_open(const char *name, size_t len, jet_ubring_shm_t *shm);
 int jet__ubring_shm_unlink(jet_ubring_shm_t *shm);
+/* Whether name is stale (see the contract); false when /proc is unreadable. */
+bool jet__ubring_shm_stale(const char *name, int64_t min_age_s);
+/* Removes every stale UBRING_*_C / _S segment; returns how many, their bytes
+ * in *bytes_p (may be NULL). Reads every visible process's maps: call it
+ * once, off the loops. */
+int jet__ubring_shm_sweep(int64_t min_age_s, uint64_t *bytes_p);
 void jet__ubring_shm_unmap(jet_ubring_shm_t *shm);
 
 #endif

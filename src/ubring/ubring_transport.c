@@ -53,6 +53,7 @@ JET_FLAG_DEFINE_INT32(ub_handshake_timeout_ms, 5000,
 #define UB_WRITE_MAX   (2 * 1024 * 1024)
 #define UB_MAX_LOOPS   256
 #define UB_HB_WRITE_US 1000000
+#define UB_SWEEP_MIN_AGE_S 60 /* stale segments: see ub_sweep_once */
 /* A writer waiting for the peer to make room keeps the poller spinning
  * this many times ub_poller_idle_us past the last traffic. */
 #define UB_WAIT_SPIN_FACTOR 20
@@ -456,10 +457,29 @@ static void uc_close(ub_conn_t *c)
 
 /* ---- transport slots ---------------------------------------------------------- */
 
+/* Segments left in /dev/shm by processes that died mid-handshake: removed
+ * by the first UBRing channel or server of a process. Only names older than
+ * any handshake could be (a minute at least). */
+static void ub_sweep_once(void)
+{
+    static atomic_flag done = ATOMIC_FLAG_INIT;
+    if (atomic_flag_test_and_set(&done)) return;
+    int64_t age = 2 * (int64_t)JET_FLAG(ub_handshake_timeout_ms) / 1000 +
+                  (int64_t)JET_FLAG(ub_connect_timeout);
+    if (age < UB_SWEEP_MIN_AGE_S) age = UB_SWEEP_MIN_AGE_S;
+    uint64_t bytes = 0;
+    int n = jet__ubring_shm_sweep(age, &bytes);
+    if (n > 0)
+        JET_INFO("UBRing: removed %d stale segment%s from /dev/shm (%llu MiB), left by processes "
+                 "that ended mid-handshake",
+                 n, n == 1 ? "" : "s", (unsigned long long)(bytes >> 20));
+}
+
 static int ub_global_init(const jet_transport_check_t *check)
 {
     int rc = jet__hello_check(&ub_hello_ops, check);
     if (rc < 0) return rc;
+    ub_sweep_once();
     if (!jet__ubring_shm_len_ok(uc_queue_bytes()))
         JET_WARN("--ub_data_queue_size=%d is not a non-zero multiple of 4 (MiB, at most 1024): "
                  "UBRing connections will use TCP",

@@ -5,7 +5,11 @@
 #include <string.h>
 #include <sys/mman.h>
 #include <sys/stat.h>
+#include <sys/wait.h>
+#include <time.h>
 #include <unistd.h>
+
+#include <jetrpc/jetrpc.h>
 
 #include "testutil.h"
 #include "ubring/ubring_hello.h"
@@ -225,6 +229,126 @@ static void test_shm_lifecycle(void)
     jet__ubring_shm_unmap(&zeroed);
 }
 
+/* A segment as a process killed mid-handshake leaves it: named, sized,
+ * mapped by nobody, last modified age_s ago. */
+static void leave_segment(const char *name, int age_s)
+{
+    shm_unlink(name);
+    int fd = shm_open(name, O_CREAT | O_EXCL | O_RDWR, 0600);
+    JT_REQUIRE(fd >= 0);
+    JT_REQUIRE(ftruncate(fd, 4u << 20) == 0);
+    time_t t = time(NULL) - age_s;
+    struct timespec ts[2] = {{.tv_sec = t}, {.tv_sec = t}};
+    JT_REQUIRE(futimens(fd, ts) == 0);
+    close(fd);
+}
+
+static void *map_segment(const char *name)
+{
+    int fd = shm_open(name, O_RDWR, 0);
+    if (fd < 0) return NULL;
+    void *p = mmap(NULL, 4u << 20, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+    close(fd);
+    return p == MAP_FAILED ? NULL : p;
+}
+
+/* Maps name in a child process until *stop_fd is closed; its pid. */
+static pid_t map_in_child(const char *name, int *stop_fd)
+{
+    int ready[2], stop[2];
+    if (pipe(ready) < 0 || pipe(stop) < 0) return -1;
+    pid_t pid = fork();
+    if (pid == 0) {
+        close(ready[0]);
+        close(stop[1]);
+        char c = map_segment(name) ? 1 : 0;
+        if (write(ready[1], &c, 1) != 1) _exit(1);
+        while (read(stop[0], &c, 1) > 0) {
+        }
+        _exit(0);
+    }
+    close(ready[1]);
+    close(stop[0]);
+    char c = 0;
+    if (pid < 0 || read(ready[0], &c, 1) != 1 || c != 1) {
+        close(stop[1]);
+        if (pid > 0) waitpid(pid, NULL, 0);
+        pid = -1;
+    }
+    close(ready[0]);
+    *stop_fd = stop[1];
+    return pid;
+}
+
+/* A name a dead process left behind is replaced by create, and removed by
+ * a sweep; a name some process maps, or one modified a moment ago (its
+ * maker may be about to map it), stays. */
+static void test_shm_stale(void)
+{
+    char old[JET_UBRING_NAME_BUF], fresh[JET_UBRING_NAME_BUF], mine[JET_UBRING_NAME_BUF],
+        theirs[JET_UBRING_NAME_BUF], old_s[JET_UBRING_NAME_BUF], other[JET_UBRING_NAME_BUF];
+    int pid = (int)getpid();
+    snprintf(old, sizeof old, "UBRING_127.0.0.1:%d_C", pid);
+    snprintf(old_s, sizeof old_s, "UBRING_127.0.0.1:%d_S", pid);
+    snprintf(fresh, sizeof fresh, "UBRING_127.0.0.2:%d_C", pid);
+    snprintf(mine, sizeof mine, "UBRING_127.0.0.3:%d_C", pid);
+    snprintf(theirs, sizeof theirs, "UBRING_127.0.0.4:%d_C", pid);
+    snprintf(other, sizeof other, "UBRING_127.0.0.5:%d_X", pid);
+    size_t len = 4u << 20;
+    jet_ubring_shm_t a;
+
+    leave_segment(old, 3600);
+    JT_CHECK(jet__ubring_shm_stale(old, 60));
+    JT_REQUIRE(jet__ubring_shm_create(old, len, &a) == 0);
+    JT_CHECK(a.created);
+    JT_CHECK(!jet__ubring_shm_stale(old, 0)); /* mapped now, by us */
+    jet__ubring_shm_unlink(&a);
+    jet__ubring_shm_unmap(&a);
+
+    leave_segment(fresh, 0);
+    JT_CHECK(!jet__ubring_shm_stale(fresh, 60));
+    JT_CHECK_EQ(jet__ubring_shm_create(fresh, len, &a), -EEXIST);
+
+    leave_segment(mine, 3600);
+    void *m = map_segment(mine);
+    JT_REQUIRE(m);
+    JT_CHECK_EQ(jet__ubring_shm_create(mine, len, &a), -EEXIST);
+
+    leave_segment(theirs, 3600);
+    int stop = -1;
+    pid_t child = map_in_child(theirs, &stop);
+    JT_REQUIRE(child > 0);
+    JT_CHECK_EQ(jet__ubring_shm_create(theirs, len, &a), -EEXIST);
+
+    leave_segment(old, 3600);
+    leave_segment(old_s, 3600);
+    leave_segment(other, 3600);
+    uint64_t bytes = 0;
+    JT_CHECK(jet__ubring_shm_sweep(60, &bytes) >= 2); /* more: others' leftovers */
+    JT_CHECK(bytes >= 2 * (uint64_t)len);
+    JT_CHECK(!shm_exists(old) && !shm_exists(old_s));
+    JT_CHECK(shm_exists(fresh) && shm_exists(mine) && shm_exists(theirs) && shm_exists(other));
+
+    /* The first UBRing channel of a process sweeps. */
+    leave_segment(old, 3600);
+    jet_channel_options_t o;
+    jet_channel_options_init(&o);
+    o.socket_mode = JET_SOCKET_MODE_UBRING;
+    jet_channel_t *ch = NULL;
+    JT_REQUIRE(jet_channel_create("127.0.0.1:1", &o, &ch) == 0);
+    JT_CHECK(!shm_exists(old));
+    JT_CHECK(shm_exists(mine) && shm_exists(theirs));
+    jet_channel_destroy(ch);
+
+    close(stop);
+    waitpid(child, NULL, 0);
+    munmap(m, len);
+    shm_unlink(fresh);
+    shm_unlink(mine);
+    shm_unlink(theirs);
+    shm_unlink(other);
+}
+
 int main(void)
 {
     JT_RUN(test_pack_matches_capture);
@@ -233,5 +357,6 @@ int main(void)
     JT_RUN(test_refuse_and_ack);
     JT_RUN(test_names);
     JT_RUN(test_shm_lifecycle);
+    JT_RUN(test_shm_stale);
     return jt_finish();
 }
