@@ -97,70 +97,6 @@ static void test_client_killed_mid_transfer(void)
     jet_server_destroy(srv);
 }
 
-/* How many "count" requests the server child has seen (-1: no answer). */
-static int counted(int port)
-{
-    jet_channel_t *ch = channel(port, 30000, 0);
-    if (!ch) return -1;
-    jet_call_t *call = jet_call_create();
-    int n = -1;
-    if (call) {
-        Example__EchoRequest req = EXAMPLE__ECHO_REQUEST__INIT;
-        req.message = "counted";
-        jet_channel_call(ch, &example__echo_service__descriptor, 0, call, &req.base, NULL, NULL);
-        const Example__EchoResponse *resp = (const Example__EchoResponse *)jet_call_response(call);
-        if (!jet_call_failed(call) && resp && resp->message) n = atoi(resp->message);
-        jet_call_destroy(call);
-    }
-    jet_channel_destroy(ch);
-    return n;
-}
-
-/* Requests a client sent over URMA right before it closed the connection are
- * all served, as a TCP server serves the bytes before the EOF. The server
- * child's loop is held by a handler meanwhile (`hold`, "hold:300"), so that
- * when it goes on, the requests wait in its completion queue and the client
- * is gone. Then either the held call's answer fails (its send completes with
- * an error after the requests' receives), or, when that answer comes later
- * ("hold_mute:300"), the TCP EOF is seen first (a polling loop looks at its
- * fds before it polls its completion queue): either way the received
- * requests must reach their handlers before the connection fails. Each call
- * goes out when it is issued (the connection has no other writer and credits
- * for all). */
-static void requests_before_close(const char *const *args, const char *hold)
-{
-    jt_child_t c;
-    JT_REQUIRE(jt_child_start(&c, args, NULL) == 0);
-    jet_channel_t *ch = channel(c.port, 30000, 0);
-    JT_REQUIRE(ch);
-    ut_urma_mark_t m = ut_urma_mark();
-    JT_CHECK_EQ(jt_echo_bytes(ch, 100, 1, "warm"), 0);
-    ut_expect_urma(m, 1, 1);
-    enum { N = 16 }; /* with the hold, fewer than the 32 credits granted */
-    jt_batch_t b = {0};
-    jt_slot_t *held = jt_slots_new(&b, 1, hold, 10, 0, 0);
-    jt_slot_t *sl = jt_slots_new(&b, N, "count", 100, 1, 0);
-    jt_slots_issue(ch, held, 1);
-    jt_slots_issue(ch, sl, N);
-    jet_channel_destroy(ch); /* its calls fail here: their answers never come */
-    JT_REQUIRE(jt_wait_at_least(&b.done, N + 1, GUARD_US));
-    (void)jt_slots_free(&b, held, 1, GUARD_US);
-    (void)jt_slots_free(&b, sl, N, GUARD_US);
-    int n = -1;
-    JT_CHECK(JT_WAIT_UNTIL((n = counted(c.port)) == N, 20000000));
-    JT_CHECK_EQ(n, N);
-    JT_CHECK_EQ(jt_child_stop(&c), 0);
-}
-
-static void test_requests_before_close_served(void)
-{
-    const char *polling[] = {"--urma_use_polling=true", NULL};
-    requests_before_close(polling, "hold:300");
-    requests_before_close(polling, "hold_mute:300");
-    requests_before_close(NULL, "hold:300");
-    requests_before_close(NULL, "hold_mute:300");
-}
-
 /* Every 37th WR of the server process completes with an error: the
  * connection fails cleanly, its calls end, the next call reconnects. */
 static void test_completion_errors_server(void)
@@ -414,6 +350,68 @@ static void end_child(jt_child_t *c, jet_channel_t *a)
     if (last) jet_channel_destroy(last);
     jet_channel_destroy(a);
     JT_CHECK_EQ(jt_child_stop(c), 0);
+}
+
+/* How many "count" requests the server child has seen (-1: no answer). */
+static int counted(int port)
+{
+    jet_channel_t *ch = channel(port, 30000, 0);
+    if (!ch) return -1;
+    jet_call_t *call = jet_call_create();
+    int n = -1;
+    if (call) {
+        Example__EchoRequest req = EXAMPLE__ECHO_REQUEST__INIT;
+        req.message = "counted";
+        jet_channel_call(ch, &example__echo_service__descriptor, 0, call, &req.base, NULL, NULL);
+        const Example__EchoResponse *resp = (const Example__EchoResponse *)jet_call_response(call);
+        if (!jet_call_failed(call) && resp && resp->message) n = atoi(resp->message);
+        jet_call_destroy(call);
+    }
+    jet_channel_destroy(ch);
+    return n;
+}
+
+/* Requests a client sent over URMA right before it closed the connection are
+ * all served, as a TCP server serves the bytes before the EOF. The server
+ * child's loop is held by a handler meanwhile (`hold`, "hold:300"), so that
+ * when it goes on, the requests wait in its completion queue and the client
+ * is gone. Then either the held call's answer fails (its send completes with
+ * an error after the requests' receives), or, when that answer comes later
+ * ("hold_mute:300"), the TCP EOF is seen first (a polling loop looks at its
+ * fds before it polls its completion queue): either way the received
+ * requests must reach their handlers before the connection fails. Each call
+ * goes out when it is issued (the connection has no other writer and credits
+ * for all). */
+static void requests_before_close(const char *const *envs, const char *hold)
+{
+    jt_child_t c;
+    ut_urma_mark_t m = ut_urma_mark();
+    jet_channel_t *ch = warm_child(&c, envs);
+    JT_REQUIRE(ch);
+    ut_expect_urma(m, 1, 1);
+    enum { N = 16 }; /* with the hold, fewer than the 32 credits granted */
+    jt_batch_t b = {0};
+    jt_slot_t *held = jt_slots_new(&b, 1, hold, 10, 0, 0);
+    jt_slot_t *sl = jt_slots_new(&b, N, "count", 100, 1, 0);
+    jt_slots_issue(ch, held, 1);
+    jt_slots_issue(ch, sl, N);
+    jet_channel_destroy(ch); /* its calls fail here: their answers never come */
+    JT_REQUIRE(jt_wait_at_least(&b.done, N + 1, GUARD_US));
+    (void)jt_slots_free(&b, held, 1, GUARD_US);
+    (void)jt_slots_free(&b, sl, N, GUARD_US);
+    int n = -1;
+    JT_CHECK(JT_WAIT_UNTIL((n = counted(c.port)) == N, 20000000));
+    JT_CHECK_EQ(n, N);
+    JT_CHECK_EQ(jt_child_stop(&c), 0);
+}
+
+static void test_requests_before_close_served(void)
+{
+    const char *polling[] = {"JETRPC_URMA_USE_POLLING=true", NULL};
+    requests_before_close(polling, "hold:300");
+    requests_before_close(polling, "hold_mute:300");
+    requests_before_close(NULL, "hold:300");
+    requests_before_close(NULL, "hold_mute:300");
 }
 
 /* Starts g's thread of back-to-back calls; returns once it is under way,
