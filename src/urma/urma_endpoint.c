@@ -1002,8 +1002,9 @@ bool jet__urma_ep_batch_end(jet_urma_ep_t *ep)
     }
     if (!ep->s || ep->draining) return false; /* the held blocks go with ep_finish */
     if (ep->fail_what) {
-        ep_fail(ep, -EIO, ep->fail_what, ep->fail_status);
+        const char *what = ep->fail_what;
         ep->fail_what = NULL;
+        ep_fail(ep, -EIO, what, ep->fail_status);
         return false;
     }
     if (ep->nrepost > 0 && !ep->repost_deferred && ep_repost_may_wait(ep))
