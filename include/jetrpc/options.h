@@ -49,7 +49,10 @@ typedef struct jet_server_options {
     int num_workers;            /* worker threads when usercode_in_pool; 0 = cores */
     int max_concurrency;        /* in-flight requests; over it ELIMIT. 0 = unlimited */
     uint32_t max_body_size;     /* 0 = flag max_body_size (64 MiB) */
-    int idle_timeout_sec;       /* > 0: close connections idle that long */
+    int idle_timeout_sec;       /* > 0: close connections that neither received nor sent
+                                   anything for that long (over any transport; calls
+                                   still held by handlers do not count), checked once a
+                                   second */
     int graceful_stop_ms;       /* jet_server_stop waits this long for in-flight calls; default 5000 */
     const char *ssl_cert;       /* not supported: non-NULL is refused (-EPROTONOSUPPORT) */
 } jet_server_options_t;

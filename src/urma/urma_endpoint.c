@@ -405,13 +405,19 @@ void jet__urma_ep_connect_peer(jet_urma_ep_t *ep, const jet_urma_hello_t *peer,
     ep->connected = true;
 }
 
+/* What the peer sent to the parser; a receive is activity, as a TCP read
+ * is (server idle_timeout_sec). */
+static void ep_deliver(jet_urma_ep_t *ep)
+{
+    ep->got_bytes = false;
+    atomic_store_explicit(&ep->s->last_active_us, jet_now_coarse_us(), memory_order_relaxed);
+    jet__socket_deliver(ep->s);
+}
+
 void jet__urma_ep_start(jet_urma_ep_t *ep)
 {
     ep->started = true;
-    if (ep->s && !jet_iobuf_empty(&ep->s->read_buf)) {
-        ep->got_bytes = false;
-        jet__socket_deliver(ep->s);
-    }
+    if (ep->s && !jet_iobuf_empty(&ep->s->read_buf)) ep_deliver(ep);
 }
 
 /* ---- sending ------------------------------------------------------------------ */
@@ -996,10 +1002,7 @@ bool jet__urma_ep_batch_end(jet_urma_ep_t *ep)
     /* The bytes first: their receives are re-posted after the handlers they
      * reach have run (and answered), so that no post delays the answer. The
      * peer's window is short of this batch meanwhile, never of more. */
-    if (ep->got_bytes && ep->started) {
-        ep->got_bytes = false;
-        jet__socket_deliver(s);
-    }
+    if (ep->got_bytes && ep->started) ep_deliver(ep);
     if (!ep->s || ep->draining) return false; /* the held blocks go with ep_finish */
     if (ep->fail_what) {
         const char *what = ep->fail_what;

@@ -3,7 +3,8 @@
  * destroyed while 1 MiB calls are in flight; a server whose iobuf memory
  * runs out (iobuf_max_mb) under 8 MiB echoes; one connection carrying 0 B,
  * 4 KiB and 1 MiB calls at once from four threads, in event mode and with
- * both ends polling in one process.
+ * both ends polling in one process; a server's idle timeout, over each
+ * transport.
  *
  * Every call is tracked on its own: its done callback must run exactly once,
  * and end with success (the bytes echoed exactly) or with one of the codes
@@ -574,6 +575,75 @@ static void test_mixed_sizes_both_polling(void)
 
 /* ---- main ------------------------------------------------------------------------------- */
 
+/* ---- idle_timeout_sec ------------------------------------------------------ */
+
+typedef struct idle_batch {
+    _Atomic int done, failed;
+} idle_batch_t;
+
+static void idle_done(jet_call_t *call, void *arg)
+{
+    idle_batch_t *b = arg;
+    if (jet_call_failed(call)) {
+        fprintf(stderr, "  call failed: %s\n", jet_call_error_text(call));
+        atomic_fetch_add(&b->failed, 1);
+    }
+    atomic_fetch_add(&b->done, 1);
+}
+
+/* A server's idle_timeout_sec (1 s here) closes a connection that has
+ * neither read nor written for that long; requests arriving over URMA or
+ * UBRing are reads as over TCP. Six calls, one every 300 ms, each answered
+ * 2.5 s later, keep the connection busy receiving and then writing: all
+ * succeed. Left silent, the connection is closed, and the next call opens
+ * another. */
+static void idle_timeout(const char *mode, const char *const *envs)
+{
+    char ma[32];
+    snprintf(ma, sizeof ma, "mode=%s", mode);
+    const char *args[] = {ma, "idle=1", NULL};
+    jet_socket_mode_t m = JET_SOCKET_MODE_TCP;
+    JT_REQUIRE(jet_socket_mode_parse(mode, &m) == 0);
+    jt_child_t c;
+    JT_REQUIRE(jt_child_start(&c, args, envs) == 0);
+    jet_channel_t *ch = ut_channel(c.port, m, 10000, JET_CONNECTION_SINGLE);
+    JT_REQUIRE(ch);
+    JT_CHECK_EQ(jt_echo_bytes(ch, 100, 1, "warm"), 0);
+    ut_urma_mark_t mk = ut_urma_mark();
+    enum { N = 6 };
+    idle_batch_t b = {0};
+    jet_call_t *calls[N];
+    Example__EchoRequest req = EXAMPLE__ECHO_REQUEST__INIT;
+    req.message = "sleep:2500";
+    for (int i = 0; i < N; i++) {
+        calls[i] = jet_call_create();
+        JT_REQUIRE(calls[i]);
+        jet_channel_call(ch, &example__echo_service__descriptor, 0, calls[i], &req.base, idle_done,
+                         &b);
+        usleep(300000);
+    }
+    JT_REQUIRE(jt_wait_at_least(&b.done, N, GUARD_US));
+    JT_CHECK_EQ(atomic_load(&b.failed), 0);
+    for (int i = 0; i < N; i++)
+        jet_call_destroy(calls[i]);
+    if (m == JET_SOCKET_MODE_URMA) ut_expect_urma(mk, N, 0); /* on the warm connection */
+    usleep(2500000);
+    mk = ut_urma_mark();
+    JT_CHECK_EQ(jt_echo_bytes(ch, 100, 2, "after"), 0);
+    if (m == JET_SOCKET_MODE_URMA) ut_expect_urma(mk, 1, 1); /* on a new connection */
+    jet_channel_destroy(ch);
+    JT_CHECK_EQ(jt_child_stop(&c), 0);
+}
+
+static void test_idle_timeout(void)
+{
+    const char *polling[] = {"JETRPC_URMA_USE_POLLING=true", NULL};
+    idle_timeout("tcp", NULL);
+    idle_timeout("ubring", NULL);
+    idle_timeout("urma", NULL);
+    idle_timeout("urma", polling);
+}
+
 static int lc_case_role(int argc, char **argv)
 {
     for (int i = 2; i < argc; i++) {
@@ -595,5 +665,6 @@ int main(int argc, char **argv)
     JT_RUN(test_server_iobuf_exhausted);
     JT_RUN(test_mixed_sizes_event_mode);
     JT_RUN(test_mixed_sizes_both_polling);
+    JT_RUN(test_idle_timeout);
     return jt_finish();
 }

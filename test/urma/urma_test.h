@@ -147,12 +147,15 @@ static UT_UNUSED void ut_echo(Example__EchoService_Service *service,
 
 static UT_UNUSED Example__EchoService_Service ut_service = EXAMPLE__ECHO_SERVICE__INIT(ut_);
 
-/* An in-process echo server on 127.0.0.1 at a free port (*port_p). */
-static UT_UNUSED jet_server_t *ut_server_start(jet_socket_mode_t mode, int *port_p)
+/* An in-process echo server on 127.0.0.1 at a free port (*port_p), closing
+ * connections idle for idle_sec (0: never). */
+static UT_UNUSED jet_server_t *ut_server_start_idle(jet_socket_mode_t mode, int idle_sec,
+                                                   int *port_p)
 {
     jet_server_options_t o;
     jet_server_options_init(&o);
     o.socket_mode = mode;
+    o.idle_timeout_sec = idle_sec;
     jet_server_t *srv;
     if (jet_server_create(&o, &srv) < 0) return NULL;
     if (jet_server_add_service(srv, (ProtobufCService *)&ut_service) < 0 ||
@@ -164,18 +167,26 @@ static UT_UNUSED jet_server_t *ut_server_start(jet_socket_mode_t mode, int *port
     return srv;
 }
 
+static UT_UNUSED jet_server_t *ut_server_start(jet_socket_mode_t mode, int *port_p)
+{
+    return ut_server_start_idle(mode, 0, port_p);
+}
+
 /* ---- server children ---------------------------------------------------------- */
 
-/* The "role=server" entry: serves until stdin closes; argv[2] may be
- * "mode=<name>". Returns the process exit status. */
+/* The "role=server" entry: serves until stdin closes; args "mode=<name>"
+ * and "idle=<idle_timeout_sec>". Returns the process exit status. */
 static UT_UNUSED int ut_server_role(int argc, char **argv)
 {
     jet_socket_mode_t mode = JET_SOCKET_MODE_URMA;
-    if (argc > 2 && strncmp(argv[2], "mode=", 5) == 0 &&
-        jet_socket_mode_parse(argv[2] + 5, &mode) < 0)
-        return 3;
+    int idle = 0;
+    for (int i = 2; i < argc; i++) {
+        if (strncmp(argv[i], "mode=", 5) == 0 && jet_socket_mode_parse(argv[i] + 5, &mode) < 0)
+            return 3;
+        if (strncmp(argv[i], "idle=", 5) == 0) idle = atoi(argv[i] + 5);
+    }
     int port = 0;
-    jet_server_t *srv = ut_server_start(mode, &port);
+    jet_server_t *srv = ut_server_start_idle(mode, idle, &port);
     if (!srv) return 4;
     return jt_serve_until_stdin_closes(srv, port);
 }
