@@ -372,7 +372,9 @@ static int counted(int port)
 }
 
 /* Requests a client sent over URMA right before it closed the connection are
- * all served, as a TCP server serves the bytes before the EOF. The server
+ * all served: what arrived reaches its handler (over TCP, an answer to the
+ * closed client draws a reset, and the kernel drops what the server had not
+ * read yet; URMA's receive buffers hold what came). The server
  * child's loop is held by a handler meanwhile (`hold`, "hold:300"), so that
  * when it goes on, the requests wait in its completion queue and the client
  * is gone. Then either the held call's answer fails (its send completes with
