@@ -12,9 +12,6 @@
 #include <unistd.h>
 
 #define SHM_DIR "/dev/shm/"
-/* A name found taken by create is replaced when it was last modified more
- * than this long ago (its maker maps it right after creating it). */
-#define SHM_TAKEN_MIN_AGE_S 2
 
 bool jet__ubring_shm_name_ok(const char *name)
 {
@@ -86,68 +83,60 @@ static bool ino_set_has(const ino_set_t *set, ino_t ino)
     return false;
 }
 
-/* Adds the inodes of the UBRing segments /proc/<pid>/maps shows mapped. */
-static void mapped_by(const char *pid, ino_set_t *set)
+static bool ino_set_add(ino_set_t *set, ino_t ino)
+{
+    if (ino_set_has(set, ino)) return true;
+    if (set->n == set->cap) {
+        size_t cap = set->cap ? set->cap * 2 : 16;
+        ino_t *v = realloc(set->v, cap * sizeof *v);
+        if (!v) return false;
+        set->v = v;
+        set->cap = cap;
+    }
+    set->v[set->n++] = ino;
+    return true;
+}
+
+/* Takes out of cand the inodes that /proc/<pid>/maps shows mapped. A
+ * process whose maps cannot be read (it ended, or is protected from us) is
+ * passed over: the age of a candidate is what rules out a live handshake,
+ * the maps are a second look. */
+static void unmark_mapped(int dirfd, const char *pid, ino_set_t *cand)
 {
     char path[64];
-    snprintf(path, sizeof path, "/proc/%s/maps", pid);
-    FILE *f = fopen(path, "re");
-    if (!f) return; /* gone, or another user's */
+    if (snprintf(path, sizeof path, "%.20s/maps", pid) >= (int)sizeof path) return;
+    int fd = openat(dirfd, path, O_RDONLY | O_CLOEXEC);
+    if (fd < 0) return;
+    FILE *f = fdopen(fd, "r");
+    if (!f) {
+        close(fd);
+        return;
+    }
     char line[512];
     while (fgets(line, sizeof line, f)) {
         unsigned long long ino;
         int at = 0;
         if (sscanf(line, "%*s %*s %*s %*s %llu %n", &ino, &at) != 1 || ino == 0) continue;
         if (strncmp(line + at, SHM_DIR "UBRING_", sizeof SHM_DIR - 1 + 7) != 0) continue;
-        if (ino_set_has(set, (ino_t)ino)) continue;
-        if (set->n == set->cap) {
-            size_t cap = set->cap ? set->cap * 2 : 64;
-            ino_t *v = realloc(set->v, cap * sizeof *v);
-            if (!v) break;
-            set->v = v;
-            set->cap = cap;
-        }
-        set->v[set->n++] = (ino_t)ino;
+        for (size_t i = 0; i < cand->n; i++)
+            if (cand->v[i] == (ino_t)ino) cand->v[i] = 0;
     }
     fclose(f);
 }
 
-/* The inodes of the UBRing segments mapped by the processes we can see;
- * false when /proc cannot be read (then nothing may be called stale). */
-static bool mapped_inodes(ino_set_t *set)
+/* A UBRing segment name of ours, last modified min_age_s or more ago: its
+ * inode and size. */
+static bool shm_candidate(int dirfd, const char *name, int64_t min_age_s, struct stat *st)
 {
-    memset(set, 0, sizeof *set);
-    DIR *d = opendir("/proc");
-    if (!d) return false;
-    struct dirent *e;
-    while ((e = readdir(d)) != NULL)
-        if (e->d_name[0] >= '1' && e->d_name[0] <= '9') mapped_by(e->d_name, set);
-    closedir(d);
-    return true;
-}
-
-/* name's segment is ours, unchanged for min_age_s and mapped by no process in
- * set. */
-static bool shm_stale(const char *name, const ino_set_t *set, int64_t min_age_s, off_t *size_p)
-{
-    char path[sizeof SHM_DIR + JET_UBRING_NAME_BUF];
-    snprintf(path, sizeof path, SHM_DIR "%s", name);
-    struct stat st;
-    if (lstat(path, &st) < 0 || !S_ISREG(st.st_mode) || st.st_uid != geteuid()) return false;
-    if ((int64_t)time(NULL) - (int64_t)st.st_mtime < min_age_s) return false;
-    if (ino_set_has(set, st.st_ino)) return false;
-    if (size_p) *size_p = st.st_size;
-    return true;
-}
-
-bool jet__ubring_shm_stale(const char *name, int64_t min_age_s)
-{
-    if (!jet__ubring_shm_name_ok(name)) return false;
-    ino_set_t set;
-    if (!mapped_inodes(&set)) return false;
-    bool stale = shm_stale(name, &set, min_age_s, NULL);
-    free(set.v);
-    return stale;
+    size_t n = strlen(name);
+    if (n < 9 || memcmp(name, "UBRING_", 7) != 0 ||
+        (strcmp(name + n - 2, "_C") != 0 && strcmp(name + n - 2, "_S") != 0) ||
+        !jet__ubring_shm_name_ok(name))
+        return false;
+    if (fstatat(dirfd, name, st, AT_SYMLINK_NOFOLLOW) < 0 || !S_ISREG(st->st_mode) ||
+        st->st_uid != geteuid())
+        return false;
+    return (int64_t)time(NULL) - (int64_t)st->st_mtime >= min_age_s;
 }
 
 int jet__ubring_shm_sweep(int64_t min_age_s, uint64_t *bytes_p)
@@ -155,40 +144,34 @@ int jet__ubring_shm_sweep(int64_t min_age_s, uint64_t *bytes_p)
     if (bytes_p) *bytes_p = 0;
     DIR *d = opendir(SHM_DIR);
     if (!d) return 0;
-    ino_set_t set;
-    if (!mapped_inodes(&set)) {
-        closedir(d);
-        return 0;
-    }
-    int removed = 0;
+    /* The candidates first: without any, /proc is not read at all. */
+    ino_set_t cand = {0};
     struct dirent *e;
-    while ((e = readdir(d)) != NULL) {
-        size_t n = strlen(e->d_name);
-        if (n < 9 || memcmp(e->d_name, "UBRING_", 7) != 0 ||
-            (strcmp(e->d_name + n - 2, "_C") != 0 && strcmp(e->d_name + n - 2, "_S") != 0) ||
-            !jet__ubring_shm_name_ok(e->d_name))
-            continue;
-        off_t size = 0;
-        if (!shm_stale(e->d_name, &set, min_age_s, &size) || shm_unlink(e->d_name) < 0) continue;
-        removed++;
-        if (bytes_p) *bytes_p += (uint64_t)size;
+    struct stat st;
+    bool ok = true;
+    while (ok && (e = readdir(d)) != NULL)
+        if (shm_candidate(dirfd(d), e->d_name, min_age_s, &st)) ok = ino_set_add(&cand, st.st_ino);
+    DIR *p = ok && cand.n > 0 ? opendir("/proc") : NULL;
+    ok = p != NULL;
+    while (ok && (e = readdir(p)) != NULL)
+        if (e->d_name[0] >= '1' && e->d_name[0] <= '9') unmark_mapped(dirfd(p), e->d_name, &cand);
+    if (p) closedir(p);
+    int removed = 0;
+    if (ok) {
+        rewinddir(d);
+        while ((e = readdir(d)) != NULL) {
+            /* Looked at again just before the unlink: a name replaced since
+             * the first look is not the candidate. */
+            if (!shm_candidate(dirfd(d), e->d_name, min_age_s, &st) || st.st_ino == 0 ||
+                !ino_set_has(&cand, st.st_ino) || shm_unlink(e->d_name) < 0)
+                continue;
+            removed++;
+            if (bytes_p) *bytes_p += (uint64_t)st.st_size;
+        }
     }
     closedir(d);
-    free(set.v);
+    free(cand.v);
     return removed;
-}
-
-static int shm_create_excl(const char *name)
-{
-    /* Owner only (brpc asks 0666, which the umask usually makes readable by
-     * all): no other user reads the traffic before the name is unlinked. */
-    int fd = shm_open(name, O_CREAT | O_EXCL | O_RDWR | O_CLOEXEC, 0600);
-    if (fd >= 0 || errno != EEXIST) return fd < 0 ? -errno : fd;
-    /* A name left by a process that died: replaced, once. */
-    if (!jet__ubring_shm_stale(name, SHM_TAKEN_MIN_AGE_S)) return -EEXIST;
-    shm_unlink(name);
-    fd = shm_open(name, O_CREAT | O_EXCL | O_RDWR | O_CLOEXEC, 0600);
-    return fd < 0 ? -errno : fd;
 }
 
 int jet__ubring_shm_create(const char *name, size_t len, jet_ubring_shm_t *shm)
@@ -196,8 +179,10 @@ int jet__ubring_shm_create(const char *name, size_t len, jet_ubring_shm_t *shm)
     int rc;
     memset(shm, 0, sizeof *shm);
     if (!jet__ubring_shm_name_ok(name) || !jet__ubring_shm_len_ok(len)) return -EINVAL;
-    int fd = shm_create_excl(name);
-    if (fd < 0) return fd;
+    /* Owner only (brpc asks 0666, which the umask usually makes readable by
+     * all): no other user reads the traffic before the name is unlinked. */
+    int fd = shm_open(name, O_CREAT | O_EXCL | O_RDWR | O_CLOEXEC, 0600);
+    if (fd < 0) return -errno;
     if (ftruncate(fd, (off_t)len) < 0) {
         rc = -errno;
         goto err_unlink;

@@ -10,14 +10,16 @@
  *  - create: shm_open(O_CREAT|O_EXCL|O_RDWR, 0600), ftruncate,
  *    posix_fallocate, mmap shared RW, close the fd, zero the whole segment.
  *    On failure nothing is left behind (the name is unlinked). A name that
- *    exists already is -EEXIST, unless it is stale (below, unchanged for 2 s):
- *    then it is replaced.
- *  - stale: a segment of this user that no process we can see maps (their
- *    /proc/<pid>/maps) and that was not modified for min_age_s. Names
- *    outlive their handshake only when their maker died before unlinking
- *    them (established rings and failed handshakes unlink theirs); such a
- *    name keeps its memory and makes the next connection from the same
- *    ip:port fall back to TCP.
+ *    exists already is -EEXIST.
+ *  - sweep: removes the stale segments: UBRING_*_C and _S of this user, not
+ *    modified for min_age_s, that no process maps (as far as their
+ *    /proc/<pid>/maps can be read). Names outlive their handshake only when
+ *    their maker died before unlinking them (established rings and failed
+ *    handshakes unlink theirs); such a name keeps its memory and makes the
+ *    next connection from the same ip:port fall back to TCP. The age is
+ *    what rules out a live handshake (min_age_s must exceed any); the maps,
+ *    unreadable for some processes and unseen for other pid namespaces, are
+ *    a second look.
  *  - open: shm_open(O_RDWR), fstat size must be >= len (else -EINVAL), mmap
  *    len bytes. A missing name is -ENOENT.
  *  - unlink: removes the name if this side created it and has not removed it
@@ -58,11 +60,9 @@ bool jet__ubring_shm_len_ok(uint64_t len);
 int jet__ubring_shm_create(const char *name, size_t len, jet_ubring_shm_t *shm);
 int jet__ubring_shm_open(const char *name, size_t len, jet_ubring_shm_t *shm);
 int jet__ubring_shm_unlink(jet_ubring_shm_t *shm);
-/* Whether name is stale (see the contract); false when /proc is unreadable. */
-bool jet__ubring_shm_stale(const char *name, int64_t min_age_s);
-/* Removes every stale UBRING_*_C / _S segment; returns how many, their bytes
- * in *bytes_p (may be NULL). Reads every visible process's maps: call it
- * once, off the loops. */
+/* Removes the stale segments (see the contract); returns how many, their
+ * bytes in *bytes_p (may be NULL). Reads every visible process's maps when
+ * there is a candidate: call it off the loops. */
 int jet__ubring_shm_sweep(int64_t min_age_s, uint64_t *bytes_p);
 void jet__ubring_shm_unmap(jet_ubring_shm_t *shm);
 

@@ -458,8 +458,22 @@ static void uc_close(ub_conn_t *c)
 /* ---- transport slots ---------------------------------------------------------- */
 
 /* Segments left in /dev/shm by processes that died mid-handshake: removed
- * by the first UBRing channel or server of a process. Only names older than
- * any handshake could be (a minute at least). */
+ * after the first UBRing channel or server of a process, on a thread of its
+ * own (reading other processes' maps takes a while on a busy machine). Only
+ * names older than any handshake could be (a minute at least). */
+static void *ub_sweep_main(void *arg)
+{
+    int64_t age = (int64_t)(intptr_t)arg;
+    pthread_setname_np(pthread_self(), "jet_ub_sweep");
+    uint64_t bytes = 0;
+    int n = jet__ubring_shm_sweep(age, &bytes);
+    if (n > 0)
+        JET_INFO("UBRing: removed %d stale segment%s from /dev/shm (%llu MiB), left by processes "
+                 "that ended mid-handshake",
+                 n, n == 1 ? "" : "s", (unsigned long long)(bytes >> 20));
+    return NULL;
+}
+
 static void ub_sweep_once(void)
 {
     static atomic_flag done = ATOMIC_FLAG_INIT;
@@ -467,12 +481,14 @@ static void ub_sweep_once(void)
     int64_t age = 2 * (int64_t)JET_FLAG(ub_handshake_timeout_ms) / 1000 +
                   (int64_t)JET_FLAG(ub_connect_timeout);
     if (age < UB_SWEEP_MIN_AGE_S) age = UB_SWEEP_MIN_AGE_S;
-    uint64_t bytes = 0;
-    int n = jet__ubring_shm_sweep(age, &bytes);
-    if (n > 0)
-        JET_INFO("UBRing: removed %d stale segment%s from /dev/shm (%llu MiB), left by processes "
-                 "that ended mid-handshake",
-                 n, n == 1 ? "" : "s", (unsigned long long)(bytes >> 20));
+    pthread_t th;
+    pthread_attr_t a;
+    if (pthread_attr_init(&a) != 0) return;
+    pthread_attr_setdetachstate(&a, PTHREAD_CREATE_DETACHED);
+    int rc = pthread_create(&th, &a, ub_sweep_main, (void *)(intptr_t)age);
+    if (rc != 0)
+        JET_WARN("UBRing: cannot start the thread that removes stale segments: %s", strerror(rc));
+    pthread_attr_destroy(&a);
 }
 
 static int ub_global_init(const jet_transport_check_t *check)
