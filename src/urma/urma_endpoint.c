@@ -71,6 +71,9 @@ struct jet_urma_ep {
      * peer sent before, as TCP reads the bytes before an error. */
     const char *fail_what;
     int fail_status;
+    /* Set with fail_what: nothing more is posted (writers wait as on an
+     * empty window), so that no message follows one that was lost. */
+    _Atomic bool send_halted;
     bool no_reuse; /* the provider refused a receive: the set is not recycled */
     bool awaiting; /* its set is being made off the loop */
 
@@ -121,6 +124,7 @@ static void ep_fail_after_batch(jet_urma_ep_t *ep, const char *what, int status)
     if (ep->draining || ep->fail_what) return;
     ep->fail_what = what;
     ep->fail_status = status;
+    atomic_store_explicit(&ep->send_halted, true, memory_order_release);
 }
 
 /* Fails the socket once; the endpoint keeps releasing buffers until close. */
@@ -534,7 +538,7 @@ ssize_t jet__urma_ep_cut(jet_urma_ep_t *ep, jet_iobuf_t *const *bufs, int n)
              * cannot drop to 0 under us; the loop only gives back. */
             int32_t sw = atomic_load_explicit(&ep->sq_window, memory_order_acquire);
             int32_t rw = atomic_load_explicit(&ep->rq_window, memory_order_acquire);
-            if (sw <= 0 || rw <= 0) {
+            if (sw <= 0 || rw <= 0 || atomic_load_explicit(&ep->send_halted, memory_order_acquire)) {
                 window_empty = true;
                 break;
             }
@@ -615,7 +619,7 @@ int jet__urma_ep_wait_writable(jet_urma_ep_t *ep)
  * than `above`. */
 static void ep_flush_credits(jet_urma_ep_t *ep, uint32_t above)
 {
-    if (!ep->connected || ep->draining) return;
+    if (!ep->connected || ep->draining || ep->fail_what) return;
     uint32_t c = atomic_load_explicit(&ep->credits, memory_order_relaxed);
     if (c <= above) return;
     if (atomic_load_explicit(&ep->imm_slots, memory_order_relaxed) <= 0) return;
