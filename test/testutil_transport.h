@@ -103,6 +103,7 @@ typedef struct jt_closer {
     const char *magics[4]; /* NULL-terminated */
     size_t rest_len;       /* at most 256 */
     int rest_ms;
+    bool reset;            /* close with a reset (SO_LINGER 0), as a crashing server */
     _Atomic int hellos, proxied;
 } jt_closer_t;
 

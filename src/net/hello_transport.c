@@ -241,11 +241,16 @@ static void hl_input_on(jet_socket_t *s, jet_hello_ts_t *h, uint32_t events)
     }
 }
 
-static void hl_input_eof(jet_socket_t *s, jet_hello_ts_t *h, int err)
+/* The connection ended (err) while the handshake ran; closed: an orderly
+ * close (EOF), not a reset or another error. */
+static void hl_input_eof(jet_socket_t *s, jet_hello_ts_t *h, int err, bool closed)
 {
-    if (h->hs == JET_HELLO_HS_C_HELLO_WAIT && jet_iobuf_empty(&h->hs_buf)) {
-        /* What a brpc TCP-only server does with a transport hello. What the
-         * hello set up goes with the socket (close). */
+    if (closed && h->hs == JET_HELLO_HS_C_HELLO_WAIT && jet_iobuf_empty(&h->hs_buf)) {
+        /* What a brpc TCP-only server does with a transport hello: it reads
+         * it and closes. A reset is not that (a server that crashed or
+         * restarted): the attempt fails as over TCP, and the next connection
+         * offers the transport again. What the hello set up goes with the
+         * socket (close). */
         JET_INFO("%s closed the connection on the %s hello (a server without %s?): the "
                  "channel retries over TCP",
                  s->peer, h->ops->name, h->ops->name);
@@ -296,12 +301,12 @@ void jet__hello_on_input(jet_socket_t *s, uint32_t events)
             continue;
         }
         if (r == 0) {
-            hl_input_eof(s, h, -JET_EEOF);
+            hl_input_eof(s, h, -JET_EEOF, true);
             return;
         }
         if (r == -EAGAIN) return;
         if (r == -EINTR) continue;
-        hl_input_eof(s, h, r == -ECONNRESET ? -JET_EEOF : (int)r);
+        hl_input_eof(s, h, r == -ECONNRESET ? -JET_EEOF : (int)r, false);
         return;
     }
 }

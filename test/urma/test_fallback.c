@@ -134,6 +134,43 @@ static void test_urma_client_brpc_tcp_server(void)
     jet_server_destroy(srv);
 }
 
+/* A server that resets the connection on the hello (it crashed, or is being
+ * restarted) has not refused URMA: the attempt fails with the connection's
+ * error, as over TCP, and counts; the channel does not go over to TCP, so
+ * its next connection offers URMA again. */
+static void test_reset_on_hello_is_no_refusal(void)
+{
+    int real = 0;
+    jet_server_t *srv = ut_server_start(JET_SOCKET_MODE_TCP, &real);
+    JT_REQUIRE(srv);
+    jt_closer_t c = {.real_port = real,
+                     .head_len = 4,
+                     .magics = {"URMA", "URM3", NULL},
+                     .rest_len = 256,
+                     .rest_ms = 50,
+                     .reset = true};
+    jt_fake_t f;
+    jt_fake_start(&f, jt_closer_fn, &c);
+    jet_channel_t *ch = channel_retry(f.port, JET_CONNECTION_SINGLE, 0);
+    JT_REQUIRE(ch);
+    for (int i = 0; i < 2; i++) {
+        jet_call_t *call = jet_call_create();
+        JT_REQUIRE(call);
+        Example__EchoRequest req = EXAMPLE__ECHO_REQUEST__INIT;
+        req.message = "reset";
+        jet_channel_call(ch, &example__echo_service__descriptor, 0, call, &req.base, NULL, NULL);
+        JT_CHECK(jet_call_failed(call));
+        JT_CHECK_EQ(jet_call_error_code(call), JET_EEOF);
+        JT_CHECK_EQ(jet_call_attempts(call), 1);
+        jet_call_destroy(call);
+        JT_CHECK_EQ(atomic_load(&c.hellos), i + 1); /* each connection offered URMA */
+    }
+    JT_CHECK_EQ(atomic_load(&c.proxied), 0);
+    jet_channel_destroy(ch);
+    jt_fake_stop(&f);
+    jet_server_destroy(srv);
+}
+
 /* ---- a server that declines with a hello ------------------------------------------- */
 
 typedef struct decliner {
@@ -350,6 +387,7 @@ int main(int argc, char **argv)
     JT_RUN(test_urma_client_tcp_server);
     JT_RUN(test_urma_client_ubring_server);
     JT_RUN(test_urma_client_brpc_tcp_server);
+    JT_RUN(test_reset_on_hello_is_no_refusal);
     JT_RUN(test_urma_client_declining_server_v2);
     JT_RUN(test_urma_client_declining_server_v3);
     JT_RUN(test_tcp_client_urma_server);
