@@ -6,6 +6,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/socket.h>
 
 #include "base/log.h"
 #include "base/time.h"
@@ -117,6 +118,15 @@ struct jet_urma_ep {
 };
 
 static void ep_finish(jet_urma_ep_t *ep, bool reuse);
+
+/* The peer closed or reset the TCP connection, on which nothing else may
+ * arrive once URMA is on: a send that failed meanwhile failed for that. */
+static bool ep_peer_closed(const jet_urma_ep_t *ep)
+{
+    char b;
+    ssize_t r = recv(ep->s->fd, &b, 1, MSG_PEEK | MSG_DONTWAIT);
+    return r == 0 || (r < 0 && errno == ECONNRESET);
+}
 
 /* A completion error of a send: the failure waits for the batch end. */
 static void ep_fail_after_batch(jet_urma_ep_t *ep, const char *what, int status)
@@ -1009,9 +1019,11 @@ bool jet__urma_ep_batch_end(jet_urma_ep_t *ep)
     if (ep->got_bytes && ep->started) ep_deliver(ep);
     if (!ep->s || ep->draining) return false; /* the held blocks go with ep_finish */
     if (ep->fail_what) {
-        const char *what = ep->fail_what;
+        /* Gone (its process ended, most likely): EEOF, as TCP reports it. */
+        bool gone = ep_peer_closed(ep);
+        const char *what = gone ? "the peer closed the connection; a send" : ep->fail_what;
         ep->fail_what = NULL;
-        ep_fail(ep, -EIO, what, ep->fail_status);
+        ep_fail(ep, gone ? -JET_EEOF : -EIO, what, ep->fail_status);
         return false;
     }
     if (ep->nrepost > 0 && !ep->repost_deferred && ep_repost_may_wait(ep))

@@ -407,6 +407,48 @@ static void requests_before_close(const char *const *envs, const char *hold)
     JT_CHECK_EQ(jt_child_stop(&c), 0);
 }
 
+/* A killed server is EEOF over URMA as over TCP: a send to its gone jetty
+ * completes with an error, and that error is the connection's end when the
+ * TCP connection has ended too. The client's loop is held (a done callback)
+ * while the server is killed and the next call is sent, so that it finds
+ * the send's error completion and the TCP EOF together. */
+static _Atomic int g_in_done;
+
+static void holding_done(jet_call_t *call, void *arg)
+{
+    (void)call;
+    (void)arg;
+    atomic_store(&g_in_done, 1);
+    usleep(500000);
+}
+
+static void test_killed_server_is_eof(void)
+{
+    jt_child_t c;
+    ut_urma_mark_t m = ut_urma_mark();
+    jet_channel_t *ch = warm_child(&c, NULL);
+    JT_REQUIRE(ch);
+    ut_expect_urma(m, 1, 1);
+    jet_call_t *hold = jet_call_create();
+    JT_REQUIRE(hold);
+    Example__EchoRequest req = EXAMPLE__ECHO_REQUEST__INIT;
+    req.message = "x";
+    atomic_store(&g_in_done, 0);
+    jet_channel_call(ch, &example__echo_service__descriptor, 0, hold, &req.base, holding_done,
+                     NULL);
+    JT_REQUIRE(jt_wait_at_least(&g_in_done, 1, GUARD_US));
+    jt_child_kill(&c);
+    jt_batch_t b = {0};
+    jt_slot_t *sl = jt_slots_new(&b, 1, "after", 10, 0, 0);
+    jt_slots_issue(ch, sl, 1);
+    JT_REQUIRE(jt_wait_at_least(&b.done, 1, GUARD_US));
+    JT_CHECK_EQ(jet_call_error_code(sl[0].call), JET_EEOF);
+    (void)jt_slots_free(&b, sl, 1, GUARD_US);
+    jet_call_join(hold);
+    jet_call_destroy(hold);
+    jet_channel_destroy(ch);
+}
+
 static void test_requests_before_close_served(void)
 {
     const char *polling[] = {"JETRPC_URMA_USE_POLLING=true", NULL};
@@ -957,6 +999,7 @@ int main(int argc, char **argv)
     JT_RUN(test_server_killed_mid_transfer);
     JT_RUN(test_client_killed_mid_transfer);
     JT_RUN(test_requests_before_close_served);
+    JT_RUN(test_killed_server_is_eof);
     JT_RUN(test_completion_errors_server);
     JT_RUN(test_completion_errors_client);
     JT_RUN(test_forced_rnr);
