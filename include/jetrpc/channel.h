@@ -25,7 +25,10 @@
  * event loop that serves its connection (in a done callback, or in a server
  * handler run on the loop), it could never read its own answer, and fails
  * at once with EDEADLK instead: such code calls asynchronously, or its
- * handlers run in the server's worker pool (usercode_in_pool).
+ * handlers run in the server's worker pool (usercode_in_pool). The check
+ * sees the client's side only: a synchronous call from a loop thread to a
+ * server in the same process waits until its deadline (ERPCTIMEDOUT) when
+ * the server's end of the connection landed on the caller's loop.
  *
  * Threads: any number of threads may call through one channel. Destroying a
  * channel closes its connections: calls still in flight on it end with
