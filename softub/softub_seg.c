@@ -420,8 +420,8 @@ SUB_API urma_target_seg_t *urma_register_seg(urma_context_t *ctx, urma_seg_cfg_t
     SEG_STORE(dev, pr.dev);
     SEG_STORE(ino, pr.ino);
     SEG_STORE(uasid, ctx->uasid);
-    SEG_STORE(revoked, 0);
 #undef SEG_STORE
+    atomic_store_explicit(&ss->revoked, 0, memory_order_relaxed);
     ss->eid = ctx->eid;
     atomic_store(&ss->gen, gen);
     atomic_store(&ss->state, SUB_SEG_REG);
