@@ -437,7 +437,11 @@ static void ubl_tick_cb(jet_timer_t *t)
 
 /* Socket closed, loop thread: start the active close (UBRING.md §8), or free
  * the ring at once when there is nothing to tell the peer. */
-static void uc_close(ub_conn_t *c)
+/* tcp_gone: the peer's end of the TCP connection is closed (EOF or reset):
+ * its process ended, or it closed after its own ring close, which waits for
+ * the flags written here. Either way no acknowledgement is coming: the ring
+ * goes at once instead of after ub_disconnect_timeout. */
+static void uc_close(ub_conn_t *c, bool tcp_gone)
 {
     c->s = NULL;
     if (c->state != UC_ACTIVE || c->peer_closed) {
@@ -450,6 +454,10 @@ static void uc_close(ub_conn_t *c)
     if (jet__ubring_load32(&own->tx_flag) == JET_UBRING_EQ_CONNECTED)
         jet__ubring_store32(&own->tx_flag, JET_UBRING_EQ_CLOSED);
     jet__ubring_store32(&peer->rx_flag, JET_UBRING_EQ_CLOSED);
+    if (tcp_gone) {
+        uc_destroy(c);
+        return;
+    }
     c->state = UC_CLOSING;
     int32_t to = JET_FLAG(ub_disconnect_timeout);
     c->close_deadline_us = jet_now_us() + (int64_t)(to > 0 ? to : 0) * 1000000;
@@ -558,7 +566,7 @@ static void ub_close(jet_socket_t *s)
     jet__hello_close(s, &ts->h);
     ub_conn_t *c = ts->conn;
     ts->conn = NULL;
-    if (c) uc_close(c);
+    if (c) uc_close(c, s->peer_hup || atomic_load(&s->error) == -JET_EEOF);
 }
 
 /* This connection does not use UBRing: drop the ring. */
