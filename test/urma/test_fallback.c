@@ -82,18 +82,29 @@ static void test_urma_client_ubring_server(void)
 
 /* ---- a brpc TCP-only server: closes on a URMA hello ---------------------------------- */
 
-static void test_urma_client_brpc_tcp_server(void)
+/* A TCP echo server (*srv_p) behind a closer of URMA hellos (*c, on f->port)
+ * that ends them with a reset or an orderly close. */
+static bool closer_start(bool reset, jt_closer_t *c, jt_fake_t *f, jet_server_t **srv_p)
 {
     int real = 0;
-    jet_server_t *srv = ut_server_start(JET_SOCKET_MODE_TCP, &real);
-    JT_REQUIRE(srv);
-    jt_closer_t c = {.real_port = real,
-                     .head_len = 4,
-                     .magics = {"URMA", "URM3", NULL},
-                     .rest_len = 256,
-                     .rest_ms = 50};
+    *srv_p = ut_server_start(JET_SOCKET_MODE_TCP, &real);
+    if (!*srv_p) return false;
+    *c = (jt_closer_t){.real_port = real,
+                       .head_len = 4,
+                       .magics = {"URMA", "URM3", NULL},
+                       .rest_len = 256,
+                       .rest_ms = 50,
+                       .reset = reset};
+    jt_fake_start(f, jt_closer_fn, c);
+    return true;
+}
+
+static void test_urma_client_brpc_tcp_server(void)
+{
+    jet_server_t *srv;
+    jt_closer_t c;
     jt_fake_t f;
-    jt_fake_start(&f, jt_closer_fn, &c);
+    JT_REQUIRE(closer_start(false, &c, &f, &srv));
     /* No retries allowed: the fallback reconnect must not need one. */
     jet_channel_t *ch = channel_retry(f.port, JET_CONNECTION_SINGLE, 0);
     JT_REQUIRE(ch);
@@ -140,17 +151,10 @@ static void test_urma_client_brpc_tcp_server(void)
  * its next connection offers URMA again. */
 static void test_reset_on_hello_is_no_refusal(void)
 {
-    int real = 0;
-    jet_server_t *srv = ut_server_start(JET_SOCKET_MODE_TCP, &real);
-    JT_REQUIRE(srv);
-    jt_closer_t c = {.real_port = real,
-                     .head_len = 4,
-                     .magics = {"URMA", "URM3", NULL},
-                     .rest_len = 256,
-                     .rest_ms = 50,
-                     .reset = true};
+    jet_server_t *srv;
+    jt_closer_t c;
     jt_fake_t f;
-    jt_fake_start(&f, jt_closer_fn, &c);
+    JT_REQUIRE(closer_start(true, &c, &f, &srv));
     jet_channel_t *ch = channel_retry(f.port, JET_CONNECTION_SINGLE, 0);
     JT_REQUIRE(ch);
     for (int i = 0; i < 2; i++) {
