@@ -436,11 +436,11 @@ static void ubl_tick_cb(jet_timer_t *t)
 }
 
 /* Socket closed, loop thread: start the active close (UBRING.md §8), or free
- * the ring at once when there is nothing to tell the peer. */
-/* tcp_gone: the peer's end of the TCP connection is closed (EOF or reset):
- * its process ended, or it closed after its own ring close, which waits for
- * the flags written here. Either way no acknowledgement is coming: the ring
- * goes at once instead of after ub_disconnect_timeout. */
+ * the ring at once when there is nothing to tell the peer. tcp_gone: the
+ * peer's end of the TCP connection is closed (EOF or reset): its process
+ * ended, or it closed after its own ring close, which waits for the flags
+ * written here. Either way no acknowledgement is coming: the ring goes once
+ * they are written instead of after ub_disconnect_timeout. */
 static void uc_close(ub_conn_t *c, bool tcp_gone)
 {
     c->s = NULL;
