@@ -548,7 +548,8 @@ ssize_t jet__urma_ep_cut(jet_urma_ep_t *ep, jet_iobuf_t *const *bufs, int n)
              * cannot drop to 0 under us; the loop only gives back. */
             int32_t sw = atomic_load_explicit(&ep->sq_window, memory_order_acquire);
             int32_t rw = atomic_load_explicit(&ep->rq_window, memory_order_acquire);
-            if (sw <= 0 || rw <= 0 || atomic_load_explicit(&ep->send_halted, memory_order_acquire)) {
+            bool halted = atomic_load_explicit(&ep->send_halted, memory_order_acquire);
+            if (sw <= 0 || rw <= 0 || halted) {
                 window_empty = true;
                 break;
             }
