@@ -125,6 +125,7 @@ struct jet_loop {
     _Atomic int64_t shared_until_us;
     _Atomic uint64_t looks;    /* parks the loop thread woke from (jet__loop_looks) */
     _Atomic uint64_t epolls;   /* epoll_wait calls (jet__loop_epolls) */
+    _Atomic uint64_t wakes;    /* eventfd writes and futex wakes (jet__loop_wakes) */
     _Alignas(64) jet_mpsc_t inbox;
 };
 
@@ -276,6 +277,7 @@ static int loop_run_timers(jet_loop_t *loop, int64_t now)
 /* Wakes the loop thread parked behind (or after) a guest. */
 static void loop_unpark(jet_loop_t *loop)
 {
+    atomic_fetch_add_explicit(&loop->wakes, 1, memory_order_relaxed);
     atomic_fetch_add_explicit(&loop->park_seq, 1, memory_order_seq_cst);
     jet__futex_wake(&loop->park_seq, 1);
 }
@@ -297,6 +299,7 @@ static void loop_want_thread(jet_loop_t *loop)
 static void loop_rouse(jet_loop_t *loop)
 {
     uint64_t one = 1;
+    atomic_fetch_add_explicit(&loop->wakes, 1, memory_order_relaxed);
     ssize_t w = write(loop->wakefd, &one, sizeof one);
     /* EAGAIN means the counter is saturated: the loop is already woken. */
     (void)w;
@@ -348,6 +351,11 @@ uint64_t jet__loop_epolls(jet_loop_t *loop)
     return atomic_load_explicit(&loop->epolls, memory_order_relaxed);
 }
 
+uint64_t jet__loop_wakes(jet_loop_t *loop)
+{
+    return atomic_load_explicit(&loop->wakes, memory_order_relaxed);
+}
+
 uint64_t jet__loop_looks(jet_loop_t *loop)
 {
     return atomic_load_explicit(&loop->looks, memory_order_relaxed);
@@ -391,6 +399,7 @@ void jet_loop_kick(jet_loop_t *loop)
 static void loop_wake(jet_loop_t *loop)
 {
     uint64_t one = 1;
+    atomic_fetch_add_explicit(&loop->wakes, 1, memory_order_relaxed);
     ssize_t w = write(loop->wakefd, &one, sizeof one);
     (void)w;
 }

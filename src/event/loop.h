@@ -148,6 +148,9 @@ void jet_loop_kick(jet_loop_t *loop);
 uint64_t jet__loop_looks(jet_loop_t *loop);
 /* How many times the loop looked at its fds (epoll_wait calls): for tests. */
 uint64_t jet__loop_epolls(jet_loop_t *loop);
+/* How many wake-ups were sent to the loop thread (eventfd writes, futex
+ * wakes of its park), needed or not: for tests. */
+uint64_t jet__loop_wakes(jet_loop_t *loop);
 
 /* Arms (or re-arms) t to fire at t->deadline_us. Loop thread only. */
 void jet_loop_timer_start(jet_loop_t *loop, jet_timer_t *t, int64_t deadline_us);
