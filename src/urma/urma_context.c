@@ -8,6 +8,8 @@
 #include <string.h>
 #include <strings.h>
 #include <sys/epoll.h>
+#include <sys/mman.h>
+#include <unistd.h>
 
 #include "base/log.h"
 #include "base/runq.h"
@@ -104,25 +106,45 @@ static pthread_once_t ctx_once = PTHREAD_ONCE_INIT;
 static jet_urma_ctx_t ctx_g;
 static _Atomic bool ctx_ok;
 static char ctx_why[256];
-static jet_block_t *ctx_hello_block; /* keeps the advertised region busy */
+static void *ctx_hello_page; /* behind hello_seg; holds nothing */
+static size_t ctx_hello_page_len;
 
 /* ---- the global context --------------------------------------------------- */
 
-static int ctx_reg(void *arg, void *base, size_t len, int memfd, void **reg_p)
+static urma_target_seg_t *ctx_seg_register(const jet_urma_ctx_t *c, void *base, size_t len,
+                                           uint32_t access)
 {
-    jet_urma_ctx_t *c = arg;
     urma_seg_cfg_t cfg;
     memset(&cfg, 0, sizeof cfg);
     cfg.va = (uint64_t)(uintptr_t)base;
     cfg.len = len;
     cfg.flag.bs.token_policy = URMA_TOKEN_NONE;
     cfg.flag.bs.cacheable = URMA_NON_CACHEABLE;
-    cfg.flag.bs.access = URMA_ACCESS_READ | URMA_ACCESS_WRITE | URMA_ACCESS_ATOMIC;
+    cfg.flag.bs.access = access;
     errno = 0;
-    urma_target_seg_t *t = JET_URMA_FN(c, urma_register_seg)(c->uctx, &cfg);
+    return JET_URMA_FN(c, urma_register_seg)(c->uctx, &cfg);
+}
+
+/* The block pool's regions hold every connection's bytes. Sends and
+ * receives use them as local memory only: no peer may read or write them
+ * (brpc registers its pool for remote access with no token, and advertises
+ * it, so that any peer could). Bit 0 means local write on 24.12 and local
+ * only on later releases: without remote bits, the same. */
+static int ctx_reg(void *arg, void *base, size_t len, int memfd, void **reg_p)
+{
+    (void)memfd;
+    urma_target_seg_t *t = ctx_seg_register(arg, base, len, URMA_ACCESS_LOCAL_ONLY);
     if (!t) return errno ? -errno : -EIO;
     *reg_p = t;
     return 0;
+}
+
+static void ctx_hello_seg_drop(jet_urma_ctx_t *c)
+{
+    if (c->hello_seg) JET_URMA_FN(c, urma_unregister_seg)(c->hello_seg);
+    c->hello_seg = NULL;
+    if (ctx_hello_page) munmap(ctx_hello_page, ctx_hello_page_len);
+    ctx_hello_page = NULL;
 }
 
 static void ctx_dereg(void *arg, void *reg)
@@ -246,22 +268,30 @@ static int ctx_open(jet_urma_ctx_t *c, char *why, size_t why_len)
             snprintf(why, why_len, "cannot register the block pool with URMA: %s", strerror(-rc));
         goto err_delete_context;
     }
-    /* brpc peers import the segment a hello advertises: give them a real one
-     * (any pool region; its first block is kept so the region stays). */
-    ctx_hello_block = jet__block_alloc_default();
-    const jet_region_t *region =
-        ctx_hello_block ? jet__block_pool_find(ctx_hello_block->data) : NULL;
-    if (!region || !region->reg) {
-        snprintf(why, why_len, "no registered block pool region to advertise");
-        rc = -ENOMEM;
+    /* brpc peers import the segment a hello advertises (read, write and
+     * atomic access, no token) and never use it: it is a page of its own. */
+    long page = sysconf(_SC_PAGESIZE);
+    ctx_hello_page_len = page > 0 ? (size_t)page : 4096;
+    ctx_hello_page = mmap(NULL, ctx_hello_page_len, PROT_READ | PROT_WRITE,
+                          MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+    if (ctx_hello_page == MAP_FAILED) {
+        ctx_hello_page = NULL;
+        rc = -errno;
+        snprintf(why, why_len, "cannot map the segment hellos advertise: %s", strerror(-rc));
         goto err_clear_registrar;
     }
-    c->hello_seg = region->reg;
+    c->hello_seg = ctx_seg_register(c, ctx_hello_page, ctx_hello_page_len,
+                                    URMA_ACCESS_READ | URMA_ACCESS_WRITE | URMA_ACCESS_ATOMIC);
+    if (!c->hello_seg) {
+        rc = errno ? -errno : -EIO;
+        snprintf(why, why_len, "cannot register the segment hellos advertise: %s", strerror(-rc));
+        goto err_drop_hello_seg;
+    }
     return 0;
 
+err_drop_hello_seg:
+    ctx_hello_seg_drop(c);
 err_clear_registrar:
-    if (ctx_hello_block) jet__block_unref(ctx_hello_block);
-    ctx_hello_block = NULL;
     jet__block_pool_clear_registrar();
 err_delete_context:
     JET_URMA_FN(c, urma_delete_context)(c->uctx);

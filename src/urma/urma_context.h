@@ -71,7 +71,9 @@ typedef struct jet_urma_ctx {
     uint32_t max_jfc_depth, max_jfs_depth, max_jfr_depth;
     uint32_t max_jfs_sge, max_jfr_sge;
     uint64_t max_msg_size;
-    /* the segment advertised in hellos (brpc peers import it) */
+    /* The segment advertised in hellos, which brpc peers import: a page of
+     * its own with remote access. The block pool's regions are registered
+     * for local access only. */
     urma_target_seg_t *hello_seg;
 } jet_urma_ctx_t;
 

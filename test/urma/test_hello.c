@@ -661,26 +661,73 @@ static void bc_on_recv(bclient_t *b, const urma_cr_t *cr)
     if (b->auto_credit && b->owed > BC_CAP / 2) bc_credit(b);
 }
 
+#define BC_ONE_SIDED UINT64_MAX /* user_ctx of bc_one_sided's WR */
+
+static void bc_on_cr(bclient_t *b, const urma_cr_t *cr)
+{
+    if (cr->flag.bs.s_r) {
+        bc_on_recv(b, cr);
+        return;
+    }
+    uint32_t slot = (uint32_t)cr->user_ctx;
+    if (cr->status != URMA_CR_SUCCESS) b->send_errors++;
+    if (slot < BC_SQ && b->sbuf[slot]) {
+        if (b->sbuf[slot] != (jet_block_t *)b) jet__block_unref(b->sbuf[slot]);
+        b->sbuf[slot] = NULL;
+        b->sends_out--;
+    }
+}
+
 /* Handles what completed; the number of completions. */
 static int bc_poll(bclient_t *b)
 {
     urma_cr_t cr[16];
     memset(cr, 0, sizeof cr);
     int n = JET_URMA_FN(b->c, urma_poll_jfc)(b->jfc, 16, cr);
-    for (int i = 0; i < n; i++) {
-        if (cr[i].flag.bs.s_r) {
-            bc_on_recv(b, &cr[i]);
-            continue;
-        }
-        uint32_t slot = (uint32_t)cr[i].user_ctx;
-        if (cr[i].status != URMA_CR_SUCCESS) b->send_errors++;
-        if (slot < BC_SQ && b->sbuf[slot]) {
-            if (b->sbuf[slot] != (jet_block_t *)b) jet__block_unref(b->sbuf[slot]);
-            b->sbuf[slot] = NULL;
-            b->sends_out--;
-        }
-    }
+    for (int i = 0; i < n; i++)
+        bc_on_cr(b, &cr[i]);
     return n > 0 ? n : 0;
+}
+
+/* A READ (into local) or WRITE (from local) of len bytes at raddr in the
+ * imported segment rseg, toward the server's jetty; its completion status,
+ * or -1 when it could not be posted or did not complete. */
+static int bc_one_sided(bclient_t *b, urma_opcode_t op, urma_target_seg_t *rseg, uint64_t raddr,
+                        jet_block_t *local, uint32_t len)
+{
+    urma_sge_t lsge = {.addr = (uint64_t)(uintptr_t)local->data, .len = len,
+                       .tseg = local->region->reg};
+    urma_sge_t rsge = {.addr = raddr, .len = len, .tseg = rseg};
+    urma_jfs_wr_t wr;
+    memset(&wr, 0, sizeof wr);
+    wr.opcode = op;
+    wr.flag.bs.complete_enable = URMA_COMPLETE_ENABLE;
+    wr.tjetty = b->tjetty;
+    wr.user_ctx = BC_ONE_SIDED;
+    if (op == URMA_OPC_READ) {
+        wr.rw.src = (urma_sg_t){.sge = &rsge, .num_sge = 1};
+        wr.rw.dst = (urma_sg_t){.sge = &lsge, .num_sge = 1};
+    } else {
+        wr.rw.src = (urma_sg_t){.sge = &lsge, .num_sge = 1};
+        wr.rw.dst = (urma_sg_t){.sge = &rsge, .num_sge = 1};
+    }
+    urma_jfs_wr_t *bad = NULL;
+    if (JET_URMA_FN(b->c, urma_post_jetty_send_wr)(b->jetty, &wr, &bad) != URMA_SUCCESS) return -1;
+    int status = -1;
+    JT_WAIT_EVERY(({
+                      urma_cr_t cr[16];
+                      memset(cr, 0, sizeof cr);
+                      int n = JET_URMA_FN(b->c, urma_poll_jfc)(b->jfc, 16, cr);
+                      for (int i = 0; i < n; i++) {
+                          if (!cr[i].flag.bs.s_r && cr[i].user_ctx == BC_ONE_SIDED)
+                              status = (int)cr[i].status;
+                          else
+                              bc_on_cr(b, &cr[i]);
+                      }
+                      status >= 0;
+                  }),
+                  10000000, 50);
+    return status;
 }
 
 /* Polls until cond holds (bounded by a guard, never a timing assertion);
@@ -839,6 +886,66 @@ static void test_server_brpc_client_datapath(void)
     JT_CHECK_EQ(b.recv_errors + b.send_errors, 0);
     JT_CHECK_EQ(b.rx_len, 0);
     JT_CHECK_EQ(srv_open(), open0 + 1);
+    bc_close(&b);
+    JT_CHECK(JT_WAIT_UNTIL(srv_open() == open0, 10000000));
+}
+
+/* A peer gets the segment the server's hello advertises, which brpc peers
+ * import, and nothing else of its memory: that segment holds no byte of any
+ * connection, and the block pool the connections' bytes live in takes no
+ * remote access (brpc's pool, registered with no token for remote read,
+ * write and atomic access and advertised, takes them from any peer). */
+static void test_server_memory_not_exposed(void)
+{
+    static const char marker[] = "jetrpc-private-9c41e7";
+    uint64_t open0 = srv_open();
+    bclient_t b;
+    JT_REQUIRE(bc_open(&b, true));
+    JT_CHECK(bc_call(&b, 1, marker, g_att, 3000));
+    enum { CHUNK = 1 << 20 };
+    jet_block_t *local = jet__block_alloc(CHUNK);
+    JT_REQUIRE(local && local->region && local->cap >= CHUNK);
+    /* The advertised segment reads and writes (brpc peers import it with
+     * that access), and none of it is a connection's. */
+    uint64_t va = b.srv.seg_va, len = b.srv.seg_len;
+    JT_CHECK(len > 0 && len <= 64u << 20);
+    bool seen = false;
+    for (uint64_t off = 0; off < len; off += CHUNK) {
+        uint32_t n = (uint32_t)(len - off < CHUNK ? len - off : CHUNK);
+        memset(local->data, 0, n);
+        JT_CHECK_EQ(bc_one_sided(&b, URMA_OPC_READ, b.tseg, va + off, local, n), URMA_CR_SUCCESS);
+        seen |= memmem(local->data, n, marker, sizeof marker - 1) != NULL;
+    }
+    JT_CHECK(!seen);
+    memset(local->data, 0xa5, CHUNK);
+    uint32_t wlen = (uint32_t)(len < CHUNK ? len : CHUNK);
+    JT_CHECK_EQ(bc_one_sided(&b, URMA_OPC_WRITE, b.tseg, va, local, wlen), URMA_CR_SUCCESS);
+    JT_CHECK(bc_call(&b, 2, marker, g_att, 3000));
+    /* The pool's regions refuse a peer that learnt one (here from the
+     * process it shares with the server). The error moves that jetty to
+     * ERROR: a connection of its own. */
+    bclient_t p;
+    JT_REQUIRE(bc_queues(&p));
+    JT_REQUIRE(jet__urma_import_peer(p.c, &b.srv, "the server", &p.tseg, &p.tjetty) == 0);
+    const jet_region_t *region = jet__block_pool_find(b.rbuf[0]->data);
+    JT_REQUIRE(region && region->reg);
+    const urma_target_seg_t *pool = region->reg;
+    urma_token_t token = {0};
+    urma_import_seg_flag_t sf = {.value = 0};
+    sf.bs.cacheable = URMA_NON_CACHEABLE;
+    sf.bs.access = URMA_ACCESS_READ | URMA_ACCESS_WRITE | URMA_ACCESS_ATOMIC;
+    sf.bs.mapping = URMA_SEG_NOMAP;
+    urma_seg_t seg = pool->seg;
+    urma_target_seg_t *tpool = JET_URMA_FN(p.c, urma_import_seg)(p.c->uctx, &seg, &token, 0, sf);
+    if (tpool) {
+        int st = bc_one_sided(&p, URMA_OPC_READ, tpool, (uint64_t)(uintptr_t)region->base, local, 64);
+        JT_CHECK(st != URMA_CR_SUCCESS && st != -1);
+        JET_URMA_FN(p.c, urma_unimport_seg)(tpool);
+    }
+    bc_close(&p);
+    JT_CHECK(bc_call(&b, 3, marker, g_att, 3000));
+    JT_CHECK_EQ(b.recv_errors + b.send_errors + b.bad_msgs, 0);
+    jet__block_unref(local);
     bc_close(&b);
     JT_CHECK(JT_WAIT_UNTIL(srv_open() == open0, 10000000));
 }
@@ -1348,6 +1455,7 @@ int main(int argc, char **argv)
     JT_RUN(test_tcp_server_declines_urma);
     JT_RUN(test_server_brpc_client_datapath);
     JT_RUN(test_server_brpc_client_violations);
+    JT_RUN(test_server_memory_not_exposed);
     JT_RUN(test_server_foreign_jetty);
     JT_RUN(test_client_hello_bytes);
     JT_RUN(test_client_against_broken_servers);
