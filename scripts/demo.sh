@@ -8,6 +8,13 @@
 # client's log says which transport the connection used; without URMA
 # (softub not built, or a library without the URMA transport) the same
 # commands run over TCP, as the fallback rules say.
+#
+# Usage: bash scripts/demo.sh
+#        DEMO_PORT=19000 bash scripts/demo.sh
+# DEMO_PORT (default 18000) is the TCP port of the echo server; the
+# urma_performance server listens on DEMO_PORT + 1. Both listen on every
+# address (0.0.0.0) and are called on 127.0.0.1. Set it when 18000 or 18001
+# is taken.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 bash scripts/deps.sh
