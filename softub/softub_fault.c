@@ -52,8 +52,10 @@
  *                          pidfd_getfd on this process).
  * SOFTUB_SLOW_TRACE        a file: each delay injected by SOFTUB_IMPORT_,
  *                          _QUEUE_ or _CLOSE_DELAY_US appends "<pid> <thread
- *                          name> <call>", so a test can tell which threads
- *                          made the slow calls. */
+ *                          name> <call> <start> <end>" when it ends (start
+ *                          and end: CLOCK_MONOTONIC microseconds), so a test
+ *                          can tell which threads made the slow calls, and
+ *                          when. */
 #include <errno.h>
 #include <stdio.h>
 #include <unistd.h>
@@ -133,16 +135,24 @@ void softub__fault_load(void)
     (void)pthread_once(&fault_once, fault_load_once);
 }
 
+static long long fault_now_us(void)
+{
+    struct timespec t;
+    clock_gettime(CLOCK_MONOTONIC, &t);
+    return (long long)t.tv_sec * 1000000LL + t.tv_nsec / 1000;
+}
+
 /* One line per delay, written whole with O_APPEND: lines of several
  * threads and processes do not mix. */
-static void fault_note_slow(const char *what)
+static void fault_note_slow(const char *what, long long start_us, long long end_us)
 {
     if (softub__fault.slow_trace[0] == '\0')
         return;
     char name[32] = "?";
     (void)pthread_getname_np(pthread_self(), name, sizeof(name));
-    char line[128];
-    int n = snprintf(line, sizeof(line), "%d %s %s\n", (int)getpid(), name, what);
+    char line[160];
+    int n = snprintf(line, sizeof(line), "%d %s %s %lld %lld\n", (int)getpid(), name, what,
+                     start_us, end_us);
     int fd = open(softub__fault.slow_trace, O_WRONLY | O_APPEND | O_CREAT | O_CLOEXEC, 0600);
     if (fd < 0)
         return;
@@ -155,8 +165,9 @@ void softub__fault_sleep_us(uint32_t us, const char *what)
 {
     if (us == 0)
         return;
-    fault_note_slow(what);
+    long long start = fault_now_us();
     struct timespec ts = {us / 1000000, (long)(us % 1000000) * 1000};
     while (nanosleep(&ts, &ts) != 0 && errno == EINTR)
         ;
+    fault_note_slow(what, start, fault_now_us());
 }

@@ -308,11 +308,15 @@ static void slow_trace_check(void)
 
 /* ---- a slow import -------------------------------------------------------------- */
 
+enum { GAP_LONG_US = 10000, GAP_MAX_LONG = 4096 };
+
 typedef struct gap_arg {
     jet_channel_t *ch;
     _Atomic bool stop;
     _Atomic int64_t worst_us; /* longest call */
     _Atomic int calls, bad;
+    int nlong; /* calls of GAP_LONG_US or more: when they began and ended */
+    int64_t long_at[GAP_MAX_LONG][2];
 } gap_arg_t;
 
 static void *gap_main(void *arg)
@@ -321,12 +325,55 @@ static void *gap_main(void *arg)
     for (uint64_t i = 0; !atomic_load(&g->stop); i++) {
         int64_t t0 = (int64_t)jt_now_us();
         int rc = jt_echo_bytes(g->ch, 100, i, "busy");
-        int64_t took = (int64_t)jt_now_us() - t0;
+        int64_t t1 = (int64_t)jt_now_us(), took = t1 - t0;
         if (rc != 0) atomic_fetch_add(&g->bad, 1);
         if (took > atomic_load(&g->worst_us)) atomic_store(&g->worst_us, took);
+        if (took >= GAP_LONG_US && g->nlong < GAP_MAX_LONG) {
+            g->long_at[g->nlong][0] = t0;
+            g->long_at[g->nlong][1] = t1;
+            g->nlong++;
+        }
         atomic_fetch_add(&g->calls, 1);
     }
     return NULL;
+}
+
+/* Whether a loop waited for a slow provider call made on another thread
+ * (behind a lock, say): then the call of the established connection in
+ * flight is held with it, and ends when the slow call does. A call held
+ * for at least half of a slow call's time that ended within a quarter of it
+ * after it fails the case. A long call on a loaded machine, not tied to
+ * the slow call's end, does not. Reads the trace before slow_trace_check. */
+static void gap_check_not_held(const gap_arg_t *g)
+{
+    FILE *f = fopen(g_slow_path, "r");
+    JT_REQUIRE(f);
+    char line[192];
+    int windows = 0, held = 0;
+    while (fgets(line, sizeof line, f)) {
+        int pid;
+        char thread[32], call[64];
+        long long s, e;
+        if (sscanf(line, "%d %31s %63s %lld %lld", &pid, thread, call, &s, &e) != 5 || e <= s)
+            continue;
+        windows++;
+        for (int i = 0; i < g->nlong; i++) {
+            int64_t t0 = g->long_at[i][0], t1 = g->long_at[i][1];
+            int64_t overlap = (t1 < e ? t1 : e) - (t0 > s ? t0 : s);
+            if (overlap >= (e - s) / 2 && t1 >= e && t1 - e <= (e - s) / 4) {
+                held++;
+                fprintf(stderr, "  a call of %lld us ended %lld us after %s (%lld us) did\n",
+                        (long long)(t1 - t0), (long long)(t1 - e), call, e - s);
+            }
+        }
+    }
+    fclose(f);
+    fprintf(stderr, "  %d calls of the established connection took over %d ms, %d of them held "
+                    "by one of %d slow provider calls\n",
+            g->nlong, GAP_LONG_US / 1000, held, windows);
+    JT_CHECK(windows > 0);
+    JT_CHECK_EQ(g->nlong < GAP_MAX_LONG, true);
+    JT_CHECK_EQ(held, 0);
 }
 
 /* A server child (envs) and a URMA channel to it that has made one call;
@@ -505,7 +552,7 @@ static void test_slow_import_keeps_loop_serving(void)
     JT_CHECK(b_us >= DELAY_MS * 1000LL);
     /* ...and the loop did not wait with it: an import on the loop thread
      * would hold every call of the other connection for the whole delay. */
-    JT_CHECK(worst < DELAY_MS * 1000LL / 2);
+    gap_check_not_held(&g);
     JT_CHECK(during > 10);
     JT_CHECK_EQ(atomic_load(&g.bad), 0);
     JT_CHECK_EQ(jt_echo_bytes(b, 5000, 3, "after"), 0);
@@ -561,8 +608,7 @@ static void test_pool_filled_off_loop(void)
     fprintf(stderr, "  %d connections opened, then closed, one at a time; the longest call of the "
                     "first: %lld us while they opened, %lld us while they closed\n",
             N, (long long)worst_open, (long long)worst_close);
-    JT_CHECK(worst_open < DELAY_MS * 1000LL / 2);
-    JT_CHECK(worst_close < DELAY_MS * 1000LL / 2);
+    gap_check_not_held(&g);
     JT_CHECK_EQ(atomic_load(&g.bad), 0);
     end_child(&c, a);
     slow_trace_check();
@@ -747,7 +793,7 @@ static void test_sets_made_off_loop(void)
             (long long)first_us, N, (long long)open_us, (long long)worst,
             (unsigned long long)got, N, st.endpoints, st.pooled);
     JT_CHECK(first_us >= 2 * DELAY_MS * 1000LL); /* the queue, then the set: both waited for */
-    JT_CHECK(worst < DELAY_MS * 1000LL / 2);
+    gap_check_not_held(&g);
     JT_CHECK_EQ(atomic_load(&g.bad), 0);
     JT_CHECK(got >= N);
     JT_CHECK_EQ(st.endpoints, (unsigned)N + 1);
@@ -801,7 +847,7 @@ static void test_undrained_set_destroyed_off_loop(void)
             "  %d connections closed without a drain; the longest call of the established one "
             "meanwhile %lld us; recycled %llu; server blocks in use %zu, before %zu\n",
             N, (long long)worst, st.recycled, st.blocks, blocks_before);
-    JT_CHECK(worst < DELAY_MS * 1000LL / 2);
+    gap_check_not_held(&g);
     JT_CHECK_EQ(atomic_load(&g.bad), 0);
     JT_CHECK_EQ(st.recycled, 0ull); /* none drained: none reused */
     /* Their receive buffers came back once their sets were gone (each
