@@ -224,6 +224,16 @@ int jet__ubring_shm_open(const char *name, size_t len, jet_ubring_shm_t *shm)
         rc = -errno;
         goto err_close;
     }
+    /* Only our own user's: whoever owns the object can shrink it under the
+     * mapping at any time, and the next store into it (a heartbeat within a
+     * second) ends this process with SIGBUS. A process of our user could as
+     * well signal us; another user (a client's segment, 0666 under umask 0)
+     * must not be able to. brpc's segments (0644) are writable only by
+     * their user anyway. */
+    if (!S_ISREG(st.st_mode) || st.st_uid != geteuid()) {
+        rc = -EPERM;
+        goto err_close;
+    }
     /* Mapping past the end of the object would SIGBUS on first touch. */
     if (st.st_size < 0 || (uint64_t)st.st_size < len) {
         rc = -EINVAL;

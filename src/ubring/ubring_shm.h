@@ -20,8 +20,9 @@
  *    what rules out a live handshake (min_age_s must exceed any); the maps,
  *    unreadable for some processes and unseen for other pid namespaces, are
  *    a second look.
- *  - open: shm_open(O_RDWR), fstat size must be >= len (else -EINVAL), mmap
- *    len bytes. A missing name is -ENOENT.
+ *  - open: shm_open(O_RDWR); a regular file of this process's effective
+ *    user (else -EPERM: its owner could shrink it under the mapping), fstat
+ *    size >= len (else -EINVAL); mmap len bytes. A missing name is -ENOENT.
  *  - unlink: removes the name if this side created it and has not removed it
  *    yet (ENOENT ignored); the mapping stays valid. unmap: munmap once.
  *    Both are idempotent; a zeroed jet_ubring_shm_t is "nothing held".

@@ -428,10 +428,19 @@ static void ep_deliver(jet_urma_ep_t *ep)
     jet__socket_deliver(ep->s);
 }
 
+static void ep_repost_held(jet_urma_ep_t *ep);
+static void ep_send_credits(jet_urma_ep_t *ep);
+
 void jet__urma_ep_start(jet_urma_ep_t *ep)
 {
     ep->started = true;
     if (ep->s && !jet_iobuf_empty(&ep->s->read_buf)) ep_deliver(ep);
+    /* The receives held until now (ep_repost_held) go back, with their
+     * credits. */
+    if (ep->s && !ep->draining && ep->nrepost > 0) {
+        ep_repost_held(ep);
+        ep_send_credits(ep);
+    }
 }
 
 /* ---- sending ------------------------------------------------------------------ */
@@ -948,6 +957,10 @@ static void ep_repost_held(jet_urma_ep_t *ep)
             return;
         }
     }
+    /* Before the ACK (server) the peer's data is held unparsed: its
+     * receives are not credited back until then, so that a peer that keeps
+     * the ACK back sends one window, not all it likes. */
+    if (!ep->started) return;
     uint32_t n = ep->nrepost, i = 0;
     for (; i < n; i++) {
         uint32_t slot = ep->repost[i];

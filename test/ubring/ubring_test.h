@@ -533,6 +533,7 @@ typedef struct ubt_raw_opts {
     size_t seg_len;        /* 0: 4 MiB */
     const char *name;      /* NULL: the proper UBRING_<ip:port>_C */
     bool no_segment;       /* announce a name that does not exist */
+    uid_t owner;           /* 0: ours; else the segment is given to this user */
 } ubt_raw_opts_t;
 
 static UBT_UNUSED void ubt_raw_close(ubt_raw_t *c)
@@ -558,8 +559,9 @@ static UBT_UNUSED void ubt_raw_close(ubt_raw_t *c)
  * §3.2 says. Returns 1 when UBRing is established (ACK 1 sent), 0 when the
  * server answered an un-negotiable hello (ACK 0 sent: the connection goes on
  * as TCP; its bytes are in c->reply), -1 when the server closed the
- * connection on the hello, -2 on any other failure. c->fd stays open in the
- * first two cases. */
+ * connection on the hello, -2 on any other failure, -3 when the segment
+ * cannot be given to o->owner (not root). c->fd stays open in the first two
+ * cases. */
 static UBT_UNUSED int ubt_raw_connect(ubt_raw_t *c, int port, const ubt_raw_opts_t *o)
 {
     ubt_raw_opts_t none = {0};
@@ -587,6 +589,10 @@ static UBT_UNUSED int ubt_raw_connect(ubt_raw_t *c, int port, const ubt_raw_opts
         if (ftruncate(sfd, (off_t)seg_len) < 0) {
             close(sfd);
             return -2;
+        }
+        if (o->owner && fchown(sfd, o->owner, o->owner) < 0) {
+            close(sfd);
+            return -3;
         }
         c->own = mmap(NULL, seg_len, PROT_READ | PROT_WRITE, MAP_SHARED, sfd, 0);
         close(sfd);

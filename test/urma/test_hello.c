@@ -759,7 +759,8 @@ static void bc_close(bclient_t *b)
     b->fd = -1;
 }
 
-static bool bc_connect(bclient_t *b, bool auto_credit)
+/* ack: the ACK 1 goes at the end (else the caller sends it). */
+static bool bc_connect(bclient_t *b, bool auto_credit, bool ack)
 {
     if (!bc_queues(b)) return false;
     b->auto_credit = auto_credit;
@@ -777,17 +778,16 @@ static bool bc_connect(bclient_t *b, bool auto_credit)
     if (read_hello(b->fd, &b->srv, ans, &alen) != JET_URMA_HELLO_OK || b->srv.version != 2)
         return false;
     if (jet__urma_import_peer(b->c, &b->srv, "the server", &b->tseg, &b->tjetty) < 0) return false;
-    if (!jt_send_all(b->fd, "\x00\x00\x00\x01", 4)) return false;
     uint32_t peer_rq = b->srv.recv_buffer_cnt + 1;
     b->window = b->cap_out = (int32_t)((BC_SQ < peer_rq ? BC_SQ : peer_rq) - 3);
-    return true;
+    return !ack || jt_send_all(b->fd, "\x00\x00\x00\x01", 4);
 }
 
 /* Connects to g_srv as brpc's client does; true when URMA is established
  * (else everything is undone). */
 static bool bc_open(bclient_t *b, bool auto_credit)
 {
-    if (bc_connect(b, auto_credit)) return true;
+    if (bc_connect(b, auto_credit, true)) return true;
     bc_close(b);
     return false;
 }
@@ -1066,6 +1066,55 @@ static void test_server_foreign_jetty(void)
     JT_CHECK_EQ(f.data_in + f.credit_msgs_in + f.rx_len, 0);
     JT_CHECK_EQ(srv_open(), open0 + 1);
     bc_close(&f);
+    bc_close(&b);
+    JT_CHECK(JT_WAIT_UNTIL(srv_open() == open0, 10000000));
+}
+
+/* A client that imported the server may send before its ACK (brpc's client
+ * sends the ACK and goes on at once: its first requests can come before the
+ * ACK is read). The server keeps what comes unparsed until the ACK, and the
+ * receives it took are not credited back meanwhile: a client that holds its
+ * ACK back (here for 300 ms of a 10 s handshake deadline) sends one window,
+ * no more, and the server holds at most that. After the ACK every request
+ * is answered and the connection goes on. */
+static void test_server_data_before_ack(void)
+{
+    uint64_t open0 = srv_open();
+    bclient_t b;
+    if (!bc_connect(&b, true, false)) {
+        bc_close(&b);
+        JT_REQUIRE(false);
+    }
+    int sent = 0;
+    char msg[32];
+    int64_t until = jt_now_ms() + 300;
+    while (sent < 5000 && jt_now_ms() < until) {
+        bc_poll(&b);
+        if (b.window <= 0 || b.sends_out >= BC_SQ - 3) continue;
+        size_t n;
+        snprintf(msg, sizeof msg, "early-%d", sent);
+        uint8_t *f = echo_request_frame(sent, msg, g_att, 100, &n);
+        bool ok = bc_post(&b, URMA_OPC_SEND, f, n, 0);
+        free(f);
+        if (!ok) break;
+        b.window--;
+        b.data_out++;
+        sent++;
+    }
+    fprintf(stderr, "  %d requests sent before the ACK (%llu credits back)\n", sent,
+            (unsigned long long)b.credits_in);
+    JT_CHECK_EQ(sent, BC_CAP);
+    JT_CHECK_EQ(b.credits_in, 0);
+    JT_CHECK(jt_send_all(b.fd, "\x00\x00\x00\x01", 4));
+    int ok = 0;
+    for (int i = 0; i < sent; i++) {
+        snprintf(msg, sizeof msg, "early-%d", i);
+        ok += bc_response(&b, i, msg, g_att, 100);
+    }
+    JT_CHECK_EQ(ok, sent);
+    JT_CHECK(bc_call(&b, 100000, "after", g_att, 3000));
+    JT_CHECK_EQ(b.recv_errors + b.send_errors + b.bad_msgs, 0);
+    JT_CHECK_EQ(srv_open(), open0 + 1);
     bc_close(&b);
     JT_CHECK(JT_WAIT_UNTIL(srv_open() == open0, 10000000));
 }
@@ -1457,6 +1506,7 @@ int main(int argc, char **argv)
     JT_RUN(test_server_brpc_client_violations);
     JT_RUN(test_server_memory_not_exposed);
     JT_RUN(test_server_foreign_jetty);
+    JT_RUN(test_server_data_before_ack);
     JT_RUN(test_client_hello_bytes);
     JT_RUN(test_client_against_broken_servers);
     JT_RUN(test_client_ack_rules);
