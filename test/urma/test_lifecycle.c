@@ -594,9 +594,10 @@ static void idle_done(jet_call_t *call, void *arg)
 /* A server's idle_timeout_sec (1 s here) closes a connection that has
  * neither read nor written for that long; requests arriving over URMA or
  * UBRing are reads as over TCP. Six calls, one every 300 ms, each answered
- * 2.5 s later, keep the connection busy receiving and then writing: all
- * succeed. Left silent, the connection is closed, and the next call opens
- * another. */
+ * 2 s later, keep the connection busy receiving and then writing, with no
+ * gap over 0.5 s, for 3.5 s: all succeed. (If the requests did not count,
+ * the connection would look idle for the first 2 s.) Left silent, the
+ * connection is closed, and the next call opens another. */
 static void idle_timeout(const char *mode, const char *const *envs)
 {
     char ma[32];
@@ -614,7 +615,7 @@ static void idle_timeout(const char *mode, const char *const *envs)
     idle_batch_t b = {0};
     jet_call_t *calls[N];
     Example__EchoRequest req = EXAMPLE__ECHO_REQUEST__INIT;
-    req.message = "sleep:2500";
+    req.message = "sleep:2000";
     for (int i = 0; i < N; i++) {
         calls[i] = jet_call_create();
         JT_REQUIRE(calls[i]);
