@@ -143,6 +143,16 @@ static void tr_echo(Example__EchoService_Service *service, const Example__EchoRe
         closure(NULL, closure_data);
         return;
     }
+    if (sscanf(msg, "big:%d", &n) == 1 && n >= 0 && n <= (16 << 20)) {
+        uint8_t *p = malloc(n > 0 ? (size_t)n : 1);
+        if (!p) abort();
+        jt_fill_pattern(p, (size_t)n, 5);
+        if (jet_iobuf_append(jet_call_response_attachment(call), p, (size_t)n) < 0) abort();
+        free(p);
+        resp.message = "big";
+        closure(&resp, closure_data);
+        return;
+    }
     if (strncmp(msg, "block:", 6) == 0) usleep((useconds_t)atoi(msg + 6) * 1000);
     if (sscanf(msg, "sleep:%d", &ms) == 1 && ms > 0) {
         /* On an event loop the handler must not block: a thread answers. */

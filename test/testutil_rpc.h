@@ -28,6 +28,8 @@
  *   "sleep:<ms>"          echoes after <ms>: blocks the handler, or with
  *                         opts.sleep_async answers from another thread
  *   "block:<ms>"          blocks the handler <ms> (always), then answers
+ *   "big:<n>"             answers "big" with an attachment of n bytes (at
+ *                         most 16 MiB) of jt_fill_pattern(seed 5)
  *   "fail"                set_failed(1003, "asked to fail") (as brpc's
  *                         example echo server), closure(NULL)
  *   "fail:<code>:<text>"  set_failed(code, text), closure(NULL)

@@ -17,8 +17,9 @@
 
 JET_FLAG_DEFINE_INT64(socket_max_unwritten_bytes, 64 * 1024 * 1024,
                       "Requests written to a connection fail with EOVERCROWDED while more "
-                      "bytes than this wait to be sent (a server's answers are always queued, "
-                      "as brpc's)");
+                      "bytes than this wait to be sent. A server's answers are always queued, "
+                      "as brpc's, but past this it stops reading the connection's requests "
+                      "until half of it is left");
 
 /* A request whose successor is being linked by its producer. */
 #define SOCK_UNCONNECTED ((jet_write_req_t *)-1L)
@@ -32,6 +33,7 @@ static void sock_fail_task(jet_task_t *t);
 static void sock_write_task(jet_task_t *t);
 static void sock_writable_task(jet_task_t *t);
 static void sock_read_task(jet_task_t *t);
+static void sock_resume_task(jet_task_t *t);
 static void sock_connect_timer(jet_timer_t *t);
 static void sock_writer_run(jet_socket_t *s, bool on_loop);
 
@@ -55,6 +57,7 @@ static jet_socket_t *sock_new(int fd, int mode, const jet_socket_handler_t *hand
     s->ops = jet__transport_get(mode);
     jet_iobuf_init(&s->read_buf);
     s->read_task.fn = sock_read_task;
+    s->resume_task.fn = sock_resume_task;
     s->write_task.fn = sock_write_task;
     s->fail_task.fn = sock_fail_task;
     jet_timer_init(&s->connect_timer, sock_connect_timer);
@@ -303,6 +306,54 @@ void jet__socket_post_read(jet_socket_t *s)
     jet_loop_post(s->loop, &s->read_task);
 }
 
+/* ---- input flow control -------------------------------------------------- */
+
+bool jet__socket_pause_read(jet_socket_t *s)
+{
+    int64_t limit = JET_FLAG(socket_max_unwritten_bytes);
+    if (limit <= 0 || atomic_load_explicit(&s->unwritten, memory_order_relaxed) <= limit)
+        return false;
+    /* Dekker with sock_unwritten_sub, which subtracts, then reads
+     * read_paused: either it sees the pause and posts the resume, or we see
+     * the queue drained and do not pause. */
+    atomic_store_explicit(&s->read_paused, true, memory_order_seq_cst);
+    if (atomic_load_explicit(&s->unwritten, memory_order_seq_cst) <= limit / 2) {
+        atomic_store_explicit(&s->read_paused, false, memory_order_relaxed);
+        return false;
+    }
+    return true;
+}
+
+static void sock_resume_task(jet_task_t *t)
+{
+    jet_socket_t *s = (jet_socket_t *)((char *)t - offsetof(jet_socket_t, resume_task));
+    atomic_store_explicit(&s->resume_posted, false, memory_order_seq_cst);
+    /* Behind again since the post (more answers queued): the next drain
+     * posts again. */
+    if (atomic_load_explicit(&s->read_paused, memory_order_relaxed) && !jet__socket_failed(s) &&
+        atomic_load_explicit(&s->unwritten, memory_order_seq_cst) <=
+            JET_FLAG(socket_max_unwritten_bytes) / 2) {
+        atomic_store_explicit(&s->read_paused, false, memory_order_relaxed);
+        if (s->ops->read_resumed) s->ops->read_resumed(s);
+        if (!jet_iobuf_empty(&s->read_buf)) jet__socket_deliver(s);
+        if (!jet__socket_failed(s) && !jet__socket_read_paused(s)) s->ops->on_input(s, EPOLLIN);
+    }
+    jet__socket_unref(s);
+}
+
+/* Any thread: n bytes were written (or dropped); a paused input goes on
+ * once the queue has drained to half the limit. */
+static void sock_unwritten_sub(jet_socket_t *s, int64_t n)
+{
+    int64_t left = atomic_fetch_sub_explicit(&s->unwritten, n, memory_order_seq_cst) - n;
+    if (atomic_load_explicit(&s->read_paused, memory_order_seq_cst) &&
+        left <= JET_FLAG(socket_max_unwritten_bytes) / 2 &&
+        !atomic_exchange_explicit(&s->resume_posted, true, memory_order_acq_rel)) {
+        jet__socket_ref(s);
+        jet_loop_post(s->loop, &s->resume_task);
+    }
+}
+
 void jet__socket_deliver(jet_socket_t *s)
 {
     if (s->handler && s->handler->on_read && !jet__socket_failed(s)) s->handler->on_read(s);
@@ -454,7 +505,7 @@ static void sock_writer_run(jet_socket_t *s, bool on_loop)
         if (n > 0) {
             ssize_t w = s->ops->cut_from_iobuf_list(s, bufs, n);
             if (w > 0) {
-                atomic_fetch_sub_explicit(&s->unwritten, (int64_t)w, memory_order_relaxed);
+                sock_unwritten_sub(s, (int64_t)w);
                 sock_writer_pop_done(s);
                 continue;
             }
@@ -476,8 +527,7 @@ static void sock_writer_run(jet_socket_t *s, bool on_loop)
                 jet_iobuf_t msg;
                 jet_iobuf_init(&msg);
                 sock_iobuf_take(&msg, bufs[0]);
-                atomic_fetch_sub_explicit(&s->unwritten, (int64_t)jet_iobuf_len(&msg),
-                                          memory_order_relaxed);
+                sock_unwritten_sub(s, (int64_t)jet_iobuf_len(&msg));
                 s->handler->on_refused(s, &msg);
                 jet_iobuf_fini(&msg);
                 sock_writer_pop_done(s);

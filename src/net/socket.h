@@ -107,6 +107,9 @@ struct jet_socket {
     jet_task_t read_task; /* resumes reading when a read budget ran out */
     bool read_posted;
     bool peer_hup; /* EPOLLRDHUP/HUP/ERR seen: read to EOF, not to a short read */
+    _Atomic bool read_paused;   /* jet__socket_pause_read */
+    _Atomic bool resume_posted; /* resume_task is on its way */
+    jet_task_t resume_task;
 
     /* write side */
     _Atomic(jet_write_req_t *) write_head; /* newest request; NULL = no writer */
@@ -175,6 +178,23 @@ void jet__socket_connected(jet_socket_t *s, int err); /* loop thread */
 /* Loop thread: the transport stopped reading with bytes possibly left (its
  * read budget ran out); on_input(s, EPOLLIN) runs again after other work. */
 void jet__socket_post_read(jet_socket_t *s);
+
+/* Input flow control, for a server whose peer sends requests and does not
+ * read the answers: without it the answers would queue without limit.
+ * Loop thread. When more than socket_max_unwritten_bytes wait to be
+ * written, the owner calls jet__socket_pause_read() from on_read and takes
+ * no more messages; the transports stop taking input while
+ * jet__socket_read_paused() (TCP leaves the bytes in the kernel, UBRing in
+ * its ring, URMA holds its receives and their credits, so the peer stops
+ * for want of room). Once the queue has drained to half the limit the
+ * socket goes on by itself: read_resumed, then on_read for what read_buf
+ * holds, then on_input(s, EPOLLIN). Returns true when it paused, false when
+ * the socket is not that far behind (or the limit is 0: none). */
+bool jet__socket_pause_read(jet_socket_t *s);
+static inline bool jet__socket_read_paused(const jet_socket_t *s)
+{
+    return atomic_load_explicit(&s->read_paused, memory_order_relaxed);
+}
 
 int jet__socket_debug(jet_socket_t *s, char *buf, size_t len);
 

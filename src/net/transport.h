@@ -100,6 +100,13 @@ typedef struct jet_transport_ops {
      * the socket, and `hint` (optional out, static text) tells the user how
      * to raise the limit. Optional: NULL means no limit. */
     size_t (*max_message)(struct jet_socket *s, const char **hint);
+
+    /* Loop thread: a paused input (jet__socket_pause_read) goes on. The
+     * transport takes in what it held back outside the fd (receives and
+     * their credits, a ring); the socket then delivers read_buf and runs
+     * on_input(s, EPOLLIN) for the fd. Optional: NULL means only the fd
+     * (TCP). */
+    void (*read_resumed)(struct jet_socket *s);
 } jet_transport_ops_t;
 
 /* Internal socket error JET__EHELLO_REFUSED (base/status.h): the peer closed

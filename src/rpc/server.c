@@ -646,6 +646,9 @@ static void srv_on_read(jet_socket_t *s)
             }
         }
         if (jet_iobuf_empty(&s->read_buf)) return;
+        /* A peer that sends requests and does not read the answers: take
+         * no more until they have drained (the socket resumes by itself). */
+        if (jet__socket_read_paused(s) || jet__socket_pause_read(s)) return;
         jet_baidu_frame_t f;
         jet__baidu_frame_init(&f);
         int bad_att = 0;

@@ -270,7 +270,8 @@ static void ubl_detach(ub_conn_t *c)
 static int uc_read(ub_conn_t *c, size_t budget)
 {
     jet_socket_t *s = c->s;
-    if (!jet__ubring_rx_ready(&c->rx)) return 0;
+    /* Paused: the bytes wait in the ring, and the peer for room. */
+    if (jet__socket_read_paused(s) || !jet__ubring_rx_ready(&c->rx)) return 0;
     ssize_t r = jet__ubring_rx_read(&c->rx, &s->read_buf, budget);
     if (r < 0) {
         if (r == -EPROTO)
@@ -558,6 +559,14 @@ static void ub_release(jet_socket_t *s)
     jet__hello_fini(&ts->h);
     free(ts);
     s->tstate = NULL;
+}
+
+/* The ring is read again (the spin looks at once, the tick otherwise). */
+static void ub_read_resumed(jet_socket_t *s)
+{
+    ub_ts_t *ts = s->tstate;
+    ub_conn_t *c = ts ? ts->conn : NULL;
+    if (c && c->state == UC_ACTIVE && c->ul) ubl_spin(c->ul);
 }
 
 static void ub_close(jet_socket_t *s)
@@ -919,4 +928,5 @@ const jet_transport_ops_t jet__ubring_transport = {
     .on_input = jet__hello_on_input,
     .debug = ub_debug,
     .close = ub_close,
+    .read_resumed = ub_read_resumed,
 };

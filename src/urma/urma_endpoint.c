@@ -959,8 +959,9 @@ static void ep_repost_held(jet_urma_ep_t *ep)
     }
     /* Before the ACK (server) the peer's data is held unparsed: its
      * receives are not credited back until then, so that a peer that keeps
-     * the ACK back sends one window, not all it likes. */
-    if (!ep->started) return;
+     * the ACK back sends one window, not all it likes. The same while the
+     * socket's input is paused (a peer that reads no answers). */
+    if (!ep->started || (ep->s && jet__socket_read_paused(ep->s))) return;
     uint32_t n = ep->nrepost, i = 0;
     for (; i < n; i++) {
         uint32_t slot = ep->repost[i];
@@ -983,6 +984,14 @@ static void ep_repost_held(jet_urma_ep_t *ep)
         memmove(ep->repost, ep->repost + i, (size_t)(n - i) * sizeof *ep->repost);
         ep_refused(ep);
     }
+}
+
+void jet__urma_ep_read_resumed(jet_urma_ep_t *ep)
+{
+    if (!ep->s || ep->draining || !ep->started) return;
+    ep_repost_held(ep);
+    /* The peer may wait with an empty window: the credits go now. */
+    ep_flush_credits(ep, 0);
 }
 
 static void ep_retry_timeout(jet_timer_t *t)

@@ -88,6 +88,11 @@ void jet__urma_ep_connect_peer(jet_urma_ep_t *ep, const jet_urma_hello_t *peer,
  * before are delivered now). Loop thread. */
 void jet__urma_ep_start(jet_urma_ep_t *ep);
 
+/* The socket's input was paused (jet__socket_pause_read) and goes on: the
+ * receives held meanwhile are posted again and their credits sent. Loop
+ * thread. */
+void jet__urma_ep_read_resumed(jet_urma_ep_t *ep);
+
 /* Writer thread: posts as much of bufs as the windows allow. Bytes posted,
  * -EAGAIN when a window is empty, or a negative code (socket failure). */
 ssize_t jet__urma_ep_cut(jet_urma_ep_t *ep, jet_iobuf_t *const *bufs, int n);

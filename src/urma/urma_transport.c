@@ -88,6 +88,12 @@ static int ut_go_on(jet_socket_t *s, jet_hello_ts_t *h)
     return 0;
 }
 
+static void ut_read_resumed(jet_socket_t *s)
+{
+    urma_ts_t *ts = s->tstate;
+    if (ts && ts->ep) jet__urma_ep_read_resumed(ts->ep);
+}
+
 /* ---- client ------------------------------------------------------------------- */
 
 /* Client: our hello, once the endpoint has its set. 1, or a negative code. */
@@ -415,4 +421,5 @@ const jet_transport_ops_t jet__urma_transport = {
     .on_input = jet__hello_on_input,
     .debug = ut_debug,
     .close = ut_close,
+    .read_resumed = ut_read_resumed,
 };

@@ -13,6 +13,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <netinet/in.h>
 #include <sys/socket.h>
 #include <sys/time.h>
 #include <unistd.h>
@@ -29,6 +30,8 @@
 #define MAX_BODY      (1u << 20)
 #define RECV_GUARD_S  10              /* a read that waits this long means "no answer" */
 #define WAIT_LIMIT_US (5 * 1000000LL) /* for closes and counters that settle in ms */
+
+JET_FLAG_DECLARE_INT64(socket_max_unwritten_bytes);
 
 static jt_echo_service_t g_service;
 static jet_server_t *g_srv;
@@ -762,6 +765,88 @@ static void test_unknown_service_and_method(void)
     check_healthy();
 }
 
+/* A client that sends requests and reads no answers: the server stops
+ * reading it once more than socket_max_unwritten_bytes (1 MiB here) of
+ * answers wait, so it takes a bounded number of them, not all it is sent.
+ * When the client reads, every answer comes, in order, also to the
+ * requests sent while the server was not reading (the fd gives no new edge
+ * for them: the server reads again by itself). */
+static void test_unread_answers_bounded(void)
+{
+    enum { N = 400, MORE = 100, ANSWER = 64 << 10 };
+    char old[32];
+    snprintf(old, sizeof old, "%lld", (long long)JET_FLAG(socket_max_unwritten_bytes));
+    JT_REQUIRE(jet_flag_set("socket_max_unwritten_bytes", "1048576") == 0);
+    /* A small, fixed receive buffer: the kernel takes little on our side. */
+    int fd = socket(AF_INET, SOCK_STREAM, 0);
+    JT_REQUIRE(fd >= 0);
+    int rcvbuf = 64 << 10;
+    JT_REQUIRE(setsockopt(fd, SOL_SOCKET, SO_RCVBUF, &rcvbuf, sizeof rcvbuf) == 0);
+    struct timeval tv = {.tv_sec = RECV_GUARD_S};
+    JT_REQUIRE(setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof tv) == 0);
+    struct sockaddr_in sa = {.sin_family = AF_INET, .sin_port = htons((uint16_t)g_port),
+                             .sin_addr.s_addr = htonl(INADDR_LOOPBACK)};
+    JT_REQUIRE(connect(fd, (struct sockaddr *)&sa, sizeof sa) == 0);
+    jet_server_stats_t st0, st;
+    jet_server_get_stats(g_srv, &st0);
+    char msg[32];
+    snprintf(msg, sizeof msg, "big:%d", ANSWER);
+    for (int phase = 0; phase < 2; phase++) {
+        jt_bytes_t b = {0};
+        for (int i = phase ? N : 0; i < (phase ? N + MORE : N); i++) {
+            req_meta_t r;
+            req_meta_init(&r, 1000 + i);
+            size_t n;
+            uint8_t *m = jt_echo_request_bytes(msg, &n);
+            jt_bytes_frame(&b, &r.meta, m, n, NULL, 0);
+            free(m);
+        }
+        JT_CHECK(send_buf(fd, &b)); /* small requests: the kernel takes them all */
+        if (phase) break;
+        /* The server takes requests until its answers back up, then stops. */
+        uint64_t taken = 0;
+        for (int quiet = 0; quiet < 5;) {
+            usleep(100000);
+            jet_server_get_stats(g_srv, &st);
+            quiet = st.requests - st0.requests == taken ? quiet + 1 : 0;
+            taken = st.requests - st0.requests;
+        }
+        fprintf(stderr, "  requests taken while no answer was read: %llu of %d\n",
+                (unsigned long long)taken, N);
+        /* The kernel's buffers hold some megabytes of answers besides the
+         * limit; without the pause the server takes all 400 (25 MiB). */
+        JT_CHECK(taken < N / 2);
+    }
+    int ok = 0;
+    uint8_t *want = malloc(ANSWER);
+    JT_REQUIRE(want);
+    jt_fill_pattern(want, ANSWER, 5);
+    for (int i = 0; i < N + MORE; i++) {
+        uint8_t h[12];
+        if (jt_recv_exact(fd, h, sizeof h) != 1 || memcmp(h, "PRPC", 4) != 0) break;
+        uint32_t body = jt_get_be32(h + 4), meta_size = jt_get_be32(h + 8);
+        if (meta_size > body || body > (1u << 20)) break;
+        uint8_t *p = malloc(body);
+        if (!p || jt_recv_exact(fd, p, body) != 1) {
+            free(p);
+            break;
+        }
+        Brpc__Policy__RpcMeta *m = brpc__policy__rpc_meta__unpack(NULL, meta_size, p);
+        bool good = m && m->correlation_id == 1000 + i && m->has_attachment_size &&
+                    m->attachment_size == ANSWER && body >= meta_size + (uint32_t)ANSWER &&
+                    memcmp(p + body - ANSWER, want, ANSWER) == 0;
+        if (m) brpc__policy__rpc_meta__free_unpacked(m, NULL);
+        free(p);
+        if (!good) break;
+        ok++;
+    }
+    free(want);
+    JT_CHECK_EQ(ok, N + MORE);
+    close(fd);
+    JT_CHECK_EQ(jet_flag_set("socket_max_unwritten_bytes", old), 0);
+    check_healthy();
+}
+
 static void test_many_bad_clients_at_once(void)
 {
     /* Every kind of bad input on its own connection, all open together, then
@@ -847,6 +932,7 @@ int main(void)
     RUN(test_checksum);
     RUN(test_unknown_service_and_method);
     RUN(test_many_bad_clients_at_once);
+    RUN(test_unread_answers_bounded);
 
     jet_channel_destroy(g_good);
     jet_server_stop(g_srv);

@@ -16,6 +16,8 @@
 /* How long a failure may take to reach the calls: far below brpc's 55 s. */
 #define PROMPT_MS 15000
 
+JET_FLAG_DECLARE_INT64(socket_max_unwritten_bytes);
+
 static const char *const small_hb[] = {"--ub_hb_timer_interval=1", "--ub_hb_retry_cnt=2"};
 
 /* ---- a killed server --------------------------------------------------------------- */
@@ -630,6 +632,84 @@ static void test_bad_hellos(void)
     JT_CHECK(ubt_shm_wait_clean(&before, 10000000));
 }
 
+/* A raw client that writes requests and reads no answers: once its ring is
+ * full and more than socket_max_unwritten_bytes (256 KiB here) of answers
+ * wait, the server stops taking requests and stops reading the client's
+ * ring, so what the client writes next stays there: the server holds a
+ * bounded number of requests, not all it is sent. When the client reads,
+ * every answer comes, in order, and the rest of the requests are served. */
+static void test_unread_answers_bounded(void)
+{
+    enum { N = 400, MORE = 100, ANSWER = 64 << 10 };
+    char old[32];
+    snprintf(old, sizeof old, "%lld", (long long)JET_FLAG(socket_max_unwritten_bytes));
+    JT_REQUIRE(jet_flag_set("socket_max_unwritten_bytes", "262144") == 0);
+    ubt_names_t before;
+    ubt_shm_list(&before);
+    int port = 0;
+    jet_server_t *srv = ubt_server_start(JET_SOCKET_MODE_UBRING, 0, &port);
+    JT_REQUIRE(srv);
+    ubt_raw_t r;
+    JT_REQUIRE(ubt_raw_connect(&r, port, NULL) == 1);
+    jet_server_stats_t st0, st;
+    jet_server_get_stats(srv, &st0);
+    char msg[32];
+    snprintf(msg, sizeof msg, "big:%d", ANSWER);
+    for (int i = 0; i < N + MORE; i++) {
+        size_t n;
+        uint8_t *req = ubt_request_frame(1000 + i, msg, NULL, 0, &n);
+        JT_CHECK(ubt_raw_write(&r, req, n)); /* small requests: the ring holds them */
+        free(req);
+        if (i + 1 != N) continue;
+        /* The first N: the server takes requests until the answers back up. */
+        uint64_t taken = 0;
+        for (int quiet = 0; quiet < 5;) {
+            usleep(100000);
+            ubt_raw_heartbeat(&r);
+            jet_server_get_stats(srv, &st);
+            quiet = st.requests - st0.requests == taken ? quiet + 1 : 0;
+            taken = st.requests - st0.requests;
+        }
+        fprintf(stderr, "  requests taken while no answer was read: %llu of %d\n",
+                (unsigned long long)taken, N);
+        /* Our ring (4 MiB) holds some answers besides the limit; without
+         * the pause the server takes all 400 (25 MiB). */
+        JT_CHECK(taken < N / 2);
+    }
+    /* The next MORE stay in the ring: the server does not read it now. */
+    usleep(300000);
+    uint32_t unread = r.peer_cap - 1 - ubt_raw_free(&r);
+    fprintf(stderr, "  chunks of the last %d requests left in the ring: %u\n", MORE, unread);
+    JT_CHECK(unread >= MORE);
+    uint8_t *want = malloc(ANSWER);
+    JT_REQUIRE(want);
+    jt_fill_pattern(want, ANSWER, 5);
+    int ok = 0;
+    for (int i = 0; i < N + MORE; i++) {
+        size_t len;
+        uint8_t *f = ubt_raw_read_frame(&r, &len, 10000);
+        if (!f) break;
+        uint32_t body = jt_get_be32(f + 4), meta_size = jt_get_be32(f + 8);
+        Brpc__Policy__RpcMeta *m =
+            meta_size <= body ? brpc__policy__rpc_meta__unpack(NULL, meta_size, f + 12) : NULL;
+        bool good = m && m->correlation_id == 1000 + i && m->has_attachment_size &&
+                    m->attachment_size == ANSWER && len >= 12 + meta_size + (size_t)ANSWER &&
+                    memcmp(f + len - ANSWER, want, ANSWER) == 0;
+        if (m) brpc__policy__rpc_meta__free_unpacked(m, NULL);
+        free(f);
+        if (!good) break;
+        ok++;
+    }
+    free(want);
+    JT_CHECK_EQ(ok, N + MORE);
+    ubt_raw_close(&r);
+    JT_CHECK(jt_server_wait_stats(srv, 0, 0, 20000000, NULL));
+    jet_server_destroy(srv);
+    JT_CHECK_EQ(jet_flag_set("socket_max_unwritten_bytes", old), 0);
+    JT_CHECK(ubt_maps_wait_none(30000000));
+    JT_CHECK(ubt_shm_wait_clean(&before, 10000000));
+}
+
 int main(int argc, char **argv)
 {
     ubt_main_setup(&argc, &argv);
@@ -648,5 +728,6 @@ int main(int argc, char **argv)
     JT_RUN(test_corrupt_chunks);
     JT_RUN(test_bad_hellos);
     JT_RUN(test_requests_before_tcp_close);
+    JT_RUN(test_unread_answers_bounded);
     return jt_finish();
 }

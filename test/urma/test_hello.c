@@ -36,6 +36,7 @@
 #include "urma_test.h"
 
 JET_FLAG_DECLARE_INT32(urma_rq_size);
+JET_FLAG_DECLARE_INT64(socket_max_unwritten_bytes);
 
 #define HS_TIMEOUT_MS 400
 
@@ -950,6 +951,56 @@ static void test_server_memory_not_exposed(void)
     JT_CHECK(JT_WAIT_UNTIL(srv_open() == open0, 10000000));
 }
 
+/* A brpc-like client that sends requests and returns no credits for the
+ * answers: the server's answers back up, and past socket_max_unwritten_bytes
+ * (256 KiB here) it takes no more requests and returns no more credits, so
+ * the client stops, its window spent. Without that the server would take
+ * and queue all it is sent. Credits returned, every answer comes, in order. */
+static void test_server_unread_answers_bounded(void)
+{
+    enum { N = 600, ATT = 4000 };
+    char old[32];
+    snprintf(old, sizeof old, "%lld", (long long)JET_FLAG(socket_max_unwritten_bytes));
+    JT_REQUIRE(jet_flag_set("socket_max_unwritten_bytes", "262144") == 0);
+    uint64_t open0 = srv_open();
+    bclient_t b;
+    JT_REQUIRE(bc_open(&b, false));
+    int sent = 0;
+    char msg[32];
+    /* As fast as the window allows, until it stays empty for 300 ms. */
+    for (int64_t idle_since = (int64_t)jt_now_us();
+         sent < N && (int64_t)jt_now_us() - idle_since < 300000;) {
+        bc_poll(&b);
+        if (b.window <= 0 || b.sends_out >= BC_SQ - 3) continue;
+        snprintf(msg, sizeof msg, "flood-%d", sent);
+        size_t n;
+        uint8_t *f = echo_request_frame(2000 + sent, msg, g_att, ATT, &n);
+        bool posted = bc_post(&b, URMA_OPC_SEND, f, n, 0);
+        free(f);
+        JT_REQUIRE(posted);
+        b.window--;
+        b.data_out++;
+        sent++;
+        idle_since = (int64_t)jt_now_us();
+    }
+    fprintf(stderr, "  requests sent while no answer was credited: %d of %d\n", sent, N);
+    JT_CHECK(sent < N / 2);
+    b.auto_credit = true;
+    JT_CHECK(bc_credit(&b));
+    int ok = 0;
+    for (int i = 0; i < sent; i++) {
+        snprintf(msg, sizeof msg, "flood-%d", i);
+        if (!bc_response(&b, 2000 + i, msg, g_att, ATT)) break;
+        ok++;
+    }
+    JT_CHECK_EQ(ok, sent);
+    JT_CHECK(bc_call(&b, 5000, "after", g_att, ATT));
+    JT_CHECK_EQ(b.recv_errors + b.send_errors + b.bad_msgs, 0);
+    bc_close(&b);
+    JT_CHECK(JT_WAIT_UNTIL(srv_open() == open0, 10000000));
+    JT_CHECK_EQ(jet_flag_set("socket_max_unwritten_bytes", old), 0);
+}
+
 typedef enum bviolation {
     BV_OVER_CREDIT, /* a SEND_IMM returning one credit more than owed */
     BV_ZERO_SEND,   /* a zero-length plain SEND */
@@ -1510,6 +1561,7 @@ int main(int argc, char **argv)
     JT_RUN(test_server_brpc_client_datapath);
     JT_RUN(test_server_brpc_client_violations);
     JT_RUN(test_server_memory_not_exposed);
+    JT_RUN(test_server_unread_answers_bounded);
     JT_RUN(test_server_foreign_jetty);
     JT_RUN(test_server_data_before_ack);
     JT_RUN(test_client_hello_bytes);

@@ -97,6 +97,9 @@ void jet__tcp_read(jet_socket_t *s)
 {
     size_t room = TCP_READ_FIRST;
     for (int i = 0; i < JET_FLAG(tcp_read_budget); i++) {
+        /* Paused: the bytes wait in the kernel, and the peer with them; the
+         * resume reads again (the fd gives no new edge for them). */
+        if (jet__socket_read_paused(s)) return;
         size_t offered;
         ssize_t r = jet__iobuf_read_fd(&s->read_buf, s->fd, room, &offered);
         if (r > 0) {
