@@ -324,6 +324,14 @@ bool jet__socket_pause_read(jet_socket_t *s)
     return true;
 }
 
+/* Where a paused input goes on: half the limit; at once when the limit was
+ * lifted (0 or less) meanwhile. */
+static int64_t sock_resume_below(void)
+{
+    int64_t limit = JET_FLAG(socket_max_unwritten_bytes);
+    return limit > 0 ? limit / 2 : INT64_MAX;
+}
+
 static void sock_resume_task(jet_task_t *t)
 {
     jet_socket_t *s = (jet_socket_t *)((char *)t - offsetof(jet_socket_t, resume_task));
@@ -331,8 +339,7 @@ static void sock_resume_task(jet_task_t *t)
     /* Behind again since the post (more answers queued): the next drain
      * posts again. */
     if (atomic_load_explicit(&s->read_paused, memory_order_relaxed) && !jet__socket_failed(s) &&
-        atomic_load_explicit(&s->unwritten, memory_order_seq_cst) <=
-            JET_FLAG(socket_max_unwritten_bytes) / 2) {
+        atomic_load_explicit(&s->unwritten, memory_order_seq_cst) <= sock_resume_below()) {
         atomic_store_explicit(&s->read_paused, false, memory_order_relaxed);
         if (s->ops->read_resumed) s->ops->read_resumed(s);
         if (!jet_iobuf_empty(&s->read_buf)) jet__socket_deliver(s);
@@ -347,8 +354,8 @@ static void sock_unwritten_sub(jet_socket_t *s, int64_t n)
 {
     int64_t left = atomic_fetch_sub_explicit(&s->unwritten, n, memory_order_seq_cst) - n;
     if (atomic_load_explicit(&s->read_paused, memory_order_seq_cst) &&
-        left <= JET_FLAG(socket_max_unwritten_bytes) / 2 &&
-        !atomic_exchange_explicit(&s->resume_posted, true, memory_order_acq_rel)) {
+        left <= sock_resume_below() &&
+        !atomic_exchange_explicit(&s->resume_posted, true, memory_order_seq_cst)) {
         jet__socket_ref(s);
         jet_loop_post(s->loop, &s->resume_task);
     }

@@ -83,6 +83,7 @@ struct jet_urma_ep {
     _Atomic int32_t rq_window; /* credits: peer receives we may fill */
     _Atomic int32_t imm_slots;
     _Atomic uint32_t credits; /* receives re-posted here, not reported yet */
+    uint32_t withheld; /* loop: re-posted, kept from credits (ep_withholds) */
     _Atomic uint32_t head;    /* send-ring sequence of the next data WR (writer) */
     uint32_t unsig;           /* writer: data WRs since the last signalled one */
     size_t unsig_hold;        /* writer: block bytes those WRs hold */
@@ -431,14 +432,34 @@ static void ep_deliver(jet_urma_ep_t *ep)
 static void ep_repost_held(jet_urma_ep_t *ep);
 static void ep_send_credits(jet_urma_ep_t *ep);
 
+/* Before the ACK (server) the peer's data waits unparsed, and while the
+ * socket's input is paused (a peer that reads no answers) it is not taken:
+ * the receives it came in are posted again, but their credits are kept
+ * back, so that the peer sends one window, not all it likes. The buffers
+ * themselves go back: on a loop's shared queue, connections holding them
+ * would leave the others (and the credit messages that end the pause)
+ * nowhere to land. */
+static bool ep_withholds(const jet_urma_ep_t *ep)
+{
+    return !ep->started || (ep->s && jet__socket_read_paused(ep->s));
+}
+
+static void ep_release_withheld(jet_urma_ep_t *ep)
+{
+    if (ep->withheld == 0 || ep_withholds(ep)) return;
+    atomic_fetch_add_explicit(&ep->credits, ep->withheld, memory_order_relaxed);
+    ep->withheld = 0;
+}
+
 void jet__urma_ep_start(jet_urma_ep_t *ep)
 {
     ep->started = true;
     if (ep->s && !jet_iobuf_empty(&ep->s->read_buf)) ep_deliver(ep);
-    /* The receives held until now (ep_repost_held) go back, with their
-     * credits. */
-    if (ep->s && !ep->draining && ep->nrepost > 0) {
-        ep_repost_held(ep);
+    /* The credits kept back until now go, with those of receives still
+     * held. */
+    if (ep->s && !ep->draining) {
+        if (ep->nrepost > 0) ep_repost_held(ep);
+        ep_release_withheld(ep);
         ep_send_credits(ep);
     }
 }
@@ -853,7 +874,8 @@ static void ep_recv_block(jet_urma_ep_t *ep, const urma_cr_t *cr, uint32_t slot,
         /* Data beyond the credits granted (receives not credited back yet:
          * held here, or re-posted and not reported) is the peer's error; on
          * a shared queue nothing else would hold it back. */
-        uint32_t owed = ep->nrepost + atomic_load_explicit(&ep->credits, memory_order_relaxed);
+        uint32_t owed = ep->nrepost + ep->withheld +
+                        atomic_load_explicit(&ep->credits, memory_order_relaxed);
         if (owed >= ep->rq) {
             ep_drop(ep, b);
             ep_fail(ep, -EPROTO, "the peer sent more messages than its credits allow", -1);
@@ -957,11 +979,7 @@ static void ep_repost_held(jet_urma_ep_t *ep)
             return;
         }
     }
-    /* Before the ACK (server) the peer's data is held unparsed: its
-     * receives are not credited back until then, so that a peer that keeps
-     * the ACK back sends one window, not all it likes. The same while the
-     * socket's input is paused (a peer that reads no answers). */
-    if (!ep->started || (ep->s && jet__socket_read_paused(ep->s))) return;
+    bool withhold = ep_withholds(ep);
     uint32_t n = ep->nrepost, i = 0;
     for (; i < n; i++) {
         uint32_t slot = ep->repost[i];
@@ -978,7 +996,10 @@ static void ep_repost_held(jet_urma_ep_t *ep)
             return;
         }
     }
-    if (i > 0) atomic_fetch_add_explicit(&ep->credits, i, memory_order_relaxed);
+    if (i > 0 && withhold)
+        ep->withheld += i;
+    else if (i > 0)
+        atomic_fetch_add_explicit(&ep->credits, i, memory_order_relaxed);
     ep->nrepost = n - i;
     if (i < n) {
         memmove(ep->repost, ep->repost + i, (size_t)(n - i) * sizeof *ep->repost);
@@ -990,6 +1011,7 @@ void jet__urma_ep_read_resumed(jet_urma_ep_t *ep)
 {
     if (!ep->s || ep->draining || !ep->started) return;
     ep_repost_held(ep);
+    ep_release_withheld(ep);
     /* The peer may wait with an empty window: the credits go now. */
     ep_flush_credits(ep, 0);
 }
@@ -1014,7 +1036,8 @@ static void ep_retry_timeout(jet_timer_t *t)
  * holds the peer back. */
 static bool ep_repost_may_wait(const jet_urma_ep_t *ep)
 {
-    uint32_t owed = ep->nrepost + atomic_load_explicit(&ep->credits, memory_order_relaxed);
+    uint32_t owed =
+        ep->nrepost + ep->withheld + atomic_load_explicit(&ep->credits, memory_order_relaxed);
     return ep->nrepost <= EP_DEFER_MAX && owed <= ep->credit_batch;
 }
 

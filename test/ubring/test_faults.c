@@ -641,9 +641,6 @@ static void test_bad_hellos(void)
 static void test_unread_answers_bounded(void)
 {
     enum { N = 400, MORE = 100, ANSWER = 64 << 10 };
-    char old[32];
-    snprintf(old, sizeof old, "%lld", (long long)JET_FLAG(socket_max_unwritten_bytes));
-    JT_REQUIRE(jet_flag_set("socket_max_unwritten_bytes", "262144") == 0);
     ubt_names_t before;
     ubt_shm_list(&before);
     int port = 0;
@@ -651,6 +648,9 @@ static void test_unread_answers_bounded(void)
     JT_REQUIRE(srv);
     ubt_raw_t r;
     JT_REQUIRE(ubt_raw_connect(&r, port, NULL) == 1);
+    char old[32];
+    snprintf(old, sizeof old, "%lld", (long long)JET_FLAG(socket_max_unwritten_bytes));
+    JT_CHECK_EQ(jet_flag_set("socket_max_unwritten_bytes", "262144"), 0);
     jet_server_stats_t st0, st;
     jet_server_get_stats(srv, &st0);
     char msg[32];
@@ -702,10 +702,10 @@ static void test_unread_answers_bounded(void)
     }
     free(want);
     JT_CHECK_EQ(ok, N + MORE);
+    JT_CHECK_EQ(jet_flag_set("socket_max_unwritten_bytes", old), 0);
     ubt_raw_close(&r);
     JT_CHECK(jt_server_wait_stats(srv, 0, 0, 20000000, NULL));
     jet_server_destroy(srv);
-    JT_CHECK_EQ(jet_flag_set("socket_max_unwritten_bytes", old), 0);
     JT_CHECK(ubt_maps_wait_none(30000000));
     JT_CHECK(ubt_shm_wait_clean(&before, 10000000));
 }

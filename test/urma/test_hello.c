@@ -951,54 +951,82 @@ static void test_server_memory_not_exposed(void)
     JT_CHECK(JT_WAIT_UNTIL(srv_open() == open0, 10000000));
 }
 
-/* A brpc-like client that sends requests and returns no credits for the
- * answers: the server's answers back up, and past socket_max_unwritten_bytes
- * (256 KiB here) it takes no more requests and returns no more credits, so
- * the client stops, its window spent. Without that the server would take
- * and queue all it is sent. Credits returned, every answer comes, in order. */
-static void test_server_unread_answers_bounded(void)
+/* Sends up to n echo requests (message "flood-<i>", ids from 2000, att
+ * bytes of attachment) as fast as the window allows, until it stays empty
+ * for 300 ms: how many went. */
+static int bc_flood(bclient_t *b, int n, size_t att)
 {
-    enum { N = 600, ATT = 4000 };
-    char old[32];
-    snprintf(old, sizeof old, "%lld", (long long)JET_FLAG(socket_max_unwritten_bytes));
-    JT_REQUIRE(jet_flag_set("socket_max_unwritten_bytes", "262144") == 0);
-    uint64_t open0 = srv_open();
-    bclient_t b;
-    JT_REQUIRE(bc_open(&b, false));
     int sent = 0;
     char msg[32];
-    /* As fast as the window allows, until it stays empty for 300 ms. */
     for (int64_t idle_since = (int64_t)jt_now_us();
-         sent < N && (int64_t)jt_now_us() - idle_since < 300000;) {
-        bc_poll(&b);
-        if (b.window <= 0 || b.sends_out >= BC_SQ - 3) continue;
+         sent < n && (int64_t)jt_now_us() - idle_since < 300000;) {
+        bc_poll(b);
+        if (b->window <= 0 || b->sends_out >= BC_SQ - 3) continue;
         snprintf(msg, sizeof msg, "flood-%d", sent);
-        size_t n;
-        uint8_t *f = echo_request_frame(2000 + sent, msg, g_att, ATT, &n);
-        bool posted = bc_post(&b, URMA_OPC_SEND, f, n, 0);
+        size_t len;
+        uint8_t *f = echo_request_frame(2000 + sent, msg, g_att, att, &len);
+        bool posted = bc_post(b, URMA_OPC_SEND, f, len, 0);
         free(f);
-        JT_REQUIRE(posted);
-        b.window--;
-        b.data_out++;
+        if (!posted) break;
+        b->window--;
+        b->data_out++;
         sent++;
         idle_since = (int64_t)jt_now_us();
     }
-    fprintf(stderr, "  requests sent while no answer was credited: %d of %d\n", sent, N);
-    JT_CHECK(sent < N / 2);
-    b.auto_credit = true;
-    JT_CHECK(bc_credit(&b));
+    return sent;
+}
+
+/* How many of the first n flood answers come, in order. */
+static int bc_flood_answers(bclient_t *b, int n, size_t att)
+{
+    char msg[32];
     int ok = 0;
-    for (int i = 0; i < sent; i++) {
-        snprintf(msg, sizeof msg, "flood-%d", i);
-        if (!bc_response(&b, 2000 + i, msg, g_att, ATT)) break;
-        ok++;
+    for (; ok < n; ok++) {
+        snprintf(msg, sizeof msg, "flood-%d", ok);
+        if (!bc_response(b, 2000 + ok, msg, g_att, att)) break;
     }
-    JT_CHECK_EQ(ok, sent);
-    JT_CHECK(bc_call(&b, 5000, "after", g_att, ATT));
-    JT_CHECK_EQ(b.recv_errors + b.send_errors + b.bad_msgs, 0);
-    bc_close(&b);
-    JT_CHECK(JT_WAIT_UNTIL(srv_open() == open0, 10000000));
+    return ok;
+}
+
+/* brpc-like clients that send requests and return no credits for the
+ * answers: a server's answers back up, and past socket_max_unwritten_bytes
+ * (256 KiB here) it takes no more requests and returns no more credits, so
+ * each client stops, its window spent (without that the server would take
+ * and queue all it is sent). Credits returned, every answer comes, in
+ * order. Ten at once, so that a loop's shared receive queue (256 buffers)
+ * carries several paused connections: they keep back credits, not
+ * buffers, else they would hold all of them and no message (the credits
+ * that end the pause included) could land on that loop. */
+static void test_server_unread_answers_bounded(void)
+{
+    enum { K = 10, N = 400, ATT = 4000 };
+    uint64_t open0 = srv_open();
+    static bclient_t bs[K];
+    int sent[K];
+    for (int k = 0; k < K; k++)
+        JT_REQUIRE(bc_open(&bs[k], false));
+    char old[32];
+    snprintf(old, sizeof old, "%lld", (long long)JET_FLAG(socket_max_unwritten_bytes));
+    JT_CHECK_EQ(jet_flag_set("socket_max_unwritten_bytes", "262144"), 0);
+    for (int k = 0; k < K; k++) {
+        sent[k] = bc_flood(&bs[k], N, ATT);
+        fprintf(stderr, "  connection %d: %d of %d requests sent while no answer was credited\n",
+                k, sent[k], N);
+        JT_CHECK(sent[k] < N / 2);
+    }
+    for (int k = 0; k < K; k++) {
+        bs[k].auto_credit = true;
+        JT_CHECK(bc_credit(&bs[k]));
+    }
+    for (int k = 0; k < K; k++) {
+        JT_CHECK_EQ(bc_flood_answers(&bs[k], sent[k], ATT), sent[k]);
+        JT_CHECK(bc_call(&bs[k], 5000, "after", g_att, ATT));
+        JT_CHECK_EQ(bs[k].recv_errors + bs[k].send_errors + bs[k].bad_msgs, 0);
+    }
     JT_CHECK_EQ(jet_flag_set("socket_max_unwritten_bytes", old), 0);
+    for (int k = 0; k < K; k++)
+        bc_close(&bs[k]);
+    JT_CHECK(JT_WAIT_UNTIL(srv_open() == open0, 10000000));
 }
 
 typedef enum bviolation {
