@@ -135,6 +135,23 @@ uint8_t *jt_echo_request_bytes(const char *message, size_t *len_p)
     return p;
 }
 
+bool jt_big_answer_ok(const uint8_t *frame, size_t len, int64_t cid, size_t n)
+{
+    if (len < 12 || memcmp(frame, "PRPC", 4) != 0) return false;
+    uint32_t body = jt_get_be32(frame + 4), meta_size = jt_get_be32(frame + 8);
+    if (body != len - 12 || meta_size > body || body - meta_size < n) return false;
+    Brpc__Policy__RpcMeta *m = brpc__policy__rpc_meta__unpack(NULL, meta_size, frame + 12);
+    bool ok = m && m->has_correlation_id && m->correlation_id == cid && m->has_attachment_size &&
+              (size_t)m->attachment_size == n;
+    if (m) brpc__policy__rpc_meta__free_unpacked(m, NULL);
+    uint8_t *want = malloc(n ? n : 1);
+    if (!want) abort();
+    jt_fill_pattern(want, n, 5);
+    ok = ok && memcmp(frame + len - n, want, n) == 0;
+    free(want);
+    return ok;
+}
+
 uint8_t *jt_frame_plain_body(const jet_baidu_frame_t *f, size_t *len_p)
 {
     size_t n;

@@ -72,6 +72,10 @@ void jt_bytes_frame(jt_bytes_t *b, const Brpc__Policy__RpcMeta *meta, const void
 
 /* Packed EchoRequest{message}: malloc'd (one spare byte). */
 uint8_t *jt_echo_request_bytes(const char *message, size_t *len_p);
+/* Whether frame[0..len) (header included) is the echo service's answer to
+ * "big:<n>" for correlation id cid: n attachment bytes of
+ * jt_fill_pattern(seed 5). */
+bool jt_big_answer_ok(const uint8_t *frame, size_t len, int64_t cid, size_t n);
 /* f's message part, decompressed per its meta's compress_type with zlib and
  * snappy themselves (gzip must carry the RFC 1952 magic, zlib an RFC 1950
  * header): malloc'd, or NULL when it does not decompress. */
