@@ -308,6 +308,14 @@ void jet__socket_post_read(jet_socket_t *s)
 
 /* ---- input flow control -------------------------------------------------- */
 
+/* Where a paused input goes on: half the limit; at once when the limit was
+ * lifted (0 or less) meanwhile. */
+static int64_t sock_resume_below(void)
+{
+    int64_t limit = JET_FLAG(socket_max_unwritten_bytes);
+    return limit > 0 ? limit / 2 : INT64_MAX;
+}
+
 bool jet__socket_pause_read(jet_socket_t *s)
 {
     int64_t limit = JET_FLAG(socket_max_unwritten_bytes);
@@ -317,19 +325,11 @@ bool jet__socket_pause_read(jet_socket_t *s)
      * read_paused: either it sees the pause and posts the resume, or we see
      * the queue drained and do not pause. */
     atomic_store_explicit(&s->read_paused, true, memory_order_seq_cst);
-    if (atomic_load_explicit(&s->unwritten, memory_order_seq_cst) <= limit / 2) {
+    if (atomic_load_explicit(&s->unwritten, memory_order_seq_cst) <= sock_resume_below()) {
         atomic_store_explicit(&s->read_paused, false, memory_order_relaxed);
         return false;
     }
     return true;
-}
-
-/* Where a paused input goes on: half the limit; at once when the limit was
- * lifted (0 or less) meanwhile. */
-static int64_t sock_resume_below(void)
-{
-    int64_t limit = JET_FLAG(socket_max_unwritten_bytes);
-    return limit > 0 ? limit / 2 : INT64_MAX;
 }
 
 static void sock_resume_task(jet_task_t *t)

@@ -185,8 +185,8 @@ void jet__socket_post_read(jet_socket_t *s);
  * written, the owner calls jet__socket_pause_read() from on_read and takes
  * no more messages; the transports stop taking input while
  * jet__socket_read_paused() (TCP leaves the bytes in the kernel, UBRing in
- * its ring, URMA holds its receives and their credits, so the peer stops
- * for want of room). Once the queue has drained to half the limit the
+ * its ring, URMA keeps back the credits of its receives, so the peer stops
+ * for want of room or credits). Once the queue has drained to half the limit the
  * socket goes on by itself: read_resumed, then on_read for what read_buf
  * holds, then on_input(s, EPOLLIN). Returns true when it paused, false when
  * the socket is not that far behind (or the limit is 0: none). */

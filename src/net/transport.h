@@ -102,8 +102,8 @@ typedef struct jet_transport_ops {
     size_t (*max_message)(struct jet_socket *s, const char **hint);
 
     /* Loop thread: a paused input (jet__socket_pause_read) goes on. The
-     * transport takes in what it held back outside the fd (receives and
-     * their credits, a ring); the socket then delivers read_buf and runs
+     * transport takes in what it held back outside the fd (credits, a
+     * ring); the socket then delivers read_buf and runs
      * on_input(s, EPOLLIN) for the fd. Optional: NULL means only the fd
      * (TCP). */
     void (*read_resumed)(struct jet_socket *s);
