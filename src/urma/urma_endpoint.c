@@ -444,6 +444,13 @@ static bool ep_withholds(const jet_urma_ep_t *ep)
     return !ep->started || (ep->s && jet__socket_read_paused(ep->s));
 }
 
+/* Receives the peer may not fill yet: taken and not posted again, or posted
+ * and not credited back (kept back, or not reported yet). */
+static uint32_t ep_owed(const jet_urma_ep_t *ep)
+{
+    return ep->nrepost + ep->withheld + atomic_load_explicit(&ep->credits, memory_order_relaxed);
+}
+
 static void ep_release_withheld(jet_urma_ep_t *ep)
 {
     if (ep->withheld == 0 || ep_withholds(ep)) return;
@@ -874,9 +881,7 @@ static void ep_recv_block(jet_urma_ep_t *ep, const urma_cr_t *cr, uint32_t slot,
         /* Data beyond the credits granted (receives not credited back yet:
          * held here, or re-posted and not reported) is the peer's error; on
          * a shared queue nothing else would hold it back. */
-        uint32_t owed = ep->nrepost + ep->withheld +
-                        atomic_load_explicit(&ep->credits, memory_order_relaxed);
-        if (owed >= ep->rq) {
+        if (ep_owed(ep) >= ep->rq) {
             ep_drop(ep, b);
             ep_fail(ep, -EPROTO, "the peer sent more messages than its credits allow", -1);
             return;
@@ -1036,9 +1041,7 @@ static void ep_retry_timeout(jet_timer_t *t)
  * holds the peer back. */
 static bool ep_repost_may_wait(const jet_urma_ep_t *ep)
 {
-    uint32_t owed =
-        ep->nrepost + ep->withheld + atomic_load_explicit(&ep->credits, memory_order_relaxed);
-    return ep->nrepost <= EP_DEFER_MAX && owed <= ep->credit_batch;
+    return ep->nrepost <= EP_DEFER_MAX && ep_owed(ep) <= ep->credit_batch;
 }
 
 uint32_t jet__urma_ep_held(const jet_urma_ep_t *ep)
