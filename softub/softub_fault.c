@@ -135,13 +135,6 @@ void softub__fault_load(void)
     (void)pthread_once(&fault_once, fault_load_once);
 }
 
-static long long fault_now_us(void)
-{
-    struct timespec t;
-    clock_gettime(CLOCK_MONOTONIC, &t);
-    return (long long)t.tv_sec * 1000000LL + t.tv_nsec / 1000;
-}
-
 /* One line per delay, written whole with O_APPEND: lines of several
  * threads and processes do not mix. */
 static void fault_note_slow(const char *what, long long start_us, long long end_us)
@@ -165,9 +158,9 @@ void softub__fault_sleep_us(uint32_t us, const char *what)
 {
     if (us == 0)
         return;
-    long long start = fault_now_us();
+    long long start = (long long)(softub__now_ns() / 1000);
     struct timespec ts = {us / 1000000, (long)(us % 1000000) * 1000};
     while (nanosleep(&ts, &ts) != 0 && errno == EINTR)
         ;
-    fault_note_slow(what, start, fault_now_us());
+    fault_note_slow(what, start, (long long)(softub__now_ns() / 1000));
 }
