@@ -551,6 +551,17 @@ static bool bc_queues(bclient_t *b)
     return true;
 }
 
+/* A WR of op toward the server's jetty, completion requested, nothing else
+ * set. */
+static void bc_wr_init(const bclient_t *b, urma_jfs_wr_t *wr, urma_opcode_t op, uint64_t user_ctx)
+{
+    memset(wr, 0, sizeof *wr);
+    wr->opcode = op;
+    wr->flag.bs.complete_enable = URMA_COMPLETE_ENABLE;
+    wr->tjetty = b->tjetty;
+    wr->user_ctx = user_ctx;
+}
+
 /* One WR toward the server's jetty: SEND or SEND_IMM, len bytes (0: no SGE). */
 static bool bc_post(bclient_t *b, urma_opcode_t op, const void *data, size_t len, uint64_t imm)
 {
@@ -560,11 +571,7 @@ static bool bc_post(bclient_t *b, urma_opcode_t op, const void *data, size_t len
     if (slot == BC_SQ) return false;
     urma_sge_t sge = {0};
     urma_jfs_wr_t wr;
-    memset(&wr, 0, sizeof wr);
-    wr.opcode = op;
-    wr.flag.bs.complete_enable = URMA_COMPLETE_ENABLE;
-    wr.tjetty = b->tjetty;
-    wr.user_ctx = slot;
+    bc_wr_init(b, &wr, op, slot);
     wr.send.imm_data = imm;
     if (len > 0) {
         jet_block_t *blk = jet__block_alloc(len);
@@ -700,11 +707,7 @@ static int bc_one_sided(bclient_t *b, urma_opcode_t op, urma_target_seg_t *rseg,
                        .tseg = local->region->reg};
     urma_sge_t rsge = {.addr = raddr, .len = len, .tseg = rseg};
     urma_jfs_wr_t wr;
-    memset(&wr, 0, sizeof wr);
-    wr.opcode = op;
-    wr.flag.bs.complete_enable = URMA_COMPLETE_ENABLE;
-    wr.tjetty = b->tjetty;
-    wr.user_ctx = BC_ONE_SIDED;
+    bc_wr_init(b, &wr, op, BC_ONE_SIDED);
     if (op == URMA_OPC_READ) {
         wr.rw.src = (urma_sg_t){.sge = &rsge, .num_sge = 1};
         wr.rw.dst = (urma_sg_t){.sge = &lsge, .num_sge = 1};
