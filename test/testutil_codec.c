@@ -135,6 +135,37 @@ uint8_t *jt_echo_request_bytes(const char *message, size_t *len_p)
     return p;
 }
 
+/* Writes the varint v just before *pos (building from the end). */
+static void tc_varint_before(uint8_t *buf, size_t *pos, uint64_t v)
+{
+    uint8_t tmp[10];
+    size_t n = 0;
+    do {
+        tmp[n++] = (uint8_t)(v & 0x7f) | (v > 0x7f ? 0x80 : 0);
+        v >>= 7;
+    } while (v);
+    *pos -= n;
+    memcpy(buf + *pos, tmp, n);
+}
+
+uint8_t *jt_nested_node_bytes(size_t depth, size_t *len_p)
+{
+    /* Inside out: each level adds a tag byte and a length of at most 10. */
+    size_t cap = 16 + depth * 11;
+    uint8_t *buf = malloc(cap);
+    if (!buf) abort();
+    size_t pos = cap;
+    tc_varint_before(buf, &pos, depth);
+    buf[--pos] = 0x18; /* value = 3, varint */
+    for (size_t level = 0; level < depth; level++) {
+        tc_varint_before(buf, &pos, cap - pos);
+        buf[--pos] = 0x0a; /* child = 1, length-delimited */
+    }
+    *len_p = cap - pos;
+    memmove(buf, buf + pos, *len_p);
+    return buf;
+}
+
 bool jt_big_answer_ok(const uint8_t *frame, size_t len, int64_t cid, size_t n)
 {
     if (len < 12 || memcmp(frame, "PRPC", 4) != 0) return false;

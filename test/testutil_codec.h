@@ -72,6 +72,10 @@ void jt_bytes_frame(jt_bytes_t *b, const Brpc__Policy__RpcMeta *meta, const void
 
 /* Packed EchoRequest{message}: malloc'd (one spare byte). */
 uint8_t *jt_echo_request_bytes(const char *message, size_t *len_p);
+/* A packed jettest.Node (test/proto/nest.proto) nested `depth` levels deep
+ * through its `child` field: the top node is level 0, the node at level
+ * `depth` holds value = depth. malloc'd. */
+uint8_t *jt_nested_node_bytes(size_t depth, size_t *len_p);
 /* Whether frame[0..len) (header included) is the echo service's answer to
  * "big:<n>" for correlation id cid: n attachment bytes of
  * jt_fill_pattern(seed 5). */

@@ -1,6 +1,7 @@
 /* baidu_std framing (see codec.h for the contract). */
 #include "rpc/codec.h"
 #include "rpc/meta_codec.h"
+#include "rpc/pb_nesting.h"
 
 #include "base/pool.h"
 
@@ -393,7 +394,8 @@ ProtobufCMessage *jet__pb_unpack_iobuf(const ProtobufCMessageDescriptor *desc,
         if (!tmp) return NULL;
     }
     const uint8_t *p = jet_iobuf_fetch(in, tmp, n);
-    ProtobufCMessage *msg = p ? protobuf_c_message_unpack(desc, alloc, n, p) : NULL;
+    ProtobufCMessage *msg =
+        p && jet__pb_nesting_ok(desc, p, n) ? protobuf_c_message_unpack(desc, alloc, n, p) : NULL;
     if (tmp != stack) free(tmp);
     return msg;
 }

@@ -6,7 +6,9 @@
 #include <string.h>
 
 #include "echo.pb-c.h"
+#include "nest.pb-c.h"
 #include "rpc/codec.h"
+#include "rpc/pb_nesting.h"
 #include "testutil.h"
 #include "testutil_codec.h"
 
@@ -1199,6 +1201,95 @@ static bool in_arena(const jet_msg_arena_t *a, const void *p)
 /* Decoding into a call's message arena: small messages stay in it, large
  * pieces spill to malloc and are freed by free_unpacked (ASan checks the
  * leaks), a failed decode leaves nothing behind, reset reuses the space. */
+/* A Node decoded from bytes in pieces of `piece` (0: one block); NULL when
+ * it does not decode. */
+static Jettest__Node *node_decode(const uint8_t *p, size_t n, size_t piece)
+{
+    jet_iobuf_t in;
+    if (piece)
+        jt_iobuf_split(&in, p, n, piece);
+    else
+        jt_iobuf_flat(&in, p, n);
+    ProtobufCMessage *m = jet__pb_unpack_iobuf(&jettest__node__descriptor, &in, NULL);
+    jet_iobuf_fini(&in);
+    return (Jettest__Node *)m;
+}
+
+/* Sub-messages nested deeper than brpc's protobuf allows are refused before
+ * protobuf-c, which has no limit, recurses into them (a Node of ~600 kB
+ * nested 200,000 deep overflowed the stack); up to the limit they decode.
+ * Only types whose descriptors allow such depths are scanned. */
+static void nesting_guarded(void)
+{
+    JT_CHECK(jet__pb_nesting_may_exceed(&jettest__node__descriptor));
+    JT_CHECK(!jet__pb_nesting_may_exceed(&jettest__branch__descriptor));
+    JT_CHECK(!jet__pb_nesting_may_exceed(&jettest__twig__descriptor));
+    JT_CHECK(!jet__pb_nesting_may_exceed(&example__echo_request__descriptor));
+    JT_CHECK(!jet__pb_nesting_may_exceed(&brpc__policy__rpc_meta__descriptor));
+    /* Asked again (the per-thread answers): the same. */
+    JT_CHECK(jet__pb_nesting_may_exceed(&jettest__node__descriptor));
+    JT_CHECK(!jet__pb_nesting_may_exceed(&jettest__branch__descriptor));
+
+    static const size_t fine[] = {0, 1, 99, JET_PB_MAX_NESTING};
+    for (size_t i = 0; i < sizeof fine / sizeof fine[0]; i++) {
+        size_t n;
+        uint8_t *b = jt_nested_node_bytes(fine[i], &n);
+        for (size_t piece = 0; piece <= 7; piece += 7) {
+            Jettest__Node *top = node_decode(b, n, piece);
+            JT_CHECK(top != NULL);
+            if (!top) continue;
+            const Jettest__Node *x = top;
+            size_t levels = 0;
+            while (x->child) {
+                x = x->child;
+                levels++;
+            }
+            JT_CHECK_EQ(levels, fine[i]);
+            JT_CHECK(x->has_value && (size_t)x->value == fine[i]);
+            jettest__node__free_unpacked(top, NULL);
+        }
+        free(b);
+    }
+    static const size_t deep[] = {JET_PB_MAX_NESTING + 1, 1000, 200000};
+    for (size_t i = 0; i < sizeof deep / sizeof deep[0]; i++) {
+        size_t n;
+        uint8_t *b = jt_nested_node_bytes(deep[i], &n);
+        JT_CHECK(!jet__pb_nesting_ok(&jettest__node__descriptor, b, n));
+        for (size_t piece = 0; piece <= 4096; piece += 4096)
+            JT_CHECK(node_decode(b, n, piece) == NULL);
+        /* Cut short: refused too (protobuf-c stops at the cut). */
+        JT_CHECK(node_decode(b, n - 1, 0) == NULL);
+        free(b);
+    }
+
+    /* Behind a shallow sibling in the repeated field: kids[1] holds a chain
+     * of `chain` levels, its innermost node at level chain + 1. */
+    for (size_t chain = JET_PB_MAX_NESTING - 2; chain <= JET_PB_MAX_NESTING + 1; chain++) {
+        size_t n;
+        uint8_t *inner = jt_nested_node_bytes(chain, &n);
+        jt_bytes_t b = {0};
+        static const uint8_t shallow[] = {0x12, 0x02, 0x18, 0x07}; /* kids { value: 7 } */
+        jt_bytes_add(&b, shallow, sizeof shallow);
+        uint8_t hdr[6] = {0x12};
+        size_t h = 1;
+        for (size_t v = n;; v >>= 7) {
+            hdr[h++] = (uint8_t)(v & 0x7f) | (v > 0x7f ? 0x80 : 0);
+            if (v <= 0x7f) break;
+        }
+        jt_bytes_add(&b, hdr, h);
+        jt_bytes_add(&b, inner, n);
+        Jettest__Node *top = node_decode(b.p, b.len, 0);
+        if (chain + 1 <= JET_PB_MAX_NESTING) {
+            JT_CHECK(top && top->n_kids == 2 && top->kids[0]->value == 7);
+        } else {
+            JT_CHECK(top == NULL);
+        }
+        if (top) jettest__node__free_unpacked(top, NULL);
+        free(inner);
+        free(b.p);
+    }
+}
+
 static void msg_arena_decode(void)
 {
     jet_msg_arena_t a;
@@ -1410,6 +1501,7 @@ int main(void)
     JT_RUN(meta_decode_bounded);
     JT_RUN(attachment_size_checks);
     JT_RUN(pb_iobuf_helpers);
+    JT_RUN(nesting_guarded);
     JT_RUN(msg_arena_decode);
     JT_RUN(pack_msg_matches_pack);
     return jt_finish();

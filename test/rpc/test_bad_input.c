@@ -7,7 +7,9 @@
  * The server runs with max_body_size = 1 MiB, on a single event loop (so that
  * a handler can hold the loop while input piles up). Its handler (the shared
  * echo service, answering lengths) answers "ok len=<message length>
- * att=<attachment length>"; "block:<ms>" holds the loop first. */
+ * att=<attachment length>"; "block:<ms>" holds the loop first. Its
+ * jettest.NodeService/Depth answers "depth <levels>" for a Node (a type that
+ * contains itself, test/proto/nest.proto). */
 #include <errno.h>
 #include <stdint.h>
 #include <stdio.h>
@@ -23,6 +25,8 @@
 #include <jetrpc/jetrpc.h>
 
 #include "echo.pb-c.h"
+#include "nest.pb-c.h"
+#include "rpc/pb_nesting.h"
 #include "rpc_meta.pb-c.h"
 #include "testutil.h"
 #include "testutil_rpc.h"
@@ -771,6 +775,56 @@ static void test_unknown_service_and_method(void)
  * When the client reads, every answer comes, in order, also to the
  * requests sent while the server was not reading (the fd gives no new edge
  * for them: the server reads again by itself). */
+/* jettest.NodeService/Depth: how many levels of `child` the request has. */
+static void node_depth(Jettest__NodeService_Service *svc, const Jettest__Node *in,
+                       Jettest__DepthAnswer_Closure closure, void *closure_data)
+{
+    (void)svc;
+    size_t levels = 0;
+    for (const Jettest__Node *x = in; x->child; x = x->child)
+        levels++;
+    char text[64];
+    snprintf(text, sizeof text, "depth %zu", levels);
+    Jettest__DepthAnswer out = JETTEST__DEPTH_ANSWER__INIT;
+    out.message = text;
+    closure(&out, closure_data);
+}
+
+static Jettest__NodeService_Service g_node_service = JETTEST__NODE_SERVICE__INIT(node_);
+
+/* A request nested deeper than protobuf's recursion limit is answered
+ * EREQUEST before it is decoded (protobuf-c alone overflowed the loop's
+ * stack on 200,000 levels, ~600 kB, and the server died); up to the limit it
+ * reaches the handler. The connection stays usable. */
+static void test_nested_too_deep(void)
+{
+    int fd = raw_connect();
+    static const size_t depths[] = {200000, JET_PB_MAX_NESTING + 1, JET_PB_MAX_NESTING};
+    for (int i = 0; i < 3; i++) {
+        req_meta_t r;
+        req_meta_init(&r, 90 + i);
+        r.req.service_name = "jettest.NodeService";
+        r.req.method_name = "Depth";
+        size_t n;
+        uint8_t *msg = jt_nested_node_bytes(depths[i], &n);
+        send_with_meta(fd, &r, msg, n, NULL, 0);
+        free(msg);
+        if (depths[i] > JET_PB_MAX_NESTING) {
+            JT_CHECK(expect_answer(fd, 90 + i, JET_EREQUEST, "Fail to parse request=jettest.Node"));
+            continue;
+        }
+        response_t a;
+        JT_CHECK_EQ(read_response(fd, &a), 1);
+        char want[64];
+        snprintf(want, sizeof want, "depth %zu", depths[i]);
+        JT_CHECK(a.meta && a.error_code == 0 && a.msg && strcmp(a.msg->message, want) == 0);
+        response_free(&a);
+    }
+    JT_CHECK(raw_still_served(fd, 99));
+    close(fd);
+    check_healthy();
+}
+
 static void test_unread_answers_bounded(void)
 {
     enum { MORE = 100, ANSWER = 64 << 10, LIMIT = 1 << 20 };
@@ -899,11 +953,15 @@ int main(void)
     jet_server_options_init(&so);
     so.max_body_size = MAX_BODY;
     jt_echo_service_init(&g_service, &(jt_echo_opts_t){.answer_lengths = true});
-    g_srv = jt_echo_server_start(&g_service, "127.0.0.1:0", &so, &g_port);
-    if (!g_srv) {
+    g_srv = NULL;
+    if (jet_server_create(&so, &g_srv) < 0 ||
+        jet_server_add_service(g_srv, &g_service.base.base) < 0 ||
+        jet_server_add_service(g_srv, &g_node_service.base) < 0 ||
+        jet_server_start(g_srv, "127.0.0.1:0") < 0) {
         fprintf(stderr, "cannot start the server\n");
         return 1;
     }
+    g_port = jet_server_listen_port(g_srv);
     g_good = jt_channel_open_port(g_port, JET_CONNECTION_SINGLE, 10000, -1);
     if (!g_good) return 1;
     /* Connects the good channel, so that every case's baseline includes it. */
@@ -933,6 +991,7 @@ int main(void)
     RUN(test_checksum);
     RUN(test_unknown_service_and_method);
     RUN(test_many_bad_clients_at_once);
+    RUN(test_nested_too_deep);
     RUN(test_unread_answers_bounded);
 
     jet_channel_destroy(g_good);
