@@ -22,6 +22,7 @@
 #include <fcntl.h>
 #include <inttypes.h>
 #include <limits.h>
+#include <math.h>
 #include <poll.h>
 #include <pthread.h>
 #include <signal.h>
@@ -1021,6 +1022,77 @@ static void bench_floor_print(const bench_entry_t *e, int n)
     }
 }
 
+/* ---- the plot -------------------------------------------------------------------
+ * Under the table, one bar chart per configuration that more than one mode
+ * ran: p50 latency on a log scale for calls without attachment (the modes
+ * span two decades), MB/s on a linear one for the others. A 1x1 latency chart
+ * of a --matrix run ends with softub's raw round trip, the floor. */
+
+#define PLOT_WIDTH 50
+
+static void bench_plot_bar(const char *label, double v, double lo, double hi, bool log_scale)
+{
+    double f = hi > lo ? (log_scale ? log(v / lo) / log(hi / lo) : v / hi) : 1;
+    int len = 1 + (int)(f * (PLOT_WIDTH - 1) + 0.5);
+    if (len < 1) len = 1;
+    if (len > PLOT_WIDTH) len = PLOT_WIDTH;
+    printf("  %-32s %10.1f |", label, v);
+    for (int i = 0; i < len; i++)
+        putchar('#');
+    putchar('\n');
+}
+
+static bool bench_same_cfg(const bench_row_t *a, const bench_row_t *b)
+{
+    return a->threads == b->threads && a->depth == b->depth && a->msg == b->msg &&
+           a->att == b->att && a->sync == b->sync;
+}
+
+static void bench_print_plot(const bench_entry_t *e, int n)
+{
+    for (int i = 0; i < n; i++) {
+        bool first = true;
+        for (int k = 0; k < i; k++)
+            if (bench_same_cfg(&e[k].row, &e[i].row)) first = false;
+        if (!first) continue;
+        bool lat = e[i].row.att == 0;
+        /* The floor of the first URMA row of this configuration. */
+        const bench_floor_t *fl = NULL;
+        double lo = INFINITY, hi = 0;
+        int rows = 0;
+        for (int k = i; k < n; k++) {
+            if (!bench_same_cfg(&e[k].row, &e[i].row)) continue;
+            double v = lat ? e[k].row.p50 : e[k].row.mbps;
+            if (v <= 0) continue;
+            rows++;
+            lo = v < lo ? v : lo;
+            hi = v > hi ? v : hi;
+            if (!fl && e[k].has_floor) fl = &e[k].floor;
+        }
+        bool floor = lat && fl && e[i].row.threads == 1 && e[i].row.depth == 1;
+        if (floor) {
+            lo = fl->rtt_p50_us < lo ? fl->rtt_p50_us : lo;
+            hi = fl->rtt_p50_us > hi ? fl->rtt_p50_us : hi;
+        }
+        if (rows < 2) continue;
+        const bench_row_t *r = &e[i].row;
+        if (lat)
+            printf("\np50 latency, %dx%d %s, %d B (us, log scale):\n", r->threads, r->depth,
+                   r->sync ? "sync" : "async", r->msg);
+        else
+            printf("\nthroughput, %dx%d %s, %d B + %d B attachment (MB/s):\n", r->threads, r->depth,
+                   r->sync ? "sync" : "async", r->msg, r->att);
+        /* Half the smallest: its bar is not empty on the log scale. */
+        double base = lat ? lo / 2 : 0;
+        for (int k = i; k < n; k++) {
+            if (!bench_same_cfg(&e[k].row, r)) continue;
+            double v = lat ? e[k].row.p50 : e[k].row.mbps;
+            if (v > 0) bench_plot_bar(e[k].row.label, v, base, hi, lat);
+        }
+        if (floor) bench_plot_bar("softub raw round trip (floor)", fl->rtt_p50_us, base, hi, true);
+    }
+}
+
 /* ---- main ---------------------------------------------------------------------- */
 
 static int bench_check_flags(void)
@@ -1197,6 +1269,7 @@ int main(int argc, char **argv)
         }
         bench_floor_print(entries, nent);
     }
+    if (!JET_FLAG(json) && !JET_FLAG(bench_child)) bench_print_plot(entries, nent);
     for (int i = 0; i < nent; i++)
         free(entries[i].json);
     /* A URMA-mode client tells its parent that every run it was given ended. */
