@@ -556,7 +556,7 @@ static bool srv_foreign_hello(jet_socket_t *s, srv_conn_t *c)
                                              0, 0, 0, 0, 0, 0, 0, 0, 0, 0,
                                              0, 0, 0, 0, 0x30, 0};
     uint8_t hdr[8] = {0};
-    uint8_t answer[JET_URMA_V2_MAX_LEN];
+    uint8_t answer[JET_URMA_HELLO_MAX_LEN]; /* also holds a whole framed URMA hello */
     size_t have = jet_iobuf_len(&s->read_buf), need = 0;
     int answer_len = 0;
     if (have < 4) return false;

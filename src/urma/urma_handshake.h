@@ -25,6 +25,8 @@
 #define JET_URMA_V2_MAX_LEN    4096
 #define JET_URMA_V3_HDR_LEN    8
 #define JET_URMA_V3_MAX_PB     4096
+/* The longest well-framed hello of either version: a v3 one (4104 bytes). */
+#define JET_URMA_HELLO_MAX_LEN (JET_URMA_V3_HDR_LEN + JET_URMA_V3_MAX_PB)
 #define JET_URMA_HELLO_VER     2
 #define JET_URMA_IMPL_VER      1
 #define JET_URMA_ACK_LEN       4

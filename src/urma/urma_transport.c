@@ -13,7 +13,7 @@
 #include "urma/urma_handshake.h"
 #include "urma/urma_import.h"
 
-#define UT_HELLO_MAX (JET_URMA_V3_HDR_LEN + JET_URMA_V3_MAX_PB)
+#define UT_HELLO_MAX JET_URMA_HELLO_MAX_LEN
 _Static_assert(JET_URMA_ACK_LEN == JET_HELLO_ACK_LEN, "URMA ACK length");
 
 typedef struct urma_ts {

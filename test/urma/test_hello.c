@@ -111,6 +111,22 @@ static size_t pack(const jet_urma_hello_t *h, uint8_t *buf)
     return n > 0 ? (size_t)n : 0;
 }
 
+/* Grows the v3 hello of n bytes in buf to the longest the framing allows
+ * (pb_size 4096) with an unknown length-delimited field (number 2000), which
+ * protobuf skips. Returns the new length. */
+static size_t pad_v3_to_max(uint8_t *buf, size_t n)
+{
+    size_t data = JET_URMA_V3_MAX_PB - (n - JET_URMA_V3_HDR_LEN) - 4; /* 2-byte tag and length */
+    buf[n] = 0x82; /* field 2000, wire type 2 */
+    buf[n + 1] = 0x7d;
+    buf[n + 2] = (uint8_t)(0x80 | (data & 0x7f));
+    buf[n + 3] = (uint8_t)(data >> 7);
+    memset(buf + n + 4, 0, data);
+    n += 4 + data;
+    jt_put_be32(buf + 4, (uint32_t)(n - JET_URMA_V3_HDR_LEN));
+    return n;
+}
+
 /* Reads one framed hello from fd: the parse result, *h and its bytes in raw. */
 static jet_urma_hello_result_t read_hello(int fd, jet_urma_hello_t *h, uint8_t *raw, size_t *len_p)
 {
@@ -1226,6 +1242,9 @@ static void test_tcp_server_declines_urma(void)
     hl[5] = 94;
     fake_hello(3, &h);
     size_t n3 = pack(&h, h3);
+    uint8_t h3max[4200];
+    memcpy(h3max, h3, n3);
+    size_t n3max = pad_v3_to_max(h3max, n3);
     static const uint8_t ack0[4] = {0, 0, 0, 0}, ack1[4] = {0, 0, 0, 1};
     const struct {
         const char *what;
@@ -1241,6 +1260,7 @@ static void test_tcp_server_declines_urma(void)
         {"v3, ACK 0", h3, n3, 3, ack0, true},
         {"v3, no ACK (brpc)", h3, n3, 3, NULL, true},
         {"v2 msg_len 94, ACK 0", hl, n2 + 8, 2, ack0, true},
+        {"v3 pb_size 4096, ACK 0", h3max, n3max, 3, ack0, true},
     };
     for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
         const char *w = cases[i].what;
