@@ -1031,10 +1031,12 @@ static int post_build(struct sub_sq *sq, urma_jfs_wr_t *wr, struct sub_wr *w)
     }
     if (w->inl && w->total > sq->max_inline)
         return -1;
-    if (tm == URMA_TM_UM &&
-        (one_sided || wr->flag.bs.fence || wr->flag.bs.place_order || wr->flag.bs.comp_order))
+    /* Neither UM nor a queue completing out of order keeps an order that
+     * fence, place_order or comp_order could ask for (§4.2). */
+    int ordered = wr->flag.bs.fence || wr->flag.bs.place_order || wr->flag.bs.comp_order;
+    if (tm == URMA_TM_UM && (one_sided || ordered))
         return -1;
-    if (sq->cfg.flag.bs.outorder_comp && (wr->flag.bs.fence || wr->flag.bs.comp_order))
+    if (sq->cfg.flag.bs.outorder_comp && ordered)
         return -1;
     if (tm == URMA_TM_RC) {
         w->tj = sq->bound; /* RC ignores wr->tjetty */

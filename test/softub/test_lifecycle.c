@@ -1370,6 +1370,65 @@ static void post_sge_limits(void)
     cf_close();
 }
 
+/* §4.2: a queue created with outorder_comp = 1, like a UM one, takes no WR
+ * asking for fence, place_order or comp_order; the same WRs are fine on an
+ * ordinary RM jetty. */
+static void post_order_flags(void)
+{
+    cf_dev_t d;
+    cf_side_t a, b;
+    JT_REQUIRE(post_pair(&d, &a, &b, 0, 128) == 0);
+    CF_NEED(urma_create_jfs);
+    CF_NEED(urma_post_jfs_wr);
+    CF_NEED(urma_delete_jfs);
+    memset(b.mem.buf, 0x3c, POST_MEM);
+    cf_fill(a.mem.buf, POST_MEM, 5);
+    urma_jfs_cfg_t cfg;
+    cf_jfs_cfg(&cfg, a.ep.jfc, URMA_TM_RM, 16);
+    cfg.flag.bs.outorder_comp = 1;
+    urma_jfs_t *jfs = cf.urma_create_jfs(a.ctx, &cfg);
+    JT_REQUIRE(jfs != NULL);
+    urma_sge_t l, r;
+    cf_sge(&l, a.mem.buf, 64, a.mem.tseg);
+    cf_rsge(&r, cf_seg_va(b.mem.tseg), 64, a.rseg);
+    static const char *const names[] = {"fence", "place_order RELAX", "place_order STRONG",
+                                        "comp_order"};
+    for (int k = 0; k < 4; k++) {
+        urma_jfs_wr_t wr, *bad = NULL;
+        cf_wr_rw(&wr, URMA_OPC_WRITE, a.tj, &l, 1, &r, 1, 0, 500 + (uint64_t)k);
+        if (k == 0) wr.flag.bs.fence = 1;
+        if (k == 1) wr.flag.bs.place_order = URMA_RELAX_ORDER;
+        if (k == 2) wr.flag.bs.place_order = URMA_STRONG_ORDER;
+        if (k == 3) wr.flag.bs.comp_order = 1;
+        int rc = cf.urma_post_jfs_wr(jfs, &wr, &bad);
+        if (rc != URMA_EINVAL || bad != &wr)
+            CF_FAILF("outorder_comp JFS, WRITE with %s: post returned %d (bad_wr %s), expected "
+                     "EINVAL",
+                     names[k], rc, bad == &wr ? "set" : "not set");
+    }
+    JT_CHECK_EQ(cf_quiet(a.ep.jfc, CF_QUIET_MS), 0);
+    JT_CHECK_EQ(cf_check_byte(b.mem.buf, POST_MEM, 0x3c), -1);
+    /* Without the flags the JFS writes. */
+    urma_jfs_wr_t wr, *bad = NULL;
+    cf_wr_rw(&wr, URMA_OPC_WRITE, a.tj, &l, 1, &r, 1, 0, 510);
+    JT_CHECK_EQ(cf.urma_post_jfs_wr(jfs, &wr, &bad), URMA_SUCCESS);
+    cf_expect_cr(a.ep.jfc, URMA_CR_SUCCESS, 510, "outorder_comp JFS, plain WRITE");
+    JT_CHECK(memcmp(b.mem.buf, a.mem.buf, 64) == 0);
+    /* An ordinary jetty takes all three. */
+    for (int k = 0; k < 4; k++) {
+        cf_wr_rw(&wr, URMA_OPC_WRITE, a.tj, &l, 1, &r, 1, 0, 520 + (uint64_t)k);
+        if (k == 0) wr.flag.bs.fence = 1;
+        if (k == 1) wr.flag.bs.place_order = URMA_RELAX_ORDER;
+        if (k == 2) wr.flag.bs.place_order = URMA_STRONG_ORDER;
+        if (k == 3) wr.flag.bs.comp_order = 1;
+        JT_REQUIRE(cf_post(a.ep.jetty, &wr) == 0);
+        cf_expect_cr(a.ep.jfc, URMA_CR_SUCCESS, 520 + (uint64_t)k, names[k]);
+    }
+    JT_CHECK_EQ(cf.urma_delete_jfs(jfs), URMA_SUCCESS);
+    cf_pair_close(&a, &b);
+    cf_close();
+}
+
 int main(int argc, char **argv)
 {
     cf_main(argc, argv);
@@ -1398,5 +1457,6 @@ int main(int argc, char **argv)
     CF_RUN(post_queue_full);
     CF_RUN(post_unsupported_opcodes);
     CF_RUN(post_sge_limits);
+    CF_RUN(post_order_flags);
     return jt_finish();
 }
