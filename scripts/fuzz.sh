@@ -12,7 +12,7 @@ command -v clang >/dev/null || apt-get install -y clang >/dev/null
 CC=clang cmake -S . -B build-fuzz -DJET_FUZZ=ON -DBUILD_TESTING=OFF -DCMAKE_BUILD_TYPE=RelWithDebInfo >/dev/null
 cmake --build build-fuzz -j"$(nproc)"
 corpus=build-fuzz/corpus
-mkdir -p "$corpus"/{baidu_frame,meta,urma_hello,ubring_hello,decompress}
+mkdir -p "$corpus"/{baidu_frame,meta,urma_hello,ubring_hello,decompress,pb_nesting}
 for f in ../shared/interop/baidu_std/*.bin; do
   [ -f "$f" ] && [ "$(stat -c %s "$f")" -lt 100000 ] || continue
   n=$(basename "$f")
@@ -20,7 +20,9 @@ for f in ../shared/interop/baidu_std/*.bin; do
   ms=$(od -An -tu1 -j8 -N4 "$f" | awk '{print $1*16777216 + $2*65536 + $3*256 + $4}')
   tail -c +13 "$f" | head -c "$ms" > "$corpus/meta/$n"
 done
-for t in baidu_frame meta urma_hello ubring_hello decompress; do
+# A Node two levels deep (jettest.Node, test/proto/nest.proto).
+printf '\012\004\012\002\030\001' > "$corpus/pb_nesting/chain2"
+for t in baidu_frame meta urma_hello ubring_hello decompress pb_nesting; do
   echo "fuzz_$t: ${secs}s"
   (cd build-fuzz && ./fuzz/fuzz_$t -max_total_time="$secs" -max_len=8192 "corpus/$t" 2>&1 | tail -2)
 done
