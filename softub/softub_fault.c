@@ -32,7 +32,9 @@
  *                          slot; + 2, right after it claims that slot; + 3,
  *                          right after it claims its CR's slot; + 4, after
  *                          the WR's mark, before the CR; + 5, holding a
- *                          claimed JFCE event slot (SUB_DIE_*) (0: off).
+ *                          claimed JFCE event slot; + 6, after writing
+ *                          that event, before counting it on the owner's
+ *                          eventfd (SUB_DIE_*) (0: off).
  * SOFTUB_STOP_ON_TAKE_IMM  the same points, but the sender stops itself
  *                          (SIGSTOP) and goes on once continued (0: off).
  * SOFTUB_JFC_FAIL          the first this many create_jfc calls of the

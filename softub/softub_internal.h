@@ -376,6 +376,7 @@ enum {
     SUB_DIE_CR_CLAIMED = 3,    /* its CR slot claimed (and recorded), WR not yet marked */
     SUB_DIE_CR_MARKED = 4,     /* WR marked, before the CR is written */
     SUB_DIE_EVENT_CLAIMED = 5, /* its JFCE event slot claimed (and recorded), not written */
+    SUB_DIE_EVENT_WRITTEN = 6, /* its JFCE event written, not yet counted on the eventfd */
 };
 extern __thread int softub__fault_step;
 extern __thread int softub__fault_stops;
@@ -504,7 +505,10 @@ struct sub_jfce {
     struct sub_ring *ring;
     pthread_mutex_t take_lock; /* one consumer at a time (see sub_jfc.poll_lock) */
     struct sub_hole hole;      /* under take_lock */
-    struct sub_jfce *next;     /* process list, for doorbell signalling */
+    /* Progress thread: 1 + the consumer index at which its last look found
+     * an event written and the eventfd not readable (0: none). */
+    uint64_t uncounted1;
+    struct sub_jfce *next; /* process list, for doorbell signalling */
 };
 
 struct sub_jfc {
@@ -812,8 +816,9 @@ void softub__rq_cr_lost(uint64_t note, uint32_t pid);
 /* JFCE event slots claimed by producers that died before writing them are
  * written for them (softub_jfc.c): by the progress thread, once a second
  * while peers or such slots are there, for a consumer that waits for
- * exactly that event. 1 while a slot is left claimed (its claimant lives,
- * or its queue was busy). */
+ * exactly that event; an event written and left uncounted on the eventfd
+ * (its producer died in between) is counted. 1 while a slot is left
+ * claimed (its claimant lives, or its queue was busy). */
 int softub__jfce_holes_check(void);
 /* True when the process `pid` (a peer's, recorded in shared memory) is gone:
  * a peer of the fabric by its recorded start time, else by its pid alone. */

@@ -90,6 +90,7 @@ static void jfc_fire(struct sub_peer *p, struct sub_sjfc *sj)
     ev->jfc_uid = sj->uid;
     ev->jfc_id = sj->h.id;
     sub_ring_enq_commit(er, pos);
+    softub__fault_at(SUB_DIE_EVENT_WRITTEN);
     (void)softub__peer_signal(p, sj->jfce_off, se->h.gen, se->efd, &se->pending_signals);
 }
 
@@ -667,6 +668,34 @@ static struct sub_evt *jfc_evt_take(struct sub_jfce *ce, struct sub_evt *out)
     return NULL;
 }
 
+/* An event written at the consumer index that nothing counted on the
+ * eventfd: its producer died (or stopped) between writing it and counting
+ * it, which may take system calls (the first signal to a process opens its
+ * eventfd through pidfd_getfd). The consumer would never wake for it, and
+ * the JFC stays disarmed, so none of its later CRs would wake it either.
+ * Seen at two looks in a row (a consumer reads the count before it takes
+ * the event), the count is written for the producer; a producer that goes
+ * on counts once more, a spurious wake-up that waiters tolerate. */
+static void jfc_evt_uncounted(struct sub_jfce *ce)
+{
+    struct sub_ring *r = ce->ring;
+    uint64_t t = atomic_load_explicit(&r->tail, memory_order_acquire);
+    struct pollfd pfd = {.fd = ce->base.fd, .events = POLLIN};
+    if (atomic_load_explicit(sub_ring_seq(r, t), memory_order_acquire) != t + 1 ||
+        poll(&pfd, 1, 0) != 0) {
+        ce->uncounted1 = 0;
+        return;
+    }
+    if (ce->uncounted1 != t + 1) {
+        ce->uncounted1 = t + 1;
+        return;
+    }
+    uint64_t one = 1;
+    (void)!write(ce->base.fd, &one, sizeof(one));
+    ce->uncounted1 = 0;
+    SUB_WARN("JFCE: an event its producer did not count (died or stopped) is counted for it\n");
+}
+
 int softub__jfce_holes_check(void)
 {
     struct sub_global *g = &softub__g;
@@ -674,6 +703,7 @@ int softub__jfce_holes_check(void)
     pthread_mutex_lock(&g->lock);
     for (struct sub_jfce *j = g->jfces; j != NULL; j = j->next) {
         uint64_t pos;
+        jfc_evt_uncounted(j);
         if (!sub_ring_tail_hole(j->ring, 1, &pos))
             continue;
         if (pthread_mutex_trylock(&j->take_lock) != 0) {

@@ -612,6 +612,7 @@ enum {
     TK_DIE_CR_CLAIMED = 3, /* claimed (and recorded) the CR slot, WR not yet marked */
     TK_DIE_CR_MARKED = 4,  /* marked the WR as completed, before the CR */
     TK_DIE_EVENT = 5,      /* after its CR, claimed (and recorded) a JFCE event slot */
+    TK_DIE_EVENT_WRITTEN = 6, /* wrote that event, before counting it on the eventfd */
 };
 
 /* The peer of a taker case: one SEND_IMM of a->len bytes (filled with seed
@@ -943,6 +944,54 @@ static void taker_killed_at_event(void)
     }
     urma_cr_t cr;
     JT_REQUIRE(cf_poll(s.ep.jfc, &cr, 1, CF_WAIT_MS) == 1); /* its CR was written */
+    JT_CHECK_EQ(cr.user_ctx, 0u);
+    JT_CHECK_EQ(cr.completion_len, 3000u);
+    JT_REQUIRE(tk_second_jetty(&d, &s, &s2) == 0);
+    for (int k = 0; k < 3 && !jt_case_failed; k++) {
+        JT_CHECK_EQ(cf.urma_rearm_jfc(s.ep.jfc, false), URMA_SUCCESS);
+        if (tk_send_one(&s2, &s, k, &cr) != 0) break;
+        n = cf.urma_wait_jfc(s.ep.jfce, 16, CF_WAIT_MS, jfcs);
+        JT_CHECK_EQ(n, 1);
+        if (n != 1) break;
+        JT_CHECK(jfcs[0] == s.ep.jfc);
+        cf.urma_ack_jfc(jfcs, &one, 1);
+        urma_sge_t rs;
+        cf_sge(&rs, s.mem.buf + TK_BUF * cr.user_ctx, TK_BUF, s.mem.tseg);
+        JT_CHECK_EQ(cf_post_recv(s.ep.jetty, &rs, 1, cr.user_ctx), 0);
+    }
+    cf_side_close(&s2, true);
+    mp_disconnect(&s, true);
+}
+
+/* A sender that dies after writing the event of its CR into the owner's
+ * JFCE and before counting it on the owner's eventfd (the first signal to
+ * a process opens that eventfd through pidfd_getfd: system calls): the
+ * JFC is disarmed and the event queued, so without its count an owner
+ * sleeping on the fd (an event loop) would never wake again for that JFC.
+ * The owner's wait must still report it, and the queue goes on. */
+static void taker_killed_after_event(void)
+{
+    taker_arg_t ta = {.len = 3000, .imm = DIE_IMM + TK_DIE_EVENT_WRITTEN};
+    cf_peer_t p;
+    cf_dev_t d;
+    cf_side_t s, s2;
+    if (tk_start(&p, taker_sends, &ta, &d, &s, true) != 0) return;
+    JT_CHECK_EQ(cf_peer_wait(&p, CF_WAIT_MS), 128 + SIGKILL);
+    urma_jfc_t *jfcs[16];
+    uint32_t one = 1;
+    uint64_t t0 = cf_now_ms();
+    struct pollfd pfd = {.fd = s.ep.jfce->fd, .events = POLLIN};
+    JT_CHECK_EQ(poll(&pfd, 1, CF_WAIT_MS), 1); /* as an event loop waits */
+    int n = cf.urma_wait_jfc(s.ep.jfce, 16, 0, jfcs);
+    fprintf(stderr, "  the dead sender's event was counted after %llu ms\n",
+            (unsigned long long)(cf_now_ms() - t0));
+    JT_CHECK_EQ(n, 1);
+    if (n == 1) {
+        JT_CHECK(jfcs[0] == s.ep.jfc);
+        cf.urma_ack_jfc(jfcs, &one, 1);
+    }
+    urma_cr_t cr;
+    JT_REQUIRE(cf_poll(s.ep.jfc, &cr, 1, CF_WAIT_MS) == 1);
     JT_CHECK_EQ(cr.user_ctx, 0u);
     JT_CHECK_EQ(cr.completion_len, 3000u);
     JT_REQUIRE(tk_second_jetty(&d, &s, &s2) == 0);
@@ -1399,6 +1448,7 @@ int main(int argc, char **argv)
     CF_RUN(taker_killed_cr_claimed);
     CF_RUN(taker_killed_cr_marked);
     CF_RUN(taker_killed_at_event);
+    CF_RUN(taker_killed_after_event);
     CF_RUN(taker_stopped_in_push);
     CF_RUN(taker_stopped_at_event);
     CF_RUN(taker_killed_then_reset_small);
