@@ -35,9 +35,12 @@
 
 #include "softub_internal.h"
 
+/* A free block of the region: its pieces were freed from first_ns to
+ * freed_ns, and it is reused once the newest one is past the grace period. */
 struct sub_region_free {
     uint64_t off;
     uint64_t size;
+    uint64_t first_ns;
     uint64_t freed_ns;
     struct sub_region_free *next;
 };
@@ -503,38 +506,62 @@ static uint64_t fab_align(uint64_t v, uint64_t a)
     return (v + a - 1) & ~(a - 1);
 }
 
-static void fab_free_insert(uint64_t off, uint64_t size, uint64_t freed_ns)
+/* Neighbours merge only when the pieces' free times stay within this of
+ * each other: a merged block is reused when its newest piece is past the
+ * grace period, so merging freely under steady churn (objects freed next to
+ * each other, one after the other) would keep one block ever "just freed"
+ * and push every allocation onto fresh memory. Blocks past the grace period
+ * merge whatever their times (softub__ralloc). */
+#define SUB_FREE_MERGE_NS (SUB_FREE_GRACE_NS / 16)
+
+static bool fab_free_may_merge(const struct sub_region_free *f, uint64_t first_ns,
+                               uint64_t freed_ns)
+{
+    uint64_t lo = f->first_ns < first_ns ? f->first_ns : first_ns;
+    uint64_t hi = f->freed_ns > freed_ns ? f->freed_ns : freed_ns;
+    return hi - lo <= SUB_FREE_MERGE_NS;
+}
+
+/* f absorbs its successor, which starts where f ends. */
+static void fab_free_absorb_next(struct sub_region_free *f)
+{
+    struct sub_region_free *n = f->next;
+    f->size += n->size;
+    if (n->first_ns < f->first_ns)
+        f->first_ns = n->first_ns;
+    if (n->freed_ns > f->freed_ns)
+        f->freed_ns = n->freed_ns;
+    f->next = n->next;
+    free(n);
+}
+
+static void fab_free_insert(uint64_t off, uint64_t size, uint64_t first_ns, uint64_t freed_ns)
 {
     struct sub_global *g = &softub__g;
     if (size == 0)
         return;
-    struct sub_region_free **pp = &g->free_list;
-    while (*pp != NULL && (*pp)->off < off)
-        pp = &(*pp)->next;
-    struct sub_region_free *prev = NULL;
-    if (pp != &g->free_list) {
-        /* find the node before *pp */
-        prev = g->free_list;
-        while (prev->next != *pp)
-            prev = prev->next;
+    struct sub_region_free *prev = NULL, *next = g->free_list;
+    while (next != NULL && next->off < off) {
+        prev = next;
+        next = next->next;
     }
-    struct sub_region_free *next = *pp;
-    if (prev != NULL && prev->off + prev->size == off) {
+    if (prev != NULL && prev->off + prev->size == off &&
+        fab_free_may_merge(prev, first_ns, freed_ns)) {
         prev->size += size;
+        if (first_ns < prev->first_ns)
+            prev->first_ns = first_ns;
         if (freed_ns > prev->freed_ns)
             prev->freed_ns = freed_ns;
-        if (next != NULL && prev->off + prev->size == next->off) {
-            prev->size += next->size;
-            if (next->freed_ns > prev->freed_ns)
-                prev->freed_ns = next->freed_ns;
-            prev->next = next->next;
-            free(next);
-        }
+        if (next != NULL && prev->off + prev->size == next->off &&
+            fab_free_may_merge(next, prev->first_ns, prev->freed_ns))
+            fab_free_absorb_next(prev);
         return;
     }
-    if (next != NULL && off + size == next->off) {
+    if (next != NULL && off + size == next->off && fab_free_may_merge(next, first_ns, freed_ns)) {
         next->off = off;
         next->size += size;
+        if (first_ns < next->first_ns)
+            next->first_ns = first_ns;
         if (freed_ns > next->freed_ns)
             next->freed_ns = freed_ns;
         return;
@@ -544,9 +571,13 @@ static void fab_free_insert(uint64_t off, uint64_t size, uint64_t freed_ns)
         return; /* leaks the block: harmless */
     n->off = off;
     n->size = size;
+    n->first_ns = first_ns;
     n->freed_ns = freed_ns;
     n->next = next;
-    *pp = n;
+    if (prev != NULL)
+        prev->next = n;
+    else
+        g->free_list = n;
 }
 
 uint64_t softub__ralloc(uint64_t size, uint64_t align)
@@ -559,15 +590,20 @@ uint64_t softub__ralloc(uint64_t size, uint64_t align)
     struct sub_region_free **pp = &g->free_list;
     while (*pp != NULL) {
         struct sub_region_free *f = *pp;
+        bool old = now - f->freed_ns >= SUB_FREE_GRACE_NS;
+        /* Neighbours past the grace period become one block again. */
+        while (old && f->next != NULL && f->off + f->size == f->next->off &&
+               now - f->next->freed_ns >= SUB_FREE_GRACE_NS)
+            fab_free_absorb_next(f);
         uint64_t a = fab_align(f->off, align);
-        if (now - f->freed_ns >= SUB_FREE_GRACE_NS && a + size <= f->off + f->size) {
+        if (old && a + size <= f->off + f->size) {
             uint64_t head_off = f->off, head_size = a - f->off;
             uint64_t tail_off = a + size, tail_size = f->off + f->size - (a + size);
-            uint64_t freed = f->freed_ns;
+            uint64_t first = f->first_ns, freed = f->freed_ns;
             *pp = f->next;
             free(f);
-            fab_free_insert(head_off, head_size, freed);
-            fab_free_insert(tail_off, tail_size, freed);
+            fab_free_insert(head_off, head_size, first, freed);
+            fab_free_insert(tail_off, tail_size, first, freed);
             memset(g->region + a, 0, size);
             return a;
         }
@@ -576,7 +612,7 @@ uint64_t softub__ralloc(uint64_t size, uint64_t align)
     uint64_t a = fab_align(g->bump, align);
     if (a + size > g->region_size || a + size < a)
         return 0;
-    fab_free_insert(g->bump, a - g->bump, 0);
+    fab_free_insert(g->bump, a - g->bump, 0, 0);
     g->bump = a + size;
     return a;
 }
@@ -594,7 +630,8 @@ void softub__rfree(uint64_t off, uint64_t size)
     if (e > a && e - a >= 65536)
         (void)fallocate(g->region_fd, FALLOC_FL_PUNCH_HOLE | FALLOC_FL_KEEP_SIZE, (off_t)a,
                         (off_t)(e - a));
-    fab_free_insert(off, size, softub__now_ns());
+    uint64_t now = softub__now_ns();
+    fab_free_insert(off, size, now, now);
 }
 
 /* ------------------------------------------------------------------------ */

@@ -6,6 +6,8 @@
  * token ids, RC bind rules, and the post-time checks of the data path. */
 #include "conformance.h"
 
+#include <sys/stat.h>
+
 /* ------------------------------------------------------------------------ */
 /* Library, init, devices                                                    */
 /* ------------------------------------------------------------------------ */
@@ -1429,6 +1431,91 @@ static void post_order_flags(void)
     cf_close();
 }
 
+/* softub only: the blocks of the region memfd ("softub-<pid>") that holds a
+ * process's shared descriptors are reused once their grace period (2 s) has
+ * passed, also under steady churn: queues created and deleted one after
+ * another, their descriptors freed next to each other. Merging such blocks
+ * into one that always counted as just freed made every creation take fresh
+ * memory, without bound. Over the second half of a 5 s churn (past the grace
+ * period) the region's pages must stay flat. Skipped on another provider. */
+static int region_fd(void)
+{
+    char want[64], link[128], path[64];
+    snprintf(want, sizeof want, "/memfd:softub-%d ", (int)getpid());
+    for (int fd = 3; fd < 1024; fd++) {
+        snprintf(path, sizeof path, "/proc/self/fd/%d", fd);
+        ssize_t n = readlink(path, link, sizeof link - 1);
+        if (n <= 0) continue;
+        link[n] = 0;
+        if (strncmp(link, want, strlen(want)) == 0) return fd;
+    }
+    return -1;
+}
+
+static long long region_kib(int fd)
+{
+    struct stat st;
+    return fstat(fd, &st) == 0 ? (long long)st.st_blocks / 2 : -1;
+}
+
+static void region_reused_under_churn(void)
+{
+    cf_dev_t d;
+    JT_REQUIRE(cf_open(&d) == 0);
+    urma_context_t *ctx = cf_ctx(&d);
+    JT_REQUIRE(ctx);
+    urma_jfc_t *jfc = cf_jfc(ctx, 256, NULL);
+    JT_REQUIRE(jfc);
+    int fd = region_fd();
+    if (fd < 0) {
+        fprintf(stderr, "  not softub (no region memfd): skipped\n");
+        JT_CHECK_EQ(cf.urma_delete_jfc(jfc), URMA_SUCCESS);
+        cf_ctx_delete(ctx);
+        cf_close();
+        return;
+    }
+    /* A connection's worth each: a JFR (its ring and descriptor are in the
+     * region) and a jetty on it (its descriptor); eight alive at a time. */
+    enum { LIVE = 8 };
+    urma_jfr_t *jfrs[LIVE] = {0};
+    urma_jetty_t *jetties[LIVE] = {0};
+    urma_jfr_cfg_t rcfg;
+    cf_jfr_cfg(&rcfg, jfc, URMA_TM_RM, 16, 0);
+    uint64_t t0 = cf_now_ms();
+    long long mid = -1;
+    unsigned made = 0, made_mid = 0;
+    while (cf_now_ms() - t0 < 5000) {
+        unsigned k = made % LIVE;
+        if (jetties[k]) JT_REQUIRE(cf.urma_delete_jetty(jetties[k]) == URMA_SUCCESS);
+        if (jfrs[k]) JT_REQUIRE(cf.urma_delete_jfr(jfrs[k]) == URMA_SUCCESS);
+        jfrs[k] = cf.urma_create_jfr(ctx, &rcfg);
+        JT_REQUIRE(jfrs[k]);
+        urma_jetty_cfg_t jcfg;
+        cf_jetty_cfg(&jcfg, jfc, jfrs[k], URMA_TM_RM, 16);
+        jetties[k] = cf.urma_create_jetty(ctx, &jcfg);
+        JT_REQUIRE(jetties[k]);
+        made++;
+        if (mid < 0 && cf_now_ms() - t0 >= 2500) {
+            mid = region_kib(fd);
+            made_mid = made;
+        }
+        cf_sleep_us(50);
+    }
+    long long end = region_kib(fd);
+    fprintf(stderr,
+            "  %u jetties and JFRs created; region %lld KiB at 2.5 s (%u), %lld KiB at 5 s\n", made,
+            mid, made_mid, end);
+    JT_CHECK(made - made_mid > 1000);
+    JT_CHECK(mid > 0 && end - mid <= 64);
+    for (unsigned k = 0; k < LIVE; k++) {
+        if (jetties[k]) JT_CHECK_EQ(cf.urma_delete_jetty(jetties[k]), URMA_SUCCESS);
+        if (jfrs[k]) JT_CHECK_EQ(cf.urma_delete_jfr(jfrs[k]), URMA_SUCCESS);
+    }
+    JT_CHECK_EQ(cf.urma_delete_jfc(jfc), URMA_SUCCESS);
+    cf_ctx_delete(ctx);
+    cf_close();
+}
+
 int main(int argc, char **argv)
 {
     cf_main(argc, argv);
@@ -1458,5 +1545,6 @@ int main(int argc, char **argv)
     CF_RUN(post_unsupported_opcodes);
     CF_RUN(post_sge_limits);
     CF_RUN(post_order_flags);
+    CF_RUN(region_reused_under_churn);
     return jt_finish();
 }
