@@ -918,6 +918,31 @@ static void taker_killed_cr_marked(void)
     taker_killed(100, TK_DIE_CR_MARKED, false); /* a CR that would carry the payload */
 }
 
+/* After a dead sender's event was handled: three more SENDs from a second
+ * jetty each raise one event on the rearmed JFC; then both sides close. */
+static void tk_events_go_on(cf_dev_t *d, cf_side_t *s)
+{
+    cf_side_t s2;
+    urma_jfc_t *jfcs[16];
+    uint32_t one = 1;
+    urma_cr_t cr;
+    JT_REQUIRE(tk_second_jetty(d, s, &s2) == 0);
+    for (int k = 0; k < 3 && !jt_case_failed; k++) {
+        JT_CHECK_EQ(cf.urma_rearm_jfc(s->ep.jfc, false), URMA_SUCCESS);
+        if (tk_send_one(&s2, s, k, &cr) != 0) break;
+        int n = cf.urma_wait_jfc(s->ep.jfce, 16, CF_WAIT_MS, jfcs);
+        JT_CHECK_EQ(n, 1);
+        if (n != 1) break;
+        JT_CHECK(jfcs[0] == s->ep.jfc);
+        cf.urma_ack_jfc(jfcs, &one, 1);
+        urma_sge_t rs;
+        cf_sge(&rs, s->mem.buf + TK_BUF * cr.user_ctx, TK_BUF, s->mem.tseg);
+        JT_CHECK_EQ(cf_post_recv(s->ep.jetty, &rs, 1, cr.user_ctx), 0);
+    }
+    cf_side_close(&s2, true);
+    mp_disconnect(s, true);
+}
+
 /* A sender that dies after its CR, having claimed (and recorded) a slot in
  * the owner's JFCE for the event of that CR and before writing it: it had
  * disarmed the JFC, so that event may be the only one its owner will ever
@@ -928,7 +953,7 @@ static void taker_killed_at_event(void)
     taker_arg_t ta = {.len = 3000, .imm = DIE_IMM + TK_DIE_EVENT};
     cf_peer_t p;
     cf_dev_t d;
-    cf_side_t s, s2;
+    cf_side_t s;
     if (tk_start(&p, taker_sends, &ta, &d, &s, true) != 0) return;
     JT_CHECK_EQ(cf_peer_wait(&p, CF_WAIT_MS), 128 + SIGKILL);
     urma_jfc_t *jfcs[16];
@@ -946,21 +971,7 @@ static void taker_killed_at_event(void)
     JT_REQUIRE(cf_poll(s.ep.jfc, &cr, 1, CF_WAIT_MS) == 1); /* its CR was written */
     JT_CHECK_EQ(cr.user_ctx, 0u);
     JT_CHECK_EQ(cr.completion_len, 3000u);
-    JT_REQUIRE(tk_second_jetty(&d, &s, &s2) == 0);
-    for (int k = 0; k < 3 && !jt_case_failed; k++) {
-        JT_CHECK_EQ(cf.urma_rearm_jfc(s.ep.jfc, false), URMA_SUCCESS);
-        if (tk_send_one(&s2, &s, k, &cr) != 0) break;
-        n = cf.urma_wait_jfc(s.ep.jfce, 16, CF_WAIT_MS, jfcs);
-        JT_CHECK_EQ(n, 1);
-        if (n != 1) break;
-        JT_CHECK(jfcs[0] == s.ep.jfc);
-        cf.urma_ack_jfc(jfcs, &one, 1);
-        urma_sge_t rs;
-        cf_sge(&rs, s.mem.buf + TK_BUF * cr.user_ctx, TK_BUF, s.mem.tseg);
-        JT_CHECK_EQ(cf_post_recv(s.ep.jetty, &rs, 1, cr.user_ctx), 0);
-    }
-    cf_side_close(&s2, true);
-    mp_disconnect(&s, true);
+    tk_events_go_on(&d, &s);
 }
 
 /* A sender that dies after writing the event of its CR into the owner's
@@ -974,7 +985,7 @@ static void taker_killed_after_event(void)
     taker_arg_t ta = {.len = 3000, .imm = DIE_IMM + TK_DIE_EVENT_WRITTEN};
     cf_peer_t p;
     cf_dev_t d;
-    cf_side_t s, s2;
+    cf_side_t s;
     if (tk_start(&p, taker_sends, &ta, &d, &s, true) != 0) return;
     JT_CHECK_EQ(cf_peer_wait(&p, CF_WAIT_MS), 128 + SIGKILL);
     urma_jfc_t *jfcs[16];
@@ -994,21 +1005,7 @@ static void taker_killed_after_event(void)
     JT_REQUIRE(cf_poll(s.ep.jfc, &cr, 1, CF_WAIT_MS) == 1);
     JT_CHECK_EQ(cr.user_ctx, 0u);
     JT_CHECK_EQ(cr.completion_len, 3000u);
-    JT_REQUIRE(tk_second_jetty(&d, &s, &s2) == 0);
-    for (int k = 0; k < 3 && !jt_case_failed; k++) {
-        JT_CHECK_EQ(cf.urma_rearm_jfc(s.ep.jfc, false), URMA_SUCCESS);
-        if (tk_send_one(&s2, &s, k, &cr) != 0) break;
-        n = cf.urma_wait_jfc(s.ep.jfce, 16, CF_WAIT_MS, jfcs);
-        JT_CHECK_EQ(n, 1);
-        if (n != 1) break;
-        JT_CHECK(jfcs[0] == s.ep.jfc);
-        cf.urma_ack_jfc(jfcs, &one, 1);
-        urma_sge_t rs;
-        cf_sge(&rs, s.mem.buf + TK_BUF * cr.user_ctx, TK_BUF, s.mem.tseg);
-        JT_CHECK_EQ(cf_post_recv(s.ep.jetty, &rs, 1, cr.user_ctx), 0);
-    }
-    cf_side_close(&s2, true);
-    mp_disconnect(&s, true);
+    tk_events_go_on(&d, &s);
 }
 
 /* A sender stopped (SIGSTOP) while it holds a claimed CR slot in the
