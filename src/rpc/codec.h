@@ -107,7 +107,8 @@ int jet__baidu_pack_msg_shared(jet_iobuf_t *out, const Brpc__Policy__RpcMeta *me
 int jet__pb_pack_iobuf(const ProtobufCMessage *msg, jet_iobuf_t *out);
 /* Decodes a message from the whole of in (copies only when in spans several
  * blocks) with alloc (NULL: protobuf-c's default). NULL when it does not
- * decode, or nests sub-messages deeper than JET_PB_MAX_NESTING (pb_nesting.h). Free with protobuf_c_message_free_unpacked and the same allocator. */
+ * decode, or nests sub-messages deeper than JET_PB_MAX_NESTING (pb_nesting.h).
+ * Free with protobuf_c_message_free_unpacked and the same allocator. */
 ProtobufCMessage *jet__pb_unpack_iobuf(const ProtobufCMessageDescriptor *desc,
                                        const jet_iobuf_t *in, ProtobufCAllocator *alloc);
 
