@@ -39,6 +39,37 @@ int64_t jet__ubring_tx_free(const jet_ubring_tx_t *tx)
     return jet__ubring_free_slots(tx->cap, tx->wpos, t);
 }
 
+/* True when a write of k slots (1 <= k < cap) from wpos finds its last
+ * slot and the one after it clear. */
+static bool tx_fits(const jet_ubring_tx_t *tx, uint32_t k)
+{
+    uint32_t last = (uint32_t)(((uint64_t)tx->wpos + k - 1) % tx->cap);
+    uint32_t after = last + 1 == tx->cap ? 0 : last + 1;
+    return __atomic_load_n(&tx->q[last].flag, __ATOMIC_ACQUIRE) == 0 &&
+           __atomic_load_n(&tx->q[after].flag, __ATOMIC_ACQUIRE) == 0;
+}
+
+int64_t jet__ubring_tx_room(const jet_ubring_tx_t *tx, uint32_t want)
+{
+    int64_t f = jet__ubring_tx_free(tx);
+    if (f <= 0) return f;
+    uint32_t hi = (uint64_t)f < want ? (uint32_t)f : want;
+    if (hi == 0 || tx_fits(tx, hi)) return hi;
+    /* From the write position the clear slots come first, then the unread
+     * ones (the reader clears them in order): the largest k that fits is
+     * found by bisection. A peer that scrambles the flags gets some k that
+     * fits, or 0; jet__ubring_tx_write checks again either way. */
+    uint32_t lo = 0;
+    while (hi - lo > 1) {
+        uint32_t mid = lo + (hi - lo) / 2;
+        if (tx_fits(tx, mid))
+            lo = mid;
+        else
+            hi = mid;
+    }
+    return lo;
+}
+
 ssize_t jet__ubring_tx_write(jet_ubring_tx_t *tx, jet_iobuf_t *const *bufs, int n, size_t bytes)
 {
     if (bytes == 0) return 0;
@@ -54,11 +85,7 @@ ssize_t jet__ubring_tx_write(jet_ubring_tx_t *tx, jet_iobuf_t *const *bufs, int 
      * before it publishes a tail past it). The write fits only if its last
      * slot and the one after it are both clear; otherwise nothing is
      * written and the next look reads the tail again. */
-    uint32_t last = (uint32_t)(((uint64_t)tx->wpos + need - 1) % tx->cap);
-    uint32_t after = last + 1 == tx->cap ? 0 : last + 1;
-    if (__atomic_load_n(&tx->q[last].flag, __ATOMIC_ACQUIRE) != 0 ||
-        __atomic_load_n(&tx->q[after].flag, __ATOMIC_ACQUIRE) != 0)
-        return -EAGAIN;
+    if (!tx_fits(tx, (uint32_t)need)) return -EAGAIN;
 
     int bi = 0;
     uint32_t ri = 0;

@@ -126,6 +126,12 @@ typedef struct jet_ubring_tx {
 void jet__ubring_tx_init(jet_ubring_tx_t *tx, void *own_base, void *peer_base, size_t peer_len);
 /* Free slots now, or -EPROTO when the tail the peer wrote is out of range. */
 int64_t jet__ubring_tx_free(const jet_ubring_tx_t *tx);
+/* Slots a write call may take now, at most want: the free slots the tail
+ * claims, cut to those the slot flags confirm (a write of k slots needs the
+ * k-th and the one after it clear), so that a tail ahead of the unread
+ * chunks yields 0, not room that jet__ubring_tx_write then refuses.
+ * -EPROTO as jet__ubring_tx_free. O(log want) loads. */
+int64_t jet__ubring_tx_room(const jet_ubring_tx_t *tx, uint32_t want);
 /* Writes exactly `bytes` bytes taken from the front of bufs[0..n) (which must
  * hold that many) as one all-or-nothing call, and drops them from the
  * buffers. Returns bytes, 0 for bytes == 0, -EMSGSIZE when the call needs

@@ -292,7 +292,9 @@ static int uc_poll(ub_conn_t *c)
     if (c->state != UC_ACTIVE || !s || jet__socket_failed(s)) return 0;
     int work = uc_read(c, UB_READ_BUDGET);
     if (c->want_out && !jet__socket_failed(s)) {
-        int64_t f = jet__ubring_tx_free(&c->tx);
+        /* Room the slot flags confirm: a tail that claims more would wake
+         * a writer whose write then fails, again and again. */
+        int64_t f = jet__ubring_tx_room(&c->tx, 1);
         if (f < 0) {
             JET_WARN("close %s: the peer wrote an out-of-range UBRing tail", s->peer);
             jet__socket_set_failed(s, -EPROTO);
@@ -841,14 +843,15 @@ static ssize_t ub_ring_cut(jet_socket_t *s, ub_conn_t *c, jet_iobuf_t *const *bu
     size_t bytes = 0;
     for (int i = 0; i < n && bytes < UB_WRITE_MAX; i++)
         bytes += jet_iobuf_len(bufs[i]);
-    int64_t f = jet__ubring_tx_free(&c->tx);
+    if (bytes > UB_WRITE_MAX) bytes = UB_WRITE_MAX;
+    uint32_t want = (uint32_t)((bytes + JET_UBRING_CHUNK_PAYLOAD - 1) / JET_UBRING_CHUNK_PAYLOAD);
+    int64_t f = jet__ubring_tx_room(&c->tx, want);
     if (f < 0) {
         JET_WARN("close %s: the peer wrote an out-of-range UBRing tail", s->peer);
         return -EPROTO;
     }
     size_t room = (size_t)f * JET_UBRING_CHUNK_PAYLOAD;
     if (bytes > room) bytes = room;
-    if (bytes > UB_WRITE_MAX) bytes = UB_WRITE_MAX;
     if (bytes == 0) return -EAGAIN;
     ssize_t r = jet__ubring_tx_write(&c->tx, bufs, n, bytes);
     if (r > 0 && c->ul) ubl_wrote(c->ul);

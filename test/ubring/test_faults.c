@@ -2,8 +2,9 @@
  * fail promptly, the channel reconnects to the restarted server); a client
  * process killed mid-traffic; a peer that stops heart-beating (the
  * reference peer stopped with SIGSTOP, a raw client that never beats); a
- * peer that stops reading while a writer waits for room (no CPU spent on
- * it past a short spin); a request larger than the ring (EMSGSIZE naming
+ * peer that stops reading while a writer waits for room, or whose tail
+ * claims room its unread chunks fill (no CPU spent on either past a short
+ * spin); a request larger than the ring (EMSGSIZE naming
  * the limit, the channel goes on); corrupt chunks and a corrupt tail from a raw client (the server
  * drops that connection and serves the next); bad hellos (clean refusal).
  * The raw client is written from UBRING.md, not from the implementation.
@@ -699,6 +700,62 @@ static void test_unread_answers_bounded(void)
     JT_CHECK(ubt_shm_wait_clean(&before, 10000000));
 }
 
+/* A peer whose tail claims room its unread chunks still fill (a stale,
+ * torn or hostile value within the capacity): the server's writer, waiting
+ * with an answer larger than the ring, must not take the claim for room
+ * and retry for good. Once the tail is right again, the answer arrives
+ * whole. */
+static void test_lying_tail_costs_no_cpu(void)
+{
+    enum { ANSWER = 6 << 20 };
+    ubt_names_t before;
+    ubt_shm_list(&before);
+    int port = 0;
+    jet_server_t *srv = ubt_server_start(JET_SOCKET_MODE_UBRING, 0, &port);
+    JT_REQUIRE(srv);
+    ubt_raw_t r;
+    JT_REQUIRE(ubt_raw_connect(&r, port, NULL) == 1);
+    JT_CHECK(raw_echo(&r, 1));
+    char msg[32];
+    snprintf(msg, sizeof msg, "big:%d", ANSWER);
+    size_t n;
+    uint8_t *req = ubt_request_frame(2, msg, NULL, 0, &n);
+    JT_CHECK(ubt_raw_write(&r, req, n));
+    free(req);
+    /* The answer fills our ring: every slot but the one before our read
+     * position holds an unread chunk. */
+    uint32_t cap = r.own_cap, before_r = (r.r + cap - 1) % cap;
+    uint8_t *flags = r.own + UBT_OFF_DATAQ + 60;
+    JT_CHECK(JT_WAIT_UNTIL(__atomic_load_n(flags + (size_t)((before_r + cap - 1) % cap) * UBT_CHUNK,
+                                           __ATOMIC_ACQUIRE) != 0,
+                           10000000));
+    volatile uint32_t *tail = ubt_u32(r.peer, UBT_OFF_TAIL);
+    uint32_t real = __atomic_load_n(tail, __ATOMIC_ACQUIRE);
+    JT_CHECK_EQ(real, before_r);
+    __atomic_store_n(tail, (real + cap / 2) % cap, __ATOMIC_RELEASE);
+    usleep(200 * 1000);
+    double c0 = stuck_cpu_s();
+    for (int i = 0; i < 20; i++) {
+        ubt_raw_heartbeat(&r);
+        usleep(100 * 1000);
+    }
+    double cpu = stuck_cpu_s() - c0;
+    fprintf(stderr, "  a writer facing a tail ahead of the unread chunks: %.3f s of CPU in 2 s\n",
+            cpu);
+    JT_CHECK(cpu < 0.5);
+    __atomic_store_n(tail, real, __ATOMIC_RELEASE);
+    size_t len = 0;
+    uint8_t *f = ubt_raw_read_frame(&r, &len, 10000);
+    JT_CHECK(f && jt_big_answer_ok(f, len, 2, ANSWER));
+    free(f);
+    JT_CHECK(raw_echo(&r, 3));
+    ubt_raw_close(&r);
+    JT_CHECK(jt_server_wait_stats(srv, 0, 0, 20000000, NULL));
+    jet_server_destroy(srv);
+    JT_CHECK(ubt_maps_wait_none(30000000));
+    JT_CHECK(ubt_shm_wait_clean(&before, 10000000));
+}
+
 int main(int argc, char **argv)
 {
     ubt_main_setup(&argc, &argv);
@@ -712,6 +769,7 @@ int main(int argc, char **argv)
     JT_RUN(test_silent_peer_server);
     JT_RUN(test_silent_raw_client);
     JT_RUN(test_stuck_peer_costs_no_cpu);
+    JT_RUN(test_lying_tail_costs_no_cpu);
     JT_RUN(test_larger_than_ring);
     JT_RUN(test_larger_than_ring_before_handshake);
     JT_RUN(test_corrupt_chunks);

@@ -130,13 +130,25 @@ static void test_tail_ahead_of_the_reader(void)
      * which 1-4 still hold unread chunks. */
     jet__ubring_ctrl(p.wseg)->tail = 5;
     JT_CHECK_EQ(jet__ubring_tx_free(&p.tx), 6);
+    /* The room the flags confirm is the real one. */
+    JT_CHECK_EQ(jet__ubring_tx_room(&p.tx, 100), 2);
+    JT_CHECK_EQ(jet__ubring_tx_room(&p.tx, 2), 2);
+    JT_CHECK_EQ(jet__ubring_tx_room(&p.tx, 1), 1);
+    JT_CHECK_EQ(jet__ubring_tx_room(&p.tx, 0), 0);
     uint8_t more[3 * 60];
     fill(more, sizeof more, 6);
     JT_CHECK_EQ(write_bytes(&p, more, sizeof more), -EAGAIN);
     JT_CHECK_EQ(p.tx.wpos, 7);
     /* Two slots the bogus tail covers but the real one does too: written. */
     JT_CHECK_EQ(write_bytes(&p, more, 120), 120);
+    /* Full now, by the real tail; the bogus one still claims 4 slots. */
+    JT_CHECK_EQ(jet__ubring_tx_free(&p.tx), 4);
+    JT_CHECK_EQ(jet__ubring_tx_room(&p.tx, 100), 0);
     jet__ubring_ctrl(p.wseg)->tail = 1; /* the real value again */
+    JT_CHECK_EQ(jet__ubring_tx_room(&p.tx, 100), 0);
+    jet__ubring_ctrl(p.wseg)->tail = 9; /* out of range */
+    JT_CHECK_EQ(jet__ubring_tx_room(&p.tx, 1), -EPROTO);
+    jet__ubring_ctrl(p.wseg)->tail = 1;
     JT_CHECK_EQ(jet__ubring_rx_read(&p.rx, &got, SIZE_MAX), 300 + 120);
     uint8_t all[540];
     JT_REQUIRE(jet_iobuf_len(&got) == 540);
