@@ -904,6 +904,30 @@ static void test_destroy_inside_done(void)
     jet_channel_destroy(ch);
 }
 
+/* tcp_read_budget is a number a user may set to anything: one below 1 still
+ * reads once per event (each connection, client and server side, would
+ * otherwise never read and its loop repost the read for ever). */
+static void test_read_budget_below_one(void)
+{
+    const char *values[] = {"0", "-1"};
+    for (size_t i = 0; i < sizeof values / sizeof values[0]; i++) {
+        JT_REQUIRE(jet_flag_set("tcp_read_budget", values[i]) == 0);
+        /* A new connection each time; 2 s: the answer comes at once or never. */
+        jet_channel_t *ch = jt_channel_open_port(g_port, JET_CONNECTION_SINGLE, 2000, 0);
+        jet_call_t *call = jet_call_create();
+        if (ch && call) {
+            JT_CHECK_EQ(sync_echo(ch, call, "read with a budget below one"), 0);
+            if (!jt_echo_resp_is(call, "read with a budget below one"))
+                fprintf(stderr, "  tcp_read_budget=%s: [E%d] %s\n", values[i],
+                        jet_call_error_code(call), jet_call_error_text(call));
+            JT_CHECK(jt_echo_resp_is(call, "read with a budget below one"));
+        }
+        jet_call_destroy(call);
+        jet_channel_destroy(ch);
+    }
+    JT_CHECK_EQ(jet_flag_set("tcp_read_budget", "16"), 0);
+}
+
 static void test_done_hands_call_over(void)
 {
     /* done only signals; the waiting thread then owns the call (call.h: completion
@@ -983,6 +1007,7 @@ int main(void)
     RUN(test_call_reuse);
     RUN(test_join_waits_for_done);
     RUN(test_destroy_inside_done);
+    RUN(test_read_budget_below_one);
     RUN(test_done_hands_call_over);
     jet_server_stats_t st;
     jet_server_get_stats(g_srv, &st);

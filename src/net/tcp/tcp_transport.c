@@ -16,7 +16,8 @@
 #include "net/socket.h"
 
 JET_FLAG_DEFINE_INT32(tcp_read_budget, 16,
-                      "Reads per connection per event before other connections get a turn");
+                      "Reads per connection per event before other connections get a turn "
+                      "(at least 1)");
 
 /* The first read of an event offers little room (small messages are the
  * common case, and every offered block is taken from the pool); each read
@@ -96,7 +97,11 @@ void jet__tcp_read(jet_socket_t *s);
 void jet__tcp_read(jet_socket_t *s)
 {
     size_t room = TCP_READ_FIRST;
-    for (int i = 0; i < JET_FLAG(tcp_read_budget); i++) {
+    /* Below 1 no read would ever be made: the connection would stall and its
+     * loop repost this read for ever. */
+    int32_t budget = JET_FLAG(tcp_read_budget);
+    if (budget < 1) budget = 1;
+    for (int32_t i = 0; i < budget; i++) {
         /* Paused: the bytes wait in the kernel, and the peer with them; the
          * resume reads again (the fd gives no new edge for them). */
         if (jet__socket_read_paused(s)) return;
