@@ -19,7 +19,7 @@ JET_FLAG_DEFINE_INT64(socket_max_unwritten_bytes, 64 * 1024 * 1024,
                       "Requests written to a connection fail with EOVERCROWDED while more "
                       "bytes than this wait to be sent. A server's answers are always queued, "
                       "as brpc's, but past this it stops reading the connection's requests "
-                      "until half of it is left");
+                      "until half of it is left. 0 or less: no limit");
 
 /* A request whose successor is being linked by its producer. */
 #define SOCK_UNCONNECTED ((jet_write_req_t *)-1L)
@@ -402,8 +402,9 @@ static int sock_write(jet_socket_t *s, jet_iobuf_t *data, bool bounded)
         jet_iobuf_clear(data);
         return -EMSGSIZE;
     }
-    if (bounded && atomic_load_explicit(&s->unwritten, memory_order_relaxed) >
-                       JET_FLAG(socket_max_unwritten_bytes)) {
+    /* 0 or less: no limit, as for pausing the input. */
+    int64_t limit = JET_FLAG(socket_max_unwritten_bytes);
+    if (bounded && limit > 0 && atomic_load_explicit(&s->unwritten, memory_order_relaxed) > limit) {
         jet_iobuf_clear(data);
         return -JET_EOVERCROWDED;
     }

@@ -26,6 +26,8 @@
 
 #define WAIT_LIMIT_US (30 * 1000000LL) /* generous guard for anything awaited */
 
+JET_FLAG_DECLARE_INT64(socket_max_unwritten_bytes);
+
 static jt_echo_service_t g_service;
 
 static jet_server_t *g_srv;      /* handlers on the loop threads */
@@ -928,6 +930,43 @@ static void test_read_budget_below_one(void)
     JT_CHECK_EQ(jet_flag_set("tcp_read_budget", "16"), 0);
 }
 
+/* socket_max_unwritten_bytes of 0 or less lifts the limit, for the
+ * requests a client writes as for the reading a server pauses: no request
+ * fails with EOVERCROWDED for it (a negative one failed every request). */
+static void test_unwritten_limit_lifted(void)
+{
+    char old[32];
+    snprintf(old, sizeof old, "%lld", (long long)JET_FLAG(socket_max_unwritten_bytes));
+    const char *values[] = {"0", "-1"};
+    for (size_t i = 0; i < sizeof values / sizeof values[0]; i++) {
+        JT_REQUIRE(jet_flag_set("socket_max_unwritten_bytes", values[i]) == 0);
+        jet_channel_t *ch = open_channel(g_port, JET_CONNECTION_SINGLE);
+        JT_REQUIRE(ch);
+        /* Several in flight at once, so that requests are written while
+         * others still wait to be. */
+        enum { N = 64 };
+        jet_call_t *calls[N];
+        jt_counter_t done = {0};
+        for (int k = 0; k < N; k++) {
+            calls[k] = jet_call_create();
+            JT_REQUIRE(calls[k]);
+            JT_CHECK_EQ(jt_echo_call(ch, calls[k], "no limit", jt_count_done, &done), 0);
+        }
+        JT_CHECK(wait_count(&done, N));
+        for (int k = 0; k < N; k++) {
+            jet_call_join(calls[k]);
+            if (!jt_echo_resp_is(calls[k], "no limit")) {
+                fprintf(stderr, "  socket_max_unwritten_bytes=%s: [E%d] %s\n", values[i],
+                        jet_call_error_code(calls[k]), jet_call_error_text(calls[k]));
+                JT_CHECK(jt_echo_resp_is(calls[k], "no limit"));
+            }
+            jet_call_destroy(calls[k]);
+        }
+        jet_channel_destroy(ch);
+    }
+    JT_CHECK_EQ(jet_flag_set("socket_max_unwritten_bytes", old), 0);
+}
+
 static void test_done_hands_call_over(void)
 {
     /* done only signals; the waiting thread then owns the call (call.h: completion
@@ -1008,6 +1047,7 @@ int main(void)
     RUN(test_join_waits_for_done);
     RUN(test_destroy_inside_done);
     RUN(test_read_budget_below_one);
+    RUN(test_unwritten_limit_lifted);
     RUN(test_done_hands_call_over);
     jet_server_stats_t st;
     jet_server_get_stats(g_srv, &st);
