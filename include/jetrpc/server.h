@@ -21,7 +21,10 @@
  * undotted name also matches a service's short name. Errors use brpc's codes
  * and texts ("[ip:port][E1002]Fail to find method=...").
  *
- * Threads: create/add/start/stop/destroy from one controlling thread. */
+ * Threads: create/add/start/stop/destroy from one controlling thread, never
+ * from an event-loop thread (a handler run on the loop, a done callback):
+ * stop and destroy wait for the loops and the handlers, so there they would
+ * wait for themselves; they refuse instead (see below). */
 #ifndef JETRPC_SERVER_H
 #define JETRPC_SERVER_H
 
@@ -47,9 +50,17 @@ int jet_server_start(jet_server_t *srv, const char *addr);
 int jet_server_listen_port(const jet_server_t *srv);
 /* Stops accepting, answers new requests with ELOGOFF, waits up to
  * graceful_stop_ms for in-flight calls and for the answers given to be
- * written out, then closes every connection.
- * Idempotent. */
-void jet_server_stop(jet_server_t *srv);
+ * written out, then closes every connection. Returns 0 (also for a server
+ * not started or already stopped: idempotent; a stopped server does not
+ * start again), -EINVAL for NULL, or -EDEADLK on an event-loop thread,
+ * where nothing is done. From a handler run in the worker pool it stops,
+ * but waits for that handler's own call too: answer first. */
+int jet_server_stop(jet_server_t *srv);
+/* Stops (as above), then waits for every handler to have answered, however
+ * long (a warning every 5 s names the calls still held), and frees the
+ * server. On an event-loop thread or in one of the server's own handlers
+ * it does nothing but log an error: the server goes on, for its
+ * controlling thread to destroy. NULL is ignored. */
 void jet_server_destroy(jet_server_t *srv);
 
 /* Counters for tests and /status. */

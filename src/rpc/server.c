@@ -259,9 +259,24 @@ static bool srv_all_written(jet_server_t *srv)
     return all;
 }
 
-void jet_server_stop(jet_server_t *srv)
+/* A handler run on the loop, a done callback: the stop would wait for
+ * the loops to close the connections (and for that handler to answer), so
+ * for itself, for ever. */
+static bool srv_on_loop_thread(const char *what)
 {
-    if (!srv->started || atomic_exchange(&srv->stopping, true)) return;
+    if (!jet_loop_current()) return false;
+    JET_ERROR("%s called on an event-loop thread (a handler run on the loop, or a done "
+              "callback) would wait for that thread for ever; refused, the server goes on",
+              what);
+    return true;
+}
+
+int jet_server_stop(jet_server_t *srv)
+{
+    if (!srv) return -EINVAL;
+    if (!srv->started || atomic_load(&srv->stopping)) return 0;
+    if (srv_on_loop_thread("jet_server_stop")) return -EDEADLK;
+    if (atomic_exchange(&srv->stopping, true)) return 0;
     jet__listener_destroy(srv->listener);
     srv->listener = NULL;
     if (srv->idle_thread_started) {
@@ -283,11 +298,22 @@ void jet_server_stop(jet_server_t *srv)
         if (c->s) jet__socket_set_failed(c->s, -JET_ELOGOFF);
     pthread_mutex_unlock(&srv->lock);
     while (atomic_load(&srv->n_open) > 0) usleep(1000);
+    return 0;
 }
 
 void jet_server_destroy(jet_server_t *srv)
 {
     if (!srv) return;
+    if (srv->started) {
+        /* It waits for every handler to have answered, and joins the worker
+         * threads: never from one of them. */
+        if (srv_on_loop_thread("jet_server_destroy")) return;
+        if (jet__worker_pool_in_thread(srv->workers)) {
+            JET_ERROR("jet_server_destroy called from one of the server's handlers would wait "
+                      "for that handler for ever; refused, the server goes on");
+            return;
+        }
+    }
     jet_server_stop(srv);
     srv_wait_in_flight(srv, -1);
     jet__worker_pool_destroy(srv->workers);

@@ -14,9 +14,14 @@ struct jet_worker_pool {
     pthread_t threads[];
 };
 
+/* The pool whose thread this is: a server's controlling calls refuse to
+ * wait for the handlers from one of them. */
+static __thread const jet_worker_pool_t *wp_current;
+
 static void *worker_main(void *arg)
 {
     jet_worker_pool_t *wp = arg;
+    wp_current = wp;
     pthread_setname_np(pthread_self(), "jet_worker");
     pthread_mutex_lock(&wp->lock);
     for (;;) {
@@ -62,6 +67,11 @@ void jet__worker_pool_post(jet_worker_pool_t *wp, jet_task_t *task)
     wp->tail = task;
     pthread_cond_signal(&wp->cond);
     pthread_mutex_unlock(&wp->lock);
+}
+
+bool jet__worker_pool_in_thread(const jet_worker_pool_t *wp)
+{
+    return wp && wp_current == wp;
 }
 
 void jet__worker_pool_destroy(jet_worker_pool_t *wp)

@@ -4,6 +4,8 @@
 #ifndef JET_RPC_WORKER_POOL_H
 #define JET_RPC_WORKER_POOL_H
 
+#include <stdbool.h>
+
 #include "event/loop.h"
 
 typedef struct jet_worker_pool jet_worker_pool_t;
@@ -11,6 +13,8 @@ typedef struct jet_worker_pool jet_worker_pool_t;
 int jet__worker_pool_create(int nthreads, jet_worker_pool_t **wp_p);
 /* Any thread. */
 void jet__worker_pool_post(jet_worker_pool_t *wp, jet_task_t *task);
+/* True on one of wp's threads (false for NULL). */
+bool jet__worker_pool_in_thread(const jet_worker_pool_t *wp);
 /* Runs what is queued, then joins the threads. */
 void jet__worker_pool_destroy(jet_worker_pool_t *wp);
 

@@ -323,6 +323,113 @@ static void test_server_restart(void)
     jt_server_stop(srv);
 }
 
+/* ---- a server stopped or destroyed from its own handler (child process) ---- */
+
+static jet_server_t *g_self_srv;
+
+/* "stop" and "destroy" stop or destroy the server they run in, then answer
+ * what that did; anything else echoes. */
+static bool f_self_stop(const Example__EchoRequest *req, Example__EchoResponse_Closure closure,
+                        void *closure_data)
+{
+    char text[64];
+    if (strcmp(req->message, "stop") == 0)
+        snprintf(text, sizeof text, "stop %d", jet_server_stop(g_self_srv));
+    else if (strcmp(req->message, "destroy") == 0)
+        snprintf(text, sizeof text, "destroy returned");
+    else
+        return false;
+    if (strcmp(req->message, "destroy") == 0) jet_server_destroy(g_self_srv);
+    Example__EchoResponse resp = EXAMPLE__ECHO_RESPONSE__INIT;
+    resp.message = text;
+    closure(&resp, closure_data);
+    return true;
+}
+
+/* Child: a server whose handler (on the loop, or in the pool with pool
+ * "1") gets "stop" or "destroy". 0 when the handler was refused at once
+ * and answered, the server went on serving and the main thread then
+ * stopped and destroyed it; 1 otherwise. */
+static int child_in_handler(const char *what, const char *pool)
+{
+    prctl(PR_SET_PDEATHSIG, SIGKILL);
+    if (getppid() == 1) return 3;
+    static jt_echo_service_t svc;
+    jt_echo_service_init(&svc, &(jt_echo_opts_t){.hook = f_self_stop});
+    jet_server_options_t so;
+    jet_server_options_init(&so);
+    so.usercode_in_pool = strcmp(pool, "1") == 0;
+    so.num_workers = 2;
+    so.graceful_stop_ms = 200;
+    int port = 0;
+    g_self_srv = jt_echo_server_start(&svc, "127.0.0.1:0", &so, &port);
+    if (!g_self_srv) return 2;
+    jet_channel_t *ch = jt_channel_open_port(port, JET_CONNECTION_SINGLE, 5000, 0);
+    jet_call_t *call = jet_call_create();
+    if (!ch || !call) return 2;
+    char expected[64];
+    if (strcmp(what, "stop") == 0)
+        snprintf(expected, sizeof expected, "stop %d", -EDEADLK);
+    else
+        snprintf(expected, sizeof expected, "destroy returned");
+    int rc = 0;
+    jt_echo_call(ch, call, what, NULL, NULL);
+    if (!jt_echo_resp_is(call, expected)) {
+        fprintf(stderr, "  %s in a handler (pool %s): [E%d] %s, message '%s'\n", what, pool,
+                jet_call_error_code(call), jet_call_error_text(call),
+                jt_echo_resp_message(call) ? jt_echo_resp_message(call) : "");
+        rc = 1;
+    }
+    jet_call_reset(call);
+    jt_echo_call(ch, call, "still serving", NULL, NULL);
+    if (!jt_echo_resp_is(call, "still serving")) {
+        fprintf(stderr, "  after %s in a handler (pool %s): [E%d] %s\n", what, pool,
+                jet_call_error_code(call), jet_call_error_text(call));
+        rc = 1;
+    }
+    jet_call_destroy(call);
+    jet_channel_destroy(ch);
+    if (jet_server_stop(g_self_srv) != 0) rc = 1;
+    jet_server_destroy(g_self_srv);
+    return rc;
+}
+
+/* jet_server_stop waits for the loops to close the connections and for the
+ * handlers to answer, jet_server_destroy for the handlers too: from a
+ * handler (or any loop thread) they would wait for themselves for ever.
+ * stop there is refused with -EDEADLK (on the loop; in the pool it may
+ * stop), destroy refused from any of the server's handlers, and the server
+ * goes on until its controlling thread ends it. Each case runs in a child
+ * process, killed if it hangs. */
+static void test_stop_or_destroy_in_handler(void)
+{
+    const char *cases[][2] = {{"stop", "0"}, {"destroy", "0"}, {"destroy", "1"}};
+    char exe[4096];
+    ssize_t n = readlink("/proc/self/exe", exe, sizeof exe - 1);
+    JT_REQUIRE(n > 0);
+    exe[n] = 0;
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        char *argv[] = {exe, "--in-handler", (char *)cases[i][0], (char *)cases[i][1], NULL};
+        fflush(stdout);
+        fflush(stderr);
+        pid_t pid = fork();
+        if (pid == 0) {
+            execv(exe, argv);
+            _exit(127);
+        }
+        JT_REQUIRE(pid > 0);
+        int st = 0;
+        bool ended = JT_WAIT_EVERY(waitpid(pid, &st, WNOHANG) == pid, 20 * 1000000LL, 2000);
+        if (!ended) {
+            fprintf(stderr, "  %s in a handler (pool %s): hung, killed\n", cases[i][0],
+                    cases[i][1]);
+            kill(pid, SIGKILL);
+            waitpid(pid, &st, 0);
+        }
+        JT_CHECK_AT(cases[i][0], ended && WIFEXITED(st) && WEXITSTATUS(st) == 0);
+    }
+}
+
 /* ---- the killed server (child process) ---- */
 
 static int child_hang_server(int fd)
@@ -1206,6 +1313,8 @@ int main(int argc, char **argv)
 {
     jt_echo_service_init(&g_service, &(jt_echo_opts_t){.hook = f_hold_or_hang});
     if (argc == 3 && strcmp(argv[1], "--hang-server") == 0) return child_hang_server(atoi(argv[2]));
+    if (argc == 4 && strcmp(argv[1], "--in-handler") == 0)
+        return child_in_handler(argv[2], argv[3]);
     signal(SIGPIPE, SIG_IGN);
     RUN(test_server_killed);
     RUN(test_timeout);
@@ -1222,6 +1331,7 @@ int main(int argc, char **argv)
     RUN(test_failed_attempts_release_connections);
     RUN(test_pooled_connection_after_a_timeout);
     RUN(test_reissue_on_destroyed_channel);
+    RUN(test_stop_or_destroy_in_handler);
     RUN(test_answer_on_the_wrong_connection);
     RUN(test_answers_past_write_backlog);
     RUN(test_negative_error_code_answer);
