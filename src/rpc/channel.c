@@ -86,8 +86,11 @@ int jet_channel_create(const char *addr, const jet_channel_options_t *opts, jet_
         rc = -EPROTONOSUPPORT;
         goto err_free;
     }
+    /* A mode outside the enum is a bad option, as for the server; one in it
+     * that is not built in (RDMA) is -EPROTONOSUPPORT below. */
     if (ch->opts.connection_type < JET_CONNECTION_SINGLE ||
-        ch->opts.connection_type > JET_CONNECTION_SHORT || ch->opts.max_retry < 0)
+        ch->opts.connection_type > JET_CONNECTION_SHORT || ch->opts.max_retry < 0 ||
+        ch->opts.socket_mode < 0 || ch->opts.socket_mode >= JET_SOCKET_MODE_MAX)
         goto err_free;
     if (jet__addr_parse(addr, &ch->addr) < 0) {
         JET_ERROR("channel: bad address '%s'", addr ? addr : "(null)");

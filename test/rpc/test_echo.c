@@ -772,6 +772,51 @@ static void test_misuse(void)
     jet_channel_destroy(ch);
 }
 
+/* Channel options out of range are refused with -EINVAL, as the server's
+ * are; -EPROTONOSUPPORT is for a transport that exists but is not built in
+ * (RDMA), a protocol other than baidu_std, or SSL. */
+static void test_channel_bad_options(void)
+{
+    const int bad_modes[] = {-1, JET_SOCKET_MODE_MAX, 99};
+    for (size_t i = 0; i < sizeof bad_modes / sizeof bad_modes[0]; i++) {
+        jet_channel_options_t co;
+        jet_channel_options_init(&co);
+        co.socket_mode = (jet_socket_mode_t)bad_modes[i];
+        jet_channel_t *ch = NULL;
+        JT_CHECK_EQ(jet_channel_create("127.0.0.1:8000", &co, &ch), -EINVAL);
+        jet_server_options_t so;
+        jet_server_options_init(&so);
+        so.socket_mode = (jet_socket_mode_t)bad_modes[i];
+        jet_server_t *srv = NULL;
+        JT_CHECK_EQ(jet_server_create(&so, &srv), -EINVAL);
+    }
+    jet_channel_options_t co;
+    jet_channel_options_init(&co);
+    co.socket_mode = JET_SOCKET_MODE_RDMA;
+    jet_channel_t *ch = NULL;
+    JT_CHECK_EQ(jet_channel_create("127.0.0.1:8000", &co, &ch), -EPROTONOSUPPORT);
+    jet_channel_options_init(&co);
+    co.connection_type = (jet_connection_type_t)3;
+    JT_CHECK_EQ(jet_channel_create("127.0.0.1:8000", &co, &ch), -EINVAL);
+    jet_channel_options_init(&co);
+    co.max_retry = -1;
+    JT_CHECK_EQ(jet_channel_create("127.0.0.1:8000", &co, &ch), -EINVAL);
+    const char *bad_addrs[] = {"",
+                               ":",
+                               "127.0.0.1",
+                               "127.0.0.1:",
+                               "127.0.0.1:65536",
+                               "127.0.0.1:99999",
+                               "127.0.0.1:-1",
+                               "127.0.0.1:80x",
+                               "[::1]",
+                               "[::1",
+                               "unix:"};
+    for (size_t i = 0; i < sizeof bad_addrs / sizeof bad_addrs[0]; i++)
+        JT_CHECK_AT(bad_addrs[i], jet_channel_create(bad_addrs[i], NULL, &ch) == -EINVAL);
+    JT_CHECK_EQ(jet_channel_create(NULL, NULL, &ch), -EINVAL);
+}
+
 static void test_call_reuse(void)
 {
     jet_channel_t *ch = open_channel(g_port, JET_CONNECTION_SINGLE);
@@ -1043,6 +1088,7 @@ int main(void)
     RUN(test_handler_set_failed);
     RUN(test_missing_required_field);
     RUN(test_misuse);
+    RUN(test_channel_bad_options);
     RUN(test_call_reuse);
     RUN(test_join_waits_for_done);
     RUN(test_destroy_inside_done);
