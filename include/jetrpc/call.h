@@ -3,7 +3,10 @@
  * Client side: take one with jet_call_create(), set its options (or inherit
  * the channel's), fill the request attachment, pass it to jet_channel_call()
  * and read the outcome when the call is done. A call is reusable after
- * jet_call_reset(). It must not be reset or destroyed while in flight.
+ * jet_call_reset(). It must not be reset or destroyed while in flight
+ * (from jet_channel_call until its done callback starts): either is then
+ * refused with an error in the log and the call goes on; an issue of a
+ * call in flight is refused with -EINVAL.
  *
  * Server side: a handler gets the call from its closure_data with
  * jet_server_call(); it reads the request attachment and log id, fills the

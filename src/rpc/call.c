@@ -9,6 +9,7 @@
 #include <string.h>
 
 #include "base/futex.h"
+#include "base/log.h"
 #include "base/pool.h"
 #include "base/time.h"
 #include "jetrpc/errors.h"
@@ -344,15 +345,29 @@ static void call_release_fields(jet_call_t *c)
     c->response = NULL;
 }
 
+/* A call in flight is the library's until its done callback starts (or a
+ * synchronous jet_channel_call returns): the completion still writes into
+ * it and reads its channel, so clearing or freeing it now would crash or
+ * corrupt another call. Refused instead, with a log line. */
+static bool call_in_flight(const jet_call_t *c, const char *what)
+{
+    if (!atomic_load_explicit(&c->in_flight, memory_order_relaxed)) return false;
+    JET_ERROR("%s of a call in flight: refused, the call goes on (join it, or act in its done "
+              "callback)",
+              what);
+    return true;
+}
+
 void jet_call_destroy(jet_call_t *c)
 {
-    if (!c) return;
+    if (!c || call_in_flight(c, "jet_call_destroy")) return;
     call_release_fields(c);
     jet__pool_put(&call_pool, c);
 }
 
 void jet_call_reset(jet_call_t *c)
 {
+    if (call_in_flight(c, "jet_call_reset")) return;
     call_release_fields(c);
     call_init(c);
 }

@@ -817,6 +817,29 @@ static void test_channel_bad_options(void)
     JT_CHECK_EQ(jet_channel_create(NULL, NULL, &ch), -EINVAL);
 }
 
+/* Resetting or destroying a call in flight (call.h forbids it) is refused:
+ * the call completes as if nothing happened, its done runs with it, and it
+ * can be destroyed after. (Reset used to clear it under the completion,
+ * destroy to free it.) */
+static void test_reset_or_destroy_in_flight(void)
+{
+    jet_channel_t *ch = open_channel(g_port, JET_CONNECTION_SINGLE);
+    JT_REQUIRE(ch);
+    jet_call_t *call = jet_call_create();
+    JT_REQUIRE(call);
+    jet_iobuf_append(jet_call_request_attachment(call), "kept", 4);
+    jt_counter_t done = {0};
+    JT_CHECK_EQ(jt_echo_call(ch, call, "later:300", jt_count_done, &done), 0);
+    jet_call_reset(call);
+    jet_call_destroy(call);
+    JT_CHECK(wait_count(&done, 1));
+    jet_call_join(call);
+    JT_CHECK(jt_echo_resp_is(call, "later:300"));
+    JT_CHECK_EQ(jet_iobuf_equals(jet_call_response_attachment(call), "kept", 4), 0);
+    jet_call_destroy(call);
+    jet_channel_destroy(ch);
+}
+
 static void test_call_reuse(void)
 {
     jet_channel_t *ch = open_channel(g_port, JET_CONNECTION_SINGLE);
@@ -1090,6 +1113,7 @@ int main(void)
     RUN(test_misuse);
     RUN(test_channel_bad_options);
     RUN(test_call_reuse);
+    RUN(test_reset_or_destroy_in_flight);
     RUN(test_join_waits_for_done);
     RUN(test_destroy_inside_done);
     RUN(test_read_budget_below_one);
