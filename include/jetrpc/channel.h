@@ -72,7 +72,10 @@ int jet_channel_call(jet_channel_t *ch, const ProtobufCServiceDescriptor *servic
  * returned (not from its loop thread). The library does not touch the call
  * once done has started, so done may destroy or reissue it; joining a call
  * that done destroyed is a use after free (join it or destroy it in done,
- * not both), and joining a call that done reissued waits for the new issue. */
+ * not both), and joining a call that done reissued waits for the new issue.
+ * Called in the call's own done, it returns at once (the call is complete;
+ * done returning is the rest), unless that done reissued the call. A call
+ * never issued, or a synchronous one, returns at once. */
 void jet_call_join(jet_call_t *call);
 
 #ifdef __cplusplus

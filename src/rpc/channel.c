@@ -339,12 +339,21 @@ static void ch_deadline_disarm(jet_call_t *call)
 /* Runs the done callback (if any), then frees the correlation slot, which
  * wakes jet_call_join. Nothing touches the call once done has started: done
  * may hand it to another thread, destroy it or issue it again. */
+/* The join token of the issue whose done callback runs on this thread (0:
+ * none): a join of it from there would wait for itself. */
+static __thread uint64_t ch_tls_done_token;
+
 static void ch_notify(jet_call_t *call)
 {
     uint32_t slot = call->slot;
     bool joinable = call->joinable;
     jet_channel_t *ch = call->channel;
-    if (call->done) call->done(call, call->done_arg);
+    if (call->done) {
+        uint64_t outer = ch_tls_done_token; /* a done that ends a call of its own */
+        ch_tls_done_token = atomic_load_explicit(&call->join_token, memory_order_relaxed);
+        call->done(call, call->done_arg);
+        ch_tls_done_token = outer;
+    }
     if (joinable) jet__cid_free(slot);
     ch_unref(ch); /* the call's */
 }
@@ -717,6 +726,15 @@ void jet_call_join(jet_call_t *call)
      * turn. A stale token (a complete issue) names a slot freed since. */
     uint64_t t = atomic_load_explicit(&call->join_token, memory_order_acquire);
     while (t != 0) {
+        if (t == ch_tls_done_token) {
+            /* Inside that issue's own done: it is complete, and its done
+             * returning is all that is left. A reissue made by that done
+             * is waited for. */
+            uint64_t now = atomic_load_explicit(&call->join_token, memory_order_acquire);
+            if (now == t) return;
+            t = now;
+            continue;
+        }
         jet__cid_join(jet__join_slot(t), jet__join_seq(t), JET_FLAG(sync_call_spin_us),
                       atomic_load_explicit(&call->wait_loop, memory_order_relaxed), INT64_MAX,
                       ch_no_expire, NULL);

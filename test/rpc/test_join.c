@@ -293,6 +293,46 @@ static void test_sync_retry_on_its_loop_thread(void)
     jt_server_stop(srv);
 }
 
+static _Atomic int g_self_join;
+
+static void join_inside_done(jet_call_t *call, void *arg)
+{
+    (void)arg;
+    atomic_store(&g_self_join, 1);
+    jet_call_join(call);
+    atomic_store(&g_self_join, 2);
+}
+
+/* A done callback that joins its own call (cleanup code shared with the
+ * joining side, say): the call is complete, and the one thing left, done
+ * returning, waits for this very join. The join returns at once, whether
+ * done runs on the loop (an answer) or on the deadline thread (a timeout);
+ * it waited for itself for ever, stalling that loop or every deadline of
+ * the process. Runs last: a hang leaves the thread stuck. */
+static void test_join_inside_its_own_done(void)
+{
+    jt_echo_service_t svc;
+    jet_server_t *srv = echo_start(&svc, 5000);
+    JT_REQUIRE(srv);
+    const char *msgs[] = {"answered", "later:300"};
+    for (int i = 0; i < 2; i++) {
+        atomic_store(&g_self_join, 0);
+        jet_call_t *call = jet_call_create();
+        JT_REQUIRE(call);
+        if (i == 1) jet_call_set_timeout_ms(call, 50); /* done on the deadline thread */
+        JT_REQUIRE(jt_echo_call(g_ch, call, msgs[i], join_inside_done, NULL) == 0);
+        /* Leaks the call, the channel and the server on a hang: the library
+         * still holds them. */
+        JT_REQUIRE(JT_WAIT_UNTIL(atomic_load(&g_self_join) == 2, GUARD_US));
+        jet_call_join(call);
+        JT_CHECK_EQ(jet_call_error_code(call), i == 0 ? 0 : JET_ERPCTIMEDOUT);
+        jet_call_destroy(call);
+    }
+    JT_CHECK(jt_echo_wait_idle(GUARD_US));
+    jet_channel_destroy(g_ch);
+    jt_server_stop(srv);
+}
+
 int main(void)
 {
     JT_RUN(test_late_joiner_keeps_off_the_next_call);
@@ -301,5 +341,6 @@ int main(void)
     JT_RUN(test_join_waits_for_a_reissue);
     JT_RUN(test_sync_call_on_its_loop_thread);
     JT_RUN(test_sync_retry_on_its_loop_thread);
+    JT_RUN(test_join_inside_its_own_done);
     return jt_finish();
 }
