@@ -58,7 +58,9 @@ typedef struct jet_channel jet_channel_t;
 int jet_channel_create(const char *addr, const jet_channel_options_t *opts, jet_channel_t **ch_p);
 void jet_channel_destroy(jet_channel_t *ch);
 
-/* Calls method number method_index of service on the server. The request is
+/* Calls method number method_index of service on the server. The request
+ * (NULL: an empty message, which the server may fail with EREQUEST when its
+ * type has required fields; else of the method's input type, checked) is
  * serialised before the function returns (the caller may free it then). The
  * call's own settings override the channel's. Returns 0 when the call was
  * issued (for a synchronous call: completed; check jet_call_failed), or a

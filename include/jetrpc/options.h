@@ -46,22 +46,25 @@ typedef struct jet_server_options {
     /* Handlers run on the connection's event-loop thread (false, default) or on a
      * pool of worker threads (true: for handlers that block). */
     bool usercode_in_pool;
-    int num_workers;            /* worker threads when usercode_in_pool; 0 = cores */
-    int max_concurrency;        /* in-flight requests; over it ELIMIT. 0 = unlimited */
+    int num_workers;            /* worker threads when usercode_in_pool; 0 or less = cores */
+    int max_concurrency;        /* in-flight requests; over it ELIMIT. 0 or less = unlimited */
     uint32_t max_body_size;     /* 0 = flag max_body_size (64 MiB) */
     int idle_timeout_sec;       /* > 0: close connections that neither received nor sent
                                    anything for that long (over any transport; calls
                                    still held by handlers do not count), checked once a
                                    second */
-    int graceful_stop_ms;       /* jet_server_stop waits this long for in-flight calls; default 5000 */
+    int graceful_stop_ms;       /* jet_server_stop waits this long for in-flight calls; default
+                                   5000; 0 or less: no wait */
     const char *ssl_cert;       /* not supported: non-NULL is refused (-EPROTONOSUPPORT) */
 } jet_server_options_t;
 
 typedef struct jet_channel_options {
     jet_socket_mode_t socket_mode;         /* default TCP */
     jet_connection_type_t connection_type; /* default SINGLE */
-    int32_t timeout_ms;                    /* per call, default 500; < 0 = no limit */
-    int32_t connect_timeout_ms;            /* default: timeout_ms */
+    /* Per call, default 500; < 0 = no limit; 0 = the call's start is its
+     * deadline (it fails with ERPCTIMEDOUT unless answered at once). */
+    int32_t timeout_ms;
+    int32_t connect_timeout_ms;            /* default (-2): timeout_ms; other < 0: no limit */
     int32_t max_retry;                     /* retries after connection failures, default 3 */
     uint32_t max_body_size;                /* 0 = flag max_body_size */
     const char *protocol;                  /* NULL or "baidu_std" */

@@ -38,15 +38,23 @@ extern "C" {
 
 typedef struct jet_server jet_server_t;
 
-/* opts may be NULL (defaults). 0, -EINVAL (bad options), -ENOMEM. */
+/* opts may be NULL (defaults). 0, -EINVAL (bad options: a socket mode
+ * outside its enum), -ENOMEM. Out-of-range numbers act as documented in
+ * jet_server_options_t (0 or less: the default). */
 int jet_server_create(const jet_server_options_t *opts, jet_server_t **srv_p);
-/* Adds a service before start. -EEXIST for a duplicate full name. The
- * service must outlive the server. */
+/* Adds a service before start. -EEXIST for a duplicate full name, -EINVAL
+ * for NULL (or a service without a descriptor) or once the server was
+ * started. The service must outlive the server. */
 int jet_server_add_service(jet_server_t *srv, ProtobufCService *service);
 /* Listens on "ip:port", ":port", "port", "[v6]:port" or "unix:/path" (port 0
  * picks a free one: see jet_server_listen_port). Starts the event loops.
- * -EPROTONOSUPPORT when opts asked for SSL (ssl_cert), in any socket mode. */
+ * -EINVAL for a bad address (NULL, empty, port outside 0..65535) or a
+ * server started before (also once stopped: a server starts once), a
+ * negative errno of bind(2)/listen(2) (-EADDRINUSE...), or
+ * -EPROTONOSUPPORT when opts asked for SSL (ssl_cert), in any socket mode,
+ * or for a socket mode not built in (RDMA). A failed start may be retried. */
 int jet_server_start(jet_server_t *srv, const char *addr);
+/* The port listened on; 0 before start, after stop and for "unix:". */
 int jet_server_listen_port(const jet_server_t *srv);
 /* Stops accepting, answers new requests with ELOGOFF, waits up to
  * graceful_stop_ms for in-flight calls and for the answers given to be

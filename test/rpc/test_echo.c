@@ -840,6 +840,54 @@ static void test_reset_or_destroy_in_flight(void)
     jet_channel_destroy(ch);
 }
 
+/* The server's life cycle misused: services added after start, a second
+ * start (also after stop), bad listen addresses, stop before start or
+ * twice, destroy without start. Each is refused with its code, and the
+ * server stays usable. */
+static void test_server_misuse(void)
+{
+    jet_server_t *srv = NULL;
+    JT_CHECK_EQ(jet_server_stop(NULL), -EINVAL);
+    jet_server_destroy(NULL);
+    JT_REQUIRE(jet_server_create(NULL, &srv) == 0);
+    JT_CHECK_EQ(jet_server_stop(srv), 0); /* not started: nothing to stop */
+    JT_CHECK_EQ(jet_server_listen_port(srv), 0);
+    jet_server_destroy(srv);
+
+    JT_REQUIRE(jet_server_create(NULL, &srv) == 0);
+    JT_CHECK_EQ(jet_server_add_service(srv, NULL), -EINVAL);
+    JT_CHECK_EQ(jet_server_add_service(srv, &g_service.base.base), 0);
+    JT_CHECK_EQ(jet_server_add_service(srv, &g_service.base.base), -EEXIST);
+    const char *bad[] = {"",     "127.0.0.1:65536", "127.0.0.1:99999", "127.0.0.1:-1", "[::1]",
+                         "unix:"};
+    for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++)
+        JT_CHECK_AT(bad[i], jet_server_start(srv, bad[i]) == -EINVAL);
+    JT_CHECK_EQ(jet_server_start(srv, NULL), -EINVAL);
+    /* A port in use (the echo server's): refused, and a later start works. */
+    char in_use[32];
+    snprintf(in_use, sizeof in_use, "127.0.0.1:%d", g_port);
+    JT_CHECK_EQ(jet_server_start(srv, in_use), -EADDRINUSE);
+    JT_CHECK_EQ(jet_server_start(srv, "127.0.0.1:0"), 0);
+    int port = jet_server_listen_port(srv);
+    JT_CHECK(port > 0);
+    JT_CHECK_EQ(jet_server_start(srv, "127.0.0.1:0"), -EINVAL);
+    jt_echo_service_t other;
+    jt_echo_service_init(&other, NULL);
+    JT_CHECK_EQ(jet_server_add_service(srv, &other.base.base), -EINVAL);
+    jet_channel_t *ch = open_channel(port, JET_CONNECTION_SINGLE);
+    jet_call_t *call = jet_call_create();
+    JT_REQUIRE(ch && call);
+    JT_CHECK_EQ(sync_echo(ch, call, "still serving"), 0);
+    JT_CHECK(jt_echo_resp_is(call, "still serving"));
+    jet_call_destroy(call);
+    jet_channel_destroy(ch);
+    JT_CHECK_EQ(jet_server_stop(srv), 0);
+    JT_CHECK_EQ(jet_server_stop(srv), 0);
+    JT_CHECK_EQ(jet_server_listen_port(srv), 0);
+    JT_CHECK_EQ(jet_server_start(srv, "127.0.0.1:0"), -EINVAL);
+    jet_server_destroy(srv);
+}
+
 static void test_call_reuse(void)
 {
     jet_channel_t *ch = open_channel(g_port, JET_CONNECTION_SINGLE);
@@ -1112,6 +1160,7 @@ int main(void)
     RUN(test_missing_required_field);
     RUN(test_misuse);
     RUN(test_channel_bad_options);
+    RUN(test_server_misuse);
     RUN(test_call_reuse);
     RUN(test_reset_or_destroy_in_flight);
     RUN(test_join_waits_for_done);
