@@ -848,14 +848,20 @@ static void ul_dispatch(jet_urma_loop_t *ul, const urma_cr_t *cr)
     if (jet__urma_ep_on_cr(ep, cr)) ul->touched[ul->ntouched++] = ep;
 }
 
+/* urma_cqe_poll_once within [1, CTX_POLL_MAX], whatever it was set to: the
+ * poller's budget is made of it too, and one of 0 or less would poll nothing. */
+static int ul_poll_once(void)
+{
+    int once = JET_FLAG(urma_cqe_poll_once);
+    return once < 1 ? 1 : once > CTX_POLL_MAX ? CTX_POLL_MAX : once;
+}
+
 /* Polls up to max completions; then runs the batch end of every endpoint
  * they touched. Returns the number of completions. */
 static int ul_drain(jet_urma_loop_t *ul, int max)
 {
     urma_cr_t *cr = ul->cr;
-    int once = JET_FLAG(urma_cqe_poll_once);
-    if (once < 1) once = 1;
-    if (once > CTX_POLL_MAX) once = CTX_POLL_MAX;
+    int once = ul_poll_once();
     int total = 0;
     ul->ntouched = 0;
     while (total < max) {
@@ -1066,7 +1072,7 @@ static int ul_poll_cb(jet_poller_t *p)
     jet_urma_loop_t *ul = p->arg;
     if (ul->ndeferred) ul_run_deferred(ul);
     ul->in_poll = true;
-    int n = ul_drain(ul, JET_FLAG(urma_cqe_poll_once) * 4);
+    int n = ul_drain(ul, ul_poll_once() * 4);
     ul->in_poll = false;
     if (ul->spinning) {
         int64_t now = jet_loop_now_us(ul->loop);

@@ -280,6 +280,33 @@ static void test_deferred_reposts_return(void)
     JT_CHECK_EQ(jt_child_stop(&c), 0);
 }
 
+/* urma_cqe_poll_once is documented [1, 64]: a value outside still polls
+ * (clamped into it), on both sides; 0 or less polled no completion at all,
+ * so every polled connection stalled until its calls' deadlines. */
+static void test_poll_once_out_of_range(void)
+{
+    const char *values[] = {"0", "-3", "1000"};
+    for (size_t i = 0; i < sizeof values / sizeof values[0]; i++) {
+        char arg[64];
+        snprintf(arg, sizeof arg, "--urma_cqe_poll_once=%s", values[i]);
+        const char *args[] = {"--urma_use_polling=true", arg, NULL};
+        JT_REQUIRE(jet_flag_set("urma_cqe_poll_once", values[i]) == 0);
+        jt_child_t c;
+        JT_REQUIRE(jt_child_start(&c, args, NULL) == 0);
+        /* Seconds: the answers come at once or never. */
+        jet_channel_t *ch = ut_channel(c.port, JET_SOCKET_MODE_URMA, 3000, JET_CONNECTION_SINGLE);
+        JT_REQUIRE(ch);
+        for (int k = 0; k < 3; k++) {
+            int rc = jt_echo_bytes(ch, k == 2 ? 100000 : 1000, (uint64_t)k + 1, "once");
+            if (rc) fprintf(stderr, "  urma_cqe_poll_once=%s, call %d: %d\n", values[i], k, rc);
+            JT_CHECK_EQ(rc, 0);
+        }
+        jet_channel_destroy(ch);
+        JT_CHECK_EQ(jt_child_stop(&c), 0);
+    }
+    JT_CHECK_EQ(jet_flag_set("urma_cqe_poll_once", "32"), 0);
+}
+
 int main(int argc, char **argv)
 {
     jt_urma_main_setup(&argc, &argv, "polling");
@@ -294,5 +321,6 @@ int main(int argc, char **argv)
     JT_RUN(test_refused_waiter_answered);
     JT_RUN(test_deferred_reposts_return);
     JT_RUN(test_sync_deadline_while_driving);
+    JT_RUN(test_poll_once_out_of_range);
     return jt_finish();
 }
