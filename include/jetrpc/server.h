@@ -50,7 +50,9 @@ int jet_server_add_service(jet_server_t *srv, ProtobufCService *service);
  * picks a free one: see jet_server_listen_port). Starts the event loops.
  * -EINVAL for a bad address (NULL, empty, port outside 0..65535) or a
  * server started before (also once stopped: a server starts once), a
- * negative errno of bind(2)/listen(2) (-EADDRINUSE...), or
+ * negative errno of bind(2)/listen(2) (-EADDRINUSE...: also for a unix
+ * path that holds a file other than a socket, or the socket of a live
+ * server; a stale socket, its server gone, is replaced), or
  * -EPROTONOSUPPORT when opts asked for SSL (ssl_cert), in any socket mode,
  * or for a socket mode not built in (RDMA). A failed start may be retried. */
 int jet_server_start(jet_server_t *srv, const char *addr);

@@ -6,6 +6,8 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/epoll.h>
+#include <sys/socket.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include "base/futex.h"
@@ -88,6 +90,24 @@ static void listener_retry_cb(jet_timer_t *t)
     listener_accept((jet_listener_t *)((char *)t - offsetof(jet_listener_t, retry_timer)));
 }
 
+/* A unix path is replaced only when it is a socket nobody listens on (its
+ * server went without removing it): any other file is someone's data, and
+ * a live server keeps its address, as it keeps a TCP port. */
+static int listener_clear_unix_path(const jet_addr_t *addr)
+{
+    const char *path = addr->u.un.sun_path;
+    struct stat st;
+    if (lstat(path, &st) < 0) return errno == ENOENT ? 0 : -errno;
+    if (!S_ISSOCK(st.st_mode)) return -EADDRINUSE;
+    /* Non-blocking: a live server with a full backlog answers EAGAIN. */
+    int fd = socket(AF_UNIX, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
+    if (fd < 0) return -errno;
+    int rc = connect(fd, &addr->u.sa, addr->len) == 0 || errno != ECONNREFUSED ? -EADDRINUSE : 0;
+    close(fd);
+    if (rc == 0 && unlink(path) < 0 && errno != ENOENT) rc = -errno;
+    return rc;
+}
+
 int jet__listener_create(const jet_addr_t *addr, jet_accept_cb_t cb, void *arg,
                          jet_listener_t **l_p)
 {
@@ -104,7 +124,8 @@ int jet__listener_create(const jet_addr_t *addr, jet_accept_cb_t cb, void *arg,
         goto err_free;
     }
     if (addr->u.sa.sa_family == AF_UNIX) {
-        unlink(addr->u.un.sun_path);
+        rc = listener_clear_unix_path(addr);
+        if (rc < 0) goto err_close;
     } else {
         int one = 1;
         setsockopt(l->fd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof one);

@@ -11,7 +11,9 @@ typedef struct jet_listener jet_listener_t;
 /* Loop thread of the listener. fd is non-blocking and close-on-exec. */
 typedef void (*jet_accept_cb_t)(jet_listener_t *l, int fd, const jet_addr_t *peer, void *arg);
 
-/* Binds and listens on addr (a unix path is unlinked first). 0 or -errno. */
+/* Binds and listens on addr. A unix path that holds a socket nobody
+ * listens on is unlinked first; any other file there, or a live socket, is
+ * -EADDRINUSE. 0 or -errno. */
 int jet__listener_create(const jet_addr_t *addr, jet_accept_cb_t cb, void *arg,
                          jet_listener_t **l_p);
 /* The bound port (inet), or 0. */

@@ -15,6 +15,8 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/socket.h>
+#include <sys/un.h>
 #include <unistd.h>
 
 #include <jetrpc/jetrpc.h>
@@ -546,6 +548,60 @@ static void test_unix_socket(void)
     jet_server_destroy(srv);
     /* The server removes its socket file. */
     JT_CHECK(access(path, F_OK) != 0);
+}
+
+/* jet_server_start on a "unix:" path that is in use: a file that is not a
+ * socket (it was deleted: user data lost), or the socket of a live server
+ * (silently taken over) are refused with -EADDRINUSE, as a TCP port in use
+ * is; only a stale socket, its server gone, is replaced. */
+static void test_unix_path_in_use(void)
+{
+    char path[108], addr[128];
+    snprintf(path, sizeof path, "/tmp/jetrpc_test_echo_inuse_%d", (int)getpid());
+    snprintf(addr, sizeof addr, "unix:%s", path);
+    jet_server_t *srv = NULL;
+
+    FILE *f = fopen(path, "w");
+    JT_REQUIRE(f);
+    fputs("user data", f);
+    fclose(f);
+    JT_REQUIRE(jet_server_create(NULL, &srv) == 0);
+    JT_CHECK_EQ(jet_server_add_service(srv, &g_service.base.base), 0);
+    JT_CHECK_EQ(jet_server_start(srv, addr), -EADDRINUSE);
+    char text[32] = "";
+    f = fopen(path, "r");
+    JT_CHECK(f && fgets(text, sizeof text, f) && strcmp(text, "user data") == 0);
+    if (f) fclose(f);
+    jet_server_destroy(srv);
+    unlink(path);
+
+    jet_server_t *live = start_server(addr, false, NULL);
+    JT_REQUIRE(live);
+    JT_REQUIRE(jet_server_create(NULL, &srv) == 0);
+    JT_CHECK_EQ(jet_server_add_service(srv, &g_service.base.base), 0);
+    JT_CHECK_EQ(jet_server_start(srv, addr), -EADDRINUSE);
+    jet_server_destroy(srv);
+    jet_channel_t *ch = open_channel_addr(addr, JET_CONNECTION_SINGLE);
+    jet_call_t *call = jet_call_create();
+    JT_REQUIRE(ch && call);
+    JT_CHECK_EQ(sync_echo(ch, call, "the first server"), 0);
+    JT_CHECK(jt_echo_resp_is(call, "the first server"));
+    jet_call_destroy(call);
+    jet_channel_destroy(ch);
+    jt_server_stop(live);
+
+    /* A stale socket: bound, then its process went without removing it. */
+    int fd = socket(AF_UNIX, SOCK_STREAM, 0);
+    JT_REQUIRE(fd >= 0);
+    struct sockaddr_un sun = {.sun_family = AF_UNIX};
+    snprintf(sun.sun_path, sizeof sun.sun_path, "%s", path);
+    JT_CHECK_EQ(bind(fd, (struct sockaddr *)&sun, sizeof sun), 0);
+    JT_CHECK_EQ(listen(fd, 1), 0);
+    close(fd);
+    srv = start_server(addr, false, NULL);
+    JT_CHECK(srv != NULL);
+    jt_server_stop(srv);
+    unlink(path);
 }
 
 static void test_handler_answers_later(void)
@@ -1154,6 +1210,7 @@ int main(void)
     RUN(test_checksum);
     RUN(test_log_id);
     RUN(test_unix_socket);
+    RUN(test_unix_path_in_use);
     RUN(test_handler_answers_later);
     RUN(test_usercode_in_pool);
     RUN(test_handler_set_failed);
