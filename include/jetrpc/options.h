@@ -21,7 +21,7 @@ typedef enum jet_socket_mode {
 
 /* "tcp", "rdma", "ubring", "urma"; NULL for an unknown value. */
 const char *jet_socket_mode_name(int mode);
-/* Parses a name; -EINVAL for an unknown one. */
+/* Parses a name (any case); -EINVAL for an unknown one or NULL. */
 int jet_socket_mode_parse(const char *name, jet_socket_mode_t *mode_p);
 
 typedef enum jet_connection_type {
@@ -31,6 +31,8 @@ typedef enum jet_connection_type {
     JET_CONNECTION_SHORT = 2,  /* a new connection per call, closed after it */
 } jet_connection_type_t;
 
+/* "single", "pooled", "short" (any case; "" is single, as in brpc); -EINVAL
+ * for another name or NULL. */
 int jet_connection_type_parse(const char *name, jet_connection_type_t *type_p);
 
 /* Compression of the message part (baidu_std compress_type values). */
