@@ -143,6 +143,10 @@ static void ep_fail(jet_urma_ep_t *ep, int err, const char *what, int status)
 {
     if (!ep->s || ep->fail_logged) return;
     ep->fail_logged = true;
+    /* Failed already (closed by us, or its TCP ended): what fails now is a
+     * consequence (a peer that saw our close takes its jetty down, and the
+     * credits we post meanwhile fail), not news worth a warning. */
+    if (jet__socket_failed(ep->s)) return;
     if (status >= 0)
         JET_WARN("URMA connection %s: %s completed with %s (status %d)", ep->s->peer, what,
                  jet__urma_cr_status_name(status), status);

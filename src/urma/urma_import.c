@@ -9,7 +9,8 @@
 #include "urma/urma_names.h"
 
 int jet__urma_import_peer(const jet_urma_ctx_t *ctx, const jet_urma_hello_t *peer, const char *who,
-                          urma_target_seg_t **tseg_p, urma_target_jetty_t **tjetty_p)
+                          const jet_socket_t *s, urma_target_seg_t **tseg_p,
+                          urma_target_jetty_t **tjetty_p)
 {
     urma_token_t token = {0}; /* brpc imports everything with a zero token */
     urma_seg_t seg;
@@ -30,7 +31,9 @@ int jet__urma_import_peer(const jet_urma_ctx_t *ctx, const jet_urma_hello_t *pee
     errno = 0;
     urma_target_seg_t *tseg = JET_URMA_FN(ctx, urma_import_seg)(ctx->uctx, &seg, &token, 0, sf);
     if (!tseg) {
-        JET_WARN("URMA: cannot import the segment of %s: %s", who, strerror(errno ? errno : EIO));
+        if (!s || !jet__socket_failed(s))
+            JET_WARN("URMA: cannot import the segment of %s: %s", who,
+                     strerror(errno ? errno : EIO));
         return -EIO;
     }
     urma_rjetty_t rj;
@@ -45,8 +48,9 @@ int jet__urma_import_peer(const jet_urma_ctx_t *ctx, const jet_urma_hello_t *pee
     errno = 0;
     urma_target_jetty_t *tjetty = JET_URMA_FN(ctx, urma_import_jetty)(ctx->uctx, &rj, &token);
     if (!tjetty) {
-        JET_WARN("URMA: cannot import jetty %u of %s: %s", peer->jetty_id, who,
-                 strerror(errno ? errno : EIO));
+        if (!s || !jet__socket_failed(s))
+            JET_WARN("URMA: cannot import jetty %u of %s: %s", peer->jetty_id, who,
+                     strerror(errno ? errno : EIO));
         JET_URMA_FN(ctx, urma_unimport_seg)(tseg);
         return -EIO;
     }
@@ -153,7 +157,8 @@ static void imp_run(jet_urma_work_t *w)
     else if (!ctx)
         job->err = -ENOTSUP;
     else
-        job->err = jet__urma_import_peer(ctx, &job->peer, job->s->peer, &job->tseg, &job->tjetty);
+        job->err =
+            jet__urma_import_peer(ctx, &job->peer, job->s->peer, job->s, &job->tseg, &job->tjetty);
 }
 
 static void imp_task(jet_task_t *t)

@@ -55,9 +55,13 @@ struct jet_urma_import {
 };
 
 /* Imports peer's segment, then its jetty (brpc's order), with the zero token
- * brpc uses. Any thread. 0, or -EIO with one log line (nothing imported). */
+ * brpc uses. Any thread. 0, or -EIO with one log line (nothing imported);
+ * none when s, the connection the import is for (or NULL), failed meanwhile:
+ * closed or timed out, its peer may have taken the jetty down, and nobody
+ * waits for the import. */
 int jet__urma_import_peer(const jet_urma_ctx_t *ctx, const jet_urma_hello_t *peer, const char *who,
-                          urma_target_seg_t **tseg_p, urma_target_jetty_t **tjetty_p);
+                          const jet_socket_t *s, urma_target_seg_t **tseg_p,
+                          urma_target_jetty_t **tjetty_p);
 
 /* Loop thread of s: starts the import of peer for s; done runs later on
  * s's loop (never before this returns). 0, or -ENOMEM / -EAGAIN (no import

@@ -1037,11 +1037,88 @@ static void test_jfc_creation_fails(void)
     JT_CHECK_EQ(jt_child_stop(&c), 0);
 }
 
+/* role=case name=abandoned_import port=<p> (g_case_port), in a child whose imports take
+ * 300 ms each (SOFTUB_IMPORT_DELAY_US): five calls on short connections with
+ * a 100 ms deadline. Each connection is closed by its call's end while it
+ * imports the server, which takes its jetty down on that close: the import
+ * fails, and nobody waits for it. No warning for that; there was one
+ * ("cannot import jetty") for each of them. */
+static int g_case_port;
+
+static void case_abandoned_import(void)
+{
+    char path[64];
+    snprintf(path, sizeof path, "/tmp/jt-faults-stderr-%d.log", (int)getpid());
+    fflush(stderr);
+    int saved = dup(2);
+    int fd = open(path, O_CREAT | O_TRUNC | O_WRONLY | O_CLOEXEC, 0600);
+    JT_REQUIRE(saved >= 0 && fd >= 0);
+    dup2(fd, 2);
+    close(fd);
+    jet_channel_options_t o;
+    jet_channel_options_init(&o);
+    o.socket_mode = JET_SOCKET_MODE_URMA;
+    o.connection_type = JET_CONNECTION_SHORT;
+    o.timeout_ms = 100;
+    o.connect_timeout_ms = 30000;
+    o.max_retry = 0;
+    char addr[64];
+    snprintf(addr, sizeof addr, "127.0.0.1:%d", g_case_port);
+    jet_channel_t *ch = NULL;
+    JT_REQUIRE(jet_channel_create(addr, &o, &ch) == 0);
+    for (int i = 0; i < 5; i++)
+        JT_CHECK_EQ(jt_echo_bytes(ch, 100, (uint64_t)i + 1, "abandoned"), JET_ERPCTIMEDOUT);
+    usleep(2000000); /* the imports (segment and jetty, 300 ms each) come back */
+    jet_channel_destroy(ch);
+    fflush(stderr);
+    dup2(saved, 2);
+    close(saved);
+    size_t n = 0;
+    char *log = jt_read_file(path, &n);
+    unlink(path);
+    int warned = 0;
+    for (const char *p = log; p && (p = memmem(p, n - (size_t)(p - log), "cannot import", 13));
+         p += 13)
+        warned++;
+    if (warned) fprintf(stderr, "  %d import warnings:\n%.*s", warned, (int)n, log);
+    free(log);
+    JT_CHECK_EQ(warned, 0);
+}
+
+static int case_role(int argc, char **argv)
+{
+    for (int i = 2; i < argc; i++)
+        if (strncmp(argv[i], "port=", 5) == 0) g_case_port = atoi(argv[i] + 5);
+    for (int i = 2; i < argc; i++)
+        if (strcmp(argv[i], "name=abandoned_import") == 0) JT_RUN(case_abandoned_import);
+    return jt_finish();
+}
+
+/* A client's imports that outlive their connections (closed at their call's
+ * deadline, see case_abandoned_import) end without a warning, and the
+ * server serves the next client. */
+static void test_abandoned_import_quiet(void)
+{
+    jt_child_t c;
+    JT_REQUIRE(jt_child_start(&c, NULL, NULL) == 0);
+    char pa[32];
+    snprintf(pa, sizeof pa, "port=%d", c.port);
+    const char *args[] = {"name=abandoned_import", pa, NULL};
+    const char *envs[] = {"SOFTUB_IMPORT_DELAY_US=300000", NULL};
+    JT_CHECK_EQ(jt_run_role("role=case", args, envs, 60000), 0);
+    jet_channel_t *ch = channel(c.port, 30000, 0);
+    JT_REQUIRE(ch);
+    JT_CHECK_EQ(jt_echo_bytes(ch, 100000, 3, "after"), 0);
+    jet_channel_destroy(ch);
+    JT_CHECK_EQ(jt_child_stop(&c), 0);
+}
+
 int main(int argc, char **argv)
 {
     jt_urma_main_setup(&argc, &argv, "faults");
     if (argc > 1 && strcmp(argv[1], "role=server") == 0) return ut_server_role(argc, argv);
     if (argc > 1 && strcmp(argv[1], "role=client") == 0) return ut_client_role(argc, argv);
+    if (argc > 1 && strcmp(argv[1], "role=case") == 0) return case_role(argc, argv);
     JT_RUN(test_server_killed_mid_transfer);
     JT_RUN(test_client_killed_mid_transfer);
     JT_RUN(test_requests_before_close_served);
@@ -1054,6 +1131,7 @@ int main(int argc, char **argv)
     JT_RUN(test_slow_import_keeps_loop_serving);
     JT_RUN(test_import_outlived_by_handshake);
     JT_RUN(test_concurrent_slow_imports);
+    JT_RUN(test_abandoned_import_quiet);
     JT_RUN(test_pool_filled_off_loop);
     JT_RUN(test_closed_sets_recycled);
     JT_RUN(test_sets_made_off_loop);

@@ -797,7 +797,8 @@ static bool bc_connect(bclient_t *b, bool auto_credit, bool ack)
     if (n != JET_URMA_V2_LEN || buf[43] != 0 || !jt_send_all(b->fd, buf, n)) return false;
     if (read_hello(b->fd, &b->srv, ans, &alen) != JET_URMA_HELLO_OK || b->srv.version != 2)
         return false;
-    if (jet__urma_import_peer(b->c, &b->srv, "the server", &b->tseg, &b->tjetty) < 0) return false;
+    if (jet__urma_import_peer(b->c, &b->srv, "the server", NULL, &b->tseg, &b->tjetty) < 0)
+        return false;
     uint32_t peer_rq = b->srv.recv_buffer_cnt + 1;
     b->window = b->cap_out = (int32_t)((BC_SQ < peer_rq ? BC_SQ : peer_rq) - 3);
     return !ack || jt_send_all(b->fd, "\x00\x00\x00\x01", 4);
@@ -946,7 +947,7 @@ static void test_server_memory_not_exposed(void)
      * ERROR: a connection of its own. */
     bclient_t p;
     JT_REQUIRE(bc_queues(&p));
-    JT_REQUIRE(jet__urma_import_peer(p.c, &b.srv, "the server", &p.tseg, &p.tjetty) == 0);
+    JT_REQUIRE(jet__urma_import_peer(p.c, &b.srv, "the server", NULL, &p.tseg, &p.tjetty) == 0);
     const jet_region_t *region = jet__block_pool_find(b.rbuf[0]->data);
     JT_REQUIRE(region && region->reg);
     const urma_target_seg_t *pool = region->reg;
@@ -1146,7 +1147,8 @@ static void test_server_foreign_jetty(void)
     JT_CHECK(bc_call(&b, 1, "before", g_att, 100));
     bool made = bc_queues(&f);
     f.srv = b.srv;
-    JT_CHECK(made && jet__urma_import_peer(f.c, &f.srv, "the server", &f.tseg, &f.tjetty) == 0);
+    JT_CHECK(made &&
+             jet__urma_import_peer(f.c, &f.srv, "the server", NULL, &f.tseg, &f.tjetty) == 0);
     f.window = 1;
     JT_CHECK(bc_request(&f, 666, "foreign", g_att, 100));
     JT_CHECK(bc_post(&f, URMA_OPC_SEND_IMM, NULL, 0, 1000));
