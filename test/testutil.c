@@ -58,6 +58,45 @@ void *jt_read_file(const char *path, size_t *len_p)
     return p;
 }
 
+void jt_stderr_begin(jt_stderr_cap_t *c)
+{
+    fflush(stderr);
+    c->file = tmpfile();
+    c->saved_fd = c->file ? dup(2) : -1;
+    if (c->saved_fd >= 0) dup2(fileno(c->file), 2);
+}
+
+char *jt_stderr_end(jt_stderr_cap_t *c)
+{
+    fflush(stderr);
+    if (c->saved_fd >= 0) {
+        dup2(c->saved_fd, 2);
+        close(c->saved_fd);
+        c->saved_fd = -1;
+    }
+    if (!c->file) return NULL;
+    off_t len = lseek(fileno(c->file), 0, SEEK_END);
+    if (len < 0) len = 0;
+    char *s = calloc(1, (size_t)len + 1);
+    if (s && len > 0 && pread(fileno(c->file), s, (size_t)len, 0) != len) s[0] = '\0';
+    fclose(c->file);
+    c->file = NULL;
+    return s;
+}
+
+int jt_count_lines_with(const char *s, const char *part)
+{
+    int n = 0;
+    while (s && *s) {
+        const char *eol = strchr(s, '\n');
+        size_t len = eol ? (size_t)(eol - s) : strlen(s);
+        const char *hit = strstr(s, part);
+        if (hit && hit < s + len) n++;
+        s += len + (eol ? 1 : 0);
+    }
+    return n;
+}
+
 const char *jt_shared_path(const char *rel)
 {
     static char buf[4096];

@@ -54,6 +54,20 @@ int jt_finish(void);
 
 /* Reads a whole file; *len_p gets its size. Returns malloc'd bytes or NULL. */
 void *jt_read_file(const char *path, size_t *len_p);
+
+/* What the process writes to fd 2 (every thread's log lines) between
+ * jt_stderr_begin and jt_stderr_end goes to a temporary file instead;
+ * jt_stderr_end restores fd 2 and returns the text (malloc'd, NUL-ended;
+ * NULL if the capture could not start). Check results after the end:
+ * a failing check's line would be captured too. */
+typedef struct jt_stderr_cap {
+    FILE *file;
+    int saved_fd;
+} jt_stderr_cap_t;
+void jt_stderr_begin(jt_stderr_cap_t *c);
+char *jt_stderr_end(jt_stderr_cap_t *c);
+/* Lines of s that contain part. */
+int jt_count_lines_with(const char *s, const char *part);
 /* Path of a file under the shared folder (JET_SHARED_DIR), in a static buffer. */
 const char *jt_shared_path(const char *rel);
 

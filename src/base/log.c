@@ -8,10 +8,42 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "base/time.h"
+
 JET_FLAG_DEFINE_INT32(log_level, JET_LOG_INFO,
                       "Minimum level logged: 0 debug, 1 info, 2 warning, 3 error");
 
+JET_FLAG_DEFINE_INT32(log_peer_rate, 1,
+                      "Lines per second, per place in the code, that a remote peer can cause "
+                      "(bad bytes, declined hellos, closes), after a burst of 10 times as many; "
+                      "the next line printed counts those dropped. 0: no limit");
+
+#define LOG_PEER_BURST 10
+
 static __thread long log_tid;
+
+bool jet__log_rate_take(jet_log_rate_t *r, uint32_t *suppressed_p)
+{
+    *suppressed_p = 0;
+    int32_t rate = JET_FLAG(log_peer_rate);
+    if (rate <= 0) return true;
+    int64_t interval = 1000000 / rate > 0 ? 1000000 / rate : 1;
+    int64_t now = jet_now_coarse_us();
+    int64_t tat = atomic_load_explicit(&r->tat_us, memory_order_relaxed);
+    for (;;) {
+        int64_t base = tat > now ? tat : now;
+        /* A line conforms while the bucket is less than a burst ahead. */
+        if (base - now > (LOG_PEER_BURST - 1) * interval) {
+            atomic_fetch_add_explicit(&r->suppressed, 1, memory_order_relaxed);
+            return false;
+        }
+        if (atomic_compare_exchange_weak_explicit(&r->tat_us, &tat, base + interval,
+                                                  memory_order_relaxed, memory_order_relaxed))
+            break;
+    }
+    *suppressed_p = atomic_exchange_explicit(&r->suppressed, 0, memory_order_relaxed);
+    return true;
+}
 
 /* A forked child inherits the cached id of the thread that forked. */
 static void log_atfork_child(void)

@@ -39,8 +39,8 @@ static void hl_timer_cb(jet_timer_t *t)
     jet_hello_ts_t *h = (jet_hello_ts_t *)((char *)t - offsetof(jet_hello_ts_t, timer));
     jet_socket_t *s = h->s;
     if (atomic_load(&h->mode) != JET_HELLO_UNKNOWN || jet__socket_failed(s)) return;
-    JET_WARN("%s handshake with %s timed out after %d ms (%s)", h->ops->name, s->peer,
-             (int)h->timer_ms, hl_hs_names[h->hs]);
+    JET_WARN_PEER("%s handshake with %s timed out after %d ms (%s)", h->ops->name, s->peer,
+                  (int)h->timer_ms, hl_hs_names[h->hs]);
     jet__socket_set_failed(s, -ETIMEDOUT);
 }
 
@@ -141,7 +141,7 @@ void jet__hello_client_finish(jet_socket_t *s, jet_hello_ts_t *h, bool on)
     }
     if (on) {
         if (!jet_iobuf_empty(&h->hs_buf)) {
-            JET_WARN("close %s: bytes on TCP after the %s hello", s->peer, h->ops->name);
+            JET_WARN_PEER("close %s: bytes on TCP after the %s hello", s->peer, h->ops->name);
             jet__socket_set_failed(s, -EPROTO);
             return;
         }
@@ -166,7 +166,7 @@ static void hl_server_ack(jet_socket_t *s, jet_hello_ts_t *h)
     if (memcmp(ack, "PRPC", 4) == 0) {
         /* brpc's client falls back without an ACK: its first request is
          * already here. */
-        JET_INFO("%s fell back to TCP without a %s ACK", s->peer, ops->name);
+        JET_INFO_PEER("%s fell back to TCP without a %s ACK", s->peer, ops->name);
         jet__hello_go_off(s, h);
         return;
     }
@@ -177,13 +177,13 @@ static void hl_server_ack(jet_socket_t *s, jet_hello_ts_t *h)
         return;
     }
     if (!h->said_yes) {
-        JET_WARN("close %s: the client claims %s after this server declined it", s->peer,
-                 ops->name);
+        JET_WARN_PEER("close %s: the client claims %s after this server declined it", s->peer,
+                      ops->name);
         jet__socket_set_failed(s, -EPROTO);
         return;
     }
     if (!jet_iobuf_empty(&h->hs_buf)) {
-        JET_WARN("close %s: bytes on TCP after the %s ACK", s->peer, ops->name);
+        JET_WARN_PEER("close %s: bytes on TCP after the %s ACK", s->peer, ops->name);
         jet__socket_set_failed(s, -EPROTO);
         return;
     }
@@ -225,8 +225,8 @@ static void hl_input_on(jet_socket_t *s, jet_hello_ts_t *h, uint32_t events)
     for (;;) {
         ssize_t r = recv(s->fd, b, sizeof b, MSG_DONTWAIT);
         if (r > 0) {
-            JET_WARN("close %s: unexpected TCP data after %s was established", s->peer,
-                     h->ops->name);
+            JET_WARN_PEER("close %s: unexpected TCP data after %s was established", s->peer,
+                          h->ops->name);
             jet__socket_set_failed(s, -EPROTO);
             return;
         }
@@ -251,9 +251,9 @@ static void hl_input_eof(jet_socket_t *s, jet_hello_ts_t *h, int err, bool close
          * restarted): the attempt fails as over TCP, and the next connection
          * offers the transport again. What the hello set up goes with the
          * socket (close). */
-        JET_INFO("%s closed the connection on the %s hello (a server without %s?): the "
-                 "channel retries over TCP",
-                 s->peer, h->ops->name, h->ops->name);
+        JET_INFO_PEER("%s closed the connection on the %s hello (a server without %s?): the "
+                      "channel retries over TCP",
+                      s->peer, h->ops->name, h->ops->name);
         jet__socket_set_failed(s, -JET__EHELLO_REFUSED);
         return;
     }
@@ -293,8 +293,8 @@ void jet__hello_on_input(jet_socket_t *s, uint32_t events)
                 return;
             }
             if (jet_iobuf_len(&h->hs_buf) > h->ops->hello_max) {
-                JET_WARN("close %s: more than %zu bytes without a complete %s handshake", s->peer,
-                         h->ops->hello_max, h->ops->name);
+                JET_WARN_PEER("close %s: more than %zu bytes without a complete %s handshake",
+                              s->peer, h->ops->hello_max, h->ops->name);
                 jet__socket_set_failed(s, -EPROTO);
                 return;
             }

@@ -434,7 +434,7 @@ static void srv_send_response(jet_call_t *call, const ProtobufCMessage *output)
                      att_len);
         else
             jet__socket_size_error(s, "response", frame_len, why, sizeof why);
-        JET_WARN("cannot answer %s: %s", s->peer, why);
+        JET_WARN_PEER("cannot answer %s: %s", s->peer, why);
         jet_call_set_failed(call, JET_ERESPONSE, "%s", why);
         srv_send_response(call, NULL);
         jet_iobuf_fini(&body);
@@ -445,7 +445,7 @@ static void srv_send_response(jet_call_t *call, const ProtobufCMessage *output)
         /* No memory to pack or queue it: an answer the client would wait
          * for until its deadline (forever without one). The connection
          * fails instead, and with it the client's calls on it, at once. */
-        JET_WARN("cannot answer %s: %s; closing the connection", s->peer, jet_strerror(rc));
+        JET_WARN_PEER("cannot answer %s: %s; closing the connection", s->peer, jet_strerror(rc));
         jet__socket_set_failed(s, rc);
     }
     jet_iobuf_fini(&body);
@@ -639,13 +639,13 @@ static bool srv_foreign_hello(jet_socket_t *s, srv_conn_t *c)
         return false;
     }
     jet_iobuf_fini(&out);
-    JET_INFO("%s sent a %.4s hello to a %s port: declined, staying on TCP", s->peer,
-             (const char *)hdr, s->ops->name);
+    JET_INFO_PEER("%s sent a %.4s hello to a %s port: declined, staying on TCP", s->peer,
+                  (const char *)hdr, s->ops->name);
     c->hello = SRV_HELLO_WAIT_ACK;
     return true;
 bad:
-    JET_WARN("close %s: first bytes are not baidu_std (%02x %02x %02x %02x)", s->peer, hdr[0],
-             hdr[1], hdr[2], hdr[3]);
+    JET_WARN_PEER("close %s: first bytes are not baidu_std (%02x %02x %02x %02x)", s->peer, hdr[0],
+                  hdr[1], hdr[2], hdr[3]);
     jet__socket_set_failed(s, -EPROTO);
     return false;
 }
@@ -665,7 +665,8 @@ static void srv_on_read(jet_socket_t *s)
             if (memcmp(ack, JET_BAIDU_MAGIC, 4) != 0) {
                 jet_iobuf_pop_front(&s->read_buf, 4);
                 if (jet__urma_ack_parse(ack) & JET_URMA_ACK_OK) {
-                    JET_WARN("close %s: the client claims URMA after this port declined", s->peer);
+                    JET_WARN_PEER("close %s: the client claims URMA after this port declined",
+                                  s->peer);
                     jet__socket_set_failed(s, -EPROTO);
                     return;
                 }
@@ -696,26 +697,26 @@ static void srv_on_read(jet_socket_t *s)
                 if (!srv_foreign_hello(s, c)) return;
                 continue;
             }
-            JET_WARN("close %s: bytes that are not baidu_std after a request", s->peer);
+            JET_WARN_PEER("close %s: bytes that are not baidu_std after a request", s->peer);
             jet__socket_set_failed(s, -EPROTO);
             return;
         case JET_PARSE_TOO_BIG:
             jet__baidu_frame_fini(&f);
             jet__baidu_peek(&s->read_buf, UINT32_MAX, &body_size, &meta_size);
-            JET_WARN("close %s: body_size=%u is bigger than %u bytes", s->peer, body_size,
-                     srv->max_body);
+            JET_WARN_PEER("close %s: body_size=%u is bigger than %u bytes", s->peer, body_size,
+                          srv->max_body);
             jet__socket_set_failed(s, -EMSGSIZE);
             return;
         case JET_PARSE_META_SIZE:
             /* brpc drops such a frame and keeps the connection. */
             jet__baidu_frame_fini(&f);
-            JET_WARN("%s: dropped a frame whose meta_size exceeds body_size", s->peer);
+            JET_WARN_PEER("%s: dropped a frame whose meta_size exceeds body_size", s->peer);
             continue;
         case JET_PARSE_BAD_META:
             jet__baidu_frame_fini(&f);
-            JET_WARN("close %s: RpcMeta does not parse (malformed, over 1 MiB, or decoding "
-                     "into more than 48 bytes per byte)",
-                     s->peer);
+            JET_WARN_PEER("close %s: RpcMeta does not parse (malformed, over 1 MiB, or decoding "
+                          "into more than 48 bytes per byte)",
+                          s->peer);
             jet__socket_set_failed(s, -JET_EREQUEST);
             return;
         }

@@ -275,8 +275,9 @@ static int uc_read(ub_conn_t *c, size_t budget)
     ssize_t r = jet__ubring_rx_read(&c->rx, &s->read_buf, budget);
     if (r < 0) {
         if (r == -EPROTO)
-            JET_WARN("close %s: corrupt UBRing chunk at slot %u (flag, len or cursor out of range)",
-                     s->peer, c->rx.rpos);
+            JET_WARN_PEER(
+                "close %s: corrupt UBRing chunk at slot %u (flag, len or cursor out of range)",
+                s->peer, c->rx.rpos);
         jet__socket_set_failed(s, (int)r);
         return 1;
     }
@@ -296,7 +297,7 @@ static int uc_poll(ub_conn_t *c)
          * a writer whose write then fails, again and again. */
         int64_t f = jet__ubring_tx_room(&c->tx, 1);
         if (f < 0) {
-            JET_WARN("close %s: the peer wrote an out-of-range UBRing tail", s->peer);
+            JET_WARN_PEER("close %s: the peer wrote an out-of-range UBRing tail", s->peer);
             jet__socket_set_failed(s, -EPROTO);
         } else if (f > 0) {
             c->want_out = false;
@@ -381,8 +382,8 @@ static void uc_close_done(ub_conn_t *c, bool acked)
 {
     jet_ubring_ctrl_t *own = jet__ubring_ctrl(c->own.base);
     if (!acked) {
-        JET_WARN("UBRing close with %s: no acknowledgement after %d s, cleaning up", c->peer_addr,
-                 JET_FLAG(ub_disconnect_timeout));
+        JET_WARN_PEER("UBRing close with %s: no acknowledgement after %d s, cleaning up",
+                      c->peer_addr, JET_FLAG(ub_disconnect_timeout));
         jet__ubring_store32(&jet__ubring_ctrl(c->peer.base)->rx_flag, JET_UBRING_EQ_CLOSED);
     }
     uint32_t tx = jet__ubring_load32(&own->tx_flag);
@@ -403,9 +404,9 @@ static void uc_heartbeat(ub_conn_t *c, int64_t now)
         return;
     }
     if (++c->hb_misses <= (uint32_t)JET_FLAG(ub_hb_retry_cnt)) return;
-    JET_WARN("close %s: no UBRing heartbeat from the peer for %u checks of %d s "
-             "(--ub_hb_timer_interval, --ub_hb_retry_cnt)",
-             c->s->peer, c->hb_misses, hb);
+    JET_WARN_PEER("close %s: no UBRing heartbeat from the peer for %u checks of %d s "
+                  "(--ub_hb_timer_interval, --ub_hb_retry_cnt)",
+                  c->s->peer, c->hb_misses, hb);
     jet__socket_set_failed(c->s, -ECONNRESET);
 }
 
@@ -659,17 +660,18 @@ static int ub_client_map(jet_socket_t *s, ub_conn_t *c)
     jet_ubring_ctrl_t *own = jet__ubring_ctrl(c->own.base);
     uint64_t plen = 64 * ((uint64_t)jet__ubring_load32(&own->tail) + 1) + 64;
     if (!jet__ubring_shm_len_ok(plen)) {
-        JET_INFO("UBRing with %s: the server segment length %llu (from the tail it wrote) is not a "
-                 "multiple of 4 MiB",
-                 s->peer, (unsigned long long)plen);
+        JET_INFO_PEER(
+            "UBRing with %s: the server segment length %llu (from the tail it wrote) is not a "
+            "multiple of 4 MiB",
+            s->peer, (unsigned long long)plen);
         return -EINVAL;
     }
     char sname[JET_UBRING_NAME_BUF];
     int rc = jet__ubring_shm_server_name(c->own.name, sname);
     if (rc == 0) rc = jet__ubring_shm_open(sname, plen, &c->peer);
     if (rc < 0) {
-        JET_INFO("UBRing with %s: cannot map the server segment %s (%s)", s->peer, sname,
-                 jet_strerror(rc));
+        JET_INFO_PEER("UBRing with %s: cannot map the server segment %s (%s)", s->peer, sname,
+                      jet_strerror(rc));
         return rc;
     }
     jet__ubring_store32(&jet__ubring_ctrl(c->peer.base)->tx_flag, JET_UBRING_EQ_CONNECTED);
@@ -688,16 +690,17 @@ static void ub_client_step(jet_socket_t *s, jet_hello_ts_t *hts)
     ssize_t used = jet__ubring_hello_unpack(flat, n, &h);
     if (used == -EAGAIN) return;
     if (used < 0) {
-        JET_WARN("close %s: the server answered the UBRing hello with bytes that are not a valid "
-                 "hello (%02x %02x %02x %02x)",
-                 s->peer, flat[0], n > 1 ? flat[1] : 0, n > 2 ? flat[2] : 0, n > 3 ? flat[3] : 0);
+        JET_WARN_PEER(
+            "close %s: the server answered the UBRing hello with bytes that are not a valid "
+            "hello (%02x %02x %02x %02x)",
+            s->peer, flat[0], n > 1 ? flat[1] : 0, n > 2 ? flat[2] : 0, n > 3 ? flat[3] : 0);
         jet__socket_set_failed(s, -EPROTO);
         return;
     }
     jet_iobuf_pop_front(&hts->hs_buf, (size_t)used);
     if (!jet__ubring_hello_versions_ok(&h)) {
-        JET_INFO("%s declined UBRing (hello versions %u/%u): this connection uses TCP", s->peer,
-                 h.hello_ver, h.impl_ver);
+        JET_INFO_PEER("%s declined UBRing (hello versions %u/%u): this connection uses TCP",
+                      s->peer, h.hello_ver, h.impl_ver);
         jet__hello_client_finish(s, hts, false);
         return;
     }
@@ -740,8 +743,8 @@ static void ub_server_setup(jet_socket_t *s, ub_ts_t *ts, const jet_ubring_hello
     char sname[JET_UBRING_NAME_BUF];
     int rc = 0;
     if (!jet__ubring_hello_versions_ok(h)) {
-        JET_INFO("%s sent a UBRing hello with versions %u/%u: declined, using TCP", s->peer,
-                 h->hello_ver, h->impl_ver);
+        JET_INFO_PEER("%s sent a UBRing hello with versions %u/%u: declined, using TCP", s->peer,
+                      h->hello_ver, h->impl_ver);
         return;
     }
     /* Only a name of the form a client makes for itself (UBRING_<its
@@ -796,8 +799,8 @@ err_destroy:
     uc_destroy(ts->conn);
     ts->conn = NULL;
 refuse:
-    JET_INFO("%s sent a UBRing hello (shm %.48s, len %llu): %s (%s): declined, using TCP", s->peer,
-             h->shm_name, (unsigned long long)h->len, why, jet_strerror(rc));
+    JET_INFO_PEER("%s sent a UBRing hello (shm %.48s, len %llu): %s (%s): declined, using TCP",
+                  s->peer, h->shm_name, (unsigned long long)h->len, why, jet_strerror(rc));
 }
 
 static int ub_server_hello(jet_socket_t *s, jet_hello_ts_t *hts)
@@ -811,8 +814,8 @@ static int ub_server_hello(jet_socket_t *s, jet_hello_ts_t *hts)
     ssize_t used = jet__ubring_hello_unpack(flat, n, &h);
     if (used == -EAGAIN) return JET_HELLO_STEP_MORE;
     if (used < 0) {
-        JET_WARN("close %s: malformed UBRing hello (msg_len %u)", s->peer,
-                 n >= 4 ? (unsigned)flat[2] << 8 | flat[3] : 0);
+        JET_WARN_PEER("close %s: malformed UBRing hello (msg_len %u)", s->peer,
+                      n >= 4 ? (unsigned)flat[2] << 8 | flat[3] : 0);
         jet__socket_set_failed(s, -EPROTO);
         return -EPROTO;
     }
@@ -847,7 +850,7 @@ static ssize_t ub_ring_cut(jet_socket_t *s, ub_conn_t *c, jet_iobuf_t *const *bu
     uint32_t want = (uint32_t)((bytes + JET_UBRING_CHUNK_PAYLOAD - 1) / JET_UBRING_CHUNK_PAYLOAD);
     int64_t f = jet__ubring_tx_room(&c->tx, want);
     if (f < 0) {
-        JET_WARN("close %s: the peer wrote an out-of-range UBRing tail", s->peer);
+        JET_WARN_PEER("close %s: the peer wrote an out-of-range UBRing tail", s->peer);
         return -EPROTO;
     }
     size_t room = (size_t)f * JET_UBRING_CHUNK_PAYLOAD;

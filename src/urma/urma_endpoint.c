@@ -148,10 +148,10 @@ static void ep_fail(jet_urma_ep_t *ep, int err, const char *what, int status)
      * credits we post meanwhile fail), not news worth a warning. */
     if (jet__socket_failed(ep->s)) return;
     if (status >= 0)
-        JET_WARN("URMA connection %s: %s completed with %s (status %d)", ep->s->peer, what,
-                 jet__urma_cr_status_name(status), status);
+        JET_WARN_PEER("URMA connection %s: %s completed with %s (status %d)", ep->s->peer, what,
+                      jet__urma_cr_status_name(status), status);
     else
-        JET_WARN("URMA connection %s: %s", ep->s->peer, what);
+        JET_WARN_PEER("URMA connection %s: %s", ep->s->peer, what);
     jet__socket_set_failed(ep->s, err);
 }
 

@@ -32,8 +32,8 @@ int jet__urma_import_peer(const jet_urma_ctx_t *ctx, const jet_urma_hello_t *pee
     urma_target_seg_t *tseg = JET_URMA_FN(ctx, urma_import_seg)(ctx->uctx, &seg, &token, 0, sf);
     if (!tseg) {
         if (!s || !jet__socket_failed(s))
-            JET_WARN("URMA: cannot import the segment of %s: %s", who,
-                     strerror(errno ? errno : EIO));
+            JET_WARN_PEER("URMA: cannot import the segment of %s: %s", who,
+                          strerror(errno ? errno : EIO));
         return -EIO;
     }
     urma_rjetty_t rj;
@@ -49,8 +49,8 @@ int jet__urma_import_peer(const jet_urma_ctx_t *ctx, const jet_urma_hello_t *pee
     urma_target_jetty_t *tjetty = JET_URMA_FN(ctx, urma_import_jetty)(ctx->uctx, &rj, &token);
     if (!tjetty) {
         if (!s || !jet__socket_failed(s))
-            JET_WARN("URMA: cannot import jetty %u of %s: %s", peer->jetty_id, who,
-                     strerror(errno ? errno : EIO));
+            JET_WARN_PEER("URMA: cannot import jetty %u of %s: %s", peer->jetty_id, who,
+                          strerror(errno ? errno : EIO));
         JET_URMA_FN(ctx, urma_unimport_seg)(tseg);
         return -EIO;
     }

@@ -127,8 +127,8 @@ static void ut_ep_ready(jet_socket_t *s, int rc)
         if (rc < 0) jet__socket_set_failed(s, rc);
         return;
     }
-    JET_INFO("URMA: no resources for a connection to %s (%s): using TCP", s->peer,
-             jet_strerror(rc));
+    JET_INFO_PEER("URMA: no resources for a connection to %s (%s): using TCP", s->peer,
+                  jet_strerror(rc));
     jet__hello_go_off(s, &ts->h); /* drops the endpoint; no hello was sent */
     if (!jet__socket_failed(s)) jet__socket_connected(s, 0);
 }
@@ -139,8 +139,8 @@ static int ut_connect(jet_socket_t *s)
     if (atomic_load(&ts->h.mode) == JET_HELLO_OFF) return 0;
     int rc = jet__urma_ep_create(s, ut_ep_ready, &ts->ep);
     if (rc < 0) {
-        JET_INFO("URMA: no resources for a connection to %s (%s): using TCP", s->peer,
-                 jet_strerror(rc));
+        JET_INFO_PEER("URMA: no resources for a connection to %s (%s): using TCP", s->peer,
+                      jet_strerror(rc));
         ts->ep = NULL;
         atomic_store(&ts->h.mode, JET_HELLO_OFF);
         return 0; /* no hello: the server sees a plain TCP client */
@@ -188,7 +188,7 @@ static void ut_client_imported(jet_urma_import_t *job)
     jet_socket_t *s = job->s;
     bool on;
     if (!ut_import_arrived(job, &on)) return;
-    if (!on) JET_INFO("URMA with %s could not be set up: this connection uses TCP", s->peer);
+    if (!on) JET_INFO_PEER("URMA with %s could not be set up: this connection uses TCP", s->peer);
     jet__hello_client_finish(s, &((urma_ts_t *)s->tstate)->h, on);
     jet__urma_import_free(job); /* last: its reference keeps s alive until here */
 }
@@ -203,33 +203,34 @@ static void ut_client_step(jet_socket_t *s, jet_hello_ts_t *hts)
     case JET_URMA_HELLO_INCOMPLETE:
         return;
     case JET_URMA_HELLO_NOT_HELLO:
-        JET_WARN("close %s: the server answered the URMA hello with bytes that are not a hello "
-                 "(%02x %02x %02x %02x)",
-                 s->peer, flat[0], n > 1 ? flat[1] : 0, n > 2 ? flat[2] : 0, n > 3 ? flat[3] : 0);
+        JET_WARN_PEER(
+            "close %s: the server answered the URMA hello with bytes that are not a hello "
+            "(%02x %02x %02x %02x)",
+            s->peer, flat[0], n > 1 ? flat[1] : 0, n > 2 ? flat[2] : 0, n > 3 ? flat[3] : 0);
         jet__socket_set_failed(s, -EPROTO);
         return;
     case JET_URMA_HELLO_BAD_FRAME:
-        JET_WARN("close %s: the server's URMA hello is malformed (length out of range or "
-                 "undecodable)",
-                 s->peer);
+        JET_WARN_PEER("close %s: the server's URMA hello is malformed (length out of range or "
+                      "undecodable)",
+                      s->peer);
         jet__socket_set_failed(s, -EPROTO);
         return;
     case JET_URMA_HELLO_DECLINED:
         jet_iobuf_pop_front(&hts->hs_buf, used);
-        JET_INFO("%s declined URMA: this connection uses TCP", s->peer);
+        JET_INFO_PEER("%s declined URMA: this connection uses TCP", s->peer);
         jet__hello_client_finish(s, hts, false);
         return;
     case JET_URMA_HELLO_OK:
         jet_iobuf_pop_front(&hts->hs_buf, used);
         if (jet__urma_ep_is_own(ts->ep, &h)) {
-            JET_WARN("URMA: %s advertises this connection's own jetty %u (a peer on another "
-                     "fabric, or a forged hello): this connection uses TCP",
-                     s->peer, h.jetty_id);
+            JET_WARN_PEER("URMA: %s advertises this connection's own jetty %u (a peer on another "
+                          "fabric, or a forged hello): this connection uses TCP",
+                          s->peer, h.jetty_id);
             jet__hello_client_finish(s, hts, false);
             return;
         }
         if (jet__urma_import_start(s, ts->ep, &h, ut_client_imported) < 0) {
-            JET_INFO("URMA with %s could not be set up: this connection uses TCP", s->peer);
+            JET_INFO_PEER("URMA with %s could not be set up: this connection uses TCP", s->peer);
             jet__hello_client_finish(s, hts, false);
             return;
         }
@@ -291,17 +292,17 @@ static void ut_server_imported(jet_urma_import_t *job)
 static void ut_server_import(jet_socket_t *s, urma_ts_t *ts, int rc)
 {
     if (rc == 0 && jet__urma_ep_is_own(ts->ep, &ts->peer)) {
-        JET_WARN("URMA: %s advertises this connection's own jetty %u (a peer on another "
-                 "fabric, or a forged hello): declined, using TCP",
-                 s->peer, ts->peer.jetty_id);
+        JET_WARN_PEER("URMA: %s advertises this connection's own jetty %u (a peer on another "
+                      "fabric, or a forged hello): declined, using TCP",
+                      s->peer, ts->peer.jetty_id);
     } else {
         if (rc == 0) rc = jet__urma_import_start(s, ts->ep, &ts->peer, ut_server_imported);
         if (rc == 0) {
             ts->h.hs = JET_HELLO_HS_PENDING;
             return;
         }
-        JET_INFO("URMA: no resources for the connection from %s (%s): declined, using TCP",
-                 s->peer, jet_strerror(rc));
+        JET_INFO_PEER("URMA: no resources for the connection from %s (%s): declined, using TCP",
+                      s->peer, jet_strerror(rc));
     }
     if (ts->ep) jet__urma_ep_close(ts->ep);
     ts->ep = NULL;
@@ -334,12 +335,14 @@ static int ut_server_hello(jet_socket_t *s, jet_hello_ts_t *hts)
         return JET_HELLO_STEP_MORE;
     case JET_URMA_HELLO_NOT_HELLO:
     case JET_URMA_HELLO_BAD_FRAME:
-        JET_WARN("close %s: malformed URMA hello (length out of range or undecodable)", s->peer);
+        JET_WARN_PEER("close %s: malformed URMA hello (length out of range or undecodable)",
+                      s->peer);
         jet__socket_set_failed(s, -EPROTO);
         return -EPROTO;
     case JET_URMA_HELLO_DECLINED:
         jet_iobuf_pop_front(&hts->hs_buf, used);
-        JET_INFO("%s sent a URMA hello with fields out of range: declined, using TCP", s->peer);
+        JET_INFO_PEER("%s sent a URMA hello with fields out of range: declined, using TCP",
+                      s->peer);
         ut_server_decline(s, ts, h.version);
         return JET_HELLO_STEP_DONE;
     case JET_URMA_HELLO_OK:

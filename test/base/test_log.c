@@ -1,6 +1,6 @@
 /* Logging: one line per call, level filtering through the log_level flag,
- * truncation, and whole lines from concurrent threads. stderr is captured
- * into a tmpfile with dup2. */
+ * truncation, whole lines from concurrent threads, the rate of lines a peer
+ * can cause. stderr is captured into a tmpfile with dup2. */
 #include <pthread.h>
 #include <stdlib.h>
 #include <string.h>
@@ -9,33 +9,17 @@
 #include "base/log.h"
 #include "testutil.h"
 
-static FILE *cap_file;
-static int cap_saved_fd = -1;
+static jt_stderr_cap_t cap;
 
 static void cap_begin(void)
 {
-    fflush(stderr);
-    cap_file = tmpfile();
-    cap_saved_fd = dup(2);
-    if (cap_file && cap_saved_fd >= 0) dup2(fileno(cap_file), 2);
+    jt_stderr_begin(&cap);
 }
 
 /* Stops capturing; returns what was written (malloc'd, NUL-terminated). */
 static char *cap_end(size_t *len_p)
 {
-    fflush(stderr);
-    if (cap_saved_fd >= 0) {
-        dup2(cap_saved_fd, 2);
-        close(cap_saved_fd);
-        cap_saved_fd = -1;
-    }
-    if (!cap_file) return NULL;
-    off_t len = lseek(fileno(cap_file), 0, SEEK_END);
-    if (len < 0) len = 0;
-    char *s = calloc(1, (size_t)len + 1);
-    if (s && len > 0 && pread(fileno(cap_file), s, (size_t)len, 0) != len) s[0] = '\0';
-    fclose(cap_file);
-    cap_file = NULL;
+    char *s = jt_stderr_end(&cap);
     if (len_p) *len_p = s ? strlen(s) : 0;
     return s;
 }
@@ -190,6 +174,54 @@ static void test_threads_whole_lines(void)
     free(s);
 }
 
+/* Lines a peer can cause: per call site, a burst of 10 x log_peer_rate,
+ * then log_peer_rate a second; the next printed line counts the dropped
+ * ones. Two call sites have a bucket each; 0 lifts the limit. */
+static void peer_line(int i)
+{
+    JET_WARN_PEER("close peer-%d: bad bytes", i);
+}
+
+static void test_peer_lines_rate_limited(void)
+{
+    set_level("1");
+    JT_CHECK_EQ(jet_flag_set("log_peer_rate", "1"), 0);
+    cap_begin();
+    for (int i = 0; i < 100; i++)
+        peer_line(i);
+    for (int i = 0; i < 3; i++)
+        JET_INFO_PEER("declined peer-%d", i);             /* another site: its own burst */
+    JET_LOG_PEER(JET_LOG_DEBUG, "below the level %d", 0); /* filtered, not counted */
+    char *s = cap_end(NULL);
+    JT_REQUIRE(s);
+    JT_CHECK_EQ(count_lines(s), 13);
+    JT_CHECK(strstr(s, "close peer-9: bad bytes\n") != NULL);
+    JT_CHECK(strstr(s, "peer-10:") == NULL);
+    JT_CHECK(strstr(s, "declined peer-2\n") != NULL);
+    free(s);
+
+    usleep(1100 * 1000); /* one line's worth of the rate */
+    cap_begin();
+    for (int i = 100; i < 103; i++)
+        peer_line(i);
+    s = cap_end(NULL);
+    JT_REQUIRE(s);
+    JT_CHECK_EQ(count_lines(s), 1);
+    JT_CHECK(strstr(s, "close peer-100: bad bytes [90 more like this not logged: "
+                       "--log_peer_rate]\n") != NULL);
+    free(s);
+
+    JT_CHECK_EQ(jet_flag_set("log_peer_rate", "0"), 0);
+    cap_begin();
+    for (int i = 0; i < 50; i++)
+        peer_line(i);
+    s = cap_end(NULL);
+    JT_REQUIRE(s);
+    JT_CHECK_EQ(count_lines(s), 50);
+    free(s);
+    JT_CHECK_EQ(jet_flag_set("log_peer_rate", "1"), 0);
+}
+
 int main(void)
 {
     JT_RUN(test_one_line_per_call);
@@ -197,5 +229,6 @@ int main(void)
     JT_RUN(test_log_once);
     JT_RUN(test_long_message);
     JT_RUN(test_threads_whole_lines);
+    JT_RUN(test_peer_lines_rate_limited);
     return jt_finish();
 }

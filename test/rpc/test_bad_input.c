@@ -945,6 +945,37 @@ static void test_many_bad_clients_at_once(void)
     check_healthy();
 }
 
+/* Anyone who can connect could fill the server's log at their connection
+ * rate: the line each garbage connection causes is rate-limited
+ * (log_peer_rate: a burst of 10, then 1 a second), and the next one printed
+ * counts those dropped. Every connection is still closed. */
+static void test_garbage_flood_log_bounded(void)
+{
+    enum { N = 100 };
+    const char *line = "first bytes are not baidu_std";
+    usleep(1100 * 1000); /* the earlier cases' lines: at least one more allowed */
+    int64_t t0 = jt_now_ms();
+    jt_stderr_cap_t cap;
+    jt_stderr_begin(&cap);
+    int closed = 0;
+    for (int i = 0; i < N; i++) {
+        int fd = raw_connect();
+        jt_send_all(fd, "GARBAGE!GARBAGE!", 16);
+        closed += expect_closed(fd);
+        close(fd);
+    }
+    char *log = jt_stderr_end(&cap);
+    int64_t took_s = (jt_now_ms() - t0) / 1000;
+    JT_REQUIRE(log);
+    int lines = jt_count_lines_with(log, line);
+    fprintf(stderr, "  %d garbage connections in %lld s: %d lines, %d counting dropped ones\n", N,
+            (long long)took_s, lines, jt_count_lines_with(log, "more like this not logged"));
+    JT_CHECK_EQ(closed, N);
+    JT_CHECK(lines >= 1 && lines <= 10 + took_s + 1);
+    free(log);
+    check_healthy();
+}
+
 int main(void)
 {
     /* Before anything starts the loops. */
@@ -991,6 +1022,7 @@ int main(void)
     RUN(test_checksum);
     RUN(test_unknown_service_and_method);
     RUN(test_many_bad_clients_at_once);
+    RUN(test_garbage_flood_log_bounded);
     RUN(test_nested_too_deep);
     RUN(test_unread_answers_bounded);
 
