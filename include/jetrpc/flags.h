@@ -9,7 +9,12 @@
  *
  * Flags are defined at file scope with JET_FLAG_DEFINE_<TYPE>(name, default,
  * help) and read as JET_FLAG(name); another file reads them after
- * JET_FLAG_DECLARE_<TYPE>(name).
+ * JET_FLAG_DECLARE_<TYPE>(name). An integer flag defined with
+ * JET_FLAG_DEFINE_INT32_RANGE / _INT64_RANGE(name, default, min, max, help)
+ * accepts only values in [min, max] from the environment, the command line
+ * and jet_flag_set: anything else is refused with a message naming the
+ * range, and the flag keeps its value. JET_FLAG_STORE does not check, so
+ * code that reads such a flag still copes with any value.
  *
  * A flag may be changed at any time, from any thread, by jet_flag_set or
  * JET_FLAG_STORE: JET_FLAG reads it with one atomic load (relaxed; acquire
@@ -43,25 +48,32 @@ typedef struct jet_flag {
     const char *help;
     const char *default_text;
     const char *file;
+    /* INT32 and INT64 flags: the values jet_flag_set accepts (the type's
+     * whole range unless defined with _RANGE; both 0 in a record written by
+     * hand means the whole range too). */
+    int64_t min, max;
     struct jet_flag *next; /* registry link, owned by the registry */
 } jet_flag_t;
 
 /* Adds a flag to the registry (called by the DEFINE macros before main()).
- * A second flag with the same name is refused with a message on stderr. */
+ * A second flag with the same name, or an integer flag whose min exceeds its
+ * max, is refused with a message on stderr. */
 void jet_flag_register(jet_flag_t *flag);
 
 /* Applies JETRPC_* environment variables, then the command line. Recognised
  * arguments are removed from argv (argc updated); the others, and everything
  * after "--", stay. "--help" prints every flag and exits the process with 0.
  * Returns 0, or -EINVAL after printing the offending argument (unknown flag,
- * value that does not parse as the flag's type). */
+ * value that does not parse as the flag's type or lies outside its range). */
 int jet_flags_parse(int *argc, char ***argv);
 
-/* Sets one flag from text. 0, -ENOENT (no such flag) or -EINVAL (bad value). */
+/* Sets one flag from text. 0, -ENOENT (no such flag) or -EINVAL (bad value:
+ * not of the flag's type, or outside its range; the flag is unchanged). */
 int jet_flag_set(const char *name, const char *value);
 /* Finds a flag by name; NULL when there is none. */
 const jet_flag_t *jet_flag_find(const char *name);
-/* Prints "--name=default  help" for every flag, sorted by name. */
+/* Prints "--name=value (default: d) [min, max]  help" for every flag,
+ * sorted by name; the range only for flags defined with one. */
 void jet_flags_print_help(FILE *out);
 
 #ifdef __cplusplus
@@ -87,21 +99,45 @@ void jet_flags_print_help(FILE *out);
 /* The flag's variable, for code that keeps its address; read it atomically. */
 #define JET_FLAG_VAR(name) jet_flag__##name
 
-#define JET_FLAG_DEFINE_(ctype, tag, name, def, helptext)                                          \
-    ctype jet_flag__##name = def;                                                                  \
-    static jet_flag_t jet_flag_rec__##name = {#name, JET_FLAG_TYPE_##tag, &jet_flag__##name,       \
-                                              helptext, #def, __FILE__, 0};                        \
-    __attribute__((constructor)) static void jet_flag_reg__##name(void)                            \
+#define JET_FLAG_DEFINE_(ctype, tag, fname, def, lo, hi, helptext)                                 \
+    ctype jet_flag__##fname = def;                                                                 \
+    static jet_flag_t jet_flag_rec__##fname = {.name = #fname,                                     \
+                                               .type = JET_FLAG_TYPE_##tag,                        \
+                                               .ptr = &jet_flag__##fname,                          \
+                                               .help = helptext,                                   \
+                                               .default_text = #def,                               \
+                                               .file = __FILE__,                                   \
+                                               .min = lo,                                          \
+                                               .max = hi};                                         \
+    __attribute__((constructor)) static void jet_flag_reg__##fname(void)                           \
     {                                                                                              \
-        jet_flag_register(&jet_flag_rec__##name);                                                  \
+        jet_flag_register(&jet_flag_rec__##fname);                                                 \
     }
 
-#define JET_FLAG_DEFINE_BOOL(name, def, help)   JET_FLAG_DEFINE_(bool, BOOL, name, def, help)
-#define JET_FLAG_DEFINE_INT32(name, def, help)  JET_FLAG_DEFINE_(int32_t, INT32, name, def, help)
-#define JET_FLAG_DEFINE_INT64(name, def, help)  JET_FLAG_DEFINE_(int64_t, INT64, name, def, help)
-#define JET_FLAG_DEFINE_DOUBLE(name, def, help) JET_FLAG_DEFINE_(double, DOUBLE, name, def, help)
+#define JET_FLAG_DEFINE_BOOL(name, def, help) JET_FLAG_DEFINE_(bool, BOOL, name, def, 0, 0, help)
+#define JET_FLAG_DEFINE_INT32(name, def, help)                                                     \
+    JET_FLAG_DEFINE_(int32_t, INT32, name, def, INT32_MIN, INT32_MAX, help)
+#define JET_FLAG_DEFINE_INT64(name, def, help)                                                     \
+    JET_FLAG_DEFINE_(int64_t, INT64, name, def, INT64_MIN, INT64_MAX, help)
+#define JET_FLAG_DEFINE_DOUBLE(name, def, help)                                                    \
+    JET_FLAG_DEFINE_(double, DOUBLE, name, def, 0, 0, help)
 #define JET_FLAG_DEFINE_STRING(name, def, help)                                                    \
-    JET_FLAG_DEFINE_(const char *, STRING, name, def, help)
+    JET_FLAG_DEFINE_(const char *, STRING, name, def, 0, 0, help)
+#ifdef __cplusplus
+#define JET_FLAG_STATIC_ASSERT_ static_assert
+#else
+#define JET_FLAG_STATIC_ASSERT_ _Static_assert
+#endif
+/* The default must lie in [lo, hi] (checked at compile time). */
+#define JET_FLAG_DEFINE_INT32_RANGE(name, def, lo, hi, help)                                       \
+    JET_FLAG_STATIC_ASSERT_((lo) <= (def) && (def) <= (hi) && INT32_MIN <= (lo) &&                 \
+                                (hi) <= INT32_MAX,                                                 \
+                            "--" #name ": default outside its range");                             \
+    JET_FLAG_DEFINE_(int32_t, INT32, name, def, lo, hi, help)
+#define JET_FLAG_DEFINE_INT64_RANGE(name, def, lo, hi, help)                                       \
+    JET_FLAG_STATIC_ASSERT_((lo) <= (def) && (def) <= (hi),                                        \
+                            "--" #name ": default outside its range");                             \
+    JET_FLAG_DEFINE_(int64_t, INT64, name, def, lo, hi, help)
 
 #define JET_FLAG_DECLARE_BOOL(name)   extern bool jet_flag__##name
 #define JET_FLAG_DECLARE_INT32(name)  extern int32_t jet_flag__##name

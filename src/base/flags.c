@@ -139,7 +139,33 @@ static int flags_set_string_locked(jet_flag_t *f, const char *value)
     return 0;
 }
 
-/* Parses fully before storing, so a bad value leaves the flag unchanged. */
+/* Whether the flag was defined with a range narrower than its type's. */
+static bool flags_has_range(const jet_flag_t *f)
+{
+    if (f->type == JET_FLAG_TYPE_INT32) return f->min > INT32_MIN || f->max < INT32_MAX;
+    if (f->type == JET_FLAG_TYPE_INT64) return f->min > INT64_MIN || f->max < INT64_MAX;
+    return false;
+}
+
+static bool flags_in_range(const jet_flag_t *f, long long v)
+{
+    return !flags_has_range(f) || (v >= f->min && v <= f->max);
+}
+
+/* Why a value was refused, for the messages: "expected int32" or "expected
+ * int32 in [16, 4096]". */
+static void flags_expected(const jet_flag_t *f, char *buf, size_t cap)
+{
+    if (flags_has_range(f))
+        snprintf(buf, cap, "expected %s in [%lld, %lld]", flags_type_name(f->type),
+                 (long long)f->min, (long long)f->max);
+    else
+        snprintf(buf, cap, "expected %s", flags_type_name(f->type));
+}
+
+/* Parses fully before storing, so a bad value leaves the flag unchanged.
+ * -EINVAL when the text is not of the flag's type, -ERANGE when the value is
+ * outside the flag's range (the public calls report both as -EINVAL). */
 static int flags_set_locked(jet_flag_t *f, const char *value)
 {
     long long ll;
@@ -153,10 +179,12 @@ static int flags_set_locked(jet_flag_t *f, const char *value)
     }
     case JET_FLAG_TYPE_INT32:
         if ((rc = flags_parse_int(value, INT32_MIN, INT32_MAX, &ll)) < 0) return rc;
+        if (!flags_in_range(f, ll)) return -ERANGE;
         __atomic_store_n((int32_t *)f->ptr, (int32_t)ll, __ATOMIC_RELAXED);
         return 0;
     case JET_FLAG_TYPE_INT64:
         if ((rc = flags_parse_int(value, INT64_MIN, INT64_MAX, &ll)) < 0) return rc;
+        if (!flags_in_range(f, ll)) return -ERANGE;
         __atomic_store_n((int64_t *)f->ptr, (int64_t)ll, __ATOMIC_RELAXED);
         return 0;
     case JET_FLAG_TYPE_DOUBLE: {
@@ -188,10 +216,13 @@ static int flags_apply_env_locked(jet_flag_t *f)
     const char *value = flags_env_locked(f, var, sizeof var);
     if (!value) return 0;
     int rc = flags_set_locked(f, value);
-    if (rc < 0)
-        fprintf(stderr, "jetrpc: bad value '%s' in %s for flag --%s (expected %s): %s\n", value,
-                var, f->name, flags_type_name(f->type), strerror(-rc));
-    return rc;
+    if (rc < 0) {
+        char why[96];
+        flags_expected(f, why, sizeof why);
+        fprintf(stderr, "jetrpc: bad value '%s' in %s for flag --%s (%s): %s\n", value, var,
+                f->name, why, strerror(-rc));
+    }
+    return rc < 0 ? -EINVAL : 0;
 }
 
 void jet_flag_register(jet_flag_t *flag)
@@ -199,6 +230,18 @@ void jet_flag_register(jet_flag_t *flag)
     if (!flag || !flag->name || !flag->name[0] || !flag->ptr) {
         fprintf(stderr, "jetrpc: refusing to register a flag without a name or storage\n");
         return;
+    }
+    if (flag->type == JET_FLAG_TYPE_INT32 || flag->type == JET_FLAG_TYPE_INT64) {
+        bool i32 = flag->type == JET_FLAG_TYPE_INT32;
+        if (flag->min == 0 && flag->max == 0) { /* a record written without a range */
+            flag->min = i32 ? INT32_MIN : INT64_MIN;
+            flag->max = i32 ? INT32_MAX : INT64_MAX;
+        }
+        if (flag->min > flag->max) {
+            fprintf(stderr, "jetrpc: flag --%s has an empty range [%lld, %lld]; not registered\n",
+                    flag->name, (long long)flag->min, (long long)flag->max);
+            return;
+        }
     }
     pthread_mutex_lock(&flags_lock);
     jet_flag_t *old = flags_find_n_locked(flag->name, strlen(flag->name));
@@ -257,7 +300,7 @@ int jet_flag_set(const char *name, const char *value)
     jet_flag_t *f = flags_find_n_locked(name, strlen(name));
     int rc = f ? flags_set_locked(f, value) : -ENOENT;
     pthread_mutex_unlock(&flags_lock);
-    return rc;
+    return rc == -ERANGE ? -EINVAL : rc;
 }
 
 /* Shortest text that reads back as the same double. */
@@ -307,7 +350,9 @@ static void flags_print_one_locked(FILE *out, const jet_flag_t *f)
         flags_print_value(out, f->type, &x->def);
     else
         fputs(f->default_text ? f->default_text : "?", out);
-    fprintf(out, ")  %s\n", f->help ? f->help : "");
+    fputc(')', out);
+    if (flags_has_range(f)) fprintf(out, " [%lld, %lld]", (long long)f->min, (long long)f->max);
+    fprintf(out, "  %s\n", f->help ? f->help : "");
 }
 
 static int flags_cmp_name(const void *a, const void *b)
@@ -390,9 +435,11 @@ static int flags_parse_arg_locked(int argc, char **argv, int *i)
     }
     int rc = flags_set_locked(f, value);
     if (rc < 0) {
-        fprintf(stderr, "jetrpc: bad value '%s' for flag --%s (expected %s): %s\n", value, f->name,
-                flags_type_name(f->type), strerror(-rc));
-        return rc;
+        char why[96];
+        flags_expected(f, why, sizeof why);
+        fprintf(stderr, "jetrpc: bad value '%s' for flag --%s (%s): %s\n", value, f->name, why,
+                strerror(-rc));
+        return -EINVAL;
     }
     return 1;
 }

@@ -16,6 +16,8 @@ JET_FLAG_DEFINE_INT32(tf_i32, 7, "a test int32");
 JET_FLAG_DEFINE_INT64(tf_i64, -5, "a test int64");
 JET_FLAG_DEFINE_DOUBLE(tf_dbl, 1.5, "a test double");
 JET_FLAG_DEFINE_STRING(tf_str, "hello", "a test string");
+JET_FLAG_DEFINE_INT32_RANGE(tf_r32, 5, 1, 10, "a test int32 in [1, 10]");
+JET_FLAG_DEFINE_INT64_RANGE(tf_r64, -3, -10, INT64_C(1) << 40, "a test int64 with a range");
 /* Named like the negation of another flag: the exact name must win. */
 JET_FLAG_DEFINE_BOOL(notf_real, true, "a bool whose name starts with no");
 
@@ -30,6 +32,8 @@ static void reset_flags(void)
     JT_CHECK_EQ(jet_flag_set("tf_dbl", "1.5"), 0);
     JT_CHECK_EQ(jet_flag_set("tf_str", "hello"), 0);
     JT_CHECK_EQ(jet_flag_set("notf_real", "true"), 0);
+    JT_CHECK_EQ(jet_flag_set("tf_r32", "5"), 0);
+    JT_CHECK_EQ(jet_flag_set("tf_r64", "-3"), 0);
 }
 
 /* Runs jet_flags_parse on a copy of args; the copy (rewritten) goes to out. */
@@ -357,6 +361,86 @@ static void test_parse_errors(void)
     reset_flags();
 }
 
+/* A flag defined with a range takes the values in it, from every source,
+ * and refuses the others with a message naming the range, unchanged. */
+static void test_ranges(void)
+{
+    JT_CHECK_EQ(JET_FLAG(tf_r32), 5);
+    JT_CHECK_EQ(jet_flag_set("tf_r32", "1"), 0);
+    JT_CHECK_EQ(JET_FLAG(tf_r32), 1);
+    JT_CHECK_EQ(jet_flag_set("tf_r32", "10"), 0);
+    JT_CHECK_EQ(JET_FLAG(tf_r32), 10);
+    const char *bad32[] = {"0", "11", "-1", "2147483647", "-2147483648", "0x7fffffff"};
+    for (size_t i = 0; i < sizeof bad32 / sizeof bad32[0]; i++) {
+        JT_CHECK_EQ(jet_flag_set("tf_r32", bad32[i]), -EINVAL);
+        JT_CHECK_EQ(JET_FLAG(tf_r32), 10);
+    }
+    JT_CHECK_EQ(jet_flag_set("tf_r64", "-10"), 0);
+    JT_CHECK_EQ(jet_flag_set("tf_r64", "1099511627776"), 0);
+    JT_CHECK(JET_FLAG(tf_r64) == INT64_C(1) << 40);
+    JT_CHECK_EQ(jet_flag_set("tf_r64", "1099511627777"), -EINVAL);
+    JT_CHECK_EQ(jet_flag_set("tf_r64", "-11"), -EINVAL);
+    JT_CHECK_EQ(jet_flag_set("tf_r64", "-9223372036854775808"), -EINVAL);
+    JT_CHECK(JET_FLAG(tf_r64) == INT64_C(1) << 40);
+    /* Flags without a range keep their type's whole range. */
+    JT_CHECK_EQ(jet_flag_set("tf_i32", "-2147483648"), 0);
+    JT_CHECK_EQ(jet_flag_set("tf_i64", "9223372036854775807"), 0);
+
+    EXPECT_PARSE_ERROR("--tf_r32 (expected int32 in [1, 10])", "prog", "--tf_r32=0");
+    EXPECT_PARSE_ERROR("in [1, 10]", "prog", "--tf_r32", "11");
+    EXPECT_PARSE_ERROR("in [-10, 1099511627776]", "prog", "--tf_r64=2000000000000");
+    JT_CHECK_EQ(JET_FLAG(tf_r32), 10);
+    setenv("JETRPC_TF_R32", "-4", 1);
+    EXPECT_PARSE_ERROR("JETRPC_TF_R32 for flag --tf_r32 (expected int32 in [1, 10])", "prog");
+    unsetenv("JETRPC_TF_R32");
+    JT_CHECK_EQ(JET_FLAG(tf_r32), 10);
+    /* In range from the command line and the environment. */
+    char *out[32];
+    int argc;
+    setenv("JETRPC_TF_R32", "2", 1);
+    JT_CHECK_EQ(PARSE(out, &argc, "prog"), 0);
+    JT_CHECK_EQ(JET_FLAG(tf_r32), 2);
+    unsetenv("JETRPC_TF_R32");
+    JT_CHECK_EQ(PARSE(out, &argc, "prog", "--tf_r32", "3"), 0);
+    JT_CHECK_EQ(JET_FLAG(tf_r32), 3);
+    JT_CHECK_EQ(argc, 1);
+    reset_flags();
+    JT_CHECK_EQ(jet_flag_set("tf_i32", "7"), 0);
+    JT_CHECK_EQ(jet_flag_set("tf_i64", "-5"), 0);
+}
+
+static void register_fn(void *arg)
+{
+    jet_flag_register(arg);
+}
+
+/* Records written by hand: zero bounds mean the whole range; an empty range
+ * is refused at registration. */
+static void test_register_ranges(void)
+{
+    static int32_t plain = 1, empty = 1;
+    static jet_flag_t plain_rec = {.name = "tf_hand_plain",
+                                   .type = JET_FLAG_TYPE_INT32,
+                                   .ptr = &plain,
+                                   .help = "by hand",
+                                   .default_text = "1"};
+    static jet_flag_t empty_rec = {.name = "tf_hand_empty",
+                                   .type = JET_FLAG_TYPE_INT32,
+                                   .ptr = &empty,
+                                   .help = "by hand",
+                                   .default_text = "1",
+                                   .min = 5,
+                                   .max = 4};
+    jet_flag_register(&plain_rec);
+    JT_CHECK_EQ(jet_flag_set("tf_hand_plain", "-2147483648"), 0);
+    JT_CHECK_EQ(plain, INT32_MIN);
+    char err[1024];
+    capture_stderr(register_fn, &empty_rec, err, sizeof err);
+    JT_CHECK(strstr(err, "--tf_hand_empty has an empty range [5, 4]") != NULL);
+    JT_CHECK(jet_flag_find("tf_hand_empty") == NULL);
+    JT_CHECK_EQ(jet_flag_set("tf_hand_empty", "5"), -ENOENT);
+}
+
 static void test_env_order(void)
 {
     char *out[32];
@@ -401,23 +485,24 @@ static void test_env_without_parse(void)
     JT_REQUIRE(pid >= 0);
     if (pid == 0) {
         setenv("JETRPC_TF_I64", "4242", 1);
+        setenv("JETRPC_TF_R32", "99", 1); /* out of range: refused, the default stays */
         execl("/proc/self/exe", "test_flags", CHILD_ENV_MARK, (char *)NULL);
         _exit(127);
     }
     JT_CHECK_EQ(jt_wait(pid), 0);
 }
 
-static void dup_register_fn(void *arg)
-{
-    jet_flag_register(arg);
-}
-
 static void test_duplicate(void)
 {
     static int32_t other = 99;
-    static jet_flag_t dup = {"tf_i32", JET_FLAG_TYPE_INT32, &other, "dup", "99", "elsewhere.c", 0};
+    static jet_flag_t dup = {.name = "tf_i32",
+                             .type = JET_FLAG_TYPE_INT32,
+                             .ptr = &other,
+                             .help = "dup",
+                             .default_text = "99",
+                             .file = "elsewhere.c"};
     char err[1024];
-    capture_stderr(dup_register_fn, &dup, err, sizeof err);
+    capture_stderr(register_fn, &dup, err, sizeof err);
     JT_CHECK(strstr(err, "tf_i32") != NULL);
     JT_CHECK(strstr(err, "elsewhere.c") != NULL);
     JT_CHECK(jet_flag_find("tf_i32")->ptr == &JET_FLAG_VAR(tf_i32));
@@ -447,7 +532,9 @@ static void test_help(void)
     JT_REQUIRE(s);
     JT_CHECK(strstr(s, "--tf_i32=12 (default: 7)  a test int32\n") != NULL);
     JT_CHECK(strstr(s, "--tf_bool=false (default: false)  a test bool\n") != NULL);
-    JT_CHECK(strstr(s, "--tf_i64=-5 (default: -5)") != NULL);
+    JT_CHECK(strstr(s, "--tf_i64=-5 (default: -5)  a test int64\n") != NULL);
+    JT_CHECK(strstr(s, "--tf_r32=5 (default: 5) [1, 10]  a test int32 in [1, 10]\n") != NULL);
+    JT_CHECK(strstr(s, "--tf_r64=-3 (default: -3) [-10, 1099511627776]  a test") != NULL);
     JT_CHECK(strstr(s, "--tf_dbl=1.5 (default: 1.5)") != NULL);
     JT_CHECK(strstr(s, "--tf_str=\"hello\" (default: \"hello\")  a test string\n") != NULL);
     /* Sorted by name. */
@@ -545,7 +632,7 @@ static void test_set_while_read(void)
 int main(int argc, char **argv)
 {
     if (argc == 2 && strcmp(argv[1], CHILD_ENV_MARK) == 0)
-        return JET_FLAG(tf_i64) == 4242 && JET_FLAG(tf_i32) == 7 ? 0 : 1;
+        return JET_FLAG(tf_i64) == 4242 && JET_FLAG(tf_i32) == 7 && JET_FLAG(tf_r32) == 5 ? 0 : 1;
     JT_RUN(test_find);
     JT_RUN(test_defaults);
     JT_RUN(test_set_bool);
@@ -557,6 +644,8 @@ int main(int argc, char **argv)
     JT_RUN(test_parse_syntaxes);
     JT_RUN(test_parse_keeps_others);
     JT_RUN(test_parse_errors);
+    JT_RUN(test_ranges);
+    JT_RUN(test_register_ranges);
     JT_RUN(test_env_order);
     JT_RUN(test_env_without_parse);
     JT_RUN(test_duplicate);
