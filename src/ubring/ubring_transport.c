@@ -19,39 +19,47 @@
 #include "ubring/ubring_ring.h"
 #include "ubring/ubring_shm.h"
 
-JET_FLAG_DEFINE_INT32(ub_data_queue_size, 4,
-                      "UBRing segment size in MiB (a multiple of 4); one write carries at most "
-                      "((size - 64 B) / 64 - 1) * 60 bytes, larger messages take several (brpc: "
-                      "data_queue_size)");
-JET_FLAG_DEFINE_INT32(ub_poller_num, 1, "Event loops that poll UBRing connections");
+#define UB_MAX_LOOPS 256
+
+JET_FLAG_DEFINE_INT32_RANGE(
+    ub_data_queue_size, 4, 4, 1024,
+    "UBRing segment size in MiB (a multiple of 4); one write carries at most "
+    "((size - 64 B) / 64 - 1) * 60 bytes, larger messages take several (brpc: "
+    "data_queue_size)");
+JET_FLAG_DEFINE_INT32_RANGE(ub_poller_num, 1, 1, UB_MAX_LOOPS,
+                            "Event loops that poll UBRing connections");
 JET_FLAG_DEFINE_BOOL(ub_poller_yield, false, "UBRing pollers yield the CPU when they find nothing");
 /* Longer than the ~1-2 ms an idle loop takes to look at its rings: with a
  * shorter spin, a call/answer pair can settle into that pace on both sides
  * (each answer arriving just after the other side stopped spinning). */
-JET_FLAG_DEFINE_INT32(ub_poller_idle_us, 2500,
-                      "UBRing pollers spin this long after the last traffic (read or write), then "
-                      "look at the rings about every millisecond");
-JET_FLAG_DEFINE_INT32(ub_hb_timer_interval, 5,
-                      "Seconds between checks of the peer's UBRing heartbeat (ours is written "
-                      "every second)");
-JET_FLAG_DEFINE_INT32(ub_hb_retry_cnt, 10,
-                      "Missed UBRing heartbeat checks tolerated before the connection fails");
-JET_FLAG_DEFINE_INT32(ub_connect_timeout, 1,
-                      "Seconds a UBRing client may take to map the server segment (written into "
-                      "the segments)");
-JET_FLAG_DEFINE_INT32(ub_disconnect_timeout, 5,
-                      "Seconds to wait for the peer's acknowledgement of a UBRing close");
-JET_FLAG_DEFINE_INT32(ub_event_queue_timer_interval, 100,
-                      "Period of the UBRing close and idle checks, in microseconds (at least the "
-                      "loop's millisecond resolution while it sleeps)");
-JET_FLAG_DEFINE_INT32(ub_max_managed_num, 1024,
-                      "UBRing connections per process; later ones use TCP");
+JET_FLAG_DEFINE_INT32_RANGE(
+    ub_poller_idle_us, 2500, 0, 60000000,
+    "UBRing pollers spin this long after the last traffic (read or write), then "
+    "look at the rings about every millisecond");
+JET_FLAG_DEFINE_INT32_RANGE(
+    ub_hb_timer_interval, 5, 1, 86400,
+    "Seconds between checks of the peer's UBRing heartbeat (ours is written "
+    "every second)");
+JET_FLAG_DEFINE_INT32_RANGE(ub_hb_retry_cnt, 10, 0, INT32_MAX,
+                            "Missed UBRing heartbeat checks tolerated before the connection fails");
+JET_FLAG_DEFINE_INT32_RANGE(
+    ub_connect_timeout, 1, 1, 3600,
+    "Seconds a UBRing client may take to map the server segment (written into "
+    "the segments)");
+JET_FLAG_DEFINE_INT32_RANGE(ub_disconnect_timeout, 5, 0, 3600,
+                            "Seconds to wait for the peer's acknowledgement of a UBRing close");
+JET_FLAG_DEFINE_INT32_RANGE(
+    ub_event_queue_timer_interval, 100, 100, 1000000,
+    "Period of the UBRing close and idle checks, in microseconds (at least the "
+    "loop's millisecond resolution while it sleeps)");
+JET_FLAG_DEFINE_INT32_RANGE(ub_max_managed_num, 1024, 0, INT32_MAX,
+                            "UBRing connections per process; later ones use TCP");
 JET_FLAG_DEFINE_INT32(ub_handshake_timeout_ms, 5000,
-                      "A UBRing handshake that has not finished after this long fails");
+                      "A UBRing handshake that has not finished after this long fails (0 or "
+                      "less: no limit)");
 
 #define UB_READ_BUDGET (256 * 1024) /* bytes per connection per poll */
-#define UB_WRITE_MAX   (2 * 1024 * 1024)
-#define UB_MAX_LOOPS   256
+#define UB_WRITE_MAX       (2 * 1024 * 1024)
 #define UB_HB_WRITE_US 1000000
 #define UB_SWEEP_MIN_AGE_S 60 /* stale segments: see ub_sweep_once */
 /* A writer waiting for the peer to make room keeps the poller spinning
@@ -403,7 +411,8 @@ static void uc_heartbeat(ub_conn_t *c, int64_t now)
         c->hb_misses = 0;
         return;
     }
-    if (++c->hb_misses <= (uint32_t)JET_FLAG(ub_hb_retry_cnt)) return;
+    int32_t retry = JET_FLAG(ub_hb_retry_cnt); /* negative (stored by code): none */
+    if (++c->hb_misses <= (uint32_t)(retry > 0 ? retry : 0)) return;
     JET_WARN_PEER("close %s: no UBRing heartbeat from the peer for %u checks of %d s "
                   "(--ub_hb_timer_interval, --ub_hb_retry_cnt)",
                   c->s->peer, c->hb_misses, hb);

@@ -18,6 +18,8 @@
 #define PROMPT_MS 15000
 
 JET_FLAG_DECLARE_INT64(socket_max_unwritten_bytes);
+JET_FLAG_DECLARE_INT32(ub_hb_timer_interval);
+JET_FLAG_DECLARE_INT32(ub_hb_retry_cnt);
 
 static const char *const small_hb[] = {"--ub_hb_timer_interval=1", "--ub_hb_retry_cnt=2"};
 
@@ -312,6 +314,37 @@ static void test_silent_raw_client(void)
     jet_channel_destroy(ch);
     JT_CHECK_EQ(jt_child_stop(&c), 0);
     JT_CHECK(ubt_maps_wait_none(30000000));
+    JT_CHECK(ubt_shm_wait_clean(&before, 10000000));
+}
+
+/* A negative retry count, stored by code (the flag's range refuses it from
+ * the command line), tolerates no miss: the silent raw client is dropped at
+ * the first 1 s check. It was cast to a huge count and never dropped. */
+static void test_negative_hb_retry_cnt(void)
+{
+    ubt_names_t before;
+    ubt_shm_list(&before);
+    int32_t old_interval = JET_FLAG(ub_hb_timer_interval), old_retry = JET_FLAG(ub_hb_retry_cnt);
+    JET_FLAG_STORE(ub_hb_timer_interval, 1);
+    JET_FLAG_STORE(ub_hb_retry_cnt, -1);
+    JT_CHECK_EQ(jet_flag_set("ub_hb_retry_cnt", "-1"), -EINVAL);
+    int port = 0;
+    jet_server_t *srv = ubt_server_start(JET_SOCKET_MODE_UBRING, 0, &port);
+    JT_REQUIRE(srv);
+    ubt_raw_t r;
+    int rc = ubt_raw_connect(&r, port, NULL);
+    JT_CHECK_EQ(rc, 1);
+    if (rc == 1) {
+        int64_t t0 = jt_now_ms();
+        JT_CHECK(jt_wait_eof(r.fd, 10000));
+        fprintf(stderr, "  silent raw client dropped after %lld ms\n",
+                (long long)(jt_now_ms() - t0));
+    }
+    ubt_raw_close(&r);
+    jet_server_stop(srv);
+    jet_server_destroy(srv);
+    JET_FLAG_STORE(ub_hb_timer_interval, old_interval);
+    JET_FLAG_STORE(ub_hb_retry_cnt, old_retry);
     JT_CHECK(ubt_shm_wait_clean(&before, 10000000));
 }
 
@@ -768,6 +801,7 @@ int main(int argc, char **argv)
     JT_RUN(test_client_killed);
     JT_RUN(test_silent_peer_server);
     JT_RUN(test_silent_raw_client);
+    JT_RUN(test_negative_hb_retry_cnt);
     JT_RUN(test_stuck_peer_costs_no_cpu);
     JT_RUN(test_lying_tail_costs_no_cpu);
     JT_RUN(test_larger_than_ring);
