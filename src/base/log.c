@@ -10,13 +10,14 @@
 
 #include "base/time.h"
 
-JET_FLAG_DEFINE_INT32(log_level, JET_LOG_INFO,
-                      "Minimum level logged: 0 debug, 1 info, 2 warning, 3 error");
+JET_FLAG_DEFINE_INT32_RANGE(log_level, JET_LOG_INFO, 0, 4,
+                            "Minimum level logged: 0 debug, 1 info, 2 warning, 3 error, 4 none");
 
-JET_FLAG_DEFINE_INT32(log_peer_rate, 1,
-                      "Lines per second, per place in the code, that a remote peer can cause "
-                      "(bad bytes, declined hellos, closes), after a burst of 10 times as many; "
-                      "the next line printed counts those dropped. 0: no limit");
+JET_FLAG_DEFINE_INT32_RANGE(
+    log_peer_rate, 1, 0, 1000000,
+    "Lines per second, per place in the code, that a remote peer can cause "
+    "(bad bytes, declined hellos, closes), after a burst of 10 times as many; "
+    "the next line printed counts those dropped. 0: no limit");
 
 #define LOG_PEER_BURST 10
 

@@ -18,18 +18,24 @@
 #include "base/time.h"
 #include "jetrpc/flags.h"
 
-JET_FLAG_DEFINE_INT32(event_loop_num, 0,
-                      "Event-loop threads in the process group (0: one per core)");
+#define LOOP_MAX_EVENTS 65536
+#define LOOP_MAX_GROUP  1024
+
+JET_FLAG_DEFINE_INT32_RANGE(event_loop_num, 0, 0, LOOP_MAX_GROUP,
+                            "Event-loop threads in the process group (0: one per core)");
 JET_FLAG_DEFINE_BOOL(event_poll_yield, false,
                      "In busy-poll mode, sched_yield() after an iteration that found no work");
-JET_FLAG_DEFINE_INT32(event_max_events, 256, "Most epoll events fetched by one epoll_wait");
-JET_FLAG_DEFINE_INT32(event_busy_epoll_us, 20,
-                      "A busy-poll loop (one with pollers) looks at its file descriptors at most "
-                      "this often, in microseconds; its pollers, tasks and timers run every pass");
-JET_FLAG_DEFINE_INT32(event_busy_epoll_watch_us, 200,
-                      "A busy-poll loop whose file descriptors are all watch-only (connections "
-                      "whose data runs over URMA or UBRing: their TCP only tells that the peer is "
-                      "gone) looks at them at most this often, in microseconds");
+JET_FLAG_DEFINE_INT32_RANGE(event_max_events, 256, 1, LOOP_MAX_EVENTS,
+                            "Most epoll events fetched by one epoll_wait");
+JET_FLAG_DEFINE_INT32_RANGE(
+    event_busy_epoll_us, 20, 0, 1000000,
+    "A busy-poll loop (one with pollers) looks at its file descriptors at most "
+    "this often, in microseconds; its pollers, tasks and timers run every pass");
+JET_FLAG_DEFINE_INT32_RANGE(
+    event_busy_epoll_watch_us, 200, 0, 1000000,
+    "A busy-poll loop whose file descriptors are all watch-only (connections "
+    "whose data runs over URMA or UBRing: their TCP only tells that the peer is "
+    "gone) looks at them at most this often, in microseconds");
 JET_FLAG_DEFINE_BOOL(event_guest_drive, true,
                      "A thread waiting for a synchronous call runs its busy-poll loop's "
                      "iterations itself while the loop thread sleeps (one spinning thread instead "
@@ -39,15 +45,16 @@ JET_FLAG_DEFINE_BOOL(event_guest_block, true,
                      "serves only that call's connection waits in the loop's epoll itself while "
                      "the loop thread sleeps: the answer wakes the waiting thread directly (one "
                      "wake-up instead of two); needs event_guest_drive");
-JET_FLAG_DEFINE_INT32(event_guest_park_us, 200,
-                      "Longest a busy-poll loop that serves other connections or timers stays "
-                      "undriven after a waiting thread returned it, before the loop thread takes "
-                      "it back [10, 100000]");
-JET_FLAG_DEFINE_INT32(event_guest_park_solitary_us, 20000,
-                      "Longest a busy-poll loop whose only fd is the waiting threads' connection "
-                      "stays undriven after a waiting thread returned it (posts, asynchronous "
-                      "calls and due timers wake its thread at once) [event_guest_park_us, "
-                      "1000000]");
+JET_FLAG_DEFINE_INT32_RANGE(
+    event_guest_park_us, 200, 10, 100000,
+    "Longest a busy-poll loop that serves other connections or timers stays "
+    "undriven after a waiting thread returned it, before the loop thread takes "
+    "it back");
+JET_FLAG_DEFINE_INT32_RANGE(
+    event_guest_park_solitary_us, 20000, 10, 1000000,
+    "Longest a busy-poll loop whose only fd is the waiting threads' connection "
+    "stays undriven after a waiting thread returned it (posts, asynchronous "
+    "calls and due timers wake its thread at once); at least event_guest_park_us");
 
 /* Who runs a loop's iterations (the futex word `baton`). */
 enum {
@@ -61,8 +68,6 @@ enum {
  * flood of posts cannot starve I/O and timers. */
 #define LOOP_TASK_BATCH 1024
 #define LOOP_HEAP_INIT  64
-#define LOOP_MAX_EVENTS 65536
-#define LOOP_MAX_GROUP  1024
 /* How long a would-be guest of a busy-poll loop spins for the hand-over
  * before it sleeps for it (loop_drive). */
 #define LOOP_HANDOVER_SPIN_US 20

@@ -20,16 +20,17 @@
 #include "base/pool.h"
 #include "jetrpc/flags.h"
 
-JET_FLAG_DEFINE_INT32(iobuf_region_mb_8k, 32,
-                      "Size in MiB of each memory region of 8 KiB iobuf blocks");
-JET_FLAG_DEFINE_INT32(iobuf_region_mb_64k, 64,
-                      "Size in MiB of each memory region of 64 KiB iobuf blocks");
-JET_FLAG_DEFINE_INT32(iobuf_region_mb_2m, 128,
-                      "Size in MiB of each memory region of 2 MiB iobuf blocks");
+JET_FLAG_DEFINE_INT32_RANGE(iobuf_region_mb_8k, 32, 1, 4096,
+                            "Size in MiB of each memory region of 8 KiB iobuf blocks");
+JET_FLAG_DEFINE_INT32_RANGE(iobuf_region_mb_64k, 64, 1, 4096,
+                            "Size in MiB of each memory region of 64 KiB iobuf blocks");
+JET_FLAG_DEFINE_INT32_RANGE(iobuf_region_mb_2m, 128, 1, 4096,
+                            "Size in MiB of each memory region of 2 MiB iobuf blocks");
 #define BP_DEFAULT_MAX_MB 4096
-JET_FLAG_DEFINE_INT32(iobuf_max_mb, BP_DEFAULT_MAX_MB,
-                      "Cap in MiB on the memory mapped for iobuf blocks; allocations fail past "
-                      "it (0: no cap; a negative value keeps the default)");
+JET_FLAG_DEFINE_INT32_RANGE(
+    iobuf_max_mb, BP_DEFAULT_MAX_MB, 0, INT32_MAX,
+    "Cap in MiB on the memory mapped for iobuf blocks; allocations fail past "
+    "it (0: no cap; a negative value keeps the default)");
 
 #define BP_MAX_REGIONS 1024
 #define BP_TCACHE_MAX  64 /* 8 KiB blocks kept per thread */

@@ -39,9 +39,10 @@ struct jet_channel {
     struct cli_conn *out; /* pooled and short connections in use by calls */
 };
 
-JET_FLAG_DEFINE_INT32(transport_reprobe_s, 60,
-                      "Seconds a channel whose server refused the transport hello stays on TCP "
-                      "before its next new connection tries the transport again (0: forever)");
+JET_FLAG_DEFINE_INT32_RANGE(
+    transport_reprobe_s, 60, 0, INT32_MAX,
+    "Seconds a channel whose server refused the transport hello stays on TCP "
+    "before its next new connection tries the transport again (0: forever)");
 
 /* Per-connection client state (the socket's owner). */
 typedef struct cli_conn {
@@ -689,10 +690,11 @@ int jet_channel_call(jet_channel_t *ch, const ProtobufCServiceDescriptor *servic
     return 0;
 }
 
-JET_FLAG_DEFINE_INT32(sync_call_spin_us, 0,
-                      "A waiting synchronous call spins this many microseconds for its answer "
-                      "before it sleeps. Helps polled URMA only when a core is free for the "
-                      "spinning caller besides the polling loops (on 2 cores it hurts)");
+JET_FLAG_DEFINE_INT32_RANGE(
+    sync_call_spin_us, 0, 0, 1000000,
+    "A waiting synchronous call spins this many microseconds for its answer "
+    "before it sleeps. Helps polled URMA only when a core is free for the "
+    "spinning caller besides the polling loops (on 2 cores it hurts)");
 
 /* The waiting thread of a synchronous call, its deadline passed. */
 static void ch_wait_expire(void *arg)

@@ -21,79 +21,86 @@
 JET_FLAG_DEFINE_STRING(urma_lib, "",
                        "liburma to load (path or file name); empty: liburma.so.0, then liburma.so");
 JET_FLAG_DEFINE_STRING(urma_device, "", "URMA device name; empty: the first device");
-JET_FLAG_DEFINE_INT32(urma_eid_index, 0, "EID index of the URMA device to use");
+JET_FLAG_DEFINE_INT32_RANGE(urma_eid_index, 0, 0, INT32_MAX, "EID index of the URMA device to use");
 JET_FLAG_DEFINE_STRING(urma_trans_mode, "rm", "URMA transport mode of the jetties (rm only)");
 JET_FLAG_DEFINE_STRING(urma_tp_type, "ctp",
                        "Transport path advertised in URMA hellos: ctp (brpc's) or rtp");
-JET_FLAG_DEFINE_INT32(urma_sq_size, 128, "Send queue depth of a URMA connection [16, 4096]");
-JET_FLAG_DEFINE_INT32(urma_rq_size, 32,
-                      "Receive credits a URMA connection grants its peer [16, 4096]: buffers of "
-                      "its event loop's shared queue, or with urma_shared_rq_size=0 the depth of "
-                      "its own (brpc: 128 buffers of 8 KiB; jetrpc 32 of 64 KiB)");
+JET_FLAG_DEFINE_INT32_RANGE(urma_sq_size, 128, 16, 4096, "Send queue depth of a URMA connection");
+JET_FLAG_DEFINE_INT32_RANGE(
+    urma_rq_size, 32, 16, 4096,
+    "Receive credits a URMA connection grants its peer: buffers of "
+    "its event loop's shared queue, or with urma_shared_rq_size=0 the depth of "
+    "its own (brpc: 128 buffers of 8 KiB; jetrpc 32 of 64 KiB)");
 JET_FLAG_DEFINE_INT32(urma_recv_block_size, 65536,
                       "Bytes of one URMA receive buffer (advertised as the hello's buffer_size): "
                       "65536 or 8192 (brpc's)");
-JET_FLAG_DEFINE_INT32(urma_zerocopy_min_size, 512,
-                      "URMA receives of at least this many bytes (and of at least 1/16 of "
-                      "urma_recv_block_size) are handed to the parser without copy; smaller "
-                      "ones are copied and the buffer re-posted");
+JET_FLAG_DEFINE_INT32_RANGE(urma_zerocopy_min_size, 512, 0, INT32_MAX,
+                            "URMA receives of at least this many bytes (and of at least 1/16 of "
+                            "urma_recv_block_size) are handed to the parser without copy; smaller "
+                            "ones are copied and the buffer re-posted");
 JET_FLAG_DEFINE_BOOL(urma_recv_zerocopy, true,
                      "Zero-copy URMA receives (see urma_zerocopy_min_size)");
-JET_FLAG_DEFINE_INT32(urma_cqe_poll_once, 32, "Completions fetched by one urma_poll_jfc [1, 64]");
-JET_FLAG_DEFINE_INT32(urma_prepared_jetty_cnt, 8,
-                      "Prepared URMA jetty sets kept per event loop (taken at connect/accept, "
-                      "reset and returned on close; created and refilled on the import threads)");
+JET_FLAG_DEFINE_INT32_RANGE(urma_cqe_poll_once, 32, 1, 64,
+                            "Completions fetched by one urma_poll_jfc");
+JET_FLAG_DEFINE_INT32_RANGE(
+    urma_prepared_jetty_cnt, 8, 0, 1024,
+    "Prepared URMA jetty sets kept per event loop (taken at connect/accept, "
+    "reset and returned on close; created and refilled on the import threads)");
 JET_FLAG_DEFINE_BOOL(urma_use_polling, false,
                      "Busy-poll URMA completion queues instead of waiting for completion events");
-JET_FLAG_DEFINE_INT32(urma_event_spin_us, 0,
-                      "Event mode: after completions, the event loop keeps polling the completion "
-                      "queue this many microseconds before it arms it and sleeps on its event fd "
-                      "again, so that a burst or the next call of a synchronous caller needs no "
-                      "wake-up; it costs that much CPU after each burst. No loop spins while "
-                      "more threads are runnable than cores are online (read from /proc/loadavg "
-                      "once a millisecond) (0: the adaptive spin of urma_event_spin_auto_us; 200 "
-                      "also covers gaps of up to 200 us between calls) [0, 1000000]");
-JET_FLAG_DEFINE_INT32(urma_event_spin_auto_us, 50,
-                      "Event mode with urma_event_spin_us=0: a loop whose completion batches "
-                      "have been coming less than this many microseconds apart (a moving "
-                      "estimate of the gap) keeps polling this long after a batch before it "
-                      "sleeps on its event fd again; a loop with longer gaps sleeps at once, but "
-                      "for one probe spin every 5 ms while its gaps stay under 4x this (steady "
-                      "traffic whose gaps are wake-ups a spin would remove), going on while it "
-                      "finds batches within this; sparse traffic never spins. Not while more "
-                      "threads are runnable than cores (0: never; "
-                      "with urma_event_spin_us=0 too, a wake-up per batch as brpc) [0, 1000000]");
-JET_FLAG_DEFINE_INT32(urma_event_partial_spin_us, 50,
-                      "Event mode: while a message is partly received (its sender is still "
-                      "sending the rest, as for messages larger than a receive buffer), the event "
-                      "loop keeps polling the completion queue until this many microseconds pass "
-                      "without a completion, instead of sleeping between the pieces; not while "
-                      "more threads are runnable than cores (0: sleep between pieces, as brpc) "
-                      "[0, 1000000]");
-JET_FLAG_DEFINE_INT32(urma_poller_num, 1,
-                      "Polling mode: event loops that carry (and spin for) URMA connections");
+JET_FLAG_DEFINE_INT32_RANGE(
+    urma_event_spin_us, 0, 0, 1000000,
+    "Event mode: after completions, the event loop keeps polling the completion "
+    "queue this many microseconds before it arms it and sleeps on its event fd "
+    "again, so that a burst or the next call of a synchronous caller needs no "
+    "wake-up; it costs that much CPU after each burst. No loop spins while "
+    "more threads are runnable than cores are online (read from /proc/loadavg "
+    "once a millisecond) (0: the adaptive spin of urma_event_spin_auto_us; 200 "
+    "also covers gaps of up to 200 us between calls)");
+JET_FLAG_DEFINE_INT32_RANGE(
+    urma_event_spin_auto_us, 50, 0, 1000000,
+    "Event mode with urma_event_spin_us=0: a loop whose completion batches "
+    "have been coming less than this many microseconds apart (a moving "
+    "estimate of the gap) keeps polling this long after a batch before it "
+    "sleeps on its event fd again; a loop with longer gaps sleeps at once, but "
+    "for one probe spin every 5 ms while its gaps stay under 4x this (steady "
+    "traffic whose gaps are wake-ups a spin would remove), going on while it "
+    "finds batches within this; sparse traffic never spins. Not while more "
+    "threads are runnable than cores (0: never; "
+    "with urma_event_spin_us=0 too, a wake-up per batch as brpc)");
+JET_FLAG_DEFINE_INT32_RANGE(
+    urma_event_partial_spin_us, 50, 0, 1000000,
+    "Event mode: while a message is partly received (its sender is still "
+    "sending the rest, as for messages larger than a receive buffer), the event "
+    "loop keeps polling the completion queue until this many microseconds pass "
+    "without a completion, instead of sleeping between the pieces; not while "
+    "more threads are runnable than cores (0: sleep between pieces, as brpc)");
+JET_FLAG_DEFINE_INT32_RANGE(urma_poller_num, 1, 1, 1024,
+                            "Polling mode: event loops that carry (and spin for) URMA connections");
 JET_FLAG_DEFINE_BOOL(urma_poller_yield, false,
                      "Polling mode: sched_yield() when a poll found no completion");
-JET_FLAG_DEFINE_INT32(urma_client_handshake_version, 2,
-                      "URMA hello a client sends: 2 (binary, every brpc URMA server) or 3 "
-                      "(protobuf; only toward servers that support it)");
-JET_FLAG_DEFINE_INT32(urma_max_sge, 0,
-                      "Scatter entries per URMA send (0: the device maximum; at most 32)");
+JET_FLAG_DEFINE_INT32_RANGE(urma_client_handshake_version, 2, 2, 3,
+                            "URMA hello a client sends: 2 (binary, every brpc URMA server) or 3 "
+                            "(protobuf; only toward servers that support it)");
+JET_FLAG_DEFINE_INT32_RANGE(urma_max_sge, 0, 0, 32,
+                            "Scatter entries per URMA send (0: the device maximum; at most 32)");
 JET_FLAG_DEFINE_INT32(urma_handshake_timeout_ms, 10000,
-                      "A URMA handshake not finished after this long fails its connection");
+                      "A URMA handshake not finished after this long fails its connection (0 or "
+                      "less: no limit)");
 JET_FLAG_DEFINE_BOOL(urma_jetrpc_extensions, true,
                      "Advertise jetrpc's URMA extensions (credits on data, SQ depth); false: "
                      "behave exactly like a brpc URMA peer");
-JET_FLAG_DEFINE_INT32(urma_shared_rq_size, 256,
-                      "Receive buffers an event loop shares among its URMA connections (one JFR "
-                      "per loop; every connection still grants its peer urma_rq_size credits, and "
-                      "the loop posts as many buffers as its connections' credits add up to, at "
-                      "most this many: past that, senders wait for a buffer by RNR retry). 0: "
-                      "a JFR and urma_rq_size buffers per connection, as brpc. Read when a loop "
-                      "first carries URMA [0, 65536]");
-JET_FLAG_DEFINE_INT32(urma_jfc_depth, 32768,
-                      "Depth of the completion queue an event loop shares among its URMA "
-                      "connections (capped by the device); full: new connections use TCP");
+JET_FLAG_DEFINE_INT32_RANGE(
+    urma_shared_rq_size, 256, 0, 65536,
+    "Receive buffers an event loop shares among its URMA connections (one JFR "
+    "per loop; every connection still grants its peer urma_rq_size credits, and "
+    "the loop posts as many buffers as its connections' credits add up to, at "
+    "most this many: past that, senders wait for a buffer by RNR retry). 0: "
+    "a JFR and urma_rq_size buffers per connection, as brpc. Read when a loop "
+    "first carries URMA");
+JET_FLAG_DEFINE_INT32_RANGE(urma_jfc_depth, 32768, 32, INT32_MAX,
+                            "Depth of the completion queue an event loop shares among its URMA "
+                            "connections (capped by the device); full: new connections use TCP");
 
 #define CTX_MAX_LOOPS    1024
 #define CTX_POLL_MAX     64

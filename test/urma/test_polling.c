@@ -7,6 +7,8 @@
 #include "urma/urma_context.h"
 #include "urma_test.h"
 
+JET_FLAG_DECLARE_INT32(urma_cqe_poll_once);
+
 #define GUARD_US (60 * 1000000LL)
 
 static void echo_suite(int port)
@@ -280,17 +282,20 @@ static void test_deferred_reposts_return(void)
     JT_CHECK_EQ(jt_child_stop(&c), 0);
 }
 
-/* urma_cqe_poll_once is documented [1, 64]: a value outside still polls
- * (clamped into it), on both sides; 0 or less polled no completion at all,
- * so every polled connection stalled until its calls' deadlines. */
+/* urma_cqe_poll_once has the range [1, 64]: a value outside is refused from
+ * the command line, and one that code stores still polls (clamped into it),
+ * on both sides; 0 or less polled no completion at all, so every polled
+ * connection stalled until its calls' deadlines. */
 static void test_poll_once_out_of_range(void)
 {
     const char *values[] = {"0", "-3", "1000"};
     for (size_t i = 0; i < sizeof values / sizeof values[0]; i++) {
+        JT_CHECK_EQ(jet_flag_set("urma_cqe_poll_once", values[i]), -EINVAL);
+        JT_CHECK_EQ(JET_FLAG(urma_cqe_poll_once), 32);
         char arg[64];
-        snprintf(arg, sizeof arg, "--urma_cqe_poll_once=%s", values[i]);
+        snprintf(arg, sizeof arg, "store32=urma_cqe_poll_once=%s", values[i]);
         const char *args[] = {"--urma_use_polling=true", arg, NULL};
-        JT_REQUIRE(jet_flag_set("urma_cqe_poll_once", values[i]) == 0);
+        JET_FLAG_STORE(urma_cqe_poll_once, atoi(values[i]));
         jt_child_t c;
         JT_REQUIRE(jt_child_start(&c, args, NULL) == 0);
         /* Seconds: the answers come at once or never. */
@@ -303,8 +308,8 @@ static void test_poll_once_out_of_range(void)
         }
         jet_channel_destroy(ch);
         JT_CHECK_EQ(jt_child_stop(&c), 0);
+        JT_CHECK_EQ(jet_flag_set("urma_cqe_poll_once", "32"), 0);
     }
-    JT_CHECK_EQ(jet_flag_set("urma_cqe_poll_once", "32"), 0);
 }
 
 int main(int argc, char **argv)

@@ -174,8 +174,24 @@ static UT_UNUSED jet_server_t *ut_server_start(jet_socket_mode_t mode, int *port
 
 /* ---- server children ---------------------------------------------------------- */
 
-/* The "role=server" entry: serves until stdin closes; args "mode=<name>"
- * and "idle=<idle_timeout_sec>". Returns the process exit status. */
+/* Stores "<int32 flag>=<value>" as code may (JET_FLAG_STORE), past the
+ * flag's range. 0, or -1 for no such int32 flag. */
+static UT_UNUSED int ut_flag_store32(const char *spec)
+{
+    const char *eq = strchr(spec, '=');
+    char name[64];
+    if (!eq || (size_t)(eq - spec) >= sizeof name) return -1;
+    memcpy(name, spec, (size_t)(eq - spec));
+    name[eq - spec] = '\0';
+    const jet_flag_t *f = jet_flag_find(name);
+    if (!f || f->type != JET_FLAG_TYPE_INT32) return -1;
+    __atomic_store_n((int32_t *)f->ptr, (int32_t)atoi(eq + 1), __ATOMIC_RELAXED);
+    return 0;
+}
+
+/* The "role=server" entry: serves until stdin closes; args "mode=<name>",
+ * "idle=<idle_timeout_sec>" and "store32=<flag>=<value>" (ut_flag_store32).
+ * Returns the process exit status. */
 static UT_UNUSED int ut_server_role(int argc, char **argv)
 {
     jet_socket_mode_t mode = JET_SOCKET_MODE_URMA;
@@ -184,6 +200,7 @@ static UT_UNUSED int ut_server_role(int argc, char **argv)
         if (strncmp(argv[i], "mode=", 5) == 0 && jet_socket_mode_parse(argv[i] + 5, &mode) < 0)
             return 3;
         if (strncmp(argv[i], "idle=", 5) == 0) idle = atoi(argv[i] + 5);
+        if (strncmp(argv[i], "store32=", 8) == 0 && ut_flag_store32(argv[i] + 8) < 0) return 3;
     }
     int port = 0;
     jet_server_t *srv = ut_server_start_idle(mode, idle, &port);

@@ -15,9 +15,9 @@
 #include "jetrpc/flags.h"
 #include "net/socket.h"
 
-JET_FLAG_DEFINE_INT32(tcp_read_budget, 16,
-                      "Reads per connection per event before other connections get a turn "
-                      "(at least 1)");
+JET_FLAG_DEFINE_INT32_RANGE(tcp_read_budget, 16, 1, INT32_MAX,
+                            "Reads per connection per event before other connections get a turn "
+                            "(at least 1)");
 
 /* The first read of an event offers little room (small messages are the
  * common case, and every offered block is taken from the pool); each read
