@@ -30,7 +30,7 @@ JET_FLAG_DEFINE_INT32_RANGE(iobuf_region_mb_2m, 128, 1, 4096,
 JET_FLAG_DEFINE_INT32_RANGE(
     iobuf_max_mb, BP_DEFAULT_MAX_MB, 0, INT32_MAX,
     "Cap in MiB on the memory mapped for iobuf blocks; allocations fail past "
-    "it (0: no cap; a negative value keeps the default)");
+    "it (0: no cap)");
 
 #define BP_MAX_REGIONS 1024
 #define BP_TCACHE_MAX  64 /* 8 KiB blocks kept per thread */
@@ -168,8 +168,8 @@ static jet_region_t *bp_region_create(int cls, int *err_p)
     size_t len = bp_region_bytes(cls);
     int64_t max_mb = JET_FLAG(iobuf_max_mb);
     if (max_mb < 0) {
-        /* Only 0 lifts the cap: a negative value (a typo, a size gone wrong)
-         * keeps the default one. */
+        /* Only 0 lifts the cap: a negative value (stored by code past the
+         * flag's range, a size gone wrong) keeps the default one. */
         JET_LOG_ONCE(JET_LOG_WARN, "iobuf_max_mb=%lld is negative: the cap stays %d MiB",
                      (long long)max_mb, BP_DEFAULT_MAX_MB);
         max_mb = BP_DEFAULT_MAX_MB;
