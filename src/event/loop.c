@@ -20,6 +20,9 @@
 
 #define LOOP_MAX_EVENTS 65536
 #define LOOP_MAX_GROUP  1024
+#define LOOP_PARK_MIN_US          10 /* event_guest_park_us */
+#define LOOP_PARK_MAX_US          100000
+#define LOOP_PARK_SOLITARY_MAX_US 1000000 /* event_guest_park_solitary_us */
 
 JET_FLAG_DEFINE_INT32_RANGE(event_loop_num, 0, 0, LOOP_MAX_GROUP,
                             "Event-loop threads in the process group (0: one per core)");
@@ -46,12 +49,12 @@ JET_FLAG_DEFINE_BOOL(event_guest_block, true,
                      "the loop thread sleeps: the answer wakes the waiting thread directly (one "
                      "wake-up instead of two); needs event_guest_drive");
 JET_FLAG_DEFINE_INT32_RANGE(
-    event_guest_park_us, 200, 10, 100000,
+    event_guest_park_us, 200, LOOP_PARK_MIN_US, LOOP_PARK_MAX_US,
     "Longest a busy-poll loop that serves other connections or timers stays "
     "undriven after a waiting thread returned it, before the loop thread takes "
     "it back");
 JET_FLAG_DEFINE_INT32_RANGE(
-    event_guest_park_solitary_us, 20000, 10, 1000000,
+    event_guest_park_solitary_us, 20000, LOOP_PARK_MIN_US, LOOP_PARK_SOLITARY_MAX_US,
     "Longest a busy-poll loop whose only fd is the waiting threads' connection "
     "stays undriven after a waiting thread returned it (posts, asynchronous "
     "calls and due timers wake its thread at once); at least event_guest_park_us");
@@ -662,7 +665,7 @@ static void loop_iterate(jet_loop_t *loop, bool guest)
 static int64_t loop_park_base_us(void)
 {
     int32_t us = JET_FLAG(event_guest_park_us);
-    return us < 10 ? 10 : us > 100000 ? 100000 : us;
+    return us < LOOP_PARK_MIN_US ? LOOP_PARK_MIN_US : us > LOOP_PARK_MAX_US ? LOOP_PARK_MAX_US : us;
 }
 
 /* A loop whose only fd is the waiting threads' connection (and which has
@@ -680,7 +683,7 @@ static int64_t loop_park_time_us(jet_loop_t *loop)
     int64_t base = loop_park_base_us();
     if (!loop_solitary(loop)) return base;
     int64_t us = JET_FLAG(event_guest_park_solitary_us);
-    return us < base ? base : us > 1000000 ? 1000000 : us;
+    return us < base ? base : us > LOOP_PARK_SOLITARY_MAX_US ? LOOP_PARK_SOLITARY_MAX_US : us;
 }
 
 static void loop_park(jet_loop_t *loop)

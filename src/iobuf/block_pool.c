@@ -20,11 +20,13 @@
 #include "base/pool.h"
 #include "jetrpc/flags.h"
 
-JET_FLAG_DEFINE_INT32_RANGE(iobuf_region_mb_8k, 32, 1, 4096,
+#define BP_REGION_MAX_MB 4096 /* the iobuf_region_mb_* flags: [1, this] */
+
+JET_FLAG_DEFINE_INT32_RANGE(iobuf_region_mb_8k, 32, 1, BP_REGION_MAX_MB,
                             "Size in MiB of each memory region of 8 KiB iobuf blocks");
-JET_FLAG_DEFINE_INT32_RANGE(iobuf_region_mb_64k, 64, 1, 4096,
+JET_FLAG_DEFINE_INT32_RANGE(iobuf_region_mb_64k, 64, 1, BP_REGION_MAX_MB,
                             "Size in MiB of each memory region of 64 KiB iobuf blocks");
-JET_FLAG_DEFINE_INT32_RANGE(iobuf_region_mb_2m, 128, 1, 4096,
+JET_FLAG_DEFINE_INT32_RANGE(iobuf_region_mb_2m, 128, 1, BP_REGION_MAX_MB,
                             "Size in MiB of each memory region of 2 MiB iobuf blocks");
 #define BP_DEFAULT_MAX_MB 4096
 JET_FLAG_DEFINE_INT32_RANGE(
@@ -146,7 +148,7 @@ static size_t bp_region_bytes(int cls)
                  : cls == JET_BLOCK_CLASS_64K ? JET_FLAG(iobuf_region_mb_64k)
                                               : JET_FLAG(iobuf_region_mb_2m);
     if (mb < 1) mb = 1;
-    if (mb > 4096) mb = 4096;
+    if (mb > BP_REGION_MAX_MB) mb = BP_REGION_MAX_MB;
     size_t bs = bp_class_size[cls];
     size_t len = (size_t)mb * BP_MiB;
     return len < bs ? bs : len / bs * bs;

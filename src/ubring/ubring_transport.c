@@ -20,6 +20,7 @@
 #include "ubring/ubring_shm.h"
 
 #define UB_MAX_LOOPS 256
+#define UB_TICK_MIN_US 100 /* ub_event_queue_timer_interval */
 
 JET_FLAG_DEFINE_INT32_RANGE(
     ub_data_queue_size, 4, 4, 1024,
@@ -49,7 +50,7 @@ JET_FLAG_DEFINE_INT32_RANGE(
 JET_FLAG_DEFINE_INT32_RANGE(ub_disconnect_timeout, 5, 0, 3600,
                             "Seconds to wait for the peer's acknowledgement of a UBRing close");
 JET_FLAG_DEFINE_INT32_RANGE(
-    ub_event_queue_timer_interval, 100, 100, 1000000,
+    ub_event_queue_timer_interval, 100, UB_TICK_MIN_US, 1000000,
     "Period of the UBRing close and idle checks, in microseconds (at least the "
     "loop's millisecond resolution while it sleeps)");
 JET_FLAG_DEFINE_INT32_RANGE(ub_max_managed_num, 1024, 0, INT32_MAX,
@@ -201,7 +202,7 @@ static ub_loop_t *ubl_get(jet_loop_t *loop)
 static int64_t ubl_tick_period_us(void)
 {
     int32_t v = JET_FLAG(ub_event_queue_timer_interval);
-    return v < 100 ? 100 : v;
+    return v < UB_TICK_MIN_US ? UB_TICK_MIN_US : v;
 }
 
 static void ubl_spin(ub_loop_t *ul)

@@ -18,6 +18,13 @@
 #include "urma/urma_endpoint.h"
 #include "urma/urma_import.h"
 
+/* Bounds of the flags below, also the clamps of values stored by code. */
+#define CTX_QUEUE_MIN   16 /* urma_sq_size, urma_rq_size */
+#define CTX_QUEUE_MAX   4096
+#define CTX_POLL_MAX    64      /* urma_cqe_poll_once */
+#define CTX_POOL_MAX    1024    /* urma_prepared_jetty_cnt */
+#define CTX_SPIN_MAX_US 1000000 /* the urma_event_*spin*_us flags */
+
 JET_FLAG_DEFINE_STRING(urma_lib, "",
                        "liburma to load (path or file name); empty: liburma.so.0, then liburma.so");
 JET_FLAG_DEFINE_STRING(urma_device, "", "URMA device name; empty: the first device");
@@ -25,9 +32,10 @@ JET_FLAG_DEFINE_INT32_RANGE(urma_eid_index, 0, 0, INT32_MAX, "EID index of the U
 JET_FLAG_DEFINE_STRING(urma_trans_mode, "rm", "URMA transport mode of the jetties (rm only)");
 JET_FLAG_DEFINE_STRING(urma_tp_type, "ctp",
                        "Transport path advertised in URMA hellos: ctp (brpc's) or rtp");
-JET_FLAG_DEFINE_INT32_RANGE(urma_sq_size, 128, 16, 4096, "Send queue depth of a URMA connection");
+JET_FLAG_DEFINE_INT32_RANGE(urma_sq_size, 128, CTX_QUEUE_MIN, CTX_QUEUE_MAX,
+                            "Send queue depth of a URMA connection");
 JET_FLAG_DEFINE_INT32_RANGE(
-    urma_rq_size, 32, 16, 4096,
+    urma_rq_size, 32, CTX_QUEUE_MIN, CTX_QUEUE_MAX,
     "Receive credits a URMA connection grants its peer: buffers of "
     "its event loop's shared queue, or with urma_shared_rq_size=0 the depth of "
     "its own (brpc: 128 buffers of 8 KiB; jetrpc 32 of 64 KiB)");
@@ -40,16 +48,16 @@ JET_FLAG_DEFINE_INT32_RANGE(urma_zerocopy_min_size, 512, 0, INT32_MAX,
                             "ones are copied and the buffer re-posted");
 JET_FLAG_DEFINE_BOOL(urma_recv_zerocopy, true,
                      "Zero-copy URMA receives (see urma_zerocopy_min_size)");
-JET_FLAG_DEFINE_INT32_RANGE(urma_cqe_poll_once, 32, 1, 64,
+JET_FLAG_DEFINE_INT32_RANGE(urma_cqe_poll_once, 32, 1, CTX_POLL_MAX,
                             "Completions fetched by one urma_poll_jfc");
 JET_FLAG_DEFINE_INT32_RANGE(
-    urma_prepared_jetty_cnt, 8, 0, 1024,
+    urma_prepared_jetty_cnt, 8, 0, CTX_POOL_MAX,
     "Prepared URMA jetty sets kept per event loop (taken at connect/accept, "
     "reset and returned on close; created and refilled on the import threads)");
 JET_FLAG_DEFINE_BOOL(urma_use_polling, false,
                      "Busy-poll URMA completion queues instead of waiting for completion events");
 JET_FLAG_DEFINE_INT32_RANGE(
-    urma_event_spin_us, 0, 0, 1000000,
+    urma_event_spin_us, 0, 0, CTX_SPIN_MAX_US,
     "Event mode: after completions, the event loop keeps polling the completion "
     "queue this many microseconds before it arms it and sleeps on its event fd "
     "again, so that a burst or the next call of a synchronous caller needs no "
@@ -58,7 +66,7 @@ JET_FLAG_DEFINE_INT32_RANGE(
     "once a millisecond) (0: the adaptive spin of urma_event_spin_auto_us; 200 "
     "also covers gaps of up to 200 us between calls)");
 JET_FLAG_DEFINE_INT32_RANGE(
-    urma_event_spin_auto_us, 50, 0, 1000000,
+    urma_event_spin_auto_us, 50, 0, CTX_SPIN_MAX_US,
     "Event mode with urma_event_spin_us=0: a loop whose completion batches "
     "have been coming less than this many microseconds apart (a moving "
     "estimate of the gap) keeps polling this long after a batch before it "
@@ -69,7 +77,7 @@ JET_FLAG_DEFINE_INT32_RANGE(
     "threads are runnable than cores (0: never; "
     "with urma_event_spin_us=0 too, a wake-up per batch as brpc)");
 JET_FLAG_DEFINE_INT32_RANGE(
-    urma_event_partial_spin_us, 50, 0, 1000000,
+    urma_event_partial_spin_us, 50, 0, CTX_SPIN_MAX_US,
     "Event mode: while a message is partly received (its sender is still "
     "sending the rest, as for messages larger than a receive buffer), the event "
     "loop keeps polling the completion queue until this many microseconds pass "
@@ -82,7 +90,7 @@ JET_FLAG_DEFINE_BOOL(urma_poller_yield, false,
 JET_FLAG_DEFINE_INT32_RANGE(urma_client_handshake_version, 2, 2, 3,
                             "URMA hello a client sends: 2 (binary, every brpc URMA server) or 3 "
                             "(protobuf; only toward servers that support it)");
-JET_FLAG_DEFINE_INT32_RANGE(urma_max_sge, 0, 0, 32,
+JET_FLAG_DEFINE_INT32_RANGE(urma_max_sge, 0, 0, JET_URMA_SGE_MAX,
                             "Scatter entries per URMA send (0: the device maximum; at most 32)");
 JET_FLAG_DEFINE_INT32(urma_handshake_timeout_ms, 10000,
                       "A URMA handshake not finished after this long fails its connection (0 or "
@@ -103,7 +111,6 @@ JET_FLAG_DEFINE_INT32_RANGE(urma_jfc_depth, 32768, 32, INT32_MAX,
                             "connections (capped by the device); full: new connections use TCP");
 
 #define CTX_MAX_LOOPS    1024
-#define CTX_POLL_MAX     64
 #define CTX_EVENT_BUDGET 4096 /* completions per JFCE event before other work runs */
 /* A spell of polling on a crowded machine ends at the first empty poll this
  * long after the last completion (and a failed arm is retried this often). */
@@ -339,8 +346,8 @@ static uint32_t ctx_clamp(int32_t v, uint32_t lo, uint32_t hi)
 
 void jet__urma_queue_sizes(const jet_urma_ctx_t *c, uint32_t *sq_p, uint32_t *rq_p)
 {
-    uint32_t sq = ctx_clamp(JET_FLAG(urma_sq_size), 16, 4096);
-    uint32_t rq = ctx_clamp(JET_FLAG(urma_rq_size), 16, 4096);
+    uint32_t sq = ctx_clamp(JET_FLAG(urma_sq_size), CTX_QUEUE_MIN, CTX_QUEUE_MAX);
+    uint32_t rq = ctx_clamp(JET_FLAG(urma_rq_size), CTX_QUEUE_MIN, CTX_QUEUE_MAX);
     *sq_p = sq < c->max_jfs_depth ? sq : c->max_jfs_depth;
     *rq_p = rq < c->max_jfr_depth ? rq : c->max_jfr_depth;
 }
@@ -911,13 +918,13 @@ void jet__urma_loop_drain(jet_urma_loop_t *ul)
 static int64_t ul_event_spin_us(void)
 {
     int32_t us = JET_FLAG(urma_event_spin_us);
-    return us < 0 ? 0 : us > 1000000 ? 1000000 : us;
+    return us < 0 ? 0 : us > CTX_SPIN_MAX_US ? CTX_SPIN_MAX_US : us;
 }
 
 static int64_t ul_partial_spin_us(void)
 {
     int32_t us = JET_FLAG(urma_event_partial_spin_us);
-    return us < 0 ? 0 : us > 1000000 ? 1000000 : us;
+    return us < 0 ? 0 : us > CTX_SPIN_MAX_US ? CTX_SPIN_MAX_US : us;
 }
 
 int64_t jet__urma_gap_update(int64_t gap_us, int64_t sample_us, int64_t max_us)
@@ -948,7 +955,7 @@ bool jet__urma_probe_due(int64_t gap_us, uint32_t near, int64_t max_us, int64_t 
 static int64_t ul_auto_max_us(void)
 {
     int32_t us = JET_FLAG(urma_event_spin_auto_us);
-    return us < 0 ? 0 : us > 1000000 ? 1000000 : us;
+    return us < 0 ? 0 : us > CTX_SPIN_MAX_US ? CTX_SPIN_MAX_US : us;
 }
 
 /* The spin after a burst: urma_event_spin_us, else the adaptive one (also
@@ -1171,7 +1178,7 @@ typedef struct ul_job {
 static uint32_t ul_pool_want(void)
 {
     int32_t want = JET_FLAG(urma_prepared_jetty_cnt);
-    return want < 0 ? 0 : want > 1024 ? 1024 : (uint32_t)want;
+    return want < 0 ? 0 : want > CTX_POOL_MAX ? CTX_POOL_MAX : (uint32_t)want;
 }
 
 /* The sizes a new connection asks for now. */
