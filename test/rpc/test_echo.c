@@ -680,6 +680,32 @@ static void test_usercode_in_pool(void)
     jet_channel_destroy(loop_ch);
 }
 
+/* A synchronous caller that spins for its answer (sync_call_spin_us) and
+ * does not drive the loop still ends at its deadline: with a 1 s spin, a
+ * 50 ms call to a handler that sleeps 600 ms failed only after the spin. */
+static void test_spin_ends_at_deadline(void)
+{
+    JT_REQUIRE(jet_flag_set("sync_call_spin_us", "1000000") == 0);
+    JT_REQUIRE(jet_flag_set("event_guest_drive", "false") == 0);
+    jet_channel_t *ch = jt_channel_open_port(g_pool_port, JET_CONNECTION_SINGLE, 50, 0);
+    jet_call_t *call = jet_call_create();
+    if (ch && call) {
+        JT_CHECK_EQ(sync_echo(ch, call, "warm"), 0);
+        jet_call_reset(call);
+        int64_t t0 = jt_now_ms();
+        JT_CHECK_EQ(sync_echo(ch, call, "sleep:600"), 0);
+        int64_t took = jt_now_ms() - t0;
+        fprintf(stderr, "  a 50 ms call with a 1 s spin ended after %lld ms\n", (long long)took);
+        JT_CHECK_EQ(jet_call_error_code(call), JET_ERPCTIMEDOUT);
+        JT_CHECK(took < 400);
+    }
+    jet_call_destroy(call);
+    jet_channel_destroy(ch);
+    JT_CHECK_EQ(jet_flag_set("sync_call_spin_us", "0"), 0);
+    JT_CHECK_EQ(jet_flag_set("event_guest_drive", "true"), 0);
+    JT_CHECK(wait_in_flight_zero(g_pool_srv));
+}
+
 static void test_handler_set_failed(void)
 {
     jet_channel_t *ch = open_channel(g_port, JET_CONNECTION_SINGLE);
@@ -1216,6 +1242,7 @@ int main(void)
     RUN(test_unix_path_in_use);
     RUN(test_handler_answers_later);
     RUN(test_usercode_in_pool);
+    RUN(test_spin_ends_at_deadline);
     RUN(test_handler_set_failed);
     RUN(test_missing_required_field);
     RUN(test_misuse);
