@@ -22,8 +22,6 @@
 /* A waiter whose expiry found the call owned by another thread looks again
  * this often until that owner has ended it. */
 #define CID_EXPIRE_RETRY_US 1000
-/* The longest spin of a synchronous waiter (sync_call_spin_us's range). */
-#define CID_SPIN_MAX_US 1000000
 
 typedef struct cid_slot {
     _Atomic uint32_t version;
@@ -282,7 +280,8 @@ static bool cid_wait(cid_wait_t *w, int64_t spin_us, jet_loop_t *loop)
         /* The answer of a polled transport often lands within microseconds:
          * waiting here saves the futex sleep and the loop's wake-up call.
          * Not past the deadline, which the loop below then reports. */
-        int64_t until = jet_now_us() + (spin_us < CID_SPIN_MAX_US ? spin_us : CID_SPIN_MAX_US);
+        int64_t until =
+            jet_now_us() + (spin_us < JET_CID_SPIN_MAX_US ? spin_us : JET_CID_SPIN_MAX_US);
         if (until > w->deadline_us) until = w->deadline_us;
         do {
             for (int i = 0; i < 64; i++) {

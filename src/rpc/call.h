@@ -114,9 +114,12 @@ jet_call_t *jet__cid_claim_from(uint64_t cid, uint32_t owner, uint64_t *next_cid
 /* Frees the slot and wakes its joiners. The call is not touched: a done
  * callback may already have destroyed or reissued it. */
 void jet__cid_free(uint32_t slot);
+/* The longest spin of a joiner (sync_call_spin_us's range). */
+#define JET_CID_SPIN_MAX_US 1000000
 /* Waits until slot has been freed more than free_seq times, driving loop
- * (see jet_loop_drive) or spinning up to spin_us microseconds before
- * sleeping; several threads may join one call. Once deadline_us
+ * (see jet_loop_drive) or spinning up to spin_us microseconds (at most
+ * JET_CID_SPIN_MAX_US, and not past deadline_us) before sleeping; several
+ * threads may join one call. Once deadline_us
  * (monotonic; INT64_MAX: none) has passed, expire(arg) runs on this thread,
  * and again every millisecond until the slot is freed: it ends the call if
  * nobody else owns it. */

@@ -691,7 +691,7 @@ int jet_channel_call(jet_channel_t *ch, const ProtobufCServiceDescriptor *servic
 }
 
 JET_FLAG_DEFINE_INT32_RANGE(
-    sync_call_spin_us, 0, 0, 1000000,
+    sync_call_spin_us, 0, 0, JET_CID_SPIN_MAX_US,
     "A waiting synchronous call spins this many microseconds for its answer "
     "before it sleeps. Helps polled URMA only when a core is free for the "
     "spinning caller besides the polling loops (on 2 cores it hurts)");
