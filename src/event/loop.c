@@ -23,6 +23,7 @@
 #define LOOP_PARK_MIN_US          10 /* event_guest_park_us */
 #define LOOP_PARK_MAX_US          100000
 #define LOOP_PARK_SOLITARY_MAX_US 1000000 /* event_guest_park_solitary_us */
+#define LOOP_EPOLL_MAX_US         1000000 /* event_busy_epoll_us, event_busy_epoll_watch_us */
 
 JET_FLAG_DEFINE_INT32_RANGE(event_loop_num, 0, 0, LOOP_MAX_GROUP,
                             "Event-loop threads in the process group (0: one per core)");
@@ -31,11 +32,11 @@ JET_FLAG_DEFINE_BOOL(event_poll_yield, false,
 JET_FLAG_DEFINE_INT32_RANGE(event_max_events, 256, 1, LOOP_MAX_EVENTS,
                             "Most epoll events fetched by one epoll_wait");
 JET_FLAG_DEFINE_INT32_RANGE(
-    event_busy_epoll_us, 20, 0, 1000000,
+    event_busy_epoll_us, 20, 0, LOOP_EPOLL_MAX_US,
     "A busy-poll loop (one with pollers) looks at its file descriptors at most "
     "this often, in microseconds; its pollers, tasks and timers run every pass");
 JET_FLAG_DEFINE_INT32_RANGE(
-    event_busy_epoll_watch_us, 200, 0, 1000000,
+    event_busy_epoll_watch_us, 200, 0, LOOP_EPOLL_MAX_US,
     "A busy-poll loop whose file descriptors are all watch-only (connections "
     "whose data runs over URMA or UBRing: their TCP only tells that the peer is "
     "gone) looks at them at most this often, in microseconds");
@@ -585,6 +586,13 @@ static void loop_poll_pass(jet_loop_t *loop, bool guest, int work)
  * with event_poll_yield / urma_poller_yield). A pass after work always reads it. */
 #define LOOP_CLOCK_EVERY 4
 
+/* A busy-poll loop's fd period within the flags' range, whatever code
+ * stored: a huge one would leave the fds unseen for that long. */
+static int64_t loop_epoll_every_us(int32_t us)
+{
+    return us < 0 ? 0 : us > LOOP_EPOLL_MAX_US ? LOOP_EPOLL_MAX_US : us;
+}
+
 static void loop_iterate(jet_loop_t *loop, bool guest)
 {
     int64_t now = loop->pollers && loop->idle_passes % LOOP_CLOCK_EVERY != 0
@@ -599,9 +607,10 @@ static void loop_iterate(jet_loop_t *loop, bool guest)
      * epoll_wait is a system call (about a microsecond on a VM), ten times a
      * poller's pass, and would set the pace at which the pollers see their
      * rings. Tasks and timers are still served every pass. */
-    int64_t every = atomic_load_explicit(&loop->neager, memory_order_relaxed) > 0
-                        ? JET_FLAG(event_busy_epoll_us)
-                        : JET_FLAG(event_busy_epoll_watch_us);
+    int64_t every =
+        loop_epoll_every_us(atomic_load_explicit(&loop->neager, memory_order_relaxed) > 0
+                                ? JET_FLAG(event_busy_epoll_us)
+                                : JET_FLAG(event_busy_epoll_watch_us));
     if (loop->pollers && now - loop->last_epoll_us < every) {
         loop_poll_pass(loop, guest, work);
         return;

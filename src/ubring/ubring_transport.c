@@ -21,6 +21,9 @@
 
 #define UB_MAX_LOOPS 256
 #define UB_TICK_MIN_US 100 /* ub_event_queue_timer_interval */
+#define UB_TICK_MAX_US           1000000
+#define UB_IDLE_MAX_US           60000000 /* ub_poller_idle_us */
+#define UB_CONNECT_TIMEOUT_MAX_S 3600     /* ub_connect_timeout */
 
 JET_FLAG_DEFINE_INT32_RANGE(
     ub_data_queue_size, 4, 4, 1024,
@@ -34,7 +37,7 @@ JET_FLAG_DEFINE_BOOL(ub_poller_yield, false, "UBRing pollers yield the CPU when 
  * shorter spin, a call/answer pair can settle into that pace on both sides
  * (each answer arriving just after the other side stopped spinning). */
 JET_FLAG_DEFINE_INT32_RANGE(
-    ub_poller_idle_us, 2500, 0, 60000000,
+    ub_poller_idle_us, 2500, 0, UB_IDLE_MAX_US,
     "UBRing pollers spin this long after the last traffic (read or write), then "
     "look at the rings about every millisecond");
 JET_FLAG_DEFINE_INT32_RANGE(
@@ -44,13 +47,13 @@ JET_FLAG_DEFINE_INT32_RANGE(
 JET_FLAG_DEFINE_INT32_RANGE(ub_hb_retry_cnt, 10, 0, INT32_MAX,
                             "Missed UBRing heartbeat checks tolerated before the connection fails");
 JET_FLAG_DEFINE_INT32_RANGE(
-    ub_connect_timeout, 1, 1, 3600,
+    ub_connect_timeout, 1, 1, UB_CONNECT_TIMEOUT_MAX_S,
     "Seconds a UBRing client may take to map the server segment (written into "
     "the segments)");
 JET_FLAG_DEFINE_INT32_RANGE(ub_disconnect_timeout, 5, 0, 3600,
                             "Seconds to wait for the peer's acknowledgement of a UBRing close");
 JET_FLAG_DEFINE_INT32_RANGE(
-    ub_event_queue_timer_interval, 100, UB_TICK_MIN_US, 1000000,
+    ub_event_queue_timer_interval, 100, UB_TICK_MIN_US, UB_TICK_MAX_US,
     "Period of the UBRing close and idle checks, in microseconds (at least the "
     "loop's millisecond resolution while it sleeps)");
 JET_FLAG_DEFINE_INT32_RANGE(ub_max_managed_num, 1024, 0, INT32_MAX,
@@ -199,10 +202,25 @@ static ub_loop_t *ubl_get(jet_loop_t *loop)
     return ul;
 }
 
+/* The flags below within their ranges, whatever code stored: a huge tick
+ * period would stall the close and heartbeat checks, and the connect
+ * timeout goes to the peer as an unsigned count of seconds. */
 static int64_t ubl_tick_period_us(void)
 {
     int32_t v = JET_FLAG(ub_event_queue_timer_interval);
-    return v < UB_TICK_MIN_US ? UB_TICK_MIN_US : v;
+    return v < UB_TICK_MIN_US ? UB_TICK_MIN_US : v > UB_TICK_MAX_US ? UB_TICK_MAX_US : v;
+}
+
+static int64_t ub_poller_idle_max_us(void)
+{
+    int32_t v = JET_FLAG(ub_poller_idle_us);
+    return v < 0 ? 0 : v > UB_IDLE_MAX_US ? UB_IDLE_MAX_US : v;
+}
+
+static uint32_t ub_connect_timeout_s(void)
+{
+    int32_t v = JET_FLAG(ub_connect_timeout);
+    return v < 1 ? 1 : v > UB_CONNECT_TIMEOUT_MAX_S ? UB_CONNECT_TIMEOUT_MAX_S : (uint32_t)v;
 }
 
 static void ubl_spin(ub_loop_t *ul)
@@ -339,7 +357,7 @@ static int ubl_poll_cb(jet_poller_t *p)
     int64_t last = ul->last_work_us,
             tx = atomic_load_explicit(&ul->last_tx_us, memory_order_relaxed);
     if (tx > last) last = tx;
-    int64_t idle = jet_now_us() - last, idle_max = JET_FLAG(ub_poller_idle_us);
+    int64_t idle = jet_now_us() - last, idle_max = ub_poller_idle_max_us();
     if (idle > idle_max) {
         bool waiting = false;
         /* A writer waiting for room, on a connection still in use (one
@@ -500,8 +518,8 @@ static void ub_sweep_once(void)
 {
     static atomic_flag done = ATOMIC_FLAG_INIT;
     if (atomic_flag_test_and_set(&done)) return;
-    int64_t age = 2 * (int64_t)JET_FLAG(ub_handshake_timeout_ms) / 1000 +
-                  (int64_t)JET_FLAG(ub_connect_timeout);
+    int64_t age =
+        2 * (int64_t)JET_FLAG(ub_handshake_timeout_ms) / 1000 + (int64_t)ub_connect_timeout_s();
     if (age < UB_SWEEP_MIN_AGE_S) age = UB_SWEEP_MIN_AGE_S;
     pthread_t th;
     pthread_attr_t a;
@@ -648,7 +666,7 @@ static int ub_connect(jet_socket_t *s)
         return 0; /* no hello: the server sees a plain TCP client */
     }
     ts->conn = c;
-    jet__ubring_ctrl(c->own.base)->timeout = (uint32_t)JET_FLAG(ub_connect_timeout);
+    jet__ubring_ctrl(c->own.base)->timeout = ub_connect_timeout_s();
     jet_ubring_hello_t h = {.msg_len = JET_UBRING_HELLO_LEN,
                             .hello_ver = JET_UBRING_HELLO_VER,
                             .impl_ver = JET_UBRING_IMPL_VER,
@@ -795,7 +813,7 @@ static void ub_server_setup(jet_socket_t *s, ub_ts_t *ts, const jet_ubring_hello
     }
     jet_ubring_ctrl_t *own = jet__ubring_ctrl(c->own.base);
     jet_ubring_ctrl_t *peer = jet__ubring_ctrl(c->peer.base);
-    uint32_t timeout = (uint32_t)JET_FLAG(ub_connect_timeout);
+    uint32_t timeout = ub_connect_timeout_s();
     jet__ubring_store32(&own->tail, jet__ubring_capacity(c->peer.len) - 1);
     jet__ubring_store32(&peer->tail, jet__ubring_capacity(c->own.len) - 1);
     jet__ubring_store32(&own->timeout, timeout);

@@ -739,7 +739,8 @@ static void ep_to_read_buf(jet_urma_ep_t *ep, jet_block_t **b_p, uint32_t len)
 {
     jet_socket_t *s = ep->s;
     jet_block_t *b = *b_p;
-    bool zc = JET_FLAG(urma_recv_zerocopy) && len >= (uint32_t)JET_FLAG(urma_zerocopy_min_size) &&
+    int32_t min = JET_FLAG(urma_zerocopy_min_size); /* one stored below 0 acts as 0 */
+    bool zc = JET_FLAG(urma_recv_zerocopy) && (min <= 0 || len >= (uint32_t)min) &&
               len >= ep->recv_size / EP_ZC_MAX_PIN;
     jet_block_t *fresh = zc ? jet__block_alloc(ep->recv_size) : NULL;
     if (fresh) {

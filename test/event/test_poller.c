@@ -249,6 +249,50 @@ static void test_busy_poll_watch_only(void)
     JET_FLAG_STORE(event_busy_epoll_watch_us, old_watch);
 }
 
+/* The fd periods are read as the flags' range [0, 1 s], whatever code
+ * stored: a busy-poll loop told to look at its fds every INT32_MAX us (35
+ * minutes) still sees a pipe's byte within a second, ordinary or watch-only;
+ * a negative period looks every pass. Before, the byte waited 35 minutes. */
+static void test_busy_poll_fd_period_clamped(void)
+{
+    int32_t old_us = JET_FLAG(event_busy_epoll_us), old_watch = JET_FLAG(event_busy_epoll_watch_us);
+    JET_FLAG_STORE(event_busy_epoll_us, INT32_MAX);
+    JET_FLAG_STORE(event_busy_epoll_watch_us, INT32_MAX);
+    JT_REQUIRE(jt_loop_up(&loop) == 0);
+    count_poller_t idle = {.p.poll = count_poll};
+    jt_loop_run_on(loop, add_poller, &idle.p);
+    JT_CHECK(jt_wait_at_least(&idle.runs, 100, GUARD_US));
+    int p[2];
+    JT_REQUIRE(pipe2(p, O_NONBLOCK | O_CLOEXEC) == 0);
+    read_io_t r = {.io = {.fd = p[0], .events = EPOLLIN, .cb = read_cb}};
+    JT_CHECK_EQ(jet_loop_io_add(loop, &r.io), 0);
+    for (int i = 1; i <= 2; i++) {
+        if (i == 2) jt_loop_run_on(loop, watch_only_on, &r.io);
+        usleep(50000); /* the loop has looked at its fds since the add */
+        int64_t t0 = (int64_t)jt_now_us();
+        JT_CHECK_EQ(write(p[1], "z", 1), 1);
+        JT_CHECK(jt_wait_at_least(&r.bytes, i, 3 * 1000 * 1000));
+        int64_t us = (int64_t)jt_now_us() - t0;
+        fprintf(stderr, "  %s fd: byte seen after %lld ms\n", i == 1 ? "ordinary" : "watch-only",
+                (long long)us / 1000);
+        JT_CHECK(us < 2 * 1000 * 1000);
+    }
+    JET_FLAG_STORE(event_busy_epoll_us, -5);
+    JET_FLAG_STORE(event_busy_epoll_watch_us, -5);
+    int64_t us;
+    uint64_t looks = epolls_during(100, &us);
+    fprintf(stderr, "  negative periods: %llu looks in %lld ms\n", (unsigned long long)looks,
+            (long long)us / 1000);
+    JT_CHECK(looks >= 100);
+    jt_loop_run_on(loop, io_del_fn, &r.io);
+    jt_loop_run_on(loop, del_poller, &idle.p);
+    jt_loop_down(loop);
+    close(p[0]);
+    close(p[1]);
+    JET_FLAG_STORE(event_busy_epoll_us, old_us);
+    JET_FLAG_STORE(event_busy_epoll_watch_us, old_watch);
+}
+
 /* ---- the group --------------------------------------------------------- */
 
 typedef struct where {
@@ -332,6 +376,7 @@ int main(void)
     JT_RUN(test_busy_poll_serves_io_and_tasks);
     JT_RUN(test_busy_poll_yield_serves_io_and_tasks);
     JT_RUN(test_busy_poll_watch_only);
+    JT_RUN(test_busy_poll_fd_period_clamped);
     JT_RUN(test_group_concurrent_start);
     JT_RUN(test_group);
     return jt_finish();

@@ -20,6 +20,8 @@
 JET_FLAG_DECLARE_INT64(socket_max_unwritten_bytes);
 JET_FLAG_DECLARE_INT32(ub_hb_timer_interval);
 JET_FLAG_DECLARE_INT32(ub_hb_retry_cnt);
+JET_FLAG_DECLARE_INT32(ub_event_queue_timer_interval);
+JET_FLAG_DECLARE_INT32(ub_connect_timeout);
 
 static const char *const small_hb[] = {"--ub_hb_timer_interval=1", "--ub_hb_retry_cnt=2"};
 
@@ -345,6 +347,74 @@ static void test_negative_hb_retry_cnt(void)
     jet_server_destroy(srv);
     JET_FLAG_STORE(ub_hb_timer_interval, old_interval);
     JET_FLAG_STORE(ub_hb_retry_cnt, old_retry);
+    JT_CHECK(ubt_shm_wait_clean(&before, 10000000));
+}
+
+/* A tick period stored by code above the flag's range (35 minutes here)
+ * is read as its largest, 1 s: heartbeats are still checked, and a silent
+ * raw client is dropped within seconds. It was never dropped before. */
+static void test_huge_tick_period(void)
+{
+    ubt_names_t before;
+    ubt_shm_list(&before);
+    int32_t old_interval = JET_FLAG(ub_hb_timer_interval), old_retry = JET_FLAG(ub_hb_retry_cnt),
+            old_tick = JET_FLAG(ub_event_queue_timer_interval);
+    JET_FLAG_STORE(ub_hb_timer_interval, 1);
+    JET_FLAG_STORE(ub_hb_retry_cnt, 0);
+    JET_FLAG_STORE(ub_event_queue_timer_interval, INT32_MAX);
+    int port = 0;
+    jet_server_t *srv = ubt_server_start(JET_SOCKET_MODE_UBRING, 0, &port);
+    JT_REQUIRE(srv);
+    ubt_raw_t r;
+    int rc = ubt_raw_connect(&r, port, NULL);
+    JT_CHECK_EQ(rc, 1);
+    if (rc == 1) {
+        int64_t t0 = jt_now_ms();
+        JT_CHECK(jt_wait_eof(r.fd, 10000));
+        fprintf(stderr, "  silent raw client dropped after %lld ms\n",
+                (long long)(jt_now_ms() - t0));
+    }
+    ubt_raw_close(&r);
+    jet_server_stop(srv);
+    jet_server_destroy(srv);
+    JET_FLAG_STORE(ub_hb_timer_interval, old_interval);
+    JET_FLAG_STORE(ub_hb_retry_cnt, old_retry);
+    JET_FLAG_STORE(ub_event_queue_timer_interval, old_tick);
+    JT_CHECK(ubt_shm_wait_clean(&before, 10000000));
+}
+
+/* The connect timeout the server writes into both segments (a peer reads it
+ * as seconds) is within the flag's range [1, 3600] whatever code stored: -1
+ * was written as 4294967295 and INT32_MAX as itself. */
+static void test_connect_timeout_written_in_range(void)
+{
+    ubt_names_t before;
+    ubt_shm_list(&before);
+    int32_t old = JET_FLAG(ub_connect_timeout);
+    int port = 0;
+    jet_server_t *srv = ubt_server_start(JET_SOCKET_MODE_UBRING, 0, &port);
+    JT_REQUIRE(srv);
+    const struct {
+        int32_t stored;
+        uint32_t written;
+    } cases[] = {{-1, 1}, {0, 1}, {7, 7}, {INT32_MAX, 3600}};
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        JET_FLAG_STORE(ub_connect_timeout, cases[i].stored);
+        ubt_raw_t r;
+        int rc = ubt_raw_connect(&r, port, NULL);
+        JT_CHECK_EQ(rc, 1);
+        if (rc == 1) {
+            uint32_t own = __atomic_load_n(ubt_u32(r.own, UBT_OFF_TIMEOUT), __ATOMIC_ACQUIRE);
+            uint32_t srv_own = __atomic_load_n(ubt_u32(r.peer, UBT_OFF_TIMEOUT), __ATOMIC_ACQUIRE);
+            fprintf(stderr, "  stored %d: written %u and %u\n", cases[i].stored, own, srv_own);
+            JT_CHECK_EQ(own, cases[i].written);
+            JT_CHECK_EQ(srv_own, cases[i].written);
+        }
+        ubt_raw_close(&r);
+    }
+    JET_FLAG_STORE(ub_connect_timeout, old);
+    jet_server_stop(srv);
+    jet_server_destroy(srv);
     JT_CHECK(ubt_shm_wait_clean(&before, 10000000));
 }
 
@@ -802,6 +872,8 @@ int main(int argc, char **argv)
     JT_RUN(test_silent_peer_server);
     JT_RUN(test_silent_raw_client);
     JT_RUN(test_negative_hb_retry_cnt);
+    JT_RUN(test_huge_tick_period);
+    JT_RUN(test_connect_timeout_written_in_range);
     JT_RUN(test_stuck_peer_costs_no_cpu);
     JT_RUN(test_lying_tail_costs_no_cpu);
     JT_RUN(test_larger_than_ring);

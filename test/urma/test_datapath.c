@@ -60,6 +60,16 @@ static void test_zero_copy_threshold(void)
     jet_urma_loop_stats_t d = totals();
     JT_CHECK_EQ(d.c.recv_copied - c.c.recv_copied, 20);
     JT_CHECK_EQ(d.c.recv_zerocopy - c.c.recv_zerocopy, 0);
+    /* A negative threshold, stored by code (the flag's range refuses it),
+     * acts as 0: it was read as a huge unsigned one, copying everything. */
+    JT_CHECK_EQ(jet_flag_set("urma_zerocopy_min_size", "-1"), -EINVAL);
+    JET_FLAG_STORE(urma_zerocopy_min_size, -1);
+    for (int i = 0; i < 10; i++)
+        JT_CHECK_EQ(jt_echo_bytes(ch, pin_min + 100, (uint64_t)i, "n"), 0);
+    c = totals();
+    JT_CHECK_EQ(c.c.recv_zerocopy - d.c.recv_zerocopy, 20);
+    JT_CHECK_EQ(c.c.recv_copied - d.c.recv_copied, 0);
+    d = c;
     jet_flag_set("urma_zerocopy_min_size", "512");
     jet_flag_set("urma_recv_zerocopy", "false");
     JT_CHECK_EQ(jt_echo_bytes(ch, 300000, 7, "off"), 0);
