@@ -6,7 +6,9 @@
 #include "rpc/compress.h"
 
 JET_FLAG_DEFINE_INT64(max_body_size, 64 * 1024 * 1024,
-                      "Largest baidu_std body (meta + message + attachment) accepted or sent");
+                      "Largest baidu_std body (meta + message + attachment) accepted or sent "
+                      "(0 or less, or more than 4294967295: 4294967295, the most a header can "
+                      "announce)");
 
 uint32_t jet__max_body_size(uint32_t opt)
 {

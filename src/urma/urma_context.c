@@ -104,8 +104,8 @@ JET_FLAG_DEFINE_INT32_RANGE(
     "per loop; every connection still grants its peer urma_rq_size credits, and "
     "the loop posts as many buffers as its connections' credits add up to, at "
     "most this many: past that, senders wait for a buffer by RNR retry). 0: "
-    "a JFR and urma_rq_size buffers per connection, as brpc. Read when a loop "
-    "first carries URMA");
+    "a JFR and urma_rq_size buffers per connection, as brpc; 1 to 15 act as 16. "
+    "Read when a loop first carries URMA");
 JET_FLAG_DEFINE_INT32_RANGE(urma_jfc_depth, 32768, 32, INT32_MAX,
                             "Depth of the completion queue an event loop shares among its URMA "
                             "connections (capped by the device); full: new connections use TCP");
