@@ -15,7 +15,11 @@
  * jet_call_set_failed() answers EINTERNAL. The input message and the call
  * stay valid until the closure is called; the output is serialised during
  * the closure call and remains the handler's. jet_server_call(closure_data)
- * gives the call (attachments, log id, set_failed).
+ * gives the call (attachments, log id, set_failed). closure_data is a
+ * handle, not the call's address: a second closure call for one request
+ * (at once or much later), or one with anything but a closure_data the
+ * server gave, answers nothing and logs an error line; no other request is
+ * touched.
  *
  * Dispatch is by full service name ("package.Service") and method name; an
  * undotted name also matches a service's short name. Errors use brpc's codes

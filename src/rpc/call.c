@@ -123,7 +123,8 @@ static int cid_grow(uint32_t *idx_p)
     return 0;
 }
 
-int jet__cid_alloc(jet_call_t *call, uint64_t *cid_p)
+/* Takes a slot for call; its join token too for a client call. */
+static int cid_take(jet_call_t *call, bool client, uint64_t *cid_p)
 {
     uint32_t idx;
     if (!cid_pop_free(&idx)) {
@@ -132,15 +133,38 @@ int jet__cid_alloc(jet_call_t *call, uint64_t *cid_p)
     }
     cid_slot_t *slot = cid_slot(idx);
     slot->call = call;
-    call->slot = idx;
-    call->joinable = true;
-    uint32_t seq = cid_seq(atomic_load_explicit(&slot->state, memory_order_relaxed));
-    atomic_store_explicit(&call->join_token, (uint64_t)(idx + 1) << 32 | seq, memory_order_release);
+    if (client) {
+        call->slot = idx;
+        call->joinable = true;
+        uint32_t seq = cid_seq(atomic_load_explicit(&slot->state, memory_order_relaxed));
+        atomic_store_explicit(&call->join_token, (uint64_t)(idx + 1) << 32 | seq,
+                              memory_order_release);
+    }
     /* Publishes call before any claim can see this version (claims acquire). */
     uint32_t ver = atomic_load_explicit(&slot->version, memory_order_relaxed);
     atomic_store_explicit(&slot->version, ver, memory_order_release);
     *cid_p = ((uint64_t)idx << 32) | ver;
     return 0;
+}
+
+int jet__cid_alloc(jet_call_t *call, uint64_t *cid_p)
+{
+    return cid_take(call, true, cid_p);
+}
+
+int jet__cid_alloc_handle(jet_call_t *call, uint64_t *cid_p)
+{
+    return cid_take(call, false, cid_p);
+}
+
+jet_call_t *jet__cid_peek(uint64_t cid)
+{
+    uint32_t idx = (uint32_t)(cid >> 32);
+    if (idx >= atomic_load_explicit(&cid_reg.nslots, memory_order_acquire)) return NULL;
+    cid_slot_t *slot = cid_slot(idx);
+    if (!slot || atomic_load_explicit(&slot->version, memory_order_acquire) != (uint32_t)cid)
+        return NULL;
+    return slot->call;
 }
 
 jet_call_t *jet__cid_claim(uint64_t cid, uint64_t *next_cid_p)
@@ -420,7 +444,10 @@ void jet__call_set_error(jet_call_t *c, int code, const char *text)
     c->error_text = text ? strdup(text) : NULL;
 }
 
-jet_call_t *jet_server_call(void *closure_data) { return closure_data; }
+jet_call_t *jet_server_call(void *closure_data)
+{
+    return jet__cid_peek((uint64_t)(uintptr_t)closure_data);
+}
 
 void jet_call_set_failed(jet_call_t *c, int code, const char *fmt, ...)
 {

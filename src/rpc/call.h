@@ -85,6 +85,7 @@ struct jet_call {
     unsigned srv_method;
     ProtobufCMessage *srv_input;
     int64_t srv_cid;
+    uint64_t srv_handle; /* the handler's closure_data (0: none taken) */
     jet_task_t srv_task; /* runs the handler on a worker */
 
     /* Last: call_init clears everything before it. The decoded response
@@ -104,6 +105,15 @@ int jet__cid_alloc(jet_call_t *call, uint64_t *cid_p);
  * On success the slot accepts the next version: *next_cid_p (may be NULL)
  * is the cid of a retry. */
 jet_call_t *jet__cid_claim(uint64_t cid, uint64_t *next_cid_p);
+/* A slot for a server call: the handle its handler gets as closure_data,
+ * claimed by the answer, so that a second answer (or one with a made-up
+ * handle) finds no call instead of a freed or recycled one. It leaves the
+ * call's client fields (slot, joinable, join_token) alone; the answer frees
+ * the slot with jet__cid_free(cid >> 32) once the call is destroyed. */
+int jet__cid_alloc_handle(jet_call_t *call, uint64_t *cid_p);
+/* The call of cid while cid is current (not claimed, not freed); NULL
+ * otherwise. Claims nothing. */
+jet_call_t *jet__cid_peek(uint64_t cid);
 /* Records that the attempt cid was written on the connection tagged owner
  * (non-zero), before it is written. */
 void jet__cid_set_owner(uint64_t cid, uint32_t owner);

@@ -355,11 +355,14 @@ static void srv_on_release(jet_socket_t *s)
 static void srv_call_finish(jet_call_t *call)
 {
     jet_server_t *srv = call->server;
+    uint64_t handle = call->srv_handle;
     jet__msg_arena_release(&call->msg_arena, call->srv_input);
     call->srv_input = NULL;
     if (call->error_code) atomic_fetch_add(&srv->n_failed, 1);
     jet__socket_unref(call->srv_sock);
     jet_call_destroy(call);
+    /* Its handle names no call from here on (the slot's next version). */
+    if (handle) jet__cid_free((uint32_t)(handle >> 32));
     atomic_fetch_sub(&srv->in_flight, 1);
 }
 
@@ -452,9 +455,20 @@ static void srv_send_response(jet_call_t *call, const ProtobufCMessage *output)
     jet_iobuf_fini(&frame);
 }
 
+/* closure_data is the call's handle (jet__cid_alloc_handle): the first
+ * answer claims it; a second one, or a handle never given, finds no call
+ * and is refused with an error line, whatever became of the call since
+ * (its memory is recycled by the next request). */
 static void srv_closure(const ProtobufCMessage *output, void *closure_data)
 {
-    jet_call_t *call = closure_data;
+    jet_call_t *call = jet__cid_claim((uint64_t)(uintptr_t)closure_data, NULL);
+    if (!call) {
+        JET_LOG_PEER(JET_LOG_ERROR,
+                     "a handler called its closure with closure_data %p, which names no call "
+                     "waiting for its answer (answered already?): ignored",
+                     closure_data);
+        return;
+    }
     srv_send_response(call, output);
     srv_call_finish(call);
 }
@@ -476,7 +490,8 @@ static void srv_fail_now(jet_call_t *call, int code, const char *fmt, ...)
 static void srv_invoke(jet_call_t *call)
 {
     ProtobufCService *svc = call->srv_service;
-    svc->invoke(svc, call->srv_method, call->srv_input, srv_closure, call);
+    svc->invoke(svc, call->srv_method, call->srv_input, srv_closure,
+                (void *)(uintptr_t)call->srv_handle);
 }
 
 static void srv_worker_task(jet_task_t *t)
@@ -559,6 +574,12 @@ static void srv_process(jet_socket_t *s, jet_baidu_frame_t *f, int bad_att)
         jet__format_parse_error(text, sizeof text, "request", m->input->name, meta,
                                 jet_iobuf_len(&f->body));
         srv_fail_now(call, JET_EREQUEST, "%s", text);
+        return;
+    }
+    int rc = jet__cid_alloc_handle(call, &call->srv_handle);
+    if (rc < 0) {
+        call->srv_handle = 0;
+        srv_fail_now(call, JET_EINTERNAL, "Fail to serve the call: %s", jet_strerror(rc));
         return;
     }
     call->srv_service = svc;

@@ -7,6 +7,7 @@
  * request message; this test adds:
  *   "hold"        keeps the closure; the test answers it later (release_held)
  *   "hang"        never answers; reports the request on the notify pipe (child)
+ *   "twice"       answers "first", then calls its closure again with "second"
  * ("sleep:<ms>" blocks the handler: servers here run such handlers in the
  * pool; anything else echoes the message.)
  *
@@ -67,6 +68,14 @@ static bool f_hold_or_hang(const Example__EchoRequest *req, Example__EchoRespons
         snprintf(h->message, sizeof h->message, "%s", msg);
         pthread_cond_broadcast(&g_held_cond);
         pthread_mutex_unlock(&g_held_lock);
+        return true;
+    }
+    if (strcmp(msg, "twice") == 0) {
+        Example__EchoResponse resp = EXAMPLE__ECHO_RESPONSE__INIT;
+        resp.message = "first";
+        closure(&resp, closure_data);
+        resp.message = "second";
+        closure(&resp, closure_data);
         return true;
     }
     if (strcmp(msg, "hang") == 0) {
@@ -1302,6 +1311,73 @@ static void test_answers_past_write_backlog(void)
     JT_CHECK(jet_flag_set("socket_max_unwritten_bytes", "67108864") == 0);
 }
 
+/* A handler that calls its closure twice: the second call, at once or
+ * after the call's memory went to later requests, is refused with an error
+ * line and answers nothing. Before, it answered (and freed) whatever call
+ * then lived in that memory: a held call got "second" instead of its own
+ * answer, or the server's call pool was corrupted. */
+static void test_handler_answers_twice(void)
+{
+    int port = 0;
+    jet_server_t *srv = start_server_port(0, NULL, &port);
+    JT_REQUIRE(srv);
+    jet_channel_t *ch = jt_channel_open_port(port, JET_CONNECTION_SINGLE, 5000, 0);
+    JT_REQUIRE(ch);
+    jt_stderr_cap_t cap;
+    jt_stderr_begin(&cap);
+    /* At once, in the handler. */
+    for (int i = 0; i < 3; i++) {
+        jet_call_t *call = jet_call_create();
+        JT_CHECK_EQ(jt_echo_call(ch, call, "twice", NULL, NULL), 0);
+        JT_CHECK(jt_echo_resp_is(call, "first"));
+        jet_call_destroy(call);
+    }
+    /* Later: a held call answered, its closure kept, then called again
+     * while another call is held (likely in the same memory). */
+    jet_call_t *a = jet_call_create();
+    jt_counter_t done = {0};
+    JT_CHECK_EQ(jt_echo_call(ch, a, "hold a", jt_count_done, &done), 0);
+    JT_REQUIRE(wait_held(1));
+    pthread_mutex_lock(&g_held_lock);
+    held_t stale = g_held[0];
+    pthread_mutex_unlock(&g_held_lock);
+    JT_CHECK(jet_server_call(stale.closure_data) != NULL);
+    JT_CHECK_EQ(release_held(), 1);
+    JT_CHECK(wait_count(&done, 1));
+    JT_CHECK(jt_echo_resp_is(a, "hold a"));
+    JT_CHECK(jet_server_call(stale.closure_data) == NULL);
+    for (int i = 0; i < 20; i++)
+        JT_CHECK(echo_ok(ch, "between"));
+    jet_call_t *b = jet_call_create();
+    JT_CHECK_EQ(jt_echo_call(ch, b, "hold b", jt_count_done, &done), 0);
+    JT_REQUIRE(wait_held(1));
+    Example__EchoResponse resp = EXAMPLE__ECHO_RESPONSE__INIT;
+    resp.message = "stale";
+    stale.closure(&resp, stale.closure_data);
+    usleep(100000);
+    JT_CHECK_EQ(atomic_load(&done.n), 1); /* b is still waiting */
+    JT_CHECK_EQ(release_held(), 1);
+    JT_CHECK(wait_count(&done, 2));
+    JT_CHECK(jt_echo_resp_is(b, "hold b"));
+    /* A closure_data never given. */
+    stale.closure(&resp, (void *)(uintptr_t)0x123456789abcULL);
+    JT_CHECK(jet_server_call((void *)(uintptr_t)0x123456789abcULL) == NULL);
+    char *err = jt_stderr_end(&cap);
+    int lines = jt_count_lines_with(err, "names no call waiting for its answer");
+    fprintf(stderr, "  refused answers logged: %d\n", lines);
+    JT_CHECK_EQ(lines, 5);
+    free(err);
+    JT_CHECK(echo_ok(ch, "after"));
+    JT_CHECK(wait_in_flight(srv, 0));
+    jet_server_stats_t st;
+    jet_server_get_stats(srv, &st);
+    JT_CHECK_EQ(st.requests, 26);
+    jet_call_destroy(a);
+    jet_call_destroy(b);
+    jet_channel_destroy(ch);
+    jet_server_destroy(srv);
+}
+
 /* RPC_CASE=<substring> runs only the matching cases (for debugging). */
 #define RUN(fn)                                                                                    \
     do {                                                                                           \
@@ -1335,6 +1411,7 @@ int main(int argc, char **argv)
     RUN(test_answer_on_the_wrong_connection);
     RUN(test_answers_past_write_backlog);
     RUN(test_negative_error_code_answer);
+    RUN(test_handler_answers_twice);
     release_held(); /* anything a failed case left behind */
     return jt_finish();
 }
