@@ -19,7 +19,9 @@
  * handle, not the call's address: a second closure call for one request
  * (at once or much later), or one with anything but a closure_data the
  * server gave, answers nothing and logs an error line; no other request is
- * touched.
+ * touched (the handle is a slot and a 32-bit version: only a closure called
+ * again after 2^31 later requests went through its slot, at the moment one
+ * holds that very version, could reach it).
  *
  * Dispatch is by full service name ("package.Service") and method name; an
  * undotted name also matches a service's short name. Errors use brpc's codes

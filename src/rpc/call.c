@@ -29,7 +29,9 @@ typedef struct cid_slot {
     /* The attempt's owner: its version (high half) and the tag of the
      * connection it was written on (low half); see jet__cid_claim_from. */
     _Atomic uint64_t owner;
-    jet_call_t *call;
+    /* Atomic for jet__cid_peek, which may read it while the slot changes
+     * hands; a claim owns it. */
+    _Atomic(jet_call_t *) call;
     /* One word, so that a joiner's registration and the free that ends it
      * are ordered on one location. Low half: the free count (bumped when the
      * slot is freed, i.e. after the call's done callback returned), the
@@ -132,7 +134,7 @@ static int cid_take(jet_call_t *call, bool client, uint64_t *cid_p)
         if (rc < 0) return rc;
     }
     cid_slot_t *slot = cid_slot(idx);
-    slot->call = call;
+    atomic_store_explicit(&slot->call, call, memory_order_relaxed);
     if (client) {
         call->slot = idx;
         call->joinable = true;
@@ -140,8 +142,11 @@ static int cid_take(jet_call_t *call, bool client, uint64_t *cid_p)
         atomic_store_explicit(&call->join_token, (uint64_t)(idx + 1) << 32 | seq,
                               memory_order_release);
     }
-    /* Publishes call before any claim can see this version (claims acquire). */
+    /* Publishes call before any claim can see this version (claims acquire).
+     * Version 0 is skipped (after a wrap): no cid is 0, the "none" of the
+     * callers, nor a server handle. */
     uint32_t ver = atomic_load_explicit(&slot->version, memory_order_relaxed);
+    if (ver == 0) ver = 1;
     atomic_store_explicit(&slot->version, ver, memory_order_release);
     *cid_p = ((uint64_t)idx << 32) | ver;
     return 0;
@@ -164,7 +169,12 @@ jet_call_t *jet__cid_peek(uint64_t cid)
     cid_slot_t *slot = cid_slot(idx);
     if (!slot || atomic_load_explicit(&slot->version, memory_order_acquire) != (uint32_t)cid)
         return NULL;
-    return slot->call;
+    /* Read between two looks at the version, as a seqlock: a claim, free
+     * and retake of the slot in between moved the version on, so the call
+     * of a later request is never returned for this cid. */
+    jet_call_t *call = atomic_load_explicit(&slot->call, memory_order_acquire);
+    if (atomic_load_explicit(&slot->version, memory_order_acquire) != (uint32_t)cid) return NULL;
+    return call;
 }
 
 jet_call_t *jet__cid_claim(uint64_t cid, uint64_t *next_cid_p)
@@ -173,12 +183,13 @@ jet_call_t *jet__cid_claim(uint64_t cid, uint64_t *next_cid_p)
     if (idx >= atomic_load_explicit(&cid_reg.nslots, memory_order_acquire)) return NULL;
     cid_slot_t *slot = cid_slot(idx);
     if (!slot) return NULL;
-    uint32_t expected = ver;
-    if (!atomic_compare_exchange_strong_explicit(&slot->version, &expected, ver + 1,
+    uint32_t expected = ver, next = ver + 1 != 0 ? ver + 1 : 1;
+    if (ver == 0 ||
+        !atomic_compare_exchange_strong_explicit(&slot->version, &expected, next,
                                                  memory_order_acq_rel, memory_order_relaxed))
         return NULL;
-    if (next_cid_p) *next_cid_p = ((uint64_t)idx << 32) | (uint32_t)(ver + 1);
-    return slot->call;
+    if (next_cid_p) *next_cid_p = ((uint64_t)idx << 32) | next;
+    return atomic_load_explicit(&slot->call, memory_order_relaxed);
 }
 
 void jet__cid_set_owner(uint64_t cid, uint32_t owner)
@@ -208,7 +219,7 @@ jet_call_t *jet__cid_claim_from(uint64_t cid, uint32_t owner, uint64_t *next_cid
 void jet__cid_free(uint32_t idx)
 {
     cid_slot_t *slot = cid_slot(idx);
-    slot->call = NULL;
+    atomic_store_explicit(&slot->call, NULL, memory_order_relaxed);
     /* A version never reused by this slot's next call: claims of old ids fail. */
     atomic_fetch_add_explicit(&slot->version, 1, memory_order_release);
     /* The next count with no registration; the old high half holds the

@@ -455,6 +455,8 @@ static void srv_send_response(jet_call_t *call, const ProtobufCMessage *output)
     jet_iobuf_fini(&frame);
 }
 
+_Static_assert(sizeof(void *) >= sizeof(uint64_t), "a server call's handle is its closure_data");
+
 /* closure_data is the call's handle (jet__cid_alloc_handle): the first
  * answer claims it; a second one, or a handle never given, finds no call
  * and is refused with an error line, whatever became of the call since

@@ -5,11 +5,14 @@
  * call however each waits. Through a channel: jet_call_join of a call that
  * its done reissued waits for the new issue too; a synchronous call made on
  * the thread of the loop that serves its connection fails at once with
- * EDEADLK (it would wait for itself). */
+ * EDEADLK (it would wait for itself). Server handles: a peek of a handle
+ * never returns the call of a later request of its slot. */
 #include <pthread.h>
 #include <stdatomic.h>
 #include <errno.h>
 #include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 #include <sys/socket.h>
 #include <unistd.h>
@@ -333,6 +336,80 @@ static void test_join_inside_its_own_done(void)
     jt_server_stop(srv);
 }
 
+/* jet__cid_peek against a slot that changes hands as fast as it can: one
+ * thread takes a handle for call A or B in turn, claims and frees it; the
+ * other peeks the latest handle and must get NULL or that handle's own
+ * call, never the other one (the request that took the slot next). */
+typedef struct peek_race {
+    jet_call_t *calls[2];
+    /* The latest handle and its call's index, under a sequence count (odd
+     * while they change). */
+    _Atomic uint64_t seq;
+    _Atomic uint64_t handle;
+    _Atomic int which;
+    _Atomic int stop;
+    _Atomic uint64_t rounds;
+} peek_race_t;
+
+static void *peek_churn(void *arg)
+{
+    peek_race_t *r = arg;
+    for (int i = 0; !atomic_load_explicit(&r->stop, memory_order_relaxed); i ^= 1) {
+        uint64_t h;
+        if (jet__cid_alloc_handle(r->calls[i], &h) < 0) abort();
+        atomic_fetch_add(&r->seq, 1);
+        atomic_store(&r->which, i);
+        atomic_store(&r->handle, h);
+        atomic_fetch_add(&r->seq, 1);
+        if (jet__cid_claim(h, NULL) != r->calls[i]) abort();
+        jet__cid_free((uint32_t)(h >> 32));
+        atomic_fetch_add_explicit(&r->rounds, 1, memory_order_relaxed);
+    }
+    return NULL;
+}
+
+static void test_handle_peek_never_names_a_later_call(void)
+{
+    peek_race_t r = {.calls = {jet_call_create(), jet_call_create()}};
+    JT_REQUIRE(r.calls[0] && r.calls[1]);
+    uint64_t h0;
+    JT_REQUIRE(jet__cid_alloc_handle(r.calls[0], &h0) == 0);
+    JT_CHECK(h0 != 0);
+    JT_CHECK(jet__cid_peek(h0) == r.calls[0]);
+    JT_CHECK(jet__cid_claim(h0, NULL) == r.calls[0]);
+    JT_CHECK(jet__cid_peek(h0) == NULL); /* claimed: answered */
+    JT_CHECK(jet__cid_claim(h0, NULL) == NULL);
+    jet__cid_free((uint32_t)(h0 >> 32));
+    JT_CHECK(jet__cid_peek(h0) == NULL);
+    JT_CHECK(jet__cid_peek(0) == NULL);
+    pthread_t t;
+    JT_REQUIRE(pthread_create(&t, NULL, peek_churn, &r) == 0);
+    uint64_t peeks = 0, hits = 0, wrong = 0;
+    int64_t until = jet_now_us() + 1000000;
+    while (jet_now_us() < until) {
+        for (int k = 0; k < 1000; k++) {
+            uint64_t s = atomic_load(&r.seq);
+            int which = atomic_load(&r.which);
+            uint64_t h = atomic_load(&r.handle);
+            if ((s & 1) || atomic_load(&r.seq) != s) continue; /* changing meanwhile */
+            jet_call_t *c = jet__cid_peek(h);
+            peeks++;
+            if (c) {
+                hits++;
+                if (c != r.calls[which]) wrong++; /* another request's call */
+            }
+        }
+    }
+    atomic_store(&r.stop, 1);
+    pthread_join(t, NULL);
+    fprintf(stderr, "  %llu peeks, %llu found a call, %llu wrong, %llu handles taken\n",
+            (unsigned long long)peeks, (unsigned long long)hits, (unsigned long long)wrong,
+            (unsigned long long)atomic_load(&r.rounds));
+    JT_CHECK_EQ(wrong, 0);
+    jet_call_destroy(r.calls[0]);
+    jet_call_destroy(r.calls[1]);
+}
+
 int main(void)
 {
     JT_RUN(test_late_joiner_keeps_off_the_next_call);
@@ -342,5 +419,6 @@ int main(void)
     JT_RUN(test_sync_call_on_its_loop_thread);
     JT_RUN(test_sync_retry_on_its_loop_thread);
     JT_RUN(test_join_inside_its_own_done);
+    JT_RUN(test_handle_peek_never_names_a_later_call);
     return jt_finish();
 }
