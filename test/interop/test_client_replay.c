@@ -4,7 +4,9 @@
  * what brpc's client sends, and answers with the recorded frame, its
  * correlation_id rewritten to the request's (body and attachment bytes kept
  * as recorded). Then: stale ids, undecodable bodies, bad attachment sizes, a
- * server that closes mid-call and one that sends garbage. */
+ * server that closes mid-call and one that sends garbage, and answers with
+ * a CRC32C checksum as a brpc server sends them (BAIDU_STD.md §6), right or
+ * damaged, with and without the attachment covered. */
 #include <pthread.h>
 #include <stdatomic.h>
 #include <stdbool.h>
@@ -17,6 +19,7 @@
 
 #include "echo.pb-c.h"
 #include "rpc/codec.h"
+#include "rpc/compress.h"
 #include "testutil.h"
 #include "testutil_rpc.h"
 
@@ -320,6 +323,74 @@ static void script_damaged(fake_t *f)
             resp.meta->attachment_size = 5000; /* 1024 bytes follow the message */
         }
         f->ok = fake_answer(&c, &resp, q->meta->correlation_id);
+    }
+    fake_finish(f, &c);
+out_resp:
+    jet__baidu_frame_fini(&resp);
+}
+
+/* The checksum a brpc peer sends: masked CRC32C of the body (and the
+ * attachment after it when with_att), 4 bytes big-endian. */
+static void put_checksum(const jet_iobuf_t *body, const jet_iobuf_t *att, bool with_att,
+                         uint8_t out[4])
+{
+    uint32_t crc = jet__crc32c_iobuf(0, body);
+    if (with_att) crc = jet__crc32c_iobuf(crc, att);
+    crc = jet__crc32c_mask(crc);
+    out[0] = (uint8_t)(crc >> 24);
+    out[1] = (uint8_t)(crc >> 16);
+    out[2] = (uint8_t)(crc >> 8);
+    out[3] = (uint8_t)crc;
+}
+
+/* The recorded 1 KiB-attachment answer with a checksum; f->name picks it:
+ * "body" (the message only), "att" (message and attachment), "bad_value",
+ * "att_flipped" (an attachment byte changed after the sum over both) and
+ * "uncovered_flipped" (the same, the attachment not covered). The request's
+ * own checksum, if any, must verify. */
+static void script_checksummed(fake_t *f)
+{
+    const char *how = f->name;
+    bool with_att = strcmp(how, "att") == 0 || strcmp(how, "att_flipped") == 0;
+    jet_baidu_frame_t resp;
+    jet__baidu_frame_init(&resp);
+    jt_conn_t c;
+    bool loaded = jt_interop_load_frame("02-attachment_1k.resp.bin", &resp);
+    if (!fake_accept(f, &c, IO_TIMEOUT_MS)) goto out_resp;
+    jet_baidu_frame_t *q = fake_read_req(f, &c);
+    if (q && loaded) {
+        bool req_ok = true;
+        if (q->meta->has_checksum_type && q->meta->checksum_type == 1) {
+            uint8_t want[4];
+            put_checksum(&q->body, &q->attachment,
+                         q->meta->has_checksum_with_attachment && q->meta->checksum_with_attachment,
+                         want);
+            req_ok = q->meta->checksum_value.len == 4 &&
+                     memcmp(q->meta->checksum_value.data, want, 4) == 0;
+        }
+        uint8_t ck[4];
+        put_checksum(&resp.body, &resp.attachment, with_att, ck);
+        if (strcmp(how, "bad_value") == 0) ck[3] ^= 0x40;
+        resp.meta->has_checksum_type = true;
+        resp.meta->checksum_type = 1;
+        resp.meta->has_checksum_value = true;
+        resp.meta->checksum_value.data = ck;
+        resp.meta->checksum_value.len = 4;
+        resp.meta->has_checksum_with_attachment = with_att;
+        resp.meta->checksum_with_attachment = with_att;
+        if (strstr(how, "flipped")) {
+            /* One byte in the middle of the attachment. */
+            size_t n;
+            uint8_t *a = jt_iobuf_bytes(&resp.attachment, &n);
+            a[n / 2] ^= 0x01;
+            jet_iobuf_clear(&resp.attachment);
+            jet_iobuf_append(&resp.attachment, a, n);
+            free(a);
+        }
+        f->ok = req_ok && fake_answer(&c, &resp, q->meta->correlation_id);
+        /* Not freed with the frame: it points at ck. */
+        resp.meta->checksum_value.data = NULL;
+        resp.meta->checksum_value.len = 0;
     }
     fake_finish(f, &c);
 out_resp:
@@ -742,6 +813,45 @@ static void server_closes_mid_call(void)
     jet_call_destroy(call);
 }
 
+/* brpc's clear_attachment_after_retry: every retry carries the whole
+ * request attachment again, and the call keeps it after it ended (the
+ * caller's, for its next use), synchronous or asynchronous. */
+static void retries_resend_the_attachment(void)
+{
+    for (int async = 0; async <= 1; async++) {
+        const char *what = async ? "async" : "sync";
+        jet_channel_t *ch = channel(2);
+        JT_REQUIRE(ch != NULL);
+        Example__EchoRequest req;
+        jet_call_t *call = hello_call(&req);
+        uint8_t att[4096];
+        jt_stream_fill(att, 77, sizeof att);
+        jet_iobuf_append(jet_call_request_attachment(call), att, sizeof att);
+        fake_start(script_close_mid_call, NULL);
+        atomic_store(&g_done, 0);
+        JT_CHECK_EQ(jet_channel_call(ch, &example__echo_service__descriptor, 0, call, &req.base,
+                                     async ? on_done : NULL, NULL),
+                    0);
+        if (async) jet_call_join(call);
+        int code = jet_call_error_code(call);
+        JT_CHECK_AT(what, code == JET_EEOF || code == JET_ERPCTIMEDOUT);
+        JT_CHECK_AT(what,
+                    jet_iobuf_equals(jet_call_request_attachment(call), att, sizeof att) == 0);
+        jet_channel_destroy(ch);
+        fake_join();
+        if (code == JET_EEOF) {
+            JT_CHECK_AT(what, g_fake.nreq == 3);
+            for (int k = 0; k < g_fake.nreq; k++) {
+                const jet_baidu_frame_t *q = &g_fake.req[k];
+                JT_CHECK_AT(what, q->meta->has_attachment_size && q->meta->attachment_size == 4096);
+                JT_CHECK_AT(what, jet_iobuf_equals(&q->attachment, att, sizeof att) == 0);
+            }
+        }
+        fake_clear();
+        jet_call_destroy(call);
+    }
+}
+
 static void garbage_from_server(void)
 {
     jet_channel_t *ch = channel(0);
@@ -773,6 +883,69 @@ static void garbage_from_server(void)
     jet_call_destroy(c2);
 }
 
+/* A brpc server checksums its answer when the request was checksummed
+ * (BAIDU_STD.md §6, §13: response_checksum_with_attachment and
+ * both_directions_checksum_with_attachment): a right sum, over the message
+ * or over message and attachment, is accepted and the attachment comes
+ * byte-exact; a wrong one, or an attachment byte changed under a sum that
+ * covers it, fails the call with EREQUEST as brpc's client does; a byte
+ * changed outside what the sum covers is not noticed. */
+static void response_checksums(void)
+{
+    jet_baidu_frame_t want;
+    jet__baidu_frame_init(&want);
+    JT_REQUIRE(jt_interop_load_frame("02-attachment_1k.resp.bin", &want));
+    static const struct {
+        const char *how;
+        bool req_checksum;
+        int code;
+    } cases[] = {
+        {"body", false, 0},
+        {"att", false, 0},
+        {"att", true, 0},
+        {"bad_value", false, JET_EREQUEST},
+        {"att_flipped", true, JET_EREQUEST},
+        {"uncovered_flipped", false, 0},
+    };
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        const char *how = cases[i].how;
+        jet_channel_t *ch = channel(0);
+        JT_REQUIRE(ch != NULL);
+        Example__EchoRequest req;
+        jet_call_t *call = hello_call(&req);
+        uint8_t att[1024];
+        memset(att, 0x5a, sizeof att);
+        jet_iobuf_append(jet_call_request_attachment(call), att, sizeof att);
+        if (cases[i].req_checksum) jet_call_set_request_checksum(call, true);
+        fake_start(script_checksummed, how);
+        JT_CHECK_EQ(jet_channel_call(ch, &example__echo_service__descriptor, 0, call, &req.base,
+                                     NULL, NULL),
+                    0);
+        int code = jet_call_error_code(call);
+        if (code != cases[i].code)
+            fprintf(stderr, "  [%s] error %d '%s'\n", how, code, jet_call_error_text(call));
+        JT_CHECK_AT(how, code == cases[i].code);
+        if (cases[i].code == 0 && strcmp(how, "uncovered_flipped") != 0) {
+            compare_outcome(how, call, &want);
+        } else if (cases[i].code == 0) {
+            JT_CHECK_AT(how, jet_iobuf_len(jet_call_response_attachment(call)) == 1024);
+        } else {
+            JT_CHECK_AT(how, strstr(jet_call_error_text(call),
+                                    "Fail to parse response=example.EchoResponse, ContentType=pb, "
+                                    "CompressType=none, ChecksumType=crc32c") != NULL);
+            JT_CHECK_AT(how, jet_call_response(call) == NULL);
+        }
+        jet_channel_destroy(ch);
+        fake_join();
+        JT_CHECK_AT(how, g_fake.ok);
+        if (cases[i].req_checksum && g_fake.nreq == 1)
+            JT_CHECK_AT(how, g_fake.req[0].meta->checksum_type == 1);
+        fake_clear();
+        jet_call_destroy(call);
+    }
+    jet__baidu_frame_fini(&want);
+}
+
 int main(void)
 {
     if (fake_listen(&g_fake) < 0) {
@@ -786,7 +959,9 @@ int main(void)
     JT_RUN(response_body_does_not_decode);
     JT_RUN(response_attachment_size_too_big);
     JT_RUN(server_closes_mid_call);
+    JT_RUN(retries_resend_the_attachment);
     JT_RUN(garbage_from_server);
+    JT_RUN(response_checksums);
     close(g_fake.lfd);
     return jt_finish();
 }
