@@ -69,7 +69,7 @@ typedef struct jet_channel_options {
     int32_t connect_timeout_ms;            /* default (-2): timeout_ms; other < 0: no limit */
     int32_t max_retry;                     /* retries after connection failures, default 3 */
     uint32_t max_body_size;                /* 0 = flag max_body_size */
-    const char *protocol;                  /* NULL or "baidu_std" */
+    const char *protocol;                  /* NULL or "baidu_std" (any case) */
     bool use_ssl;                          /* not supported: true is refused (-EPROTONOSUPPORT) */
 } jet_channel_options_t;
 

@@ -7,6 +7,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <strings.h>
 
 #include "base/futex.h"
 #include "base/log.h"
@@ -81,7 +82,8 @@ int jet_channel_create(const char *addr, const jet_channel_options_t *opts, jet_
     else
         jet_channel_options_init(&ch->opts);
     if (ch->opts.connect_timeout_ms == -2) ch->opts.connect_timeout_ms = ch->opts.timeout_ms;
-    if (ch->opts.protocol && strcmp(ch->opts.protocol, "baidu_std") != 0) {
+    /* Any case, as brpc's StringToProtocolType reads names. */
+    if (ch->opts.protocol && strcasecmp(ch->opts.protocol, "baidu_std") != 0) {
         JET_ERROR("channel to %s: protocol '%s' is not supported (baidu_std only)",
                   addr ? addr : "?", ch->opts.protocol);
         rc = -EPROTONOSUPPORT;

@@ -857,9 +857,28 @@ static void test_misuse(void)
 
 /* Channel options out of range are refused with -EINVAL, as the server's
  * are; -EPROTONOSUPPORT is for a transport that exists but is not built in
- * (RDMA), a protocol other than baidu_std, or SSL. */
+ * (RDMA), a protocol other than baidu_std, or SSL. The protocol's name is
+ * read without regard to case, as brpc's StringToProtocolType does. */
 static void test_channel_bad_options(void)
 {
+    const struct {
+        const char *name;
+        int rc;
+    } protocols[] = {{"baidu_std", 0},
+                     {"Baidu_STD", 0},
+                     {"BAIDU_STD", 0},
+                     {"http", -EPROTONOSUPPORT},
+                     {"baidu_std ", -EPROTONOSUPPORT},
+                     {"", -EPROTONOSUPPORT}};
+    for (size_t i = 0; i < sizeof protocols / sizeof protocols[0]; i++) {
+        jet_channel_options_t o;
+        jet_channel_options_init(&o);
+        o.protocol = protocols[i].name;
+        jet_channel_t *c = NULL;
+        int rc = jet_channel_create("127.0.0.1:8000", &o, &c);
+        JT_CHECK_AT(protocols[i].name, rc == protocols[i].rc);
+        if (rc == 0) jet_channel_destroy(c);
+    }
     const int bad_modes[] = {-1, JET_SOCKET_MODE_MAX, 99};
     for (size_t i = 0; i < sizeof bad_modes / sizeof bad_modes[0]; i++) {
         jet_channel_options_t co;
