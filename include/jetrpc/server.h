@@ -24,7 +24,8 @@
  * holds that very version, could reach it).
  *
  * Dispatch is by full service name ("package.Service") and method name; an
- * undotted name also matches a service's short name. Errors use brpc's codes
+ * undotted name also matches a service's short name (the first service
+ * added with it, when services of two packages share it). Errors use brpc's codes
  * and texts ("[ip:port][E1002]Fail to find method=...").
  *
  * Threads: create/add/start/stop/destroy from one controlling thread, never

@@ -23,6 +23,7 @@
 
 #include "base/futex.h"
 #include "echo.pb-c.h"
+#include "nest.pb-c.h"
 #include "testutil.h"
 #include "testutil_rpc.h"
 
@@ -1230,6 +1231,59 @@ static void test_done_hands_call_over(void)
     jet_channel_destroy(ch);
 }
 
+/* jettest.EchoService/Echo: "jettest " + the message. */
+static void jettest_echo(Jettest__EchoService_Service *svc, const Jettest__DepthAnswer *in,
+                         Jettest__DepthAnswer_Closure closure, void *closure_data)
+{
+    (void)svc;
+    char text[128];
+    snprintf(text, sizeof text, "jettest %s", in->message);
+    Jettest__DepthAnswer out = JETTEST__DEPTH_ANSWER__INIT;
+    out.message = text;
+    closure(&out, closure_data);
+}
+
+/* brpc's services_in_different_ns: example.EchoService and
+ * jettest.EchoService share a short name; one server holds both, each full
+ * name reaches its own, and an undotted "EchoService" reaches the one added
+ * first (server.h). */
+static void test_services_in_different_ns(void)
+{
+    static Jettest__EchoService_Service other = JETTEST__ECHO_SERVICE__INIT(jettest_);
+    jt_echo_service_t mine;
+    jt_echo_service_init(&mine, NULL);
+    jet_server_t *srv = NULL;
+    JT_REQUIRE(jet_server_create(NULL, &srv) == 0);
+    JT_CHECK_EQ(jet_server_add_service(srv, &mine.base.base), 0);
+    JT_CHECK_EQ(jet_server_add_service(srv, &other.base), 0);
+    JT_CHECK_EQ(jet_server_add_service(srv, &other.base), -EEXIST);
+    JT_REQUIRE(jet_server_start(srv, "127.0.0.1:0") == 0);
+    jet_channel_t *ch = open_channel(jet_server_listen_port(srv), JET_CONNECTION_SINGLE);
+    JT_REQUIRE(ch);
+    jet_call_t *call = jet_call_create();
+    JT_CHECK_EQ(sync_echo(ch, call, "to example"), 0);
+    JT_CHECK(jt_echo_resp_is(call, "to example"));
+    jet_call_reset(call);
+    Jettest__DepthAnswer req = JETTEST__DEPTH_ANSWER__INIT;
+    req.message = "to jettest";
+    JT_CHECK_EQ(
+        jet_channel_call(ch, &jettest__echo_service__descriptor, 0, call, &req.base, NULL, NULL),
+        0);
+    const Jettest__DepthAnswer *r = (const Jettest__DepthAnswer *)jet_call_response(call);
+    JT_CHECK(!jet_call_failed(call) && r && strcmp(r->message, "jettest to jettest") == 0);
+    jet_call_reset(call);
+    ProtobufCServiceDescriptor undotted = example__echo_service__descriptor;
+    undotted.name = "EchoService";
+    Example__EchoRequest ereq = EXAMPLE__ECHO_REQUEST__INIT;
+    ereq.message = "short name";
+    JT_CHECK_EQ(jet_channel_call(ch, &undotted, 0, call, &ereq.base, NULL, NULL), 0);
+    JT_CHECK(jt_echo_resp_is(call, "short name"));
+    jet_call_destroy(call);
+    jet_channel_destroy(ch);
+    jet_server_stop(srv);
+    jet_server_destroy(srv);
+}
+
 /* RPC_CASE=<substring> runs only the matching cases (for debugging). */
 #define RUN(fn)                                                                                    \
     do {                                                                                           \
@@ -1274,6 +1328,7 @@ int main(void)
     RUN(test_read_budget_below_one);
     RUN(test_unwritten_limit_lifted);
     RUN(test_done_hands_call_over);
+    RUN(test_services_in_different_ns);
     jet_server_stats_t st;
     jet_server_get_stats(g_srv, &st);
     jet_server_stop(g_srv);
