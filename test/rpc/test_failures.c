@@ -124,6 +124,7 @@ typedef struct srv_cfg {
     bool in_pool;
     int max_concurrency;
     int graceful_stop_ms;
+    int idle_timeout_sec;
 } srv_cfg_t;
 
 static jet_server_t *start_server_port(int port, const srv_cfg_t *cfg, int *port_p)
@@ -135,6 +136,7 @@ static jet_server_t *start_server_port(int port, const srv_cfg_t *cfg, int *port
         so.num_workers = cfg->in_pool ? 4 : 0;
         so.max_concurrency = cfg->max_concurrency;
         if (cfg->graceful_stop_ms) so.graceful_stop_ms = cfg->graceful_stop_ms;
+        so.idle_timeout_sec = cfg->idle_timeout_sec;
     }
     return jt_echo_server_start_port(&g_service, port, &so, port_p);
 }
@@ -1378,6 +1380,50 @@ static void test_handler_answers_twice(void)
     jet_server_destroy(srv);
 }
 
+/* brpc's close_idle_connections, over TCP: with idle_timeout_sec=1 a
+ * silent connection is closed (its peer sees EOF) while one that calls
+ * every 300 ms is kept; once that one idles too it is closed, and the
+ * channel's next call connects again and succeeds. */
+static void test_idle_connections_closed(void)
+{
+    int port = 0;
+    srv_cfg_t cfg = {.idle_timeout_sec = 1};
+    jet_server_t *srv = start_server_port(0, &cfg, &port);
+    JT_REQUIRE(srv);
+    jet_channel_t *ch = jt_channel_open_port(port, JET_CONNECTION_SINGLE, 5000, 0);
+    JT_REQUIRE(ch);
+    JT_CHECK(echo_ok(ch, "first"));
+    int fd = jt_tcp_connect(port, 5);
+    JT_REQUIRE(fd >= 0);
+    jt_conn_t raw;
+    jt_conn_init(&raw, fd);
+    jet_server_stats_t st;
+    JT_CHECK(JT_WAIT_UNTIL((jet_server_get_stats(srv, &st), st.connections_open == 2), 5000000));
+    int64_t t0 = jt_now_ms();
+    bool raw_closed = false;
+    while (jt_now_ms() - t0 < 3000) {
+        JT_CHECK(echo_ok(ch, "busy"));
+        if (!raw_closed)
+            raw_closed = jt_conn_wait_closed(&raw, 300);
+        else
+            usleep(300000);
+    }
+    JT_CHECK(raw_closed);
+    jet_server_get_stats(srv, &st);
+    fprintf(stderr, "  after 3 s: %llu accepted, %llu open\n",
+            (unsigned long long)st.connections_accepted, (unsigned long long)st.connections_open);
+    JT_CHECK_EQ(st.connections_accepted, 2); /* the busy channel kept its connection */
+    JT_CHECK_EQ(st.connections_open, 1);
+    JT_CHECK(jt_server_wait_stats(srv, JT_ANY, 0, 5000000, &st));
+    JT_CHECK(echo_ok(ch, "again"));
+    jet_server_get_stats(srv, &st);
+    JT_CHECK_EQ(st.connections_accepted, 3);
+    jt_conn_close(&raw);
+    jet_channel_destroy(ch);
+    jet_server_stop(srv);
+    jet_server_destroy(srv);
+}
+
 /* RPC_CASE=<substring> runs only the matching cases (for debugging). */
 #define RUN(fn)                                                                                    \
     do {                                                                                           \
@@ -1412,6 +1458,7 @@ int main(int argc, char **argv)
     RUN(test_answers_past_write_backlog);
     RUN(test_negative_error_code_answer);
     RUN(test_handler_answers_twice);
+    RUN(test_idle_connections_closed);
     release_held(); /* anything a failed case left behind */
     return jt_finish();
 }
