@@ -213,6 +213,50 @@ static void write_plain(void)
     dp_close(&a, &b);
 }
 
+/* RM and UM need a target on every WR (§4.2); brpc's
+ * rejects_send_without_target_jetty: a SEND (and a SEND_IMM in a list after
+ * a good one) with tjetty NULL is refused with EINVAL at the post, bad names
+ * it, nothing of it completes on either side, and the receive it would have
+ * taken is still posted: the next good SEND lands in it. */
+static void send_without_target(void)
+{
+    cf_dev_t d;
+    cf_side_t a, b;
+    cf_ep_opts_t o;
+    cf_ep_opts_rm(&o);
+    o.rnr_retry = 0;
+    JT_REQUIRE(dp_open(&d, &a, &b, &o) == 0);
+    memset(b.mem.buf, 0x31, MEM);
+    urma_sge_t rs;
+    cf_sge(&rs, b.mem.buf, 256, b.mem.tseg);
+    JT_REQUIRE(cf_post_recv(b.ep.jetty, &rs, 1, 0xF00D) == 0);
+    cf_fill(a.mem.buf, 64, 21);
+    urma_sge_t s;
+    cf_sge(&s, a.mem.buf, 64, a.mem.tseg);
+    urma_jfs_wr_t wr;
+    cf_wr_send(&wr, URMA_OPC_SEND, NULL, &s, 1, 0, 0x51);
+    urma_jfs_wr_t *bad = NULL;
+    JT_CHECK_EQ(cf.urma_post_jetty_send_wr(a.ep.jetty, &wr, &bad), URMA_EINVAL);
+    JT_CHECK(bad == &wr);
+    JT_CHECK_EQ(cf_quiet(a.ep.jfc, CF_QUIET_MS), 0);
+    JT_CHECK_EQ(cf_quiet(b.ep.jfc, CF_QUIET_MS), 0);
+    JT_CHECK_EQ(cf_check_byte(b.mem.buf, 256, 0x31), -1);
+    /* In a list: the good first WR goes, the second is refused and named. */
+    urma_jfs_wr_t good, second;
+    cf_wr_send(&good, URMA_OPC_SEND, a.tj, &s, 1, 0, 0x52);
+    cf_wr_send(&second, URMA_OPC_SEND_IMM, NULL, &s, 1, 7, 0x53);
+    good.next = &second;
+    bad = NULL;
+    JT_CHECK_EQ(cf.urma_post_jetty_send_wr(a.ep.jetty, &good, &bad), URMA_EINVAL);
+    JT_CHECK(bad == &second);
+    cf_expect_cr(a.ep.jfc, URMA_CR_SUCCESS, 0x52, "the good SEND before the refused one");
+    cf_expect_cr(b.ep.jfc, URMA_CR_SUCCESS, 0xF00D, "its receive");
+    JT_CHECK_EQ(cf_check_fill(b.mem.buf, 64, 21), -1);
+    JT_CHECK_EQ(cf_quiet(a.ep.jfc, CF_QUIET_MS), 0);
+    JT_CHECK_EQ(cf_quiet(b.ep.jfc, CF_QUIET_MS), 0);
+    dp_close(&a, &b);
+}
+
 static void write_imm(void)
 {
     cf_dev_t d;
@@ -1428,6 +1472,7 @@ int main(int argc, char **argv)
     CF_RUN(send_cr_fields);
     CF_RUN(send_imm);
     CF_RUN(write_plain);
+    CF_RUN(send_without_target);
     CF_RUN(write_imm);
     CF_RUN(read_op);
     CF_RUN(atomics);
