@@ -15,9 +15,12 @@
  * Cases that need a process of their own (a clean URMA state to count, or
  * the polling mode, which the URMA context fixes at its first use) run in a
  * "role=case" child of this binary. */
+#include "iobuf/block_pool.h"
 #include "urma_test.h"
 
 #define GUARD_US (60 * 1000000LL)
+
+JET_FLAG_DECLARE_INT32(iobuf_max_mb);
 
 static const char *const max_body_arg = "--max_body_size=134217728";
 
@@ -479,6 +482,71 @@ static void test_server_iobuf_exhausted(void)
     JT_CHECK_EQ(jt_child_stop(&c), 0);
 }
 
+/* The same from the client's side (brpc's try_memory_pool_empty): the
+ * requests built, this process may map only 64 MiB more of iobuf memory
+ * while 32 async 8 MiB echoes come back over one URMA channel. Every call
+ * ends exactly once, answered byte-exact or failed cleanly (never at its
+ * deadline); with the cap lifted, the blocks come back and a new channel
+ * echoes over URMA. */
+static void test_client_iobuf_exhausted(void)
+{
+    enum { N = 32 };
+    const char *args[] = {max_body_arg, NULL};
+    jt_child_t c;
+    JT_REQUIRE(jt_child_start(&c, args, NULL) == 0);
+    jet_channel_t *ch = lc_channel(c.port, JET_CONNECTION_SINGLE, 45000, 0);
+    JT_REQUIRE(ch);
+    ut_urma_mark_t m = ut_urma_mark();
+    JT_CHECK_EQ(jt_echo_bytes(ch, 1000, 1, "warm"), 0);
+    jet_block_pool_stats_t before, st;
+    jet__block_pool_stats(&before);
+    jet_urma_loop_stats_t t0 = ut_urma_totals(NULL);
+    size_t before_srq = t0.srq_posted + t0.srq_kept;
+    lc_batch_t b = {0};
+    lc_call_t *cs = lc_new(&b, N, oom_shape, NULL);
+    jet__block_pool_stats(&st);
+    int32_t old_cap = JET_FLAG(iobuf_max_mb);
+    char cap[32];
+    snprintf(cap, sizeof cap, "%zu", st.bytes_mapped / (1024 * 1024) + 64);
+    JT_REQUIRE(jet_flag_set("iobuf_max_mb", cap) == 0);
+    JT_REQUIRE(jet_flag_set("socket_max_unwritten_bytes", "536870912") == 0);
+    lc_issue(ch, cs, N);
+    bool all = jt_wait_at_least(&b.done, N, GUARD_US);
+    JT_CHECK(all);
+    JT_REQUIRE(jet_flag_set("socket_max_unwritten_bytes", "67108864") == 0);
+    JET_FLAG_STORE(iobuf_max_mb, old_cap);
+    int ok = 0, failed = all ? lc_outcomes(cs, N, oom_allowed, &ok) : N;
+    fprintf(stderr, "  cap %s MiB: %d of %d 8 MiB echoes answered, %d failed\n", cap, ok, N,
+            failed);
+    ut_expect_urma(m, 1 + ok, -1);
+    JT_CHECK_EQ(atomic_load(&b.twice), 0);
+    jet_channel_destroy(ch);
+    if (all) lc_free(&b, cs, N, 0);
+    ch = lc_channel(c.port, JET_CONNECTION_SINGLE, 30000, 0);
+    JT_REQUIRE(ch);
+    m = ut_urma_mark();
+    JT_CHECK_EQ(jt_echo_bytes(ch, 1024, 3, "after"), 0);
+    ut_expect_urma(m, 1, 1);
+    jet_channel_destroy(ch);
+    /* The blocks of the failed answers and of the closed connections return:
+     * no more 64 KiB or 2 MiB blocks in use than before the batch, once
+     * those the loops' shared receive queues hold are left out (a queue
+     * keeps what it posted for the connections it once had). */
+    size_t held0 = before.blocks_in_use[JET_BLOCK_CLASS_64K] - before_srq, held = 0;
+    jet_urma_loop_stats_t t;
+    JT_CHECK(JT_WAIT_EVERY(
+        (jet__block_pool_stats(&st), t = ut_urma_totals(NULL),
+         held = st.blocks_in_use[JET_BLOCK_CLASS_64K] - t.srq_posted - t.srq_kept,
+         t.endpoints == 0 && held <= held0 &&
+             st.blocks_in_use[JET_BLOCK_CLASS_2M] <= before.blocks_in_use[JET_BLOCK_CLASS_2M]),
+        10000000, 50000));
+    fprintf(stderr,
+            "  64 KiB blocks outside the shared queues: %zu before, %zu after; 2 MiB: %zu, %zu\n",
+            held0, held, before.blocks_in_use[JET_BLOCK_CLASS_2M],
+            st.blocks_in_use[JET_BLOCK_CLASS_2M]);
+    JT_CHECK_EQ(jt_child_stop(&c), 0);
+}
+
 /* ---- 5. mixed sizes in flight on one connection --------------------------------------- */
 
 /* 256 calls of 0 B or ~4 KiB per phase, 64 of 1 MiB (the time they take
@@ -700,6 +768,7 @@ int main(int argc, char **argv)
     JT_RUN(test_server_stop_during_calls);
     JT_RUN(test_channel_destroyed_in_flight);
     JT_RUN(test_server_iobuf_exhausted);
+    JT_RUN(test_client_iobuf_exhausted);
     JT_RUN(test_mixed_sizes_event_mode);
     JT_RUN(test_mixed_sizes_both_polling);
     JT_RUN(test_idle_timeout);
