@@ -236,6 +236,67 @@ static void test_many_connections(void)
     JT_CHECK_EQ(jt_child_stop(&c), 0);
 }
 
+/* brpc's send_rpc_in_many_qp, scaled to this machine: 4 server processes
+ * and 256 URMA channels to them, all open at once (64 per server), from 8
+ * threads; every channel makes 2 echoes of about 4 KiB, all over URMA, one
+ * connection each. Then every endpoint of this process goes away. (At 1024
+ * channels the two loops' completion queues, 32768 entries each, fill at
+ * about 490 connections and the rest use TCP, as urma_jfc_depth says.) */
+enum { MANY_SERVERS = 4, MANY_CHANNELS = 256, MANY_THREADS = 8 };
+
+typedef struct many_arg {
+    jet_channel_t **chs;
+    int first, n;
+    _Atomic int *bad;
+} many_arg_t;
+
+static void *many_main(void *arg)
+{
+    many_arg_t *a = arg;
+    for (int round = 0; round < 2; round++)
+        for (int i = a->first; i < a->first + a->n; i++)
+            if (jt_echo_bytes(a->chs[i], 4000 + (size_t)i, (uint64_t)i * 7 + (uint64_t)round,
+                              "many-servers") != 0)
+                atomic_fetch_add(a->bad, 1);
+    return NULL;
+}
+
+static void test_many_servers(void)
+{
+    jt_child_t c[MANY_SERVERS];
+    int started = 0;
+    for (; started < MANY_SERVERS; started++)
+        if (jt_child_start(&c[started], NULL, NULL) != 0) break;
+    JT_REQUIRE(started == MANY_SERVERS);
+    static jet_channel_t *chs[MANY_CHANNELS];
+    ut_urma_mark_t m = ut_urma_mark();
+    for (int i = 0; i < MANY_CHANNELS; i++) {
+        chs[i] = ut_channel(c[i % MANY_SERVERS].port, JET_SOCKET_MODE_URMA, 30000,
+                            JET_CONNECTION_SINGLE);
+        JT_REQUIRE(chs[i]);
+    }
+    _Atomic int bad = 0;
+    pthread_t th[MANY_THREADS];
+    many_arg_t a[MANY_THREADS];
+    for (int t = 0; t < MANY_THREADS; t++) {
+        a[t] = (many_arg_t){.chs = chs,
+                            .first = t * (MANY_CHANNELS / MANY_THREADS),
+                            .n = MANY_CHANNELS / MANY_THREADS,
+                            .bad = &bad};
+        JT_REQUIRE(pthread_create(&th[t], NULL, many_main, &a[t]) == 0);
+    }
+    for (int t = 0; t < MANY_THREADS; t++)
+        pthread_join(th[t], NULL);
+    JT_CHECK_EQ(atomic_load(&bad), 0);
+    ut_expect_urma(m, 2 * MANY_CHANNELS, MANY_CHANNELS);
+    for (int i = 0; i < MANY_CHANNELS; i++)
+        jet_channel_destroy(chs[i]);
+    jet_urma_loop_stats_t t;
+    JT_CHECK(JT_WAIT_EVERY((t = ut_urma_totals(NULL), t.endpoints == 0), 20000000, 50000));
+    for (int i = 0; i < MANY_SERVERS; i++)
+        JT_CHECK_EQ(jt_child_stop(&c[i]), 0);
+}
+
 /* Eight threads of a fresh client process make its first URMA calls at
  * once (the context, the loops' completion queues and the pools are set up
  * under their feet): every channel gets its one URMA connection. */
@@ -266,6 +327,7 @@ int main(int argc, char **argv)
     JT_RUN(test_brpc_small_sq_credits);
     JT_RUN(test_large_receive_buffers);
     JT_RUN(test_many_connections);
+    JT_RUN(test_many_servers);
     JT_RUN(test_concurrent_first_use);
     return jt_finish();
 }
