@@ -237,12 +237,13 @@ static void test_many_connections(void)
 }
 
 /* brpc's send_rpc_in_many_qp, scaled to this machine: 4 server processes
- * and 256 URMA channels to them, all open at once (64 per server), from 8
+ * and 160 URMA channels to them, all open at once (40 per server), from 8
  * threads; every channel makes 2 echoes of about 4 KiB, all over URMA, one
- * connection each. Then every endpoint of this process goes away. (At 1024
- * channels the two loops' completion queues, 32768 entries each, fill at
- * about 490 connections and the rest use TCP, as urma_jfc_depth says.) */
-enum { MANY_SERVERS = 4, MANY_CHANNELS = 256, MANY_THREADS = 8 };
+ * connection each. Then every endpoint of this process goes away. (A loop's
+ * completion queue, 32768 entries, holds about 245 connections, or 125 with
+ * per-connection receive queues; later ones use TCP, as urma_jfc_depth
+ * says.) */
+enum { MANY_SERVERS = 4, MANY_CHANNELS = 160, MANY_THREADS = 8 };
 
 typedef struct many_arg {
     jet_channel_t **chs;
