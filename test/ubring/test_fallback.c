@@ -4,10 +4,12 @@
  * hello like brpc's TCP-only servers (the channel retries over TCP); TCP
  * channel -> UBRing server (the pushed-back bytes); a raw "UB" hello with
  * hello_ver 3, and a proper hello to a TCP-only server (zeroed
- * un-negotiable answer, then baidu_std on the same connection); the
- * reference peer refusing UBRing; first writes of one byte in either
- * direction; 20 UBRing connections with many calls in flight. Every case
- * ends with no UBRING_* name left in /dev/shm and nothing mapped. */
+ * un-negotiable answer, then baidu_std on the same connection); brpc RDMA
+ * v2 and v3 client hellos to a UBRing server (brpc's TCP-mode answer, ACK
+ * 0, baidu_std on the same connection); the reference peer refusing
+ * UBRing; first writes of one byte in either direction; 20 UBRing
+ * connections with many calls in flight. Every case ends with no UBRING_*
+ * name left in /dev/shm and nothing mapped. */
 #include "ubring_test.h"
 
 #define GUARD_US (90 * 1000000LL)
@@ -175,6 +177,74 @@ static void test_raw_hello_v2_tcp_server(void)
     JT_CHECK(jt_server_wait_stats(srv, 0, 0, 20000000, NULL));
     jet_server_destroy(srv);
     JT_CHECK(ubt_shm_wait_clean(&before, 10000000));
+}
+
+/* ---- a brpc RDMA client's hello to a UBRing server ------------------------------------ */
+
+/* UBRING.md §2.6: the first bytes are not "UB", so they go to the normal
+ * parsers, which answer an RDMA hello as a brpc TCP-mode server does
+ * (RDMA-TRANSPORT.md §3.3, §4.3); after ACK 0 the connection is baidu_std. */
+static void rdma_hello_ubring_server(const char *label, const uint8_t *hello, size_t hello_len,
+                                     const uint8_t *answer, size_t answer_len)
+{
+    ubt_names_t before;
+    ubt_shm_list(&before);
+    int port = 0;
+    jet_server_t *srv = ubt_server_start(JET_SOCKET_MODE_UBRING, 0, &port);
+    JT_REQUIRE(srv);
+    int fd = jt_tcp_connect(port, 0);
+    JT_REQUIRE(fd >= 0);
+    /* The magic in two pieces: "RD" alone must not decide anything yet. */
+    JT_REQUIRE(jt_send_all(fd, hello, 2));
+    usleep(50000);
+    JT_REQUIRE(jt_send_all(fd, hello + 2, hello_len - 2));
+    uint8_t got[64];
+    size_t n = jt_read_n(fd, got, answer_len, 10000);
+    JT_CHECK_AT(label, n == answer_len);
+    if (n == answer_len) {
+        bool same = memcmp(got, answer, answer_len) == 0;
+        if (!same) {
+            fprintf(stderr, "  [%s] answer:", label);
+            for (size_t i = 0; i < n; i++)
+                fprintf(stderr, " %02x", got[i]);
+            fprintf(stderr, "\n");
+        }
+        JT_CHECK_AT(label, same);
+        JT_REQUIRE(jt_send_all(fd, "\0\0\0\0", 4));
+        JT_CHECK_AT(label, ubt_expect_tcp_after_ack0(fd, label));
+    }
+    JT_CHECK_AT(label, ubt_maps_count() == 0); /* no ring was set up for it */
+    close(fd);
+    JT_CHECK(jt_server_wait_stats(srv, 0, 0, 20000000, NULL));
+    jet_server_destroy(srv);
+    JT_CHECK(ubt_shm_wait_clean(&before, 10000000));
+}
+
+static void test_rdma_v2_hello_ubring_server(void)
+{
+    /* "RDMA", msg_len 40, versions 2/1, block_size 8160, sq 128, rq 128,
+     * lid 0, gid 0, qp_num 0x1234 (the captured client hello). */
+    static const uint8_t hello[40] = {'R',  'D',  'M',  'A',  0x00,        0x28,       0x00,
+                                      0x02, 0x00, 0x01, 0x00, 0x00,        0x1f,       0xe0,
+                                      0x00, 0x80, 0x00, 0x80, [38] = 0x12, [39] = 0x34};
+    /* msg_len 40, hello_ver 0xffff, then zeros. */
+    static const uint8_t answer[40] = {'R', 'D', 'M', 'A', 0x00, 0x28, 0xff, 0xff};
+    rdma_hello_ubring_server("rdma v2", hello, sizeof hello, answer, sizeof answer);
+}
+
+static void test_rdma_v3_hello_ubring_server(void)
+{
+    /* "RDM3", pb_size 32, RdmaHello: 1 block_size 8160, 2 sq_size 128,
+     * 3 rq_size 128, 4 lid 0, 5 gid (16 bytes), 6 qp_num 0x1234. */
+    static const uint8_t hello[40] = {'R',  'D',  'M',  '3',  0x00, 0x00,        0x00, 0x20, 0x08,
+                                      0xe0, 0x3f, 0x10, 0x80, 0x01, 0x18,        0x80, 0x01, 0x20,
+                                      0x00, 0x2a, 0x10, 0xfe, 0x80, [36] = 0x01, 0x30, 0xb4, 0x24};
+    /* The captured answer of a TCP-mode brpc server: pb_size 28, the six
+     * required fields zero, gid 16 zero bytes. */
+    static const uint8_t answer[36] = {'R',  'D',  'M',  '3',  0x00,        0x00, 0x00,
+                                       0x1c, 0x08, 0x00, 0x10, 0x00,        0x18, 0x00,
+                                       0x20, 0x00, 0x2a, 0x10, [34] = 0x30, 0x00};
+    rdma_hello_ubring_server("rdma v3", hello, sizeof hello, answer, sizeof answer);
 }
 
 /* ---- the reference peer refusing UBRing ---------------------------------------------------------
@@ -360,6 +430,8 @@ int main(int argc, char **argv)
     JT_RUN(test_raw_hello_v3_ubring_server);
     JT_RUN(test_raw_hello_v3_tcp_server);
     JT_RUN(test_raw_hello_v2_tcp_server);
+    JT_RUN(test_rdma_v2_hello_ubring_server);
+    JT_RUN(test_rdma_v3_hello_ubring_server);
     JT_RUN(test_ubring_channel_refusing_peer);
     JT_RUN(test_tcp_first_byte_alone_ubring_server);
     JT_RUN(test_hello_byte_by_byte_tcp_server);
