@@ -536,16 +536,20 @@ typedef struct ubt_raw_opts {
     uid_t owner;           /* 0: ours; else the segment is given to this user */
 } ubt_raw_opts_t;
 
-static UBT_UNUSED void ubt_raw_close(ubt_raw_t *c)
+/* Closes the ring as brpc does actively, then everything. true when the
+ * server acknowledged the close (our Rx flag CLOSED within 500 ms); false
+ * when it did not, or when no ring was established. */
+static UBT_UNUSED bool ubt_raw_close(ubt_raw_t *c)
 {
+    bool acked = false;
     if (c->peer && c->peer != MAP_FAILED) {
         /* brpc's active close: peer Tx CLOSING, peer Rx CLOSED; the server
          * acknowledges by setting our Rx to CLOSED. */
         __atomic_store_n(ubt_u32(c->peer, UBT_OFF_TX_FLAG), 2, __ATOMIC_RELEASE);
         __atomic_store_n(ubt_u32(c->peer, UBT_OFF_RX_FLAG), 3, __ATOMIC_RELEASE);
         if (c->own)
-            JT_WAIT_UNTIL(__atomic_load_n(ubt_u32(c->own, UBT_OFF_RX_FLAG), __ATOMIC_ACQUIRE) == 3,
-                          500000);
+            acked = JT_WAIT_UNTIL(
+                __atomic_load_n(ubt_u32(c->own, UBT_OFF_RX_FLAG), __ATOMIC_ACQUIRE) == 3, 500000);
         munmap(c->peer, c->peer_len);
     }
     if (c->own && c->own != MAP_FAILED) munmap(c->own, c->own_len);
@@ -553,6 +557,7 @@ static UBT_UNUSED void ubt_raw_close(ubt_raw_t *c)
     if (c->fd >= 0) close(c->fd);
     memset(c, 0, sizeof *c);
     c->fd = -1;
+    return acked;
 }
 
 /* Connects to 127.0.0.1:port and runs the client handshake as UBRING.md
