@@ -6,7 +6,8 @@
  * claims room its unread chunks fill (no CPU spent on either past a short
  * spin); a request larger than the ring (EMSGSIZE naming
  * the limit, the channel goes on); corrupt chunks and a corrupt tail from a raw client (the server
- * drops that connection and serves the next); bad hellos (clean refusal).
+ * drops that connection and serves the next); bad hellos (clean refusal);
+ * the close protocol both ways, acknowledged or not (UBRING.md §8).
  * The raw client is written from UBRING.md, not from the implementation.
  * Every case ends with nothing mapped and no UBRING_* name left behind. */
 #include <sys/resource.h>
@@ -22,6 +23,7 @@ JET_FLAG_DECLARE_INT32(ub_hb_timer_interval);
 JET_FLAG_DECLARE_INT32(ub_hb_retry_cnt);
 JET_FLAG_DECLARE_INT32(ub_event_queue_timer_interval);
 JET_FLAG_DECLARE_INT32(ub_connect_timeout);
+JET_FLAG_DECLARE_INT32(ub_disconnect_timeout);
 
 static const char *const small_hb[] = {"--ub_hb_timer_interval=1", "--ub_hb_retry_cnt=2"};
 
@@ -629,6 +631,178 @@ static void test_requests_before_tcp_close(void)
     JT_CHECK(ubt_shm_wait_clean(&before, 10000000));
 }
 
+/* ---- the close protocol ------------------------------------------------------------------ */
+
+/* UBRING.md §8, both directions, with and without acknowledgement. The
+ * server runs in this process, so ubt_maps_count() shows its two mappings
+ * next to the raw client's two. */
+enum { RAW_MAPS = 2 };
+
+typedef struct ring_flags {
+    uint32_t own_tx, own_rx; /* the raw client's segment */
+    uint32_t srv_tx, srv_rx; /* the server's */
+} ring_flags_t;
+
+static ring_flags_t raw_flags(ubt_raw_t *r)
+{
+    ring_flags_t f;
+    f.own_tx = __atomic_load_n(ubt_u32(r->own, UBT_OFF_TX_FLAG), __ATOMIC_ACQUIRE);
+    f.own_rx = __atomic_load_n(ubt_u32(r->own, UBT_OFF_RX_FLAG), __ATOMIC_ACQUIRE);
+    f.srv_tx = __atomic_load_n(ubt_u32(r->peer, UBT_OFF_TX_FLAG), __ATOMIC_ACQUIRE);
+    f.srv_rx = __atomic_load_n(ubt_u32(r->peer, UBT_OFF_RX_FLAG), __ATOMIC_ACQUIRE);
+    fprintf(stderr, "  flags: client Tx %u Rx %u, server Tx %u Rx %u\n", f.own_tx, f.own_rx,
+            f.srv_tx, f.srv_rx);
+    return f;
+}
+
+static uint32_t raw_own_rx(ubt_raw_t *r)
+{
+    return __atomic_load_n(ubt_u32(r->own, UBT_OFF_RX_FLAG), __ATOMIC_ACQUIRE);
+}
+
+/* (a) The raw client closes: the server acknowledges within 1 s and lets go
+ * of both segments. */
+static void close_by_client(int port)
+{
+    ubt_raw_t r;
+    int rc = ubt_raw_connect(&r, port, NULL);
+    JT_CHECK_EQ(rc, 1);
+    if (rc != 1) {
+        ubt_raw_close(&r);
+        return;
+    }
+    JT_CHECK(raw_echo(&r, 1));
+    JT_CHECK_EQ(ubt_maps_count(), 2 * RAW_MAPS);
+    /* Active steps 1 and 3, as ubt_raw_close writes them. */
+    __atomic_store_n(ubt_u32(r.peer, UBT_OFF_TX_FLAG), 2, __ATOMIC_RELEASE);
+    __atomic_store_n(ubt_u32(r.peer, UBT_OFF_RX_FLAG), 3, __ATOMIC_RELEASE);
+    int64_t t0 = jt_now_ms();
+    JT_CHECK(JT_WAIT_UNTIL(raw_own_rx(&r) == 3, 1000000));
+    fprintf(stderr, "  the server acknowledged after %lld ms\n", (long long)(jt_now_ms() - t0));
+    ring_flags_t f = raw_flags(&r);
+    JT_CHECK_EQ(f.own_rx, 3); /* the acknowledgement (passive step 3) */
+    JT_CHECK_EQ(f.srv_tx, 3); /* its sending direction closed (passive step 2) */
+    JT_CHECK(JT_WAIT_EVERY(ubt_maps_count() == RAW_MAPS, 2000000, 1000));
+    JT_CHECK(ubt_raw_close(&r)); /* the acknowledgement is there */
+    JT_CHECK(ubt_maps_wait_none(2000000));
+    /* Through ubt_raw_close itself. */
+    rc = ubt_raw_connect(&r, port, NULL);
+    JT_CHECK_EQ(rc, 1);
+    if (rc == 1) JT_CHECK(raw_echo(&r, 2));
+    JT_CHECK(ubt_raw_close(&r));
+    JT_CHECK(ubt_maps_wait_none(2000000));
+}
+
+/* (b) The server closes the connection (idle_timeout_sec or
+ * jet_server_stop): active steps 1-3 show in the raw client's segment and
+ * the server's (client Tx CLOSING, client Rx CLOSED, server Tx CLOSED).
+ * ack: the raw client acknowledges as a passive brpc side does (its own Tx
+ * and the server's Rx CLOSED) and the server unmaps at once, far before
+ * ub_disconnect_timeout. Silent: the server unmaps after
+ * ub_disconnect_timeout. Either way it waited for the acknowledgement. */
+static void close_by_server(ubt_raw_t *r, bool ack, int disconnect_s)
+{
+    JT_CHECK(JT_WAIT_UNTIL(raw_own_rx(r) == 3, 10000000));
+    int64_t t0 = jt_now_ms();
+    ring_flags_t f = raw_flags(r);
+    JT_CHECK_EQ(f.own_tx, 2); /* active step 1: CLOSING */
+    JT_CHECK_EQ(f.own_rx, 3); /* step 3: CLOSED */
+    JT_CHECK_EQ(f.srv_tx, 3); /* step 2: its own Tx, CONNECTED before, CLOSED */
+    JT_CHECK_EQ(f.srv_rx, 1); /* not acknowledged yet */
+    usleep(300000);
+    JT_CHECK_EQ(ubt_maps_count(), 2 * RAW_MAPS); /* it waits for the acknowledgement */
+    if (ack) {
+        __atomic_store_n(ubt_u32(r->own, UBT_OFF_TX_FLAG), 3, __ATOMIC_RELEASE);
+        __atomic_store_n(ubt_u32(r->peer, UBT_OFF_RX_FLAG), 3, __ATOMIC_RELEASE);
+        int64_t t1 = jt_now_ms();
+        JT_CHECK(JT_WAIT_EVERY(ubt_maps_count() == RAW_MAPS, 2000000, 1000));
+        fprintf(stderr, "  the server unmapped %lld ms after the acknowledgement\n",
+                (long long)(jt_now_ms() - t1));
+    } else {
+        int64_t guard_ms = disconnect_s * 1000 + 3000;
+        JT_CHECK(JT_WAIT_EVERY(ubt_maps_count() == RAW_MAPS, (guard_ms - (jt_now_ms() - t0)) * 1000,
+                               1000));
+        fprintf(stderr, "  the server unmapped %lld ms after its close, unacknowledged\n",
+                (long long)(jt_now_ms() - t0));
+        JT_CHECK_EQ(raw_own_rx(r), 3);
+    }
+}
+
+static void test_close_protocol(void)
+{
+    ubt_names_t before;
+    ubt_shm_list(&before);
+    int32_t old_disconnect = JET_FLAG(ub_disconnect_timeout);
+    jt_echo_opts_t eo = {.sleep_async = true};
+    jt_echo_service_init(&ubt_svc, &eo);
+    jet_server_options_t so;
+    jet_server_options_init(&so);
+    so.socket_mode = JET_SOCKET_MODE_UBRING;
+    so.idle_timeout_sec = 1;
+    int port = 0;
+    jet_server_t *srv = jt_echo_server_start_port(&ubt_svc, 0, &so, &port);
+    JT_REQUIRE(srv);
+
+    fprintf(stderr, "  (a) the client closes\n");
+    close_by_client(port);
+
+    /* A long timeout: an unmap within 2 s is the acknowledgement's doing. */
+    fprintf(stderr, "  (b) the server closes an idle connection, acknowledged\n");
+    JT_CHECK_EQ(jet_flag_set("ub_disconnect_timeout", "30"), 0);
+    ubt_raw_t r;
+    int rc = ubt_raw_connect(&r, port, NULL);
+    JT_CHECK_EQ(rc, 1);
+    if (rc == 1) close_by_server(&r, true, 30);
+    ubt_raw_close(&r);
+    JT_CHECK(ubt_maps_wait_none(2000000));
+
+    fprintf(stderr, "  (b) the server closes an idle connection, unacknowledged\n");
+    JT_CHECK_EQ(jet_flag_set("ub_disconnect_timeout", "2"), 0);
+    rc = ubt_raw_connect(&r, port, NULL);
+    JT_CHECK_EQ(rc, 1);
+    if (rc == 1) close_by_server(&r, false, 2);
+    JT_CHECK(ubt_shm_wait_clean(&before, 1000000));
+    ubt_raw_close(&r);
+    JT_CHECK(ubt_maps_wait_none(2000000));
+    jet_server_destroy(srv);
+
+    fprintf(stderr, "  (b) jet_server_stop, unacknowledged\n");
+    srv = ubt_server_start(JET_SOCKET_MODE_UBRING, 0, &port);
+    JT_REQUIRE(srv);
+    rc = ubt_raw_connect(&r, port, NULL);
+    JT_CHECK_EQ(rc, 1);
+    if (rc == 1) {
+        JT_CHECK(raw_echo(&r, 3));
+        JT_CHECK_EQ(jet_server_stop(srv), 0);
+        close_by_server(&r, false, 2);
+    }
+    JT_CHECK(ubt_shm_wait_clean(&before, 1000000));
+    ubt_raw_close(&r);
+    jet_server_destroy(srv);
+    JT_CHECK(ubt_maps_wait_none(2000000));
+
+    /* ubt_raw_close reports a close nobody acknowledged: the server
+     * process is stopped. */
+    fprintf(stderr, "  a stopped server acknowledges nothing\n");
+    jt_child_t c;
+    const char *args[] = {"mode=ubring", NULL};
+    JT_REQUIRE(jt_child_start(&c, args, NULL) == 0);
+    rc = ubt_raw_connect(&r, c.port, NULL);
+    JT_CHECK_EQ(rc, 1);
+    if (rc == 1) JT_CHECK(raw_echo(&r, 4));
+    kill(c.pid, SIGSTOP);
+    JT_CHECK(JT_WAIT_UNTIL(ubt_proc_stopped(c.pid), 5000000));
+    JT_CHECK(!ubt_raw_close(&r));
+    kill(c.pid, SIGCONT);
+    JT_CHECK_EQ(jt_child_stop(&c), 0);
+
+    char old[16];
+    snprintf(old, sizeof old, "%d", (int)old_disconnect);
+    JT_CHECK_EQ(jet_flag_set("ub_disconnect_timeout", old), 0);
+    JT_CHECK(ubt_maps_wait_none(2000000));
+    JT_CHECK(ubt_shm_wait_clean(&before, 10000000));
+}
+
 static void test_corrupt_chunks(void)
 {
     ubt_names_t before;
@@ -881,6 +1055,7 @@ int main(int argc, char **argv)
     JT_RUN(test_corrupt_chunks);
     JT_RUN(test_bad_hellos);
     JT_RUN(test_requests_before_tcp_close);
+    JT_RUN(test_close_protocol);
     JT_RUN(test_unread_answers_bounded);
     return jt_finish();
 }
