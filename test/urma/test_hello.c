@@ -8,7 +8,8 @@
  * and undecodable hellos close the connection; a silent half hello is closed
  * by the handshake timeout; ACK 1 after a decline, and TCP bytes after ACK 1,
  * close it. A full hello and then a close before the ACK gives back the
- * endpoint and its completion-queue share.
+ * endpoint and its completion-queue share; a client that goes without
+ * sending a byte (close or reset) is dropped and never takes one.
  *
  * A brpc-like URMA client by hand (jet_caps 0, its own jetty): its echo
  * requests are answered byte-exact over URMA in WRs no longer than the
@@ -28,6 +29,8 @@
  * the request then arrives over URMA at the fake's jetty; the server closing
  * TCP after the ACK fails the pending call at once (EEOF), and TCP bytes
  * after the ACK fail it with EPROTO. */
+#include <sys/socket.h>
+
 #include "iobuf/block_pool.h"
 #include "rpc_meta.pb-c.h"
 #include "urma/urma_context.h"
@@ -351,6 +354,47 @@ static void test_server_truncated_hello(void)
     n = pack(&h, b);
     JT_CHECK_AT("no ack", server_closes_on(b, n, false));
     jet_flag_set("urma_handshake_timeout_ms", "10000");
+}
+
+/* brpc's RDMA case 1 (client_close_before_hello_send), the cut of 0 bytes:
+ * a client connects and goes without sending a byte, by an orderly close
+ * or by a reset. The server drops the connection, and its URMA endpoints
+ * and completion-queue share stay as they were: a connection takes a set
+ * only for a hello. */
+static void test_server_close_before_hello(void)
+{
+    jet_urma_loop_stats_t st;
+    /* Earlier connections finish draining first (not asserted here). */
+    JT_WAIT_UNTIL(srv_open() == 0 && (st = ut_urma_totals(NULL), st.endpoints == 0), 10000000);
+    for (int reset = 0; reset <= 1; reset++) {
+        const char *w = reset ? "reset" : "close";
+        uint64_t open0 = srv_open(), accepted0 = srv_accepted();
+        jet_urma_loop_stats_t before = ut_urma_totals(NULL);
+        int fd = jt_tcp_connect(g_port, 0);
+        JT_REQUIRE(fd >= 0);
+        /* Not before the server has taken the connection in. */
+        JT_CHECK_AT(w, JT_WAIT_UNTIL(srv_accepted() == accepted0 + 1, 10000000));
+        JT_CHECK_AT(w, JT_WAIT_UNTIL(srv_open() == open0 + 1, 10000000));
+        st = ut_urma_totals(NULL);
+        JT_CHECK_AT(w, st.endpoints == before.endpoints && st.attaches == before.attaches);
+        if (reset) {
+            struct linger l = {.l_onoff = 1, .l_linger = 0};
+            setsockopt(fd, SOL_SOCKET, SO_LINGER, &l, sizeof l);
+        }
+        close(fd);
+        JT_CHECK_AT(w, JT_WAIT_UNTIL(srv_open() == open0, 10000000));
+        st = ut_urma_totals(NULL);
+        JT_CHECK_AT(w, st.endpoints == before.endpoints && st.attaches == before.attaches &&
+                           st.jfc_used == before.jfc_used);
+    }
+    /* And the server goes on serving URMA clients. */
+    jet_channel_t *ch = ut_channel(g_port, JET_SOCKET_MODE_URMA, 10000, JET_CONNECTION_SINGLE);
+    JT_REQUIRE(ch);
+    ut_urma_mark_t m = ut_urma_mark();
+    JT_CHECK_EQ(jt_echo_bytes(ch, 1000, 1, "after silent clients"), 0);
+    ut_expect_urma(m, 1, 2); /* in-process: the channel's and the server's ends */
+    jet_channel_destroy(ch);
+    JT_CHECK(JT_WAIT_UNTIL(srv_open() == 0, 10000000));
 }
 
 static void test_server_ack_rules(void)
@@ -1608,6 +1652,7 @@ int main(int argc, char **argv)
     JT_RUN(test_server_client_falls_back_without_ack);
     JT_RUN(test_server_closes_bad_frames);
     JT_RUN(test_server_truncated_hello);
+    JT_RUN(test_server_close_before_hello);
     JT_RUN(test_server_ack_rules);
     JT_RUN(test_server_hello_then_close);
     JT_RUN(test_tcp_server_declines_urma);
