@@ -10,6 +10,8 @@
  * close it. A full hello and then a close before the ACK gives back the
  * endpoint and its completion-queue share; a client that goes without
  * sending a byte (close or reset) is dropped and never takes one.
+ * brpc's RDMA hellos (v2, v3) get the answer a TCP-mode server gives, byte
+ * for byte, and after ACK 0 their requests are served on that connection.
  *
  * A brpc-like URMA client by hand (jet_caps 0, its own jetty): its echo
  * requests are answered byte-exact over URMA in WRs no longer than the
@@ -1354,6 +1356,148 @@ static void test_tcp_server_declines_urma(void)
     jet_server_destroy(ts);
 }
 
+/* ---- brpc RDMA clients at a URMA-mode server -------------------------------------- */
+
+/* An RDMA-mode brpc client's hellos (RDMA-TRANSPORT.md §3, §4): v2 is 40
+ * bytes (block_size 8160, sq 128, rq 128, lid 0, gid zeros, qp_num 0x1234),
+ * v2 long the same with msg_len 48 and 8 tail bytes; v3 is "RDM3", pb_size
+ * 32 and an RdmaHello with the same fields. */
+/* clang-format off */
+static const uint8_t rdma_v2[48] = {
+    'R', 'D', 'M', 'A',
+    0x00, 0x28,             /* msg_len 40 */
+    0x00, 0x02, 0x00, 0x01, /* hello_ver 2, impl_ver 1 */
+    0x00, 0x00, 0x1f, 0xe0, /* block_size 8160 */
+    0x00, 0x80, 0x00, 0x80, /* sq_size 128, rq_size 128 */
+    0x00, 0x00,             /* lid 0 */
+    0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, /* gid */
+    0x00, 0x00, 0x12, 0x34, /* qp_num */
+    0, 0, 0, 0, 0, 0, 0, 0, /* the tail of msg_len 48 */
+};
+static const uint8_t rdma_v3[40] = {
+    'R', 'D', 'M', '3',
+    0x00, 0x00, 0x00, 0x20, /* pb_size 32 */
+    0x08, 0xe0, 0x3f,       /* 1 block_size 8160 */
+    0x10, 0x80, 0x01,       /* 2 sq_size 128 */
+    0x18, 0x80, 0x01,       /* 3 rq_size 128 */
+    0x20, 0x00,             /* 4 lid 0 */
+    0x2a, 0x10,             /* 5 gid, 16 bytes */
+    0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0,
+    0x30, 0xb4, 0x24,       /* 6 qp_num 0x1234 */
+};
+/* What every brpc server not in RDMA mode answers (§3.3, §4.3): v2 "RDMA",
+ * msg_len 40, hello_ver 0xffff, zeros; v3 "RDM3" and an RdmaHello of zeros. */
+static const uint8_t rdma_v2_answer[40] = {'R', 'D', 'M', 'A', 0x00, 0x28, 0xff, 0xff};
+static const uint8_t rdma_v3_answer[36] = {
+    'R', 'D', 'M', '3',
+    0x00, 0x00, 0x00, 0x1c,
+    0x08, 0x00, 0x10, 0x00, 0x18, 0x00, 0x20, 0x00,
+    0x2a, 0x10, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0,
+    0x30, 0x00,
+};
+/* clang-format on */
+
+/* How a case writes: the hello whole and the ACK alone, as brpc's client
+ * does; the ACK in one write with the first request; the hello a byte at a
+ * time. */
+typedef enum rdma_write { RW_PLAIN, RW_TOGETHER, RW_BYTEWISE } rdma_write_t;
+
+/* brpc's RDMA client against a server on port: the hello (n bytes), the
+ * answer it gets (into ans, alen bytes expected), ACK 0, then two echoes on
+ * that connection. True when all of it went as with a brpc TCP server. */
+static bool rdma_client_served(int port, const char *w, const uint8_t *hello, size_t n,
+                               uint8_t *ans, size_t alen, rdma_write_t how)
+{
+    int fd = jt_tcp_connect(port, 0);
+    if (fd < 0) return false;
+    bool ok = true;
+    for (size_t i = 0; ok && i < n; i += how == RW_BYTEWISE ? 1 : n) {
+        ok = jt_send_all(fd, hello + i, how == RW_BYTEWISE ? 1 : n);
+        if (how == RW_BYTEWISE) usleep(1000);
+    }
+    JT_CHECK_AT(w, ok);
+    ok = ok && jt_read_n(fd, ans, alen, 10000) == alen;
+    JT_CHECK_AT(w, ok);
+    size_t fl;
+    uint8_t *req = echo_request_frame(31, "rdma client", g_att, 1500, &fl);
+    uint8_t *out = malloc(fl + 4);
+    if (!out) abort();
+    memset(out, 0, 4);
+    memcpy(out + 4, req, fl);
+    free(req);
+    if (how == RW_TOGETHER) {
+        ok = ok && jt_send_all(fd, out, fl + 4);
+    } else {
+        ok = ok && jt_send_all(fd, out, 4);
+        usleep(20000); /* the ACK alone first, as brpc's client writes it */
+        ok = ok && jt_send_all(fd, out + 4, fl);
+    }
+    free(out);
+    static uint8_t resp[8192];
+    size_t rl = ok ? read_frame(fd, resp, sizeof resp) : 0;
+    JT_CHECK_AT(w, rl > 0 && echo_response_ok(resp, rl, 31, "rdma client", g_att, 1500));
+    ok = ok && rl > 0;
+    req = echo_request_frame(32, "again", g_att, 10, &fl);
+    ok = ok && jt_send_all(fd, req, fl);
+    free(req);
+    rl = ok ? read_frame(fd, resp, sizeof resp) : 0;
+    JT_CHECK_AT(w, rl > 0 && echo_response_ok(resp, rl, 32, "again", g_att, 10));
+    close(fd);
+    return ok && rl > 0;
+}
+
+/* brpc's RDMA clients (v2 and v3) at a URMA-mode server get the answer a
+ * TCP-mode server gives them, byte for byte, and after ACK 0 their requests
+ * are served on that connection; no URMA set is taken for them. */
+static void test_server_rdma_hellos(void)
+{
+    int tport = 0;
+    jet_server_t *ts = ut_server_start(JET_SOCKET_MODE_TCP, &tport);
+    JT_REQUIRE(ts);
+    uint8_t rdma_v2_long[48];
+    memcpy(rdma_v2_long, rdma_v2, 48);
+    rdma_v2_long[5] = 48;
+    const struct {
+        const char *what;
+        const uint8_t *hello, *answer;
+        size_t n, alen;
+        rdma_write_t how;
+    } cases[] = {
+        {"v2", rdma_v2, rdma_v2_answer, 40, 40, RW_PLAIN},
+        {"v2, ACK and request in one write", rdma_v2, rdma_v2_answer, 40, 40, RW_TOGETHER},
+        {"v2, byte by byte", rdma_v2, rdma_v2_answer, 40, 40, RW_BYTEWISE},
+        {"v2 msg_len 48", rdma_v2_long, rdma_v2_answer, 48, 40, RW_PLAIN},
+        {"v3", rdma_v3, rdma_v3_answer, sizeof rdma_v3, sizeof rdma_v3_answer, RW_PLAIN},
+        {"v3, ACK and request in one write", rdma_v3, rdma_v3_answer, sizeof rdma_v3,
+         sizeof rdma_v3_answer, RW_TOGETHER},
+        {"v3, byte by byte", rdma_v3, rdma_v3_answer, sizeof rdma_v3, sizeof rdma_v3_answer,
+         RW_BYTEWISE},
+    };
+    JT_WAIT_UNTIL(srv_open() == 0, 10000000);
+    jet_urma_loop_stats_t before = ut_urma_totals(NULL);
+    uint64_t accepted0 = srv_accepted();
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        const char *w = cases[i].what;
+        uint8_t at_tcp[64], at_urma[64];
+        memset(at_tcp, 0xaa, sizeof at_tcp);
+        memset(at_urma, 0x55, sizeof at_urma);
+        JT_CHECK_AT(w, rdma_client_served(tport, w, cases[i].hello, cases[i].n, at_tcp,
+                                          cases[i].alen, cases[i].how));
+        JT_CHECK_AT(w, rdma_client_served(g_port, w, cases[i].hello, cases[i].n, at_urma,
+                                          cases[i].alen, cases[i].how));
+        JT_CHECK_AT(w, memcmp(at_tcp, cases[i].answer, cases[i].alen) == 0);
+        JT_CHECK_AT(w, memcmp(at_urma, at_tcp, cases[i].alen) == 0);
+    }
+    JT_CHECK_EQ(srv_accepted(), accepted0 + sizeof cases / sizeof cases[0]);
+    JT_CHECK(JT_WAIT_UNTIL(srv_open() == 0, 10000000));
+    jet_urma_loop_stats_t st = ut_urma_totals(NULL);
+    JT_CHECK_EQ(st.attaches, before.attaches);
+    JT_CHECK_EQ(st.endpoints, before.endpoints);
+    jet_server_stats_t tst;
+    JT_CHECK(JT_WAIT_UNTIL((jet_server_get_stats(ts, &tst), tst.connections_open == 0), 10000000));
+    jet_server_destroy(ts);
+}
+
 /* ---- audit gap 9: a full hello, then the client goes before its ACK ----------------- */
 
 static void test_server_hello_then_close(void)
@@ -1656,6 +1800,7 @@ int main(int argc, char **argv)
     JT_RUN(test_server_ack_rules);
     JT_RUN(test_server_hello_then_close);
     JT_RUN(test_tcp_server_declines_urma);
+    JT_RUN(test_server_rdma_hellos);
     JT_RUN(test_server_brpc_client_datapath);
     JT_RUN(test_server_brpc_client_violations);
     JT_RUN(test_server_memory_not_exposed);
