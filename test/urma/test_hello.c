@@ -27,7 +27,9 @@
  *
  * Fake server <- jetrpc URMA client: silence times the call out, a close
  * before or during the hello fails it (EEOF), garbage and broken frames fail
- * it with EPROTO, a declining hello gets ACK 0, a valid hello gets ACK 1 and
+ * it with EPROTO, a declining hello gets ACK 0, and so does a hello with
+ * valid versions and a field out of range (the call then completes over
+ * TCP on that connection), a valid hello gets ACK 1 and
  * the request then arrives over URMA at the fake's jetty; the server closing
  * TCP after the ACK fails the pending call at once (EEOF), and TCP bytes
  * after the ACK fail it with EPROTO. */
@@ -1558,10 +1560,60 @@ typedef enum sscript {
     SS_VALID_THEN_CLOSE,
     SS_VALID_THEN_TCP_BYTE,
     SS_MIRROR,
+    SS_BAD_FIELD, /* valid versions, field sa->bad out of range; after the ACK the
+                     TCP server at sa->real_port serves the connection */
 } sscript_t;
+
+/* The fields a client checks in the server's hello (brpc's ValidHello). */
+typedef enum bad_field {
+    BF_RECV_CNT_2,
+    BF_RECV_CNT_65536,
+    BF_BUFFER_1023,
+    BF_JETTY_0,
+    BF_TP_UTP,
+    BF_SEG_VA_0,
+    BF_SEG_LEN_0,
+    BF_COUNT
+} bad_field_t;
+
+static const char *const bad_field_names[BF_COUNT] = {"recv_buffer_cnt 2", "recv_buffer_cnt 65536",
+                                                      "buffer_size 1023",  "jetty_id 0",
+                                                      "tp_type 2 (UTP)",   "seg_va 0",
+                                                      "seg_len 0"};
+
+static void bad_field_set(jet_urma_hello_t *h, bad_field_t bad)
+{
+    switch (bad) {
+    case BF_RECV_CNT_2:
+        h->recv_buffer_cnt = 2;
+        break;
+    case BF_RECV_CNT_65536:
+        h->recv_buffer_cnt = 65536;
+        break;
+    case BF_BUFFER_1023:
+        h->buffer_size = 1023;
+        break;
+    case BF_JETTY_0:
+        h->jetty_id = 0;
+        break;
+    case BF_TP_UTP:
+        h->tp_type = 2;
+        break;
+    case BF_SEG_VA_0:
+        h->seg_va = 0;
+        break;
+    case BF_SEG_LEN_0:
+        h->seg_len = 0;
+        break;
+    case BF_COUNT:
+        break;
+    }
+}
 
 typedef struct sarg {
     sscript_t sc;
+    bad_field_t bad;
+    int real_port;
     _Atomic int hellos, ack;
     _Atomic int done;
     uint8_t hello[4200];
@@ -1637,6 +1689,25 @@ static void server_fn(int fd, int index, void *arg)
         n = pack(&h, b);
         jt_send_all(fd, b, n);
         break;
+    case SS_BAD_FIELD: {
+        /* Otherwise importable (the fake jetty): a client that missed the
+         * bad field would import it and answer ACK 1. */
+        bad_field_set(&mine, sa->bad);
+        n = pack(&mine, b);
+        uint8_t ack[4];
+        int up = -1;
+        if (n > 0 && jt_send_all(fd, b, n) && jt_read_n(fd, ack, 4, 5000) == 4) {
+            atomic_store(&sa->ack, (int)jet__urma_ack_parse(ack) + 1);
+            up = jt_tcp_connect(sa->real_port, 0);
+        }
+        if (up >= 0) {
+            jt_pump(fd, up, 0);
+        } else {
+            close(fd);
+        }
+        atomic_store(&sa->done, 1);
+        return;
+    }
     }
     if (sa->sc == SS_DECLINE || sa->sc == SS_VALID || sa->sc == SS_VALID_THEN_CLOSE ||
         sa->sc == SS_VALID_THEN_TCP_BYTE || sa->sc == SS_MIRROR) {
@@ -1663,11 +1734,10 @@ static void server_fn(int fd, int index, void *arg)
     atomic_store(&sa->done, 1);
 }
 
-/* One call from a URMA client to a fake server playing sc; its error code. */
-static int client_against(sscript_t sc, sarg_t *sa, int32_t timeout_ms)
+/* One call from a URMA client to a fake server playing sa->sc; its error
+ * code. */
+static int client_run(sarg_t *sa, int32_t timeout_ms)
 {
-    memset(sa, 0, sizeof *sa);
-    sa->sc = sc;
     jt_fake_t f;
     jt_fake_start(&f, server_fn, sa);
     jet_channel_options_t o;
@@ -1687,6 +1757,49 @@ static int client_against(sscript_t sc, sarg_t *sa, int32_t timeout_ms)
     jt_wait_at_least(&sa->done, 1, 30000000);
     jt_fake_stop(&f);
     return rc;
+}
+
+static int client_against(sscript_t sc, sarg_t *sa, int32_t timeout_ms)
+{
+    memset(sa, 0, sizeof *sa);
+    sa->sc = sc;
+    return client_run(sa, timeout_ms);
+}
+
+/* brpc's RDMA case 20 (server_hello_invalid_sq_rq_size), URMA shape: the
+ * server's hello has valid versions but a field out of range. The client
+ * does not import it, answers ACK 0 (brpc's URMA client sends none, which a
+ * server waiting for the ACK misreads: URMA-TRANSPORT.md D3) and its call
+ * completes over TCP on that connection, v2 and v3. */
+static void test_client_invalid_server_hello(void)
+{
+    int real = 0;
+    jet_server_t *ts = ut_server_start(JET_SOCKET_MODE_TCP, &real);
+    JT_REQUIRE(ts);
+    for (int v = 2; v <= 3; v++) {
+        jet_flag_set("urma_client_handshake_version", v == 3 ? "3" : "2");
+        for (int k = 0; k < BF_COUNT; k++) {
+            char w[64];
+            snprintf(w, sizeof w, "v%d %s", v, bad_field_names[k]);
+            sarg_t sa;
+            memset(&sa, 0, sizeof sa);
+            sa.sc = SS_BAD_FIELD;
+            sa.bad = (bad_field_t)k;
+            sa.real_port = real;
+            ut_urma_mark_t m = ut_urma_mark();
+            JT_CHECK_AT(w, client_run(&sa, 5000) == 0);
+            JT_CHECK_AT(w, atomic_load(&sa.hellos) == 1); /* one connection, no retry */
+            JT_CHECK_AT(w, atomic_load(&sa.ack) == 0 + 1);
+            ut_urma_mark_t now = ut_urma_mark();
+            JT_CHECK_AT(w, now.attaches - m.attaches == 1 && now.recv == m.recv);
+        }
+    }
+    jet_flag_set("urma_client_handshake_version", "2");
+    jet_server_stats_t st;
+    jet_server_get_stats(ts, &st);
+    JT_CHECK_EQ(st.connections_accepted, 2 * BF_COUNT);
+    JT_CHECK_EQ(st.requests_failed, 0);
+    jet_server_destroy(ts);
 }
 
 static void test_client_against_broken_servers(void)
@@ -1810,6 +1923,7 @@ int main(int argc, char **argv)
     JT_RUN(test_client_hello_bytes);
     JT_RUN(test_client_against_broken_servers);
     JT_RUN(test_client_ack_rules);
+    JT_RUN(test_client_invalid_server_hello);
     jet_server_destroy(g_srv);
     return jt_finish();
 }
