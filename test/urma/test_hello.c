@@ -20,6 +20,8 @@
  * more than half of the window is owed. Returning more credits than owed, a
  * zero-length SEND and a SEND longer than the server's buffer close that
  * connection only; messages from a jetty the hello did not name are dropped.
+ * A v2 hello longer than its 86 bytes (msg_len 94, 4096) and then ACK 1: the
+ * tail is drained, and echoes go over URMA.
  *
  * Fake client -> jetrpc TCP-mode server: URMA hellos get a declining hello
  * of their version on the same connection; ACK 0 or no ACK, then requests,
@@ -827,8 +829,10 @@ static void bc_close(bclient_t *b)
     b->fd = -1;
 }
 
-/* ack: the ACK 1 goes at the end (else the caller sends it). */
-static bool bc_connect(bclient_t *b, bool auto_credit, bool ack)
+/* ack: the ACK 1 goes at the end (else the caller sends it). tail: bytes
+ * after the 86 of the v2 hello, counted in its msg_len (a later version's
+ * fields, which a server reads and ignores). */
+static bool bc_connect_tail(bclient_t *b, bool auto_credit, bool ack, size_t tail)
 {
     if (!bc_queues(b)) return false;
     b->auto_credit = auto_credit;
@@ -842,7 +846,12 @@ static bool bc_connect(bclient_t *b, bool auto_credit, bool ack)
     h.uasid = b->jetty->jetty_id.uasid;
     uint8_t buf[4200], ans[4200];
     size_t n = pack(&h, buf), alen;
-    if (n != JET_URMA_V2_LEN || buf[43] != 0 || !jt_send_all(b->fd, buf, n)) return false;
+    if (n != JET_URMA_V2_LEN || buf[43] != 0 || n + tail > JET_URMA_V2_MAX_LEN) return false;
+    memset(buf + n, 0, tail);
+    n += tail;
+    buf[4] = (uint8_t)(n >> 8);
+    buf[5] = (uint8_t)n;
+    if (!jt_send_all(b->fd, buf, n)) return false;
     if (read_hello(b->fd, &b->srv, ans, &alen) != JET_URMA_HELLO_OK || b->srv.version != 2)
         return false;
     if (jet__urma_import_peer(b->c, &b->srv, "the server", NULL, &b->tseg, &b->tjetty) < 0)
@@ -850,6 +859,11 @@ static bool bc_connect(bclient_t *b, bool auto_credit, bool ack)
     uint32_t peer_rq = b->srv.recv_buffer_cnt + 1;
     b->window = b->cap_out = (int32_t)((BC_SQ < peer_rq ? BC_SQ : peer_rq) - 3);
     return !ack || jt_send_all(b->fd, "\x00\x00\x00\x01", 4);
+}
+
+static bool bc_connect(bclient_t *b, bool auto_credit, bool ack)
+{
+    return bc_connect_tail(b, auto_credit, ack, 0);
 }
 
 /* Connects to g_srv as brpc's client does; true when URMA is established
@@ -957,6 +971,40 @@ static void test_server_brpc_client_datapath(void)
     JT_CHECK_EQ(srv_open(), open0 + 1);
     bc_close(&b);
     JT_CHECK(JT_WAIT_UNTIL(srv_open() == open0, 10000000));
+}
+
+/* brpc's RDMA case 26 (v2_server_drains_tail_then_reads_ack), URMA shape:
+ * a v2 hello whose msg_len is longer than its 86 bytes (8 zero bytes more,
+ * and the longest, 4096), then ACK 1. The server drains the tail (else it
+ * would take 4 of its bytes for the ACK), answers with its hello, goes
+ * URMA on the ACK, and an echo goes both ways over URMA. */
+static void test_server_long_v2_hello_ack1(void)
+{
+    static const size_t tails[] = {8, JET_URMA_V2_MAX_LEN - JET_URMA_V2_LEN};
+    uint64_t open0 = srv_open();
+    for (size_t i = 0; i < sizeof tails / sizeof tails[0]; i++) {
+        char w[32];
+        snprintf(w, sizeof w, "msg_len %zu", JET_URMA_V2_LEN + tails[i]);
+        ut_urma_mark_t m = ut_urma_mark();
+        bclient_t b;
+        bool up = bc_connect_tail(&b, true, true, tails[i]);
+        JT_CHECK_AT(w, up);
+        if (!up) {
+            bc_close(&b);
+            continue;
+        }
+        JT_CHECK_AT(w, b.srv.version == 2 && b.srv.jetty_id != 0);
+        /* Request and answer over URMA: our jetty is the only way back. */
+        JT_CHECK_AT(w, bc_call(&b, 1, "long hello", g_att, 3000));
+        JT_CHECK_AT(w, bc_call(&b, 2, "long hello", g_att, 10));
+        ut_urma_mark_t now = ut_urma_mark();
+        /* The server's end attached once and took the requests over URMA. */
+        JT_CHECK_AT(w, now.attaches - m.attaches == 1 && now.recv - m.recv >= 2);
+        JT_CHECK_AT(w, srv_open() == open0 + 1);
+        JT_CHECK_AT(w, b.recv_errors + b.send_errors + b.bad_msgs == 0 && b.rx_len == 0);
+        bc_close(&b);
+        JT_CHECK_AT(w, JT_WAIT_UNTIL(srv_open() == open0, 10000000));
+    }
 }
 
 /* A peer gets the segment the server's hello advertises, which brpc peers
@@ -1915,6 +1963,7 @@ int main(int argc, char **argv)
     JT_RUN(test_tcp_server_declines_urma);
     JT_RUN(test_server_rdma_hellos);
     JT_RUN(test_server_brpc_client_datapath);
+    JT_RUN(test_server_long_v2_hello_ack1);
     JT_RUN(test_server_brpc_client_violations);
     JT_RUN(test_server_memory_not_exposed);
     JT_RUN(test_server_unread_answers_bounded);
