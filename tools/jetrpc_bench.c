@@ -8,7 +8,9 @@
  * synchronous calls back to back, the latency case; otherwise every slot is
  * an asynchronous call whose done callback, on an event-loop thread, records
  * it and issues the next one. Each thread has its own channel (connection)
- * unless --share_channel.
+ * unless --share_channel; with --connection_type=short every call makes a
+ * connection of its own, which shows what connecting costs over each
+ * transport (its rows are labelled "<mode>/short").
  *
  * A run is a warm-up, then test_seconds measured: calls completed in the
  * window, their latencies (a log-bucketed histogram per slot, merged at the
@@ -69,6 +71,9 @@ JET_FLAG_DEFINE_BOOL(matrix, false,
                      "1 MiB attachment), and softub's raw floor right before each URMA mode");
 JET_FLAG_DEFINE_BOOL(async, false, "Asynchronous calls even when queue_depth is 1");
 JET_FLAG_DEFINE_BOOL(share_channel, false, "All threads call through one channel");
+JET_FLAG_DEFINE_STRING(connection_type, "single",
+                       "Connection type of the channels: single, pooled, or short (a connection "
+                       "per call: the rows then show what connecting costs over each transport)");
 JET_FLAG_DEFINE_INT32(rpc_timeout_ms, 2000, "RPC call timeout");
 JET_FLAG_DEFINE_BOOL(usercode_in_pool, false, "Forked server: run handlers on worker threads");
 JET_FLAG_DEFINE_STRING(bench_role, "client", "Internal: 'server' in the forked server process");
@@ -134,11 +139,26 @@ static int bench_mode_parse(const char *name, jet_socket_mode_t *mode)
 }
 
 /* The row label of a mode name (one that outlives a comma list). */
+/* --connection_type, checked by bench_check_flags. */
+static jet_connection_type_t bench_conn_type(void)
+{
+    jet_connection_type_t t = JET_CONNECTION_SINGLE;
+    jet_connection_type_parse(JET_FLAG(connection_type), &t);
+    return t;
+}
+
 static const char *bench_label(const char *name, jet_socket_mode_t mode)
 {
-    if (strcmp(name, "urma-poll") == 0) return "urma-poll";
-    if (strcmp(name, "urma-spin") == 0) return "urma-spin";
-    return jet_socket_mode_name(mode);
+    const char *base = strcmp(name, "urma-poll") == 0   ? "urma-poll"
+                       : strcmp(name, "urma-spin") == 0 ? "urma-spin"
+                                                        : jet_socket_mode_name(mode);
+    jet_connection_type_t t = bench_conn_type();
+    if (t == JET_CONNECTION_SINGLE) return base;
+    /* Kept for the process's life, as the static names are. */
+    char *label = malloc(strlen(base) + 8);
+    if (!label) return base;
+    sprintf(label, "%s/%s", base, t == JET_CONNECTION_SHORT ? "short" : "pooled");
+    return label;
 }
 
 static bool bench_mode_is_urma(const char *name)
@@ -513,6 +533,7 @@ static int bench_run_one(const bench_cfg_t *cfg, const char *addr, bench_server_
     jet_channel_options_t copts;
     jet_channel_options_init(&copts);
     copts.socket_mode = cfg->mode;
+    copts.connection_type = bench_conn_type();
     copts.timeout_ms = JET_FLAG(rpc_timeout_ms);
     copts.max_retry = 0;
     for (int i = 0; i < nch; i++) {
@@ -1111,6 +1132,11 @@ static int bench_check_flags(void)
     }
     if (JET_FLAG(test_seconds) < 1 || JET_FLAG(warmup_seconds) < 0) {
         fprintf(stderr, "jetrpc_bench: need test_seconds >= 1 and warmup_seconds >= 0\n");
+        return -EINVAL;
+    }
+    jet_connection_type_t t;
+    if (jet_connection_type_parse(JET_FLAG(connection_type), &t) < 0) {
+        fprintf(stderr, "jetrpc_bench: connection_type must be single, pooled or short\n");
         return -EINVAL;
     }
     return 0;

@@ -194,13 +194,15 @@ int jet__ubring_shm_create(const char *name, size_t len, jet_ubring_shm_t *shm)
         rc = -rc;
         goto err_unlink;
     }
-    void *p = mmap(NULL, len, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+    /* A new object reads as zeros (O_EXCL, ftruncate): nothing to clear.
+     * Its page tables are filled now, in one go, rather than by a fault per
+     * page at the first pass over the ring (about 10 us each on a VM). */
+    void *p = mmap(NULL, len, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_POPULATE, fd, 0);
     if (p == MAP_FAILED) {
         rc = -errno;
         goto err_unlink;
     }
     close(fd);
-    memset(p, 0, len);
     shm->base = p;
     shm->len = len;
     shm->created = true;
@@ -239,7 +241,7 @@ int jet__ubring_shm_open(const char *name, size_t len, jet_ubring_shm_t *shm)
         rc = -EINVAL;
         goto err_close;
     }
-    void *p = mmap(NULL, len, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+    void *p = mmap(NULL, len, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_POPULATE, fd, 0);
     if (p == MAP_FAILED) {
         rc = -errno;
         goto err_close;
