@@ -137,18 +137,37 @@ static void flag_task_fn(jet_task_t *t)
     atomic_fetch_add(((flag_task_t *)t)->counter, 1);
 }
 
+/* Starts the loop with an idle poller (a busy-poll loop) that has run 100
+ * times, and adds the read end of a new pipe p to it as r. */
+static void busy_loop_with_pipe(count_poller_t *idle, int p[2], read_io_t *r, bool watch_only)
+{
+    JT_REQUIRE(jt_loop_up(&loop) == 0);
+    *idle = (count_poller_t){.p.poll = count_poll};
+    jt_loop_run_on(loop, add_poller, &idle->p);
+    JT_CHECK(jt_wait_at_least(&idle->runs, 100, GUARD_US));
+    JT_REQUIRE(pipe2(p, O_NONBLOCK | O_CLOEXEC) == 0);
+    *r =
+        (read_io_t){.io = {.fd = p[0], .events = EPOLLIN, .cb = read_cb, .watch_only = watch_only}};
+    JT_CHECK_EQ(jet_loop_io_add(loop, &r->io), 0);
+}
+
+/* Undoes busy_loop_with_pipe. */
+static void busy_loop_down(count_poller_t *idle, int p[2], read_io_t *r)
+{
+    jt_loop_run_on(loop, io_del_fn, &r->io);
+    jt_loop_run_on(loop, del_poller, &idle->p);
+    jt_loop_down(loop);
+    close(p[0]);
+    close(p[1]);
+}
+
 static void busy_poll_serves(bool yield)
 {
     JET_FLAG_STORE(event_poll_yield, yield);
-    JT_REQUIRE(jt_loop_up(&loop) == 0);
-    count_poller_t idle = {.p.poll = count_poll};
-    jt_loop_run_on(loop, add_poller, &idle.p);
-    JT_CHECK(jt_wait_at_least(&idle.runs, 100, GUARD_US));
-
+    count_poller_t idle;
     int p[2];
-    JT_REQUIRE(pipe2(p, O_NONBLOCK | O_CLOEXEC) == 0);
-    read_io_t r = {.io = {.fd = p[0], .events = EPOLLIN, .cb = read_cb}};
-    JT_CHECK_EQ(jet_loop_io_add(loop, &r.io), 0);
+    read_io_t r;
+    busy_loop_with_pipe(&idle, p, &r, false);
     for (int i = 1; i <= 100; i++) {
         JT_CHECK_EQ(write(p[1], "z", 1), 1);
         JT_REQUIRE(jt_wait_at_least(&r.bytes, i, GUARD_US));
@@ -212,13 +231,10 @@ static void test_busy_poll_watch_only(void)
     int32_t old_us = JET_FLAG(event_busy_epoll_us), old_watch = JET_FLAG(event_busy_epoll_watch_us);
     JET_FLAG_STORE(event_busy_epoll_us, 20);
     JET_FLAG_STORE(event_busy_epoll_watch_us, 20000);
-    JT_REQUIRE(jt_loop_up(&loop) == 0);
-    count_poller_t idle = {.p.poll = count_poll};
-    jt_loop_run_on(loop, add_poller, &idle.p);
+    count_poller_t idle;
     int p[2];
-    JT_REQUIRE(pipe2(p, O_NONBLOCK | O_CLOEXEC) == 0);
-    read_io_t r = {.io = {.fd = p[0], .events = EPOLLIN, .cb = read_cb, .watch_only = true}};
-    JT_CHECK_EQ(jet_loop_io_add(loop, &r.io), 0);
+    read_io_t r;
+    busy_loop_with_pipe(&idle, p, &r, true);
 
     /* One look per 20 ms at most, plus slack for the edges. */
     int64_t us1, us2, us3;
@@ -240,11 +256,7 @@ static void test_busy_poll_watch_only(void)
     JT_CHECK_EQ(write(p[1], "y", 1), 1);
     JT_CHECK(jt_wait_at_least(&r.bytes, 2, GUARD_US));
 
-    jt_loop_run_on(loop, io_del_fn, &r.io);
-    jt_loop_run_on(loop, del_poller, &idle.p);
-    jt_loop_down(loop);
-    close(p[0]);
-    close(p[1]);
+    busy_loop_down(&idle, p, &r);
     JET_FLAG_STORE(event_busy_epoll_us, old_us);
     JET_FLAG_STORE(event_busy_epoll_watch_us, old_watch);
 }
@@ -258,17 +270,13 @@ static void test_busy_poll_fd_period_clamped(void)
     int32_t old_us = JET_FLAG(event_busy_epoll_us), old_watch = JET_FLAG(event_busy_epoll_watch_us);
     JET_FLAG_STORE(event_busy_epoll_us, INT32_MAX);
     JET_FLAG_STORE(event_busy_epoll_watch_us, INT32_MAX);
-    JT_REQUIRE(jt_loop_up(&loop) == 0);
-    count_poller_t idle = {.p.poll = count_poll};
-    jt_loop_run_on(loop, add_poller, &idle.p);
-    JT_CHECK(jt_wait_at_least(&idle.runs, 100, GUARD_US));
+    count_poller_t idle;
     int p[2];
-    JT_REQUIRE(pipe2(p, O_NONBLOCK | O_CLOEXEC) == 0);
-    read_io_t r = {.io = {.fd = p[0], .events = EPOLLIN, .cb = read_cb}};
-    JT_CHECK_EQ(jet_loop_io_add(loop, &r.io), 0);
+    read_io_t r;
+    busy_loop_with_pipe(&idle, p, &r, false);
     for (int i = 1; i <= 2; i++) {
         if (i == 2) jt_loop_run_on(loop, watch_only_on, &r.io);
-        usleep(50000); /* the loop has looked at its fds since the add */
+        usleep(50000); /* well after the add and the loop's last look */
         int64_t t0 = (int64_t)jt_now_us();
         JT_CHECK_EQ(write(p[1], "z", 1), 1);
         JT_CHECK(jt_wait_at_least(&r.bytes, i, 3 * 1000 * 1000));
@@ -284,11 +292,7 @@ static void test_busy_poll_fd_period_clamped(void)
     fprintf(stderr, "  negative periods: %llu looks in %lld ms\n", (unsigned long long)looks,
             (long long)us / 1000);
     JT_CHECK(looks >= 100);
-    jt_loop_run_on(loop, io_del_fn, &r.io);
-    jt_loop_run_on(loop, del_poller, &idle.p);
-    jt_loop_down(loop);
-    close(p[0]);
-    close(p[1]);
+    busy_loop_down(&idle, p, &r);
     JET_FLAG_STORE(event_busy_epoll_us, old_us);
     JET_FLAG_STORE(event_busy_epoll_watch_us, old_watch);
 }

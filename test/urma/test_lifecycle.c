@@ -410,6 +410,17 @@ static void test_channel_destroyed_in_flight(void)
 
 /* ---- 4. iobuf memory runs out on the server ----------------------------------------- */
 
+/* A new channel to port: a 1 KiB echo over URMA, on one new connection. */
+static void lc_echo_after(int port)
+{
+    jet_channel_t *ch = lc_channel(port, JET_CONNECTION_SINGLE, 30000, 0);
+    JT_REQUIRE(ch);
+    ut_urma_mark_t m = ut_urma_mark();
+    JT_CHECK_EQ(jt_echo_bytes(ch, 1024, 3, "after"), 0);
+    ut_expect_urma(m, 1, 1);
+    jet_channel_destroy(ch);
+}
+
 static void oom_shape(int i, const char **msg, size_t *len, uint64_t *seed, void *arg)
 {
     (void)arg;
@@ -462,13 +473,7 @@ static void test_server_iobuf_exhausted(void)
     jet_channel_destroy(ch);
     if (all) lc_free(&b, cs, N, 0);
     JT_CHECK_EQ(waitpid(c.pid, NULL, WNOHANG), 0); /* still alive */
-    /* A new channel: a 1 KiB echo over URMA. */
-    ch = lc_channel(c.port, JET_CONNECTION_SINGLE, 30000, 0);
-    JT_REQUIRE(ch);
-    m = ut_urma_mark();
-    JT_CHECK_EQ(jt_echo_bytes(ch, 1024, 3, "after"), 0);
-    ut_expect_urma(m, 1, 1);
-    jet_channel_destroy(ch);
+    lc_echo_after(c.port);
     /* The loaded connection's memory returns: with only the probe's
      * connection left, the child holds the blocks it held before. */
     int rc = 0;
@@ -522,12 +527,7 @@ static void test_client_iobuf_exhausted(void)
     JT_CHECK_EQ(atomic_load(&b.twice), 0);
     jet_channel_destroy(ch);
     if (all) lc_free(&b, cs, N, 0);
-    ch = lc_channel(c.port, JET_CONNECTION_SINGLE, 30000, 0);
-    JT_REQUIRE(ch);
-    m = ut_urma_mark();
-    JT_CHECK_EQ(jt_echo_bytes(ch, 1024, 3, "after"), 0);
-    ut_expect_urma(m, 1, 1);
-    jet_channel_destroy(ch);
+    lc_echo_after(c.port);
     /* The blocks of the failed answers and of the closed connections return:
      * no more 64 KiB or 2 MiB blocks in use than before the batch, once
      * those the loops' shared receive queues hold are left out (a queue
