@@ -138,7 +138,6 @@ static int bench_mode_parse(const char *name, jet_socket_mode_t *mode)
     return 0;
 }
 
-/* The row label of a mode name (one that outlives a comma list). */
 /* --connection_type, checked by bench_check_flags. */
 static jet_connection_type_t bench_conn_type(void)
 {
@@ -147,6 +146,8 @@ static jet_connection_type_t bench_conn_type(void)
     return t;
 }
 
+/* The row label of a mode name (one that outlives a comma list), with
+ * "/short" or "/pooled" after it for those connection types. */
 static const char *bench_label(const char *name, jet_socket_mode_t mode)
 {
     const char *base = strcmp(name, "urma-poll") == 0   ? "urma-poll"
@@ -626,7 +627,12 @@ static int bench_run_one(const bench_cfg_t *cfg, const char *addr, bench_server_
     res->max_us = (double)all->max_ns / 1e3;
     res->client_cpu_us = ccpu1 - ccpu0;
     res->server_cpu_us = scpu0 >= 0 && scpu1 >= 0 ? scpu1 - scpu0 : -1;
-    res->connections = nch;
+    /* Open once the calls are over: a short connection closes with its
+     * call, a pooled channel keeps one per call it had in flight at most. */
+    jet_connection_type_t ctype = bench_conn_type();
+    res->connections = ctype == JET_CONNECTION_SHORT    ? 0
+                       : ctype == JET_CONNECTION_POOLED ? nch * cfg->depth
+                                                        : nch;
     res->idle_client_pct = res->idle_server_pct = -1;
     if (JET_FLAG(idle_seconds) > 0) {
         /* The calls are over, the connections stay: what does waiting cost? */
@@ -990,9 +996,12 @@ static int bench_floor_run(bench_floor_t *fl)
 static void bench_floor_print(const bench_entry_t *e, int n)
 {
     double tcp_p50 = -1;
-    for (int i = 0; i < n; i++)
-        if (strcmp(e[i].row.label, "tcp") == 0 && e[i].row.threads == 1 && e[i].row.att == 0)
+    for (int i = 0; i < n; i++) {
+        const char *l = e[i].row.label; /* "tcp", or "tcp/short" ... */
+        if (strncmp(l, "tcp", 3) == 0 && (l[3] == 0 || l[3] == '/') && e[i].row.threads == 1 &&
+            e[i].row.att == 0)
             tcp_p50 = e[i].row.p50;
+    }
     for (int i = 0, j; i < n; i = j) {
         j = i + 1;
         if (!e[i].has_floor) continue;

@@ -74,7 +74,7 @@ int jet_call_response_compress_type(const jet_call_t *call);
 
 /* --- server side --- */
 /* The call behind a handler's closure_data; NULL once its closure was
- * called (the call is gone), or for a value the server never gave. */
+ * called (the call is gone). Only for a closure_data the server gave. */
 jet_call_t *jet_server_call(void *closure_data);
 /* Fails the call with code (> 0, a brpc code or a user code; 0 or negative
  * becomes EINTERNAL 2001) and a printf-style text. The handler still calls

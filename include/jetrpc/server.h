@@ -17,15 +17,16 @@
  * the closure call and remains the handler's. jet_server_call(closure_data)
  * gives the call (attachments, log id, set_failed). closure_data is a
  * handle, not the call's address: a second closure call for one request
- * (at once or much later), or one with anything but a closure_data the
- * server gave, answers nothing and logs an error line; no other request is
- * touched (the handle is a slot and a 32-bit version: only a closure called
- * again after 2^31 later requests went through its slot, at the moment one
- * holds that very version, could reach it).
+ * (at once or much later) answers nothing and logs an error line; no other
+ * request is touched (the handle is a slot and a 32-bit version: only a
+ * closure called again after 2^31 later requests went through its slot, at
+ * the moment one holds that very version, could reach it). Pass only the
+ * closure_data the server gave: a made-up value may name a live request.
  *
  * Dispatch is by full service name ("package.Service") and method name; an
- * undotted name also matches a service's short name (the first service
- * added with it, when services of two packages share it). Errors use brpc's codes
+ * undotted name matches a service without a package of that name first,
+ * then a service's short name (the first service added with it, when
+ * services of two packages share it). Errors use brpc's codes
  * and texts ("[ip:port][E1002]Fail to find method=...").
  *
  * Threads: create/add/start/stop/destroy from one controlling thread, never

@@ -138,17 +138,23 @@ static void flag_task_fn(jet_task_t *t)
 }
 
 /* Starts the loop with an idle poller (a busy-poll loop) that has run 100
- * times, and adds the read end of a new pipe p to it as r. */
-static void busy_loop_with_pipe(count_poller_t *idle, int p[2], read_io_t *r, bool watch_only)
+ * times, and adds the read end of a new pipe p to it as r. false when the
+ * loop or the pipe could not be made. */
+static bool busy_loop_with_pipe(count_poller_t *idle, int p[2], read_io_t *r, bool watch_only)
 {
-    JT_REQUIRE(jt_loop_up(&loop) == 0);
+    if (jt_loop_up(&loop) != 0) return false;
     *idle = (count_poller_t){.p.poll = count_poll};
     jt_loop_run_on(loop, add_poller, &idle->p);
     JT_CHECK(jt_wait_at_least(&idle->runs, 100, GUARD_US));
-    JT_REQUIRE(pipe2(p, O_NONBLOCK | O_CLOEXEC) == 0);
+    if (pipe2(p, O_NONBLOCK | O_CLOEXEC) != 0) {
+        jt_loop_run_on(loop, del_poller, &idle->p);
+        jt_loop_down(loop);
+        return false;
+    }
     *r =
         (read_io_t){.io = {.fd = p[0], .events = EPOLLIN, .cb = read_cb, .watch_only = watch_only}};
     JT_CHECK_EQ(jet_loop_io_add(loop, &r->io), 0);
+    return true;
 }
 
 /* Undoes busy_loop_with_pipe. */
@@ -167,7 +173,7 @@ static void busy_poll_serves(bool yield)
     count_poller_t idle;
     int p[2];
     read_io_t r;
-    busy_loop_with_pipe(&idle, p, &r, false);
+    JT_REQUIRE(busy_loop_with_pipe(&idle, p, &r, false));
     for (int i = 1; i <= 100; i++) {
         JT_CHECK_EQ(write(p[1], "z", 1), 1);
         JT_REQUIRE(jt_wait_at_least(&r.bytes, i, GUARD_US));
@@ -234,7 +240,7 @@ static void test_busy_poll_watch_only(void)
     count_poller_t idle;
     int p[2];
     read_io_t r;
-    busy_loop_with_pipe(&idle, p, &r, true);
+    JT_REQUIRE(busy_loop_with_pipe(&idle, p, &r, true));
 
     /* One look per 20 ms at most, plus slack for the edges. */
     int64_t us1, us2, us3;
@@ -273,7 +279,7 @@ static void test_busy_poll_fd_period_clamped(void)
     count_poller_t idle;
     int p[2];
     read_io_t r;
-    busy_loop_with_pipe(&idle, p, &r, false);
+    JT_REQUIRE(busy_loop_with_pipe(&idle, p, &r, false));
     for (int i = 1; i <= 2; i++) {
         if (i == 2) jt_loop_run_on(loop, watch_only_on, &r.io);
         usleep(50000); /* well after the add and the loop's last look */

@@ -839,13 +839,13 @@ static void retries_resend_the_attachment(void)
                     jet_iobuf_equals(jet_call_request_attachment(call), att, sizeof att) == 0);
         jet_channel_destroy(ch);
         fake_join();
-        if (code == JET_EEOF) {
-            JT_CHECK_AT(what, g_fake.nreq == 3);
-            for (int k = 0; k < g_fake.nreq; k++) {
-                const jet_baidu_frame_t *q = &g_fake.req[k];
-                JT_CHECK_AT(what, q->meta->has_attachment_size && q->meta->attachment_size == 4096);
-                JT_CHECK_AT(what, jet_iobuf_equals(&q->attachment, att, sizeof att) == 0);
-            }
+        /* Whatever the call ended with: a retry whose frame came short would
+         * leave the fake waiting, with fewer than 3 requests read. */
+        JT_CHECK_AT(what, g_fake.nreq == 3);
+        for (int k = 0; k < g_fake.nreq; k++) {
+            const jet_baidu_frame_t *q = &g_fake.req[k];
+            JT_CHECK_AT(what, q->meta->has_attachment_size && q->meta->attachment_size == 4096);
+            JT_CHECK_AT(what, jet_iobuf_equals(&q->attachment, att, sizeof att) == 0);
         }
         fake_clear();
         jet_call_destroy(call);

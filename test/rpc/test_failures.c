@@ -1390,7 +1390,7 @@ static void test_idle_connections_closed(void)
     srv_cfg_t cfg = {.idle_timeout_sec = 1};
     jet_server_t *srv = start_server_port(0, &cfg, &port);
     JT_REQUIRE(srv);
-    jet_channel_t *ch = jt_channel_open_port(port, JET_CONNECTION_SINGLE, 5000, 0);
+    jet_channel_t *ch = jt_channel_open_port(port, JET_CONNECTION_SINGLE, 5000, 1);
     JT_REQUIRE(ch);
     JT_CHECK(echo_ok(ch, "first"));
     int fd = jt_tcp_connect(port, 5);
@@ -1404,9 +1404,9 @@ static void test_idle_connections_closed(void)
     while (jt_now_ms() - t0 < 3000) {
         JT_CHECK(echo_ok(ch, "busy"));
         if (!raw_closed)
-            raw_closed = jt_conn_wait_closed(&raw, 300);
+            raw_closed = jt_conn_wait_closed(&raw, 100);
         else
-            usleep(300000);
+            usleep(100000);
     }
     JT_CHECK(raw_closed);
     jet_server_get_stats(srv, &st);
