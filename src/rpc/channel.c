@@ -215,6 +215,18 @@ static int ch_connect(jet_channel_t *ch, jet_socket_t **s_p)
     return rc;
 }
 
+/* The server closed on the transport's hello (a TCP-only brpc server): the
+ * channel uses TCP for transport_reprobe_s. Said once per such stretch. */
+static void ch_note_refused(jet_channel_t *ch)
+{
+    int32_t again_s = JET_FLAG(transport_reprobe_s);
+    int64_t until = again_s > 0 ? jet_now_us() + (int64_t)again_s * 1000000 : INT64_MAX;
+    int64_t was = atomic_exchange(&ch->tcp_until_us, until);
+    if (was == 0 || jet_now_us() >= was)
+        JET_WARN("channel to %s: the server closed on the %s hello; using TCP%s", ch->name,
+                 jet_socket_mode_name(ch->opts.socket_mode), again_s > 0 ? " for a while" : "");
+}
+
 /* A connection for one attempt, with a reference for the call. */
 static int ch_get_socket(jet_channel_t *ch, jet_socket_t **s_p)
 {
@@ -229,7 +241,10 @@ static int ch_get_socket(jet_channel_t *ch, jet_socket_t **s_p)
         }
         s = ch->single;
         if (s && jet__socket_failed(s)) {
-            /* Reconnect on the next call after a failure. */
+            /* Reconnect on the next call after a failure; over TCP if the
+             * server refused the hello, which this call may learn before
+             * the failed connection's own calls report it. */
+            if (atomic_load(&s->error) == -JET__EHELLO_REFUSED) ch_note_refused(ch);
             jet__socket_unref(s);
             s = ch->single = NULL;
         }
@@ -406,13 +421,7 @@ static void ch_attempt_failed(jet_call_t *call, int err, const char *why)
         /* A server without the transport (a brpc TCP-only server closes on a
          * URMA hello): the channel uses TCP from now on, and this attempt
          * does not count. */
-        int32_t again_s = JET_FLAG(transport_reprobe_s);
-        int64_t until = again_s > 0 ? jet_now_us() + (int64_t)again_s * 1000000 : INT64_MAX;
-        int64_t was = atomic_exchange(&call->channel->tcp_until_us, until);
-        if (was == 0 || jet_now_us() >= was)
-            JET_WARN("channel to %s: the server closed on the %s hello; using TCP%s", call->channel->name,
-                     jet_socket_mode_name(call->channel->opts.socket_mode),
-                     again_s > 0 ? " for a while" : "");
+        ch_note_refused(call->channel);
         call->attempts--;
         err = -JET_EEOF;
     }
