@@ -57,7 +57,10 @@ bool jet__ubring_shm_name_ok(const char *name);
 bool jet__ubring_shm_client_name_ok(const char *name);
 bool jet__ubring_shm_len_ok(uint64_t len);
 
-/* 0 or a negative code (-EINVAL for a bad name or size, -EEXIST, -errno). */
+/* 0 or a negative code (-EINVAL for a bad name or size, -EEXIST, -errno).
+ * Both reserve the object's first len bytes (posix_fallocate: -ENOSPC when
+ * /dev/shm is full), so that no store into the mapping can meet an
+ * unbacked page. */
 int jet__ubring_shm_create(const char *name, size_t len, jet_ubring_shm_t *shm);
 int jet__ubring_shm_open(const char *name, size_t len, jet_ubring_shm_t *shm);
 int jet__ubring_shm_unlink(jet_ubring_shm_t *shm);

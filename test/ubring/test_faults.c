@@ -410,6 +410,38 @@ static void test_connect_timeout_written_in_range(void)
     JT_CHECK(ubt_shm_wait_clean(&before, 10000000));
 }
 
+/* A peer's segment may be sparse (brpc's client only ftruncates it; so
+ * does the raw client): the server reserves its pages when it maps it, so
+ * that a /dev/shm that fills up later fails the handshake (TCP) instead of
+ * ending the server with SIGBUS at its first store into an unbacked page.
+ * Seen in the file's blocks: all of them allocated once it is mapped. */
+static void test_sparse_peer_segment_reserved(void)
+{
+    ubt_names_t before;
+    ubt_shm_list(&before);
+    int port = 0;
+    jet_server_t *srv = ubt_server_start(JET_SOCKET_MODE_UBRING, 0, &port);
+    JT_REQUIRE(srv);
+    ubt_raw_opts_t o = {.keep_name = true};
+    ubt_raw_t r;
+    int rc = ubt_raw_connect(&r, port, &o);
+    JT_CHECK_EQ(rc, 1);
+    if (rc == 1) {
+        char path[96];
+        snprintf(path, sizeof path, "/dev/shm/%s", r.name);
+        struct stat st;
+        JT_CHECK_EQ(stat(path, &st), 0);
+        fprintf(stderr, "  client segment: %lld of %zu bytes allocated\n",
+                (long long)st.st_blocks * 512, r.own_len);
+        JT_CHECK((size_t)st.st_blocks * 512 >= r.own_len);
+    }
+    ubt_raw_close(&r);
+    jet_server_stop(srv);
+    jet_server_destroy(srv);
+    JT_CHECK(ubt_maps_wait_none(10000000));
+    JT_CHECK(ubt_shm_wait_clean(&before, 10000000));
+}
+
 /* ---- messages larger than the ring ------------------------------------------------------------
  */
 
@@ -1046,6 +1078,7 @@ int main(int argc, char **argv)
     JT_RUN(test_negative_hb_retry_cnt);
     JT_RUN(test_huge_tick_period);
     JT_RUN(test_connect_timeout_written_in_range);
+    JT_RUN(test_sparse_peer_segment_reserved);
     JT_RUN(test_stuck_peer_costs_no_cpu);
     JT_RUN(test_lying_tail_costs_no_cpu);
     JT_RUN(test_larger_than_ring);

@@ -534,6 +534,7 @@ typedef struct ubt_raw_opts {
     const char *name;      /* NULL: the proper UBRING_<ip:port>_C */
     bool no_segment;       /* announce a name that does not exist */
     uid_t owner;           /* 0: ours; else the segment is given to this user */
+    bool keep_name;        /* leave the own segment's name until ubt_raw_close */
 } ubt_raw_opts_t;
 
 /* Closes the ring as brpc does actively, then everything. true when the
@@ -642,8 +643,10 @@ static UBT_UNUSED int ubt_raw_connect(ubt_raw_t *c, int port, const ubt_raw_opts
     __atomic_store_n(ubt_u32(c->own, UBT_OFF_RX_FLAG), 1, __ATOMIC_RELEASE);
     ack[3] = 1;
     if (!jt_send_all(c->fd, ack, 4)) return -2;
-    shm_unlink(c->name);
-    c->name[0] = 0;
+    if (!o->keep_name) {
+        shm_unlink(c->name);
+        c->name[0] = 0;
+    }
     return 1;
 }
 
