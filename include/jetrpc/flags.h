@@ -14,7 +14,9 @@
  * accepts only values in [min, max] from the environment, the command line
  * and jet_flag_set: anything else is refused with a message naming the
  * range, and the flag keeps its value. JET_FLAG_STORE does not check, so
- * code that reads such a flag still copes with any value.
+ * code that reads such a flag still copes with any value: in the file that
+ * defines it, JET_FLAG_IN_RANGE(name) reads it as the nearest bound of its
+ * range.
  *
  * A flag may be changed at any time, from any thread, by jet_flag_set or
  * JET_FLAG_STORE: JET_FLAG reads it with one atomic load (relaxed; acquire
@@ -89,6 +91,15 @@ void jet_flags_print_help(FILE *out);
         __atomic_load(&jet_flag__##name, &jet_flag_v_, JET_FLAG_ORDER_(name));                     \
         jet_flag_v_;                                                                               \
     })
+/* The value of a flag defined with _RANGE in this file, a value stored past
+ * its range (JET_FLAG_STORE) read as the nearest bound. */
+#define JET_FLAG_IN_RANGE(name)                                                                    \
+    __extension__({                                                                                \
+        __typeof__(jet_flag__##name) jet_flag_r_ = JET_FLAG(name);                                 \
+        jet_flag_r_<jet_flag_lo__##name ? (__typeof__(jet_flag_r_))jet_flag_lo__##name             \
+                                        : jet_flag_r_>                                             \
+                jet_flag_hi__##name ? (__typeof__(jet_flag_r_))jet_flag_hi__##name : jet_flag_r_;  \
+    })
 /* Sets the flag to value, of the flag's type (no parsing; a string must stay
  * valid for the life of the process). */
 #define JET_FLAG_STORE(name, value)                                                                \
@@ -128,15 +139,21 @@ void jet_flags_print_help(FILE *out);
 #else
 #define JET_FLAG_STATIC_ASSERT_ _Static_assert
 #endif
+/* The bounds as constants of the defining file, for JET_FLAG_IN_RANGE. */
+#define JET_FLAG_RANGE_BOUNDS_(name, lo, hi)                                                       \
+    __attribute__((unused)) static const int64_t jet_flag_lo__##name = (lo);                       \
+    __attribute__((unused)) static const int64_t jet_flag_hi__##name = (hi);
 /* The default must lie in [lo, hi] (checked at compile time). */
 #define JET_FLAG_DEFINE_INT32_RANGE(name, def, lo, hi, help)                                       \
     JET_FLAG_STATIC_ASSERT_((lo) <= (def) && (def) <= (hi) && INT32_MIN <= (lo) &&                 \
                                 (hi) <= INT32_MAX,                                                 \
                             "--" #name ": default outside its range");                             \
+    JET_FLAG_RANGE_BOUNDS_(name, lo, hi)                                                           \
     JET_FLAG_DEFINE_(int32_t, INT32, name, def, lo, hi, help)
 #define JET_FLAG_DEFINE_INT64_RANGE(name, def, lo, hi, help)                                       \
     JET_FLAG_STATIC_ASSERT_((lo) <= (def) && (def) <= (hi),                                        \
                             "--" #name ": default outside its range");                             \
+    JET_FLAG_RANGE_BOUNDS_(name, lo, hi)                                                           \
     JET_FLAG_DEFINE_(int64_t, INT64, name, def, lo, hi, help)
 
 #define JET_FLAG_DECLARE_BOOL(name)   extern bool jet_flag__##name

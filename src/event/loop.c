@@ -586,13 +586,6 @@ static void loop_poll_pass(jet_loop_t *loop, bool guest, int work)
  * with event_poll_yield / urma_poller_yield). A pass after work always reads it. */
 #define LOOP_CLOCK_EVERY 4
 
-/* A busy-poll loop's fd period within the flags' range, whatever code
- * stored: a huge one would leave the fds unseen for that long. */
-static int64_t loop_epoll_every_us(int32_t us)
-{
-    return us < 0 ? 0 : us > LOOP_EPOLL_MAX_US ? LOOP_EPOLL_MAX_US : us;
-}
-
 static void loop_iterate(jet_loop_t *loop, bool guest)
 {
     int64_t now = loop->pollers && loop->idle_passes % LOOP_CLOCK_EVERY != 0
@@ -607,10 +600,11 @@ static void loop_iterate(jet_loop_t *loop, bool guest)
      * epoll_wait is a system call (about a microsecond on a VM), ten times a
      * poller's pass, and would set the pace at which the pollers see their
      * rings. Tasks and timers are still served every pass. */
-    int64_t every =
-        loop_epoll_every_us(atomic_load_explicit(&loop->neager, memory_order_relaxed) > 0
-                                ? JET_FLAG(event_busy_epoll_us)
-                                : JET_FLAG(event_busy_epoll_watch_us));
+    /* In range whatever code stored: a huge one would leave the fds unseen
+     * for that long. */
+    int64_t every = atomic_load_explicit(&loop->neager, memory_order_relaxed) > 0
+                        ? JET_FLAG_IN_RANGE(event_busy_epoll_us)
+                        : JET_FLAG_IN_RANGE(event_busy_epoll_watch_us);
     if (loop->pollers && now - loop->last_epoll_us < every) {
         loop_poll_pass(loop, guest, work);
         return;
@@ -673,8 +667,7 @@ static void loop_iterate(jet_loop_t *loop, bool guest)
  * due timers and asynchronous calls, jet_loop_kick, wake the thread). */
 static int64_t loop_park_base_us(void)
 {
-    int32_t us = JET_FLAG(event_guest_park_us);
-    return us < LOOP_PARK_MIN_US ? LOOP_PARK_MIN_US : us > LOOP_PARK_MAX_US ? LOOP_PARK_MAX_US : us;
+    return JET_FLAG_IN_RANGE(event_guest_park_us);
 }
 
 /* A loop whose only fd is the waiting threads' connection (and which has
@@ -691,8 +684,8 @@ static int64_t loop_park_time_us(jet_loop_t *loop)
 {
     int64_t base = loop_park_base_us();
     if (!loop_solitary(loop)) return base;
-    int64_t us = JET_FLAG(event_guest_park_solitary_us);
-    return us < base ? base : us > LOOP_PARK_SOLITARY_MAX_US ? LOOP_PARK_SOLITARY_MAX_US : us;
+    int64_t us = JET_FLAG_IN_RANGE(event_guest_park_solitary_us);
+    return us < base ? base : us;
 }
 
 static void loop_park(jet_loop_t *loop)
@@ -1015,8 +1008,7 @@ int jet_loop_create(jet_loop_t **loop_p)
     atomic_init(&loop->shared_until_us, 0);
     jet__mpsc_init(&loop->inbox);
 
-    int max = JET_FLAG(event_max_events);
-    loop->max_events = max < 1 ? 1 : max > LOOP_MAX_EVENTS ? LOOP_MAX_EVENTS : max;
+    loop->max_events = JET_FLAG_IN_RANGE(event_max_events);
     loop->events = calloc((size_t)loop->max_events, sizeof *loop->events);
     if (!loop->events) {
         rc = -ENOMEM;

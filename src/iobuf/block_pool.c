@@ -144,11 +144,9 @@ const jet_region_t *jet__block_pool_find(const void *addr)
 
 static size_t bp_region_bytes(int cls)
 {
-    int32_t mb = cls == JET_BLOCK_CLASS_8K    ? JET_FLAG(iobuf_region_mb_8k)
-                 : cls == JET_BLOCK_CLASS_64K ? JET_FLAG(iobuf_region_mb_64k)
-                                              : JET_FLAG(iobuf_region_mb_2m);
-    if (mb < 1) mb = 1;
-    if (mb > BP_REGION_MAX_MB) mb = BP_REGION_MAX_MB;
+    int32_t mb = cls == JET_BLOCK_CLASS_8K    ? JET_FLAG_IN_RANGE(iobuf_region_mb_8k)
+                 : cls == JET_BLOCK_CLASS_64K ? JET_FLAG_IN_RANGE(iobuf_region_mb_64k)
+                                              : JET_FLAG_IN_RANGE(iobuf_region_mb_2m);
     size_t bs = bp_class_size[cls];
     size_t len = (size_t)mb * BP_MiB;
     return len < bs ? bs : len / bs * bs;

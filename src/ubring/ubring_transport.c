@@ -207,20 +207,17 @@ static ub_loop_t *ubl_get(jet_loop_t *loop)
  * timeout goes to the peer as an unsigned count of seconds. */
 static int64_t ubl_tick_period_us(void)
 {
-    int32_t v = JET_FLAG(ub_event_queue_timer_interval);
-    return v < UB_TICK_MIN_US ? UB_TICK_MIN_US : v > UB_TICK_MAX_US ? UB_TICK_MAX_US : v;
+    return JET_FLAG_IN_RANGE(ub_event_queue_timer_interval);
 }
 
 static int64_t ub_poller_idle_max_us(void)
 {
-    int32_t v = JET_FLAG(ub_poller_idle_us);
-    return v < 0 ? 0 : v > UB_IDLE_MAX_US ? UB_IDLE_MAX_US : v;
+    return JET_FLAG_IN_RANGE(ub_poller_idle_us);
 }
 
 static uint32_t ub_connect_timeout_s(void)
 {
-    int32_t v = JET_FLAG(ub_connect_timeout);
-    return v < 1 ? 1 : v > UB_CONNECT_TIMEOUT_MAX_S ? UB_CONNECT_TIMEOUT_MAX_S : (uint32_t)v;
+    return (uint32_t)JET_FLAG_IN_RANGE(ub_connect_timeout);
 }
 
 static void ubl_spin(ub_loop_t *ul)

@@ -18,7 +18,7 @@
 #include "urma/urma_endpoint.h"
 #include "urma/urma_import.h"
 
-/* Bounds of the flags below, also the clamps of values stored by code. */
+/* Bounds of the flags below; JET_FLAG_IN_RANGE holds values stored by code to them. */
 #define CTX_QUEUE_MIN   16 /* urma_sq_size, urma_rq_size */
 #define CTX_QUEUE_MAX   4096
 #define CTX_POLL_MAX    64      /* urma_cqe_poll_once */
@@ -339,15 +339,10 @@ const char *jet__urma_ctx_why(void)
     return ctx_why;
 }
 
-static uint32_t ctx_clamp(int32_t v, uint32_t lo, uint32_t hi)
-{
-    return v < (int32_t)lo ? lo : (uint32_t)v > hi ? hi : (uint32_t)v;
-}
-
 void jet__urma_queue_sizes(const jet_urma_ctx_t *c, uint32_t *sq_p, uint32_t *rq_p)
 {
-    uint32_t sq = ctx_clamp(JET_FLAG(urma_sq_size), CTX_QUEUE_MIN, CTX_QUEUE_MAX);
-    uint32_t rq = ctx_clamp(JET_FLAG(urma_rq_size), CTX_QUEUE_MIN, CTX_QUEUE_MAX);
+    uint32_t sq = (uint32_t)JET_FLAG_IN_RANGE(urma_sq_size);
+    uint32_t rq = (uint32_t)JET_FLAG_IN_RANGE(urma_rq_size);
     *sq_p = sq < c->max_jfs_depth ? sq : c->max_jfs_depth;
     *rq_p = rq < c->max_jfr_depth ? rq : c->max_jfr_depth;
 }
@@ -866,8 +861,7 @@ static void ul_dispatch(jet_urma_loop_t *ul, const urma_cr_t *cr)
  * poller's budget is made of it too, and one of 0 or less would poll nothing. */
 static int ul_poll_once(void)
 {
-    int once = JET_FLAG(urma_cqe_poll_once);
-    return once < 1 ? 1 : once > CTX_POLL_MAX ? CTX_POLL_MAX : once;
+    return JET_FLAG_IN_RANGE(urma_cqe_poll_once);
 }
 
 /* Polls up to max completions; then runs the batch end of every endpoint
@@ -917,14 +911,12 @@ void jet__urma_loop_drain(jet_urma_loop_t *ul)
 
 static int64_t ul_event_spin_us(void)
 {
-    int32_t us = JET_FLAG(urma_event_spin_us);
-    return us < 0 ? 0 : us > CTX_SPIN_MAX_US ? CTX_SPIN_MAX_US : us;
+    return JET_FLAG_IN_RANGE(urma_event_spin_us);
 }
 
 static int64_t ul_partial_spin_us(void)
 {
-    int32_t us = JET_FLAG(urma_event_partial_spin_us);
-    return us < 0 ? 0 : us > CTX_SPIN_MAX_US ? CTX_SPIN_MAX_US : us;
+    return JET_FLAG_IN_RANGE(urma_event_partial_spin_us);
 }
 
 int64_t jet__urma_gap_update(int64_t gap_us, int64_t sample_us, int64_t max_us)
@@ -954,8 +946,7 @@ bool jet__urma_probe_due(int64_t gap_us, uint32_t near, int64_t max_us, int64_t 
 
 static int64_t ul_auto_max_us(void)
 {
-    int32_t us = JET_FLAG(urma_event_spin_auto_us);
-    return us < 0 ? 0 : us > CTX_SPIN_MAX_US ? CTX_SPIN_MAX_US : us;
+    return JET_FLAG_IN_RANGE(urma_event_spin_auto_us);
 }
 
 /* The spin after a burst: urma_event_spin_us, else the adaptive one (also
@@ -1177,8 +1168,7 @@ typedef struct ul_job {
 
 static uint32_t ul_pool_want(void)
 {
-    int32_t want = JET_FLAG(urma_prepared_jetty_cnt);
-    return want < 0 ? 0 : want > CTX_POOL_MAX ? CTX_POOL_MAX : (uint32_t)want;
+    return (uint32_t)JET_FLAG_IN_RANGE(urma_prepared_jetty_cnt);
 }
 
 /* The sizes a new connection asks for now. */

@@ -363,6 +363,28 @@ static void test_parse_errors(void)
 
 /* A flag defined with a range takes the values in it, from every source,
  * and refuses the others with a message naming the range, unchanged. */
+/* JET_FLAG_IN_RANGE reads a value stored past the range (JET_FLAG_STORE
+ * does not check) as the nearest bound, and one inside it as it is. */
+static void test_in_range(void)
+{
+    int32_t old32 = JET_FLAG(tf_r32);
+    int64_t old64 = JET_FLAG(tf_r64);
+    const int32_t stored32[] = {INT32_MIN, -1, 0, 1, 7, 10, 11, INT32_MAX};
+    const int32_t read32[] = {1, 1, 1, 1, 7, 10, 10, 10};
+    for (size_t i = 0; i < sizeof stored32 / sizeof stored32[0]; i++) {
+        JET_FLAG_STORE(tf_r32, stored32[i]);
+        JT_CHECK_EQ(JET_FLAG_IN_RANGE(tf_r32), read32[i]);
+    }
+    JET_FLAG_STORE(tf_r64, INT64_MIN);
+    JT_CHECK_EQ(JET_FLAG_IN_RANGE(tf_r64), -10);
+    JET_FLAG_STORE(tf_r64, INT64_C(-7));
+    JT_CHECK_EQ(JET_FLAG_IN_RANGE(tf_r64), -7);
+    JET_FLAG_STORE(tf_r64, INT64_MAX);
+    JT_CHECK_EQ(JET_FLAG_IN_RANGE(tf_r64), INT64_C(1) << 40);
+    JET_FLAG_STORE(tf_r32, old32);
+    JET_FLAG_STORE(tf_r64, old64);
+}
+
 static void test_ranges(void)
 {
     JT_CHECK_EQ(JET_FLAG(tf_r32), 5);
@@ -645,6 +667,7 @@ int main(int argc, char **argv)
     JT_RUN(test_parse_keeps_others);
     JT_RUN(test_parse_errors);
     JT_RUN(test_ranges);
+    JT_RUN(test_in_range);
     JT_RUN(test_register_ranges);
     JT_RUN(test_env_order);
     JT_RUN(test_env_without_parse);

@@ -99,8 +99,7 @@ void jet__tcp_read(jet_socket_t *s)
     size_t room = TCP_READ_FIRST;
     /* Below 1 no read would ever be made: the connection would stall and its
      * loop repost this read for ever. */
-    int32_t budget = JET_FLAG(tcp_read_budget);
-    if (budget < 1) budget = 1;
+    int32_t budget = JET_FLAG_IN_RANGE(tcp_read_budget);
     for (int32_t i = 0; i < budget; i++) {
         /* Paused: the bytes wait in the kernel, and the peer with them; the
          * resume reads again (the fd gives no new edge for them). */
