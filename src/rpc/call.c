@@ -44,6 +44,9 @@ typedef struct cid_slot {
      * once the count moved on: a late joiner of a freed call cannot touch
      * the registrations of the slot's next call. */
     _Atomic uint64_t state;
+    /* A cancel of the issue whose free count is the low half, when the high
+     * half is 1 (jet__cid_cancel); an older issue's mark names another count. */
+    _Atomic uint64_t cancel;
 } cid_slot_t;
 
 #if __BYTE_ORDER__ != __ORDER_LITTLE_ENDIAN__
@@ -125,8 +128,9 @@ static int cid_grow(uint32_t *idx_p)
     return 0;
 }
 
-/* Takes a slot for call; its join token too for a client call. */
-static int cid_take(jet_call_t *call, bool client, uint64_t *cid_p)
+/* Takes a slot for call; for a client call its slot and id too (*token_p),
+ * published as its join token unless token_p is given. */
+static int cid_take(jet_call_t *call, bool client, uint64_t *cid_p, uint64_t *token_p)
 {
     uint32_t idx;
     if (!cid_pop_free(&idx)) {
@@ -139,8 +143,11 @@ static int cid_take(jet_call_t *call, bool client, uint64_t *cid_p)
         call->slot = idx;
         call->joinable = true;
         uint32_t seq = cid_seq(atomic_load_explicit(&slot->state, memory_order_relaxed));
-        atomic_store_explicit(&call->join_token, (uint64_t)(idx + 1) << 32 | seq,
-                              memory_order_release);
+        uint64_t token = (uint64_t)(idx + 1) << 32 | seq;
+        if (token_p)
+            *token_p = token;
+        else
+            atomic_store_explicit(&call->join_token, token, memory_order_release);
     }
     /* Publishes call before any claim can see this version (claims acquire).
      * Version 0 is skipped (after a wrap): no cid is 0, the "none" of the
@@ -154,12 +161,17 @@ static int cid_take(jet_call_t *call, bool client, uint64_t *cid_p)
 
 int jet__cid_alloc(jet_call_t *call, uint64_t *cid_p)
 {
-    return cid_take(call, true, cid_p);
+    return cid_take(call, true, cid_p, NULL);
+}
+
+int jet__cid_reserve(jet_call_t *call, uint64_t *cid_p, uint64_t *token_p)
+{
+    return cid_take(call, true, cid_p, token_p);
 }
 
 int jet__cid_alloc_handle(jet_call_t *call, uint64_t *cid_p)
 {
-    return cid_take(call, false, cid_p);
+    return cid_take(call, false, cid_p, NULL);
 }
 
 jet_call_t *jet__cid_peek(uint64_t cid)
@@ -197,9 +209,45 @@ void jet__cid_set_owner(uint64_t cid, uint32_t owner)
     uint32_t idx = (uint32_t)(cid >> 32);
     if (idx >= atomic_load_explicit(&cid_reg.nslots, memory_order_acquire)) return;
     cid_slot_t *slot = cid_slot(idx);
+    /* Sequentially consistent, against jet__cid_cancel: either a cancel
+     * finds this attempt here, or the issuer finds the cancel's mark. */
     if (slot)
         atomic_store_explicit(&slot->owner, (uint64_t)(uint32_t)cid << 32 | owner,
-                              memory_order_release);
+                              memory_order_seq_cst);
+}
+
+static cid_slot_t *cid_token_slot(uint64_t token)
+{
+    uint32_t idx = (uint32_t)(token >> 32) - 1;
+    if ((token >> 32) == 0 || idx >= atomic_load_explicit(&cid_reg.nslots, memory_order_acquire))
+        return NULL;
+    return cid_slot(idx);
+}
+
+int jet__cid_cancel(uint64_t token, jet_call_t **call_p)
+{
+    *call_p = NULL;
+    cid_slot_t *slot = cid_token_slot(token);
+    uint32_t seq = (uint32_t)token;
+    if (!slot || cid_seq(atomic_load_explicit(&slot->state, memory_order_acquire)) != seq)
+        return -EINVAL;
+    atomic_store_explicit(&slot->cancel, (uint64_t)1 << 32 | seq, memory_order_seq_cst);
+    uint64_t owner = atomic_load_explicit(&slot->owner, memory_order_seq_cst);
+    /* Read as a seqlock: an owner written after this issue's end (by the
+     * slot's next call) is seen with that end, and not claimed. */
+    if (cid_seq(atomic_load_explicit(&slot->state, memory_order_acquire)) != seq) return 0;
+    uint32_t ver = (uint32_t)(owner >> 32);
+    if (ver == 0) return 0;
+    uint64_t cid = (uint64_t)((uint32_t)(token >> 32) - 1) << 32 | ver;
+    *call_p = jet__cid_claim(cid, NULL);
+    return 0;
+}
+
+bool jet__cid_cancelled(uint64_t token)
+{
+    cid_slot_t *slot = cid_token_slot(token);
+    return slot && atomic_load_explicit(&slot->cancel, memory_order_seq_cst) ==
+                       ((uint64_t)1 << 32 | (uint32_t)token);
 }
 
 jet_call_t *jet__cid_claim_from(uint64_t cid, uint32_t owner, uint64_t *next_cid_p)
@@ -381,6 +429,11 @@ static void call_release_fields(jet_call_t *c)
     free(c->error_text);
     jet__msg_arena_release(&c->msg_arena, c->response);
     c->response = NULL;
+    if (c->reserved_token) {
+        /* jet_call_id's slot, never issued: its id goes stale. */
+        jet__cid_free(c->slot);
+        c->reserved_token = 0;
+    }
 }
 
 /* A call in flight is the library's until its done callback starts (or a

@@ -63,6 +63,9 @@ struct jet_call {
     jet_call_done_cb_t done;
     void *done_arg;
     bool joinable;      /* this issue holds the correlation slot `slot` (its owner's field) */
+    /* jet_call_id took the slot for the next issue: its id (the join token
+     * that issue publishes), 0 when none is reserved. */
+    uint64_t reserved_token;
     /* What jet_call_join waits for: the latest issue's slot + 1 (high half)
      * and the slot's free count when it took it (low half); 0 before the
      * first. Replaced, never cleared, by each issue that takes a slot, so
@@ -101,6 +104,19 @@ void jet__call_set_error(jet_call_t *call, int code, const char *text);
  * version, so a response, a deadline and a connection failure racing for
  * the same attempt never complete it twice. */
 int jet__cid_alloc(jet_call_t *call, uint64_t *cid_p);
+/* jet__cid_alloc for an issue to come (jet_call_id): the join token is not
+ * published (a join would wait for an issue that may never come) but given
+ * in *token_p, the issue's id. The issue publishes it. */
+int jet__cid_reserve(jet_call_t *call, uint64_t *cid_p, uint64_t *token_p);
+/* Marks the client issue whose join token is token as cancelled, then claims
+ * its attempt if one is on a connection (its owner set): *call_p is the
+ * claimed call, which the caller then ends, or NULL (no attempt out yet, or
+ * its owner of the moment ends it: an answer, a failure, a deadline, or the
+ * issuer, which looks at the mark when it links an attempt). -EINVAL when
+ * that issue has ended already. */
+int jet__cid_cancel(uint64_t token, jet_call_t **call_p);
+/* The issue of token was cancelled. */
+bool jet__cid_cancelled(uint64_t token);
 /* Claims cid; returns the call or NULL (stale, unknown or already claimed).
  * On success the slot accepts the next version: *next_cid_p (may be NULL)
  * is the cid of a retry. */
@@ -115,7 +131,8 @@ int jet__cid_alloc_handle(jet_call_t *call, uint64_t *cid_p);
  * otherwise. Claims nothing. */
 jet_call_t *jet__cid_peek(uint64_t cid);
 /* Records that the attempt cid was written on the connection tagged owner
- * (non-zero), before it is written. */
+ * (non-zero), before it is written; the issuer then looks for a cancel
+ * (jet__cid_cancelled), which either finds the attempt or is found. */
 void jet__cid_set_owner(uint64_t cid, uint32_t owner);
 /* jet__cid_claim for an answer that came on the connection tagged owner:
  * NULL unless the attempt cid was written there, so that a peer answering

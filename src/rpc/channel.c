@@ -500,10 +500,18 @@ static int ch_pack_request(jet_call_t *call, jet_iobuf_t *frame)
     return jet__baidu_pack_shared(frame, &meta, &call->req_body, &call->req_att);
 }
 
+#define CH_CANCELED_TEXT "Canceled by jet_call_cancel"
+
 /* The caller owns the call: makes one attempt. */
 static void ch_issue(jet_call_t *call)
 {
     jet_channel_t *ch = call->channel;
+    uint64_t token = atomic_load_explicit(&call->join_token, memory_order_relaxed);
+    if (jet__cid_cancelled(token)) {
+        /* Before this issue, or before this retry. */
+        ch_complete(call, ECANCELED, CH_CANCELED_TEXT);
+        return;
+    }
     call->attempts++;
     call->answered = false;
     jet_socket_t *s = NULL;
@@ -570,6 +578,18 @@ static void ch_issue(jet_call_t *call)
         if (armed < 0) conn_unlink_locked(conn, call);
     }
     pthread_mutex_unlock(&conn->lock);
+    if (!dead && armed >= 0 && jet__cid_cancelled(token)) {
+        /* Cancelled while this attempt was being set up: unless its
+         * canceller claimed it already, it ends here, unsent. */
+        jet_iobuf_fini(&frame);
+        if (jet__cid_claim(cid, NULL) == call) {
+            conn_unlink(conn, call);
+            call->answered = true; /* nothing went out: the connection stays usable */
+            ch_complete(call, ECANCELED, CH_CANCELED_TEXT);
+        }
+        jet__socket_unref(s);
+        return;
+    }
     if (dead || armed < 0) {
         jet_iobuf_fini(&frame);
         jet__socket_unref(s); /* the call still holds its own */
@@ -629,7 +649,11 @@ int jet_channel_call(jet_channel_t *ch, const ProtobufCServiceDescriptor *servic
     call->error_code = 0;
     jet_iobuf_clear(&call->resp_att);
     jet_iobuf_clear(&call->req_body);
-    call->joinable = false;
+    /* A slot jet_call_id reserved is this issue's, and its id published. */
+    uint64_t reserved = call->reserved_token;
+    call->reserved_token = 0;
+    call->joinable = reserved != 0;
+    if (reserved) atomic_store_explicit(&call->join_token, reserved, memory_order_release);
     call->service = service;
     call->method = m;
     call->channel = ch;
@@ -674,7 +698,7 @@ int jet_channel_call(jet_channel_t *ch, const ProtobufCServiceDescriptor *servic
     if (rc == 0 && (body_len + jet_iobuf_len(&call->req_att) > ch->max_body ||
                     jet_iobuf_len(&call->req_att) > INT32_MAX))
         rc = -EMSGSIZE;
-    if (rc == 0) rc = jet__cid_alloc(call, &call->cid);
+    if (rc == 0 && !reserved) rc = jet__cid_alloc(call, &call->cid);
     if (rc < 0) {
         call->req_msg = NULL;
         call->attempts = 1;
@@ -724,6 +748,31 @@ static void ch_wait_sync(jet_call_t *call)
     jet__cid_join(jet__join_slot(t), jet__join_seq(t), JET_FLAG(sync_call_spin_us),
                   atomic_load_explicit(&call->wait_loop, memory_order_relaxed), call->deadline_us,
                   ch_wait_expire, call);
+}
+
+uint64_t jet_call_id(jet_call_t *call)
+{
+    if (!call || call->server) return 0;
+    if (atomic_load_explicit(&call->in_flight, memory_order_relaxed))
+        return atomic_load_explicit(&call->join_token, memory_order_acquire);
+    if (!call->reserved_token) {
+        uint64_t cid, token;
+        if (jet__cid_reserve(call, &cid, &token) < 0) return 0;
+        call->cid = cid;
+        call->reserved_token = token;
+    }
+    return call->reserved_token;
+}
+
+int jet_call_cancel(uint64_t id)
+{
+    jet_call_t *call = NULL;
+    int rc = jet__cid_cancel(id, &call);
+    if (rc < 0 || !call) return rc;
+    /* Claimed: ended here, as by its deadline. */
+    if (call->sock) conn_unlink(call->sock->owner, call);
+    ch_complete(call, ECANCELED, CH_CANCELED_TEXT);
+    return 0;
 }
 
 static void ch_no_expire(void *arg)
