@@ -22,6 +22,7 @@
 #define JETRPC_CALL_H
 
 #include <stdbool.h>
+#include <stddef.h>
 #include <stdint.h>
 
 #include <protobuf-c/protobuf-c.h>
@@ -69,6 +70,35 @@ uint64_t jet_call_id(jet_call_t *call);
  * names no issue in flight or to come (ended, the call reset or destroyed,
  * or 0). Nothing is sent to the server: a handler already running goes on. */
 int jet_call_cancel(uint64_t id);
+
+/* --- user fields (baidu_std's RpcMeta user_fields: brpc's
+ * request_user_fields and response_user_fields) ---
+ * Text key/value pairs that travel in the meta. The client sets request
+ * fields before jet_channel_call (-EBUSY while the call is in flight); like
+ * the attachment they stay for later issues until jet_call_reset. A
+ * server's handler reads them, and sets response fields before it calls its
+ * closure: they go with the answer, an error answer too. The client reads
+ * those once the call has ended (each issue replaces them). Setting a key
+ * again replaces its value. Fields received from a peer are listed as they
+ * came: a key may repeat, and a lookup gives its last value. Keys and values
+ * are C strings: a peer's value with a NUL byte ends there. Returned strings
+ * stay valid until the set changes, the call is reset or destroyed, or (a
+ * server call) its closure is called. */
+/* 0; -EINVAL (a server call for the request's, a client call for the
+ * response's; NULL call or key), -EBUSY, -ENOMEM. A NULL value is "". */
+int jet_call_set_request_user_field(jet_call_t *call, const char *key, const char *value);
+int jet_call_set_response_user_field(jet_call_t *call, const char *key, const char *value);
+/* The value of key, or NULL. */
+const char *jet_call_request_user_field(const jet_call_t *call, const char *key);
+const char *jet_call_response_user_field(const jet_call_t *call, const char *key);
+size_t jet_call_request_user_field_count(const jet_call_t *call);
+size_t jet_call_response_user_field_count(const jet_call_t *call);
+/* Field i in order: false when i >= the count. key_p and value_p may be
+ * NULL. */
+bool jet_call_request_user_field_at(const jet_call_t *call, size_t i, const char **key_p,
+                                    const char **value_p);
+bool jet_call_response_user_field_at(const jet_call_t *call, size_t i, const char **key_p,
+                                     const char **value_p);
 
 /* --- both sides --- */
 jet_iobuf_t *jet_call_request_attachment(jet_call_t *call);

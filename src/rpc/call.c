@@ -429,6 +429,8 @@ static void call_release_fields(jet_call_t *c)
     free(c->error_text);
     jet__msg_arena_release(&c->msg_arena, c->response);
     c->response = NULL;
+    jet__uf_clear(&c->req_uf);
+    jet__uf_clear(&c->resp_uf);
     if (c->reserved_token) {
         /* jet_call_id's slot, never issued: its id goes stale. */
         jet__cid_free(c->slot);
@@ -500,6 +502,63 @@ int jet_call_attempts(const jet_call_t *c) { return c->attempts; }
 int jet_call_response_compress_type(const jet_call_t *c) { return c->resp_compress; }
 int jet_call_request_compress_type(const jet_call_t *c) { return c->req_compress; }
 void jet_call_set_response_compress_type(jet_call_t *c, int type) { c->resp_compress = type; }
+
+/* ---- user fields ---- */
+
+int jet_call_set_request_user_field(jet_call_t *c, const char *key, const char *value)
+{
+    /* The client's, and not while an issue may pack them. */
+    if (!c || c->server) return -EINVAL;
+    if (atomic_load_explicit(&c->in_flight, memory_order_relaxed)) return -EBUSY;
+    return jet__uf_set(&c->req_uf, key, value);
+}
+
+int jet_call_set_response_user_field(jet_call_t *c, const char *key, const char *value)
+{
+    if (!c || !c->server) return -EINVAL;
+    return jet__uf_set(&c->resp_uf, key, value);
+}
+
+const char *jet_call_request_user_field(const jet_call_t *c, const char *key)
+{
+    return jet__uf_get(&c->req_uf, key);
+}
+
+const char *jet_call_response_user_field(const jet_call_t *c, const char *key)
+{
+    return jet__uf_get(&c->resp_uf, key);
+}
+
+size_t jet_call_request_user_field_count(const jet_call_t *c)
+{
+    return c->req_uf.n;
+}
+size_t jet_call_response_user_field_count(const jet_call_t *c)
+{
+    return c->resp_uf.n;
+}
+
+static bool uf_at(const jet_user_fields_t *uf, size_t i, const char **key_p, const char **value_p)
+{
+    if (i >= uf->n) return false;
+    const char *k, *v;
+    jet__uf_at(uf, (uint32_t)i, &k, &v);
+    if (key_p) *key_p = k;
+    if (value_p) *value_p = v;
+    return true;
+}
+
+bool jet_call_request_user_field_at(const jet_call_t *c, size_t i, const char **key_p,
+                                    const char **value_p)
+{
+    return uf_at(&c->req_uf, i, key_p, value_p);
+}
+
+bool jet_call_response_user_field_at(const jet_call_t *c, size_t i, const char **key_p,
+                                     const char **value_p)
+{
+    return uf_at(&c->resp_uf, i, key_p, value_p);
+}
 
 void jet__call_set_error(jet_call_t *c, int code, const char *text)
 {

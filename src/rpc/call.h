@@ -12,6 +12,7 @@
 #include "jetrpc/channel.h"
 #include "net/socket.h"
 #include "rpc/codec.h"
+#include "rpc/user_fields.h"
 
 struct jet_server;
 struct jet_server_conn;
@@ -27,6 +28,11 @@ struct jet_call {
     int req_compress;
     int resp_compress;
     char remote[64];
+    /* User fields: the request's (set by the client, received by the
+     * server) and the response's (set by the handler, received by the
+     * client). */
+    jet_user_fields_t req_uf;
+    jet_user_fields_t resp_uf;
 
     /* client */
     int32_t timeout_ms; /* INT32_MIN: the channel's */

@@ -493,11 +493,14 @@ static int ch_pack_request(jet_call_t *call, jet_iobuf_t *frame)
         meta.checksum_value.data = ck;
         meta.checksum_value.len = 4;
     }
+    void *uf_tmp = NULL;
+    if (call->req_uf.n > 0 && jet__uf_to_meta(&call->req_uf, &meta, &uf_tmp) < 0) return -ENOMEM;
     /* Body and attachment stay with the call: a retry sends them again. */
-    if (call->req_msg)
-        return jet__baidu_pack_msg_shared(frame, &meta, call->req_msg, call->req_msg_size,
-                                          &call->req_att);
-    return jet__baidu_pack_shared(frame, &meta, &call->req_body, &call->req_att);
+    int rc = call->req_msg ? jet__baidu_pack_msg_shared(frame, &meta, call->req_msg,
+                                                        call->req_msg_size, &call->req_att)
+                           : jet__baidu_pack_shared(frame, &meta, &call->req_body, &call->req_att);
+    free(uf_tmp);
+    return rc;
 }
 
 #define CH_CANCELED_TEXT "Canceled by jet_call_cancel"
@@ -648,6 +651,7 @@ int jet_channel_call(jet_channel_t *ch, const ProtobufCServiceDescriptor *servic
     call->error_text = NULL;
     call->error_code = 0;
     jet_iobuf_clear(&call->resp_att);
+    if (call->resp_uf.n > 0) jet__uf_clear(&call->resp_uf);
     jet_iobuf_clear(&call->req_body);
     /* A slot jet_call_id reserved is this issue's, and its id published. */
     uint64_t reserved = call->reserved_token;
@@ -824,6 +828,13 @@ static void cli_handle_response(jet_socket_t *s, jet_baidu_frame_t *f, int bad_a
     }
     conn_unlink(conn, call);
     call->answered = true;
+    /* The answer's user fields, an error answer's too (those of one that is
+     * retried give way to the next answer's). */
+    if ((meta->n_user_fields > 0 || call->resp_uf.n > 0) &&
+        jet__uf_from_meta(&call->resp_uf, meta) < 0) {
+        ch_complete(call, ENOMEM, "no memory for the response's user fields");
+        return;
+    }
     Brpc__Policy__RpcResponseMeta *rm = meta->response;
     if (rm && rm->has_error_code && rm->error_code != 0) {
         if (ch_answer_retriable(rm->error_code) && call->attempts < call->max_attempts &&

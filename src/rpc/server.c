@@ -387,6 +387,14 @@ static void srv_send_response(jet_call_t *call, const ProtobufCMessage *output)
     }
     Brpc__Policy__RpcMeta meta = BRPC__POLICY__RPC_META__INIT;
     Brpc__Policy__RpcResponseMeta rmeta = BRPC__POLICY__RPC_RESPONSE_META__INIT;
+    /* The handler's user fields go with any answer, as brpc's do. */
+    void *uf_tmp = NULL;
+    if (jet__uf_to_meta(&call->resp_uf, &meta, &uf_tmp) < 0) {
+        jet_iobuf_clear(&body);
+        jet_call_set_failed(call, JET_EINTERNAL,
+                            "Fail to send the response's %u user fields: out of memory",
+                            call->resp_uf.n);
+    }
     char text[1200];
     meta.response = &rmeta;
     rmeta.has_error_code = true;
@@ -425,6 +433,7 @@ static void srv_send_response(jet_call_t *call, const ProtobufCMessage *output)
                  : jet__baidu_pack(&frame, &meta, &body, att);
         frame_len = jet_iobuf_len(&frame);
     }
+    free(uf_tmp);
     if (rc == 0) rc = jet__socket_write_answer(s, &frame);
     if (rc == -EMSGSIZE && !call->error_code && !jet__socket_failed(s)) {
         /* Larger than the connection ever carries: the client gets an error
@@ -566,6 +575,12 @@ static void srv_process(jet_socket_t *s, jet_baidu_frame_t *f, int bad_att)
     if (!m) {
         srv_fail_now(call, JET_ENOMETHOD, "Fail to find method=%s/%s", req->service_name,
                      req->method_name);
+        return;
+    }
+    if (meta->n_user_fields > 0 && jet__uf_from_meta(&call->req_uf, meta) < 0) {
+        srv_fail_now(call, JET_EINTERNAL,
+                     "Fail to keep the request's %zu user fields: out of memory",
+                     meta->n_user_fields);
         return;
     }
     const char *why = NULL;
