@@ -3,6 +3,7 @@
 #define JETRPC_OPTIONS_H
 
 #include <stdbool.h>
+#include <stddef.h>
 #include <stdint.h>
 
 #ifdef __cplusplus
@@ -43,6 +44,25 @@ typedef enum jet_compress_type {
     JET_COMPRESS_ZLIB = 3,
 } jet_compress_type_t;
 
+/* Authentication (brpc's Authenticator). A client sends a credential with
+ * the first request of each connection (baidu_std's authentication_data;
+ * the connection's other requests wait until that one is written); a
+ * server checks the first request of each connection before it serves any:
+ * one that fails is answered with ERPCAUTH (1004, "Fail to authenticate")
+ * and its connection closed. It must outlive the channels and servers that
+ * use it; its functions may run on several threads at once. */
+typedef struct jet_authenticator {
+    /* Client: a new credential, malloc'd, in *data_p (the library frees it)
+     * of *len_p bytes. 0, or a negative errno: the call then fails with
+     * ERPCAUTH and sends nothing. */
+    int (*generate_credential)(void *arg, uint8_t **data_p, size_t *len_p);
+    /* Server: 0 accepts the connection whose first request carried data
+     * (len bytes; 0 and NULL when it carried none), from peer ("ip:port").
+     * Runs on the connection's event-loop thread. NULL refuses all. */
+    int (*verify_credential)(void *arg, const uint8_t *data, size_t len, const char *peer);
+    void *arg;
+} jet_authenticator_t;
+
 typedef struct jet_server_options {
     jet_socket_mode_t socket_mode; /* default TCP */
     /* Handlers run on the connection's event-loop thread (false, default) or on a
@@ -58,6 +78,7 @@ typedef struct jet_server_options {
     int graceful_stop_ms;       /* jet_server_stop waits this long for in-flight calls; default
                                    5000; 0 or less: no wait */
     const char *ssl_cert;       /* not supported: non-NULL is refused (-EPROTONOSUPPORT) */
+    const jet_authenticator_t *auth; /* NULL: no check (verify_credential is used) */
 } jet_server_options_t;
 
 typedef struct jet_channel_options {
@@ -71,6 +92,7 @@ typedef struct jet_channel_options {
     uint32_t max_body_size;                /* 0 = flag max_body_size */
     const char *protocol;                  /* NULL or "baidu_std" (any case) */
     bool use_ssl;                          /* not supported: true is refused (-EPROTONOSUPPORT) */
+    const jet_authenticator_t *auth;       /* NULL: none (generate_credential is used) */
 } jet_channel_options_t;
 
 void jet_server_options_init(jet_server_options_t *opts);

@@ -58,6 +58,11 @@ typedef struct cli_conn {
     jet_socket_t *s;
     struct cli_conn *out_prev, *out_next;
     bool out;
+    /* With an authenticator: the first request carries the credential, and
+     * the connection's other requests wait on auth_lock until it is
+     * written (brpc's FightAuthentication). */
+    pthread_mutex_t auth_lock;
+    _Atomic bool auth_sent;
 } cli_conn_t;
 
 static void cli_on_read(jet_socket_t *s);
@@ -200,6 +205,7 @@ static int ch_connect(jet_channel_t *ch, jet_socket_t **s_p)
     cli_conn_t *conn = calloc(1, sizeof *conn);
     if (!conn) return -ENOMEM;
     pthread_mutex_init(&conn->lock, NULL);
+    pthread_mutex_init(&conn->auth_lock, NULL);
     do {
         conn->tag = atomic_fetch_add_explicit(&conn_tags, 1, memory_order_relaxed) + 1;
     } while (conn->tag == 0);
@@ -210,6 +216,7 @@ static int ch_connect(jet_channel_t *ch, jet_socket_t **s_p)
                                  s_p);
     if (rc < 0) {
         pthread_mutex_destroy(&conn->lock);
+        pthread_mutex_destroy(&conn->auth_lock);
         free(conn);
     }
     return rc;
@@ -454,7 +461,9 @@ static void ch_deadline_cb(uint64_t cid)
 
 /* ---- sending ---------------------------------------------------------------- */
 
-static int ch_pack_request(jet_call_t *call, jet_iobuf_t *frame)
+/* auth: the connection's first request, which carries a new credential
+ * (-JET_ERPCAUTH when none could be made). */
+static int ch_pack_request(jet_call_t *call, jet_iobuf_t *frame, const jet_authenticator_t *auth)
 {
     Brpc__Policy__RpcMeta meta = BRPC__POLICY__RPC_META__INIT;
     Brpc__Policy__RpcRequestMeta rmeta = BRPC__POLICY__RPC_REQUEST_META__INIT;
@@ -493,14 +502,41 @@ static int ch_pack_request(jet_call_t *call, jet_iobuf_t *frame)
         meta.checksum_value.data = ck;
         meta.checksum_value.len = 4;
     }
+    uint8_t *cred = NULL;
+    size_t cred_len = 0;
+    if (auth) {
+        if (!auth->generate_credential ||
+            auth->generate_credential(auth->arg, &cred, &cred_len) != 0 || (!cred && cred_len)) {
+            free(cred);
+            return -JET_ERPCAUTH;
+        }
+        meta.has_authentication_data = true;
+        meta.authentication_data.data = cred;
+        meta.authentication_data.len = cred_len;
+    }
     void *uf_tmp = NULL;
-    if (call->req_uf.n > 0 && jet__uf_to_meta(&call->req_uf, &meta, &uf_tmp) < 0) return -ENOMEM;
+    if (call->req_uf.n > 0 && jet__uf_to_meta(&call->req_uf, &meta, &uf_tmp) < 0) {
+        free(cred);
+        return -ENOMEM;
+    }
     /* Body and attachment stay with the call: a retry sends them again. */
     int rc = call->req_msg ? jet__baidu_pack_msg_shared(frame, &meta, call->req_msg,
                                                         call->req_msg_size, &call->req_att)
                            : jet__baidu_pack_shared(frame, &meta, &call->req_body, &call->req_att);
     free(uf_tmp);
+    free(cred);
     return rc;
+}
+
+/* Ends a first request's hold of the connection's authentication: sent,
+ * the connection's later requests carry no credential. Before anything
+ * that may run a done callback (which may issue on this connection). */
+static void ch_auth_release(cli_conn_t *conn, bool *first, bool sent)
+{
+    if (!*first) return;
+    if (sent) atomic_store_explicit(&conn->auth_sent, true, memory_order_release);
+    pthread_mutex_unlock(&conn->auth_lock);
+    *first = false;
 }
 
 #define CH_CANCELED_TEXT "Canceled by jet_call_cancel"
@@ -540,18 +576,28 @@ static void ch_issue(jet_call_t *call)
     atomic_store_explicit(&call->wait_loop, s->loop, memory_order_relaxed);
     memcpy(call->remote, s->peer, sizeof call->remote);
     cli_conn_t *conn = s->owner;
+    bool auth_first = false;
+    if (ch->opts.auth && !atomic_load_explicit(&conn->auth_sent, memory_order_acquire)) {
+        pthread_mutex_lock(&conn->auth_lock);
+        if (atomic_load_explicit(&conn->auth_sent, memory_order_relaxed))
+            pthread_mutex_unlock(&conn->auth_lock);
+        else
+            auth_first = true;
+    }
     jet_iobuf_t frame;
     jet_iobuf_init(&frame);
-    rc = ch_pack_request(call, &frame);
+    rc = ch_pack_request(call, &frame, auth_first ? ch->opts.auth : NULL);
     /* The server takes a body (meta included) of at most its max_body_size,
      * else closes the connection: such a request never goes out. */
     if (rc == 0 && jet_iobuf_len(&frame) - JET_BAIDU_HEADER_SIZE > ch->max_body) rc = -EMSGSIZE;
     if (rc < 0) {
         jet_iobuf_fini(&frame);
+        ch_auth_release(conn, &auth_first, false);
         call->max_attempts = call->attempts; /* not a connection problem: no retry */
         ch_put_socket(ch, s, true);          /* nothing went out on it */
         call->sock = NULL;
-        ch_attempt_failed(call, rc, NULL);
+        ch_attempt_failed(
+            call, rc, rc == -JET_ERPCAUTH ? "Fail to authenticate: no credential was made" : NULL);
         return;
     }
     /* From the unlock below the attempt may end on another thread (its
@@ -585,6 +631,7 @@ static void ch_issue(jet_call_t *call)
         /* Cancelled while this attempt was being set up: unless its
          * canceller claimed it already, it ends here, unsent. */
         jet_iobuf_fini(&frame);
+        ch_auth_release(conn, &auth_first, false);
         if (jet__cid_claim(cid, NULL) == call) {
             conn_unlink(conn, call);
             call->answered = true; /* nothing went out: the connection stays usable */
@@ -595,6 +642,7 @@ static void ch_issue(jet_call_t *call)
     }
     if (dead || armed < 0) {
         jet_iobuf_fini(&frame);
+        ch_auth_release(conn, &auth_first, false);
         jet__socket_unref(s); /* the call still holds its own */
         if (armed < 0) {
             /* Owned: nothing else could reach this attempt. */
@@ -608,6 +656,7 @@ static void ch_issue(jet_call_t *call)
     }
     rc = jet__socket_write(s, &frame);
     jet_iobuf_fini(&frame);
+    ch_auth_release(conn, &auth_first, rc == 0);
     /* Nobody waits on the loop for this answer: an undriven busy-poll loop
      * must poll for it now, not after its parked thread's next look. */
     if (async) jet_loop_kick(loop);
@@ -988,5 +1037,6 @@ static void cli_on_release(jet_socket_t *s)
     cli_conn_t *conn = s->owner;
     if (!conn) return;
     pthread_mutex_destroy(&conn->lock);
+    pthread_mutex_destroy(&conn->auth_lock);
     free(conn);
 }

@@ -41,6 +41,7 @@ typedef struct srv_conn {
     jet_socket_t *s; /* NULL until accept returns (under the server lock) */
     struct srv_conn *prev, *next;
     srv_hello_state_t hello;
+    bool authed; /* its first request passed the authenticator (loop thread) */
 } srv_conn_t;
 
 struct jet_server {
@@ -523,10 +524,46 @@ static ProtobufCService *srv_find_service(jet_server_t *srv, const char *name)
     return NULL;
 }
 
+/* The server's authenticator on a connection's first request: true to go
+ * on; false when it refused, answered ERPCAUTH ("Fail to authenticate",
+ * without the [ip:port] prefix, as brpc) and closed the connection. */
+static bool srv_authenticate(jet_socket_t *s, srv_conn_t *c, const Brpc__Policy__RpcMeta *meta)
+{
+    const jet_authenticator_t *auth = c->srv->opts.auth;
+    if (!auth || c->authed) return true;
+    bool has = meta->has_authentication_data;
+    if (auth->verify_credential &&
+        auth->verify_credential(auth->arg, has ? meta->authentication_data.data : NULL,
+                                has ? meta->authentication_data.len : 0, s->peer) == 0) {
+        c->authed = true;
+        return true;
+    }
+    Brpc__Policy__RpcMeta m = BRPC__POLICY__RPC_META__INIT;
+    Brpc__Policy__RpcResponseMeta rm = BRPC__POLICY__RPC_RESPONSE_META__INIT;
+    m.response = &rm;
+    rm.has_error_code = true;
+    rm.error_code = JET_ERPCAUTH;
+    rm.error_text = "Fail to authenticate";
+    m.has_correlation_id = meta->has_correlation_id;
+    m.correlation_id = meta->correlation_id;
+    jet_iobuf_t body, frame;
+    jet_iobuf_init(&body);
+    jet_iobuf_init(&frame);
+    /* Written at once: a first request's answer has nothing queued before
+     * it, so the close below does not cut it off. */
+    if (jet__baidu_pack(&frame, &m, &body, NULL) == 0) (void)jet__socket_write_answer(s, &frame);
+    jet_iobuf_fini(&frame);
+    jet_iobuf_fini(&body);
+    JET_WARN_PEER("close %s: its credential was refused", s->peer);
+    jet__socket_set_failed(s, -JET_ERPCAUTH);
+    return false;
+}
+
 static void srv_process(jet_socket_t *s, jet_baidu_frame_t *f, int bad_att)
 {
     jet_server_t *srv = ((srv_conn_t *)s->owner)->srv;
     Brpc__Policy__RpcMeta *meta = f->meta;
+    if (!srv_authenticate(s, s->owner, meta)) return;
     jet_call_t *call = jet_call_create();
     if (!call) {
         JET_ERROR("out of memory serving %s", s->peer);
