@@ -51,24 +51,26 @@ void jet_call_set_request_compress_type(jet_call_t *call, int type);
 void jet_call_set_request_checksum(jet_call_t *call, bool with_attachment);
 
 /* --- cancellation (brpc's call_id() and StartCancel) --- */
-/* The id of the call's issue in flight or, when none is, of its next issue
- * (what that issue will need is reserved now; jet_call_reset and
- * jet_call_destroy give it back). Take it before jet_channel_call to cancel
- * the call from another thread, a synchronous call's too. Only by the
- * thread that owns the call (while it is not in flight, or while the owner
- * knows it is in flight, as in the code that issued it). 0 for a server-side
- * call, NULL, or when memory is out. */
+/* The id of the call's next issue (what that issue needs is reserved now;
+ * jet_call_reset and jet_call_destroy give it back): take it before
+ * jet_channel_call to cancel the call from another thread, a synchronous
+ * call's too. Only while the call is its owner's: not in flight (before
+ * jet_channel_call, in its done callback, or once it ended), by the thread
+ * that owns it. 0 for a call in flight, a server-side call or NULL, and when
+ * no id can be had (out of memory, or of ids). */
 uint64_t jet_call_id(jet_call_t *call);
 /* From any thread: ends the issue that id names with ECANCELED (text
  * "Canceled by jet_call_cancel"). At once when one of its attempts is on a
- * connection: its answer, if one comes, is dropped, and an asynchronous
- * call's done callback runs on this thread before this returns (hold no
- * lock that done takes); when the issue has not started yet, it ends as it
- * starts, unsent; when an attempt is being set up or retried, it ends
- * there, unsent. An outcome already being delivered (the answer, a failure,
- * the deadline) stands. 0 when the cancel was recorded; -EINVAL when id
- * names no issue in flight or to come (ended, the call reset or destroyed,
- * or 0). Nothing is sent to the server: a handler already running goes on. */
+ * connection (the request may be on its way already): its answer, if one
+ * comes, is dropped, and an asynchronous call's done callback runs on this
+ * thread before this returns (hold no lock that done takes). When the issue
+ * has not started, it ends as it starts, unsent; when an attempt is being
+ * set up or retried, or fails, it ends there. An outcome already being
+ * delivered (the answer, or the deadline) stands. 0 when the cancel was
+ * recorded for an issue in flight or to come (which then ends with
+ * ECANCELED unless its outcome was being delivered); -EINVAL when id names
+ * no such issue (it ended, the call was reset or destroyed, or 0). Nothing
+ * is sent to the server: a handler already running goes on. */
 int jet_call_cancel(uint64_t id);
 
 /* --- user fields (baidu_std's RpcMeta user_fields: brpc's

@@ -383,6 +383,8 @@ static void ch_notify(jet_call_t *call)
     ch_unref(ch); /* the call's */
 }
 
+#define CH_CANCELED_TEXT "Canceled by jet_call_cancel"
+
 /* The caller owns the call (claimed it). Ends it with code (0 = success). */
 static void ch_complete(jet_call_t *call, int code, const char *text)
 {
@@ -423,6 +425,11 @@ static void ch_attempt_failed(jet_call_t *call, int err, const char *why)
          * list): a failed attempt got no answer, which might yet come. */
         ch_put_socket(call->channel, call->sock, false);
         call->sock = NULL;
+    }
+    if (jet__cid_cancelled(atomic_load_explicit(&call->join_token, memory_order_relaxed))) {
+        /* Cancelled meanwhile: that is the outcome, not this failure. */
+        ch_complete(call, ECANCELED, CH_CANCELED_TEXT);
+        return;
     }
     if (err == -JET__EHELLO_REFUSED) {
         /* A server without the transport (a brpc TCP-only server closes on a
@@ -539,8 +546,6 @@ static void ch_auth_release(cli_conn_t *conn, bool *first, bool sent)
     *first = false;
 }
 
-#define CH_CANCELED_TEXT "Canceled by jet_call_cancel"
-
 /* The caller owns the call: makes one attempt. */
 static void ch_issue(jet_call_t *call)
 {
@@ -645,9 +650,8 @@ static void ch_issue(jet_call_t *call)
         ch_auth_release(conn, &auth_first, false);
         jet__socket_unref(s); /* the call still holds its own */
         if (armed < 0) {
-            /* Owned: nothing else could reach this attempt. */
-            jet__cid_claim(call->cid, NULL);
-            ch_complete(call, -armed, NULL);
+            /* Unless a cancel found its owner set and claimed it first. */
+            if (jet__cid_claim(call->cid, NULL) == call) ch_complete(call, -armed, NULL);
             return;
         }
         int err = atomic_load(&s->error);
@@ -715,6 +719,7 @@ int jet_channel_call(jet_channel_t *ch, const ProtobufCServiceDescriptor *servic
     call->done_arg = arg;
     call->waiter_loop = NULL;
     call->attempts = 0;
+    call->remote[0] = '\0';
     call->resp_compress = 0;
     call->start_us = jet_now_us();
     call->end_us = 0;
@@ -805,9 +810,10 @@ static void ch_wait_sync(jet_call_t *call)
 
 uint64_t jet_call_id(jet_call_t *call)
 {
-    if (!call || call->server) return 0;
-    if (atomic_load_explicit(&call->in_flight, memory_order_relaxed))
-        return atomic_load_explicit(&call->join_token, memory_order_acquire);
+    /* In flight the call is not its owner's: its end may be taking the
+     * slot's fields (ch_notify) or done may be destroying it. */
+    if (!call || call->server || atomic_load_explicit(&call->in_flight, memory_order_relaxed))
+        return 0;
     if (!call->reserved_token) {
         uint64_t cid, token;
         if (jet__cid_reserve(call, &cid, &token) < 0) return 0;
