@@ -89,6 +89,13 @@ typedef struct jet_channel_options {
     int32_t timeout_ms;
     int32_t connect_timeout_ms;            /* default (-2): timeout_ms; other < 0: no limit */
     int32_t max_retry;                     /* retries after connection failures, default 3 */
+    /* Wait before each retry (brpc's retry backoff): retry_backoff_ms, or a
+     * random time in [retry_backoff_ms, retry_backoff_max_ms] when the
+     * latter is larger. 0 (default): retry at once. A wait that would reach
+     * the call's deadline is skipped (the retry goes at once). A cancel
+     * during the wait takes effect when it ends. */
+    int32_t retry_backoff_ms;
+    int32_t retry_backoff_max_ms;
     uint32_t max_body_size;                /* 0 = flag max_body_size */
     const char *protocol;                  /* NULL or "baidu_std" (any case) */
     bool use_ssl;                          /* not supported: true is refused (-EPROTONOSUPPORT) */

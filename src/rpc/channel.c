@@ -416,6 +416,49 @@ static bool ch_retriable(int err)
            err != -JET_ECLOSE;
 }
 
+/* The wait before a retry, in microseconds: 0 for none, or when it would
+ * reach the call's deadline. */
+static int64_t ch_backoff_us(const jet_call_t *call)
+{
+    const jet_channel_options_t *o = &call->channel->opts;
+    if (o->retry_backoff_ms <= 0) return 0;
+    int64_t ms = o->retry_backoff_ms;
+    if (o->retry_backoff_max_ms > o->retry_backoff_ms) {
+        static __thread uint64_t rng;
+        if (rng == 0) rng = (uint64_t)jet_now_us() * 0x9e3779b97f4a7c15ull | 1;
+        rng ^= rng << 13;
+        rng ^= rng >> 7;
+        rng ^= rng << 17;
+        ms += (int64_t)(rng % (uint64_t)(o->retry_backoff_max_ms - o->retry_backoff_ms + 1));
+    }
+    int64_t wait = ms * 1000;
+    if (call->deadline_us != INT64_MAX && jet_now_us() + wait >= call->deadline_us) return 0;
+    return wait;
+}
+
+/* The deadline thread: a retry's wait is over. */
+static void ch_backoff_cb(uint64_t cid)
+{
+    uint64_t next;
+    jet_call_t *call = jet__cid_claim(cid, &next);
+    if (!call) return;
+    call->cid = next;
+    ch_issue(call);
+}
+
+/* The caller owns the call, whose attempt ended: the next attempt, at once
+ * or after the channel's backoff. Nothing else can claim the call while it
+ * waits (no connection has its cid; a synchronous waiter past its deadline
+ * finds no cid to end and looks again), so the timer's claim owns it. */
+static void ch_retry(jet_call_t *call)
+{
+    int64_t wait = ch_backoff_us(call);
+    if (wait > 0 &&
+        jet__deadline_add(&call->deadline, jet_now_us() + wait, ch_backoff_cb, call->cid) == 0)
+        return;
+    ch_issue(call);
+}
+
 /* The caller owns the call; its attempt failed with err (negative). */
 /* why: what the call's error text says (NULL: the error's own text). */
 static void ch_attempt_failed(jet_call_t *call, int err, const char *why)
@@ -445,7 +488,7 @@ static void ch_attempt_failed(jet_call_t *call, int err, const char *why)
          * old one can no longer claim. */
         ch_deadline_disarm(call);
         JET_DEBUG("retry call to %s after %s", call->channel->name, jet_strerror(err));
-        ch_issue(call);
+        ch_retry(call);
         return;
     }
     int code = -err;
@@ -901,7 +944,7 @@ static void cli_handle_response(jet_socket_t *s, jet_baidu_frame_t *f, int bad_a
             ch_put_socket(call->channel, call->sock, true);
             call->sock = NULL;
             ch_deadline_disarm(call);
-            ch_issue(call);
+            ch_retry(call);
             return;
         }
         if (rm->error_code < 0) {

@@ -1,0 +1,168 @@
+/* Retry backoff (channel options retry_backoff_ms / retry_backoff_max_ms):
+ *   - against a port nobody listens on, the retries are spaced by at least
+ *     the backoff (fixed, or a random time in the range), synchronous and
+ *     not, and the call ends with the connection's error after them all;
+ *   - a wait that would reach the deadline is skipped: the call still makes
+ *     all its attempts and ends before its deadline;
+ *   - a server that comes up during the waits gets the call;
+ *   - a cancel during a wait ends the call with ECANCELED when it ends.
+ * Elapsed times are checked only from below (a wait never ends early). */
+#include <errno.h>
+#include <pthread.h>
+#include <stdatomic.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include <jetrpc/jetrpc.h>
+
+#include "testutil.h"
+#include "testutil_net.h"
+#include "testutil_rpc.h"
+
+#define GUARD_US (20 * 1000000LL)
+
+static jet_channel_t *open_channel(int port, int32_t timeout_ms, int32_t retries, int32_t backoff,
+                                   int32_t backoff_max)
+{
+    jet_channel_options_t o;
+    jet_channel_options_init(&o);
+    o.timeout_ms = timeout_ms;
+    o.max_retry = retries;
+    o.retry_backoff_ms = backoff;
+    o.retry_backoff_max_ms = backoff_max;
+    char addr[64];
+    snprintf(addr, sizeof addr, "127.0.0.1:%d", port);
+    jet_channel_t *ch = NULL;
+    return jet_channel_create(addr, &o, &ch) == 0 ? ch : NULL;
+}
+
+/* Ends call (sync or async) and returns how long it took, in ms. */
+static int64_t timed_call(jet_channel_t *ch, jet_call_t *call, bool async)
+{
+    jt_counter_t done = {0};
+    uint64_t t0 = jt_now_us();
+    JT_CHECK_EQ(jt_echo_call(ch, call, "x", async ? jt_count_done : NULL, async ? &done : NULL), 0);
+    if (async) JT_CHECK(jt_counter_wait(&done, 1, GUARD_US));
+    return (int64_t)(jt_now_us() - t0) / 1000;
+}
+
+static void test_spaced_retries(void)
+{
+    int port = jt_tcp_free_port();
+    JT_REQUIRE(port > 0);
+    for (int async = 0; async < 2; async++) {
+        for (int jitter = 0; jitter < 2; jitter++) {
+            jet_channel_t *ch = open_channel(port, 5000, 3, 40, jitter ? 80 : 0);
+            JT_REQUIRE(ch);
+            jet_call_t *call = jet_call_create();
+            int64_t ms = timed_call(ch, call, async);
+            fprintf(stderr, "  %s, %s: %lld ms\n", async ? "async" : "sync",
+                    jitter ? "40-80 ms" : "40 ms", (long long)ms);
+            JT_CHECK_EQ(jet_call_error_code(call), ECONNREFUSED);
+            JT_CHECK_EQ(jet_call_attempts(call), 4);
+            JT_CHECK(ms >= 3 * 40);
+            jet_call_destroy(call);
+            jet_channel_destroy(ch);
+        }
+    }
+}
+
+/* A wait past the deadline is not taken: 4 attempts, ended before it. */
+static void test_no_wait_past_the_deadline(void)
+{
+    int port = jt_tcp_free_port();
+    JT_REQUIRE(port > 0);
+    jet_channel_t *ch = open_channel(port, 400, 3, 300, 0);
+    JT_REQUIRE(ch);
+    jet_call_t *call = jet_call_create();
+    int64_t ms = timed_call(ch, call, false);
+    JT_CHECK_EQ(jet_call_error_code(call), ECONNREFUSED);
+    JT_CHECK_EQ(jet_call_attempts(call), 4);
+    JT_CHECK(ms >= 300); /* the one wait that fits */
+    jet_call_destroy(call);
+    jet_channel_destroy(ch);
+}
+
+typedef struct late_server {
+    pthread_t t;
+    int port;
+    int delay_ms;
+    jt_echo_service_t svc;
+    jet_server_t *srv;
+} late_server_t;
+
+static void *late_server_main(void *arg)
+{
+    late_server_t *l = arg;
+    jt_sleep_us((int64_t)l->delay_ms * 1000);
+    l->srv = jt_echo_server_start_port(&l->svc, l->port, NULL, NULL);
+    return NULL;
+}
+
+/* The server comes up 150 ms after the first attempt: four retries 100 ms
+ * apart reach it, where four at once would all be refused. */
+static void test_rides_out_a_restart(void)
+{
+    late_server_t l = {.port = jt_tcp_free_port(), .delay_ms = 150};
+    JT_REQUIRE(l.port > 0);
+    jt_echo_service_init(&l.svc, NULL);
+    jet_channel_t *ch = open_channel(l.port, 5000, 4, 100, 0);
+    JT_REQUIRE(ch);
+    JT_REQUIRE(pthread_create(&l.t, NULL, late_server_main, &l) == 0);
+    jet_call_t *call = jet_call_create();
+    JT_CHECK_EQ(jt_echo_call(ch, call, "back", NULL, NULL), 0);
+    pthread_join(l.t, NULL);
+    JT_REQUIRE(l.srv);
+    JT_CHECK(jt_echo_resp_is(call, "back"));
+    JT_CHECK(jet_call_attempts(call) >= 2);
+    jet_call_destroy(call);
+    jet_channel_destroy(ch);
+    jt_server_stop(l.srv);
+}
+
+typedef struct canceller {
+    pthread_t t;
+    uint64_t id;
+    int rc;
+} canceller_t;
+
+static void *canceller_main(void *arg)
+{
+    canceller_t *c = arg;
+    jt_sleep_us(50000);
+    c->rc = jet_call_cancel(c->id);
+    return NULL;
+}
+
+/* Cancelled during a 300 ms wait: ECANCELED, no further attempt. */
+static void test_cancel_during_a_wait(void)
+{
+    int port = jt_tcp_free_port();
+    JT_REQUIRE(port > 0);
+    for (int async = 0; async < 2; async++) {
+        jet_channel_t *ch = open_channel(port, 5000, 3, 300, 0);
+        JT_REQUIRE(ch);
+        jet_call_t *call = jet_call_create();
+        canceller_t c = {.id = jet_call_id(call), .rc = 1};
+        JT_REQUIRE(c.id != 0);
+        JT_REQUIRE(pthread_create(&c.t, NULL, canceller_main, &c) == 0);
+        timed_call(ch, call, async);
+        pthread_join(c.t, NULL);
+        JT_CHECK_EQ(c.rc, 0);
+        JT_CHECK_EQ(jet_call_error_code(call), ECANCELED);
+        JT_CHECK_EQ(jet_call_attempts(call), 1);
+        jet_call_destroy(call);
+        jet_channel_destroy(ch);
+    }
+}
+
+int main(void)
+{
+    JT_RUN(test_spaced_retries);
+    JT_RUN(test_no_wait_past_the_deadline);
+    JT_RUN(test_rides_out_a_restart);
+    JT_RUN(test_cancel_during_a_wait);
+    return jt_finish();
+}
