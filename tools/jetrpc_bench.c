@@ -32,6 +32,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
 #include <sys/prctl.h>
 #include <sys/resource.h>
 #include <sys/socket.h>
@@ -50,6 +51,12 @@ JET_FLAG_DEFINE_INT32(queue_depth, 1,
                       "Calls in flight per thread; 1 makes synchronous calls unless --async");
 JET_FLAG_DECLARE_INT32(urma_event_spin_us);
 JET_FLAG_DEFINE_INT32(attachment_size, 0, "Bytes of request attachment");
+JET_FLAG_DEFINE_STRING(attachment_memory, "pool",
+                       "Where the request attachment lives: pool (copied into the block pool "
+                       "once, reused by every call), user (a user buffer appended to each call: "
+                       "jet_iobuf_append_user) or registered (the same buffer registered with "
+                       "jet_urma_register_memory: URMA sends it without a copy); rows are "
+                       "labelled <mode>/user or <mode>/registered");
 JET_FLAG_DEFINE_BOOL(echo_attachment, true, "The forked server echoes the attachment back");
 JET_FLAG_DEFINE_INT32(test_seconds, 10, "Measured seconds of each run");
 JET_FLAG_DEFINE_INT32(warmup_seconds, 2, "Unmeasured seconds before each run");
@@ -154,11 +161,18 @@ static const char *bench_label(const char *name, jet_socket_mode_t mode)
                        : strcmp(name, "urma-spin") == 0 ? "urma-spin"
                                                         : jet_socket_mode_name(mode);
     jet_connection_type_t t = bench_conn_type();
-    if (t == JET_CONNECTION_SINGLE) return base;
+    const char *am = JET_FLAG(attachment_memory);
+    bool pool = strcmp(am, "pool") == 0;
+    if (t == JET_CONNECTION_SINGLE && pool) return base;
     /* Kept for the process's life, as the static names are. */
-    char *label = malloc(strlen(base) + 8);
+    char *label = malloc(strlen(base) + 32);
     if (!label) return base;
-    sprintf(label, "%s/%s", base, t == JET_CONNECTION_SHORT ? "short" : "pooled");
+    strcpy(label, base);
+    if (t != JET_CONNECTION_SINGLE) strcat(label, t == JET_CONNECTION_SHORT ? "/short" : "/pooled");
+    if (!pool) {
+        strcat(label, "/");
+        strcat(label, am);
+    }
     return label;
 }
 
@@ -373,6 +387,8 @@ typedef struct bench_run bench_run_t;
 
 typedef struct bench_slot {
     bench_run_t *run;
+    char *user_att; /* appended to each call (attachment_memory user or registered) */
+    size_t user_att_len;
     jet_channel_t *ch;
     jet_call_t *call;
     pthread_t thread;
@@ -436,10 +452,22 @@ static bool bench_slot_done(bench_slot_t *sl, int64_t now)
     return phase != PHASE_STOP;
 }
 
+/* attachment_memory user or registered: the call's attachment is the user
+ * buffer itself, appended anew for each call (as a service sends a slice of
+ * its own memory). */
+static void bench_user_att(bench_slot_t *sl)
+{
+    if (!sl->user_att) return;
+    jet_iobuf_t *att = jet_call_request_attachment(sl->call);
+    jet_iobuf_clear(att);
+    jet_iobuf_append_user(att, sl->user_att, sl->user_att_len, NULL, NULL);
+}
+
 static void *bench_sync_thread(void *arg)
 {
     bench_slot_t *sl = arg;
     for (;;) {
+        bench_user_att(sl);
         sl->start_ns = bench_now_ns();
         int rc = jet_channel_call(sl->ch, &example__echo_service__descriptor, 0, sl->call,
                                   &bench_request.base, NULL, NULL);
@@ -470,6 +498,7 @@ static void bench_async_done(jet_call_t *call, void *arg)
 
 static void bench_async_issue(bench_slot_t *sl)
 {
+    bench_user_att(sl);
     sl->start_ns = bench_now_ns();
     /* Once issued (rc == 0) the call may already be complete and the slot
      * finished and freed: sl is touched again only when it was not issued. */
@@ -523,13 +552,31 @@ static int bench_run_one(const bench_cfg_t *cfg, const char *addr, bench_server_
 
     jet_channel_t **chs = calloc((size_t)nch, sizeof *chs);
     bench_slot_t *slots = calloc((size_t)nslots, sizeof *slots);
-    char *att = cfg->att_size > 0 ? malloc((size_t)cfg->att_size) : NULL;
+    /* Shared anonymous memory: what softub moves with a plain copy (other
+     * user memory costs it a system call per transfer); hardware reads any. */
+    char *att = NULL;
+    if (cfg->att_size > 0) {
+        att = mmap(NULL, (size_t)cfg->att_size, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_ANONYMOUS,
+                   -1, 0);
+        if (att == MAP_FAILED) att = NULL;
+    }
+    bool registered = false; /* att, with jet_urma_register_memory */
     if (!chs || !slots || (cfg->att_size > 0 && !att)) {
         rc = -ENOMEM;
         goto out_free;
     }
     for (int i = 0; i < cfg->att_size; i++)
         att[i] = (char)('a' + i % 26);
+    bool user_att = att && strcmp(JET_FLAG(attachment_memory), "pool") != 0;
+    if (att && strcmp(JET_FLAG(attachment_memory), "registered") == 0 &&
+        bench_mode_is_urma(cfg->mode_name)) {
+        rc = jet_urma_register_memory(att, (size_t)cfg->att_size);
+        if (rc < 0) {
+            fprintf(stderr, "jetrpc_bench: jet_urma_register_memory: %s\n", jet_strerror(rc));
+            goto out_free;
+        }
+        registered = true;
+    }
 
     jet_channel_options_t copts;
     jet_channel_options_init(&copts);
@@ -553,9 +600,14 @@ static int bench_run_one(const bench_cfg_t *cfg, const char *addr, bench_server_
             rc = -ENOMEM;
             goto out_calls;
         }
+        if (user_att) {
+            sl->user_att = att;
+            sl->user_att_len = (size_t)cfg->att_size;
+        }
         /* Filled once: a call keeps its request attachment across uses. */
-        if (att && jet_iobuf_append(jet_call_request_attachment(sl->call), att,
-                                    (size_t)cfg->att_size) < 0) {
+        if (att && !user_att &&
+            jet_iobuf_append(jet_call_request_attachment(sl->call), att, (size_t)cfg->att_size) <
+                0) {
             rc = -ENOMEM;
             goto out_calls;
         }
@@ -657,7 +709,9 @@ out_channels:
     for (int i = 0; i < nch; i++)
         jet_channel_destroy(chs[i]);
 out_free:
-    free(att);
+    /* Every call is destroyed: nothing sent from att is in flight. */
+    if (registered) jet_urma_unregister_memory(att);
+    if (att) munmap(att, (size_t)cfg->att_size);
     free(slots);
     free(chs);
     pthread_cond_destroy(&run->cond);
@@ -1146,6 +1200,11 @@ static int bench_check_flags(void)
     jet_connection_type_t t;
     if (jet_connection_type_parse(JET_FLAG(connection_type), &t) < 0) {
         fprintf(stderr, "jetrpc_bench: connection_type must be single, pooled or short\n");
+        return -EINVAL;
+    }
+    const char *am = JET_FLAG(attachment_memory);
+    if (strcmp(am, "pool") != 0 && strcmp(am, "user") != 0 && strcmp(am, "registered") != 0) {
+        fprintf(stderr, "jetrpc_bench: attachment_memory must be pool, user or registered\n");
         return -EINVAL;
     }
     return 0;

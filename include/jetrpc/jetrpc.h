@@ -9,5 +9,6 @@
 #include "jetrpc/iobuf.h"
 #include "jetrpc/options.h"
 #include "jetrpc/server.h"
+#include "jetrpc/urma.h"
 
 #endif

@@ -1,4 +1,5 @@
 #include "urma/urma_endpoint.h"
+#include "urma/urma_usermem.h"
 #include "urma/urma_names.h"
 
 #include <errno.h>
@@ -155,13 +156,15 @@ static void ep_fail(jet_urma_ep_t *ep, int err, const char *what, int status)
     jet__socket_set_failed(ep->s, err);
 }
 
-static urma_target_seg_t *ep_seg_of(const jet_block_t *b, const void *addr)
+/* The segment that holds [addr, addr + len) of block b, or NULL. */
+static urma_target_seg_t *ep_seg_of(const jet_block_t *b, const void *addr, size_t len)
 {
     if (b->region) return b->region->reg;
-    /* User memory that happens to lie in a pool region (never for plain
-     * user buffers: they are copied). */
+    /* User memory: in a pool region, or in a range the user registered
+     * (jet_urma_register_memory); else it is copied. */
     const jet_region_t *r = jet__block_pool_find(addr);
-    return r ? r->reg : NULL;
+    if (r) return r->reg;
+    return jet__urma_usermem_find(addr, len);
 }
 
 /* 0; -EAGAIN when the provider has no room (b is the caller's still); -EFAULT,
@@ -531,7 +534,7 @@ static ssize_t ep_build(jet_urma_ep_t *ep, jet_iobuf_t *const *bufs, int n, ep_c
         if (take > ep->peer_buf - bytes) take = ep->peer_buf - bytes;
         jet_block_t *b = ref->block;
         char *addr = b->data + ref->off + c->off;
-        urma_target_seg_t *seg = ep_seg_of(b, addr);
+        urma_target_seg_t *seg = ep_seg_of(b, addr, take);
         if (seg) {
             jet__block_ref(b);
         } else {
