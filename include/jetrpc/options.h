@@ -44,17 +44,21 @@ typedef enum jet_compress_type {
     JET_COMPRESS_ZLIB = 3,
 } jet_compress_type_t;
 
-/* Authentication (brpc's Authenticator). A client sends a credential with
- * the first request of each connection (baidu_std's authentication_data;
- * the connection's other requests wait until that one is written); a
- * server checks the first request of each connection before it serves any:
- * one that fails is answered with ERPCAUTH (1004, "Fail to authenticate")
- * and its connection closed. It must outlive the channels and servers that
- * use it; its functions may run on several threads at once. */
+/* Authentication (brpc's Authenticator). A client sends a credential
+ * (baidu_std's authentication_data) with the first request of each
+ * connection, and with any other request issued before that one was
+ * written, so that the first the server reads has one; nobody waits for
+ * it. A server checks the first request of each connection before it
+ * serves any: one that fails is answered with ERPCAUTH (1004, "Fail to
+ * authenticate") and its connection closed; the credentials of later
+ * requests are not looked at. It must outlive the channels and servers
+ * that use it; its functions may run on several threads at once, event
+ * loops' included (a call issued in a done callback): they must not wait
+ * for an answer served by the caller's loop. */
 typedef struct jet_authenticator {
-    /* Client: a new credential, malloc'd, in *data_p (the library frees it)
-     * of *len_p bytes. 0, or a negative errno: the call then fails with
-     * ERPCAUTH and sends nothing. */
+    /* Client: a credential, malloc'd, in *data_p (the library frees it) of
+     * *len_p bytes; runs on the thread that issues the request. 0, or a
+     * negative errno: the call then fails with ERPCAUTH and sends nothing. */
     int (*generate_credential)(void *arg, uint8_t **data_p, size_t *len_p);
     /* Server: 0 accepts the connection whose first request carried data
      * (len bytes; 0 and NULL when it carried none), from peer ("ip:port").

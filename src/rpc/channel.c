@@ -58,10 +58,10 @@ typedef struct cli_conn {
     jet_socket_t *s;
     struct cli_conn *out_prev, *out_next;
     bool out;
-    /* With an authenticator: the first request carries the credential, and
-     * the connection's other requests wait on auth_lock until it is
-     * written (brpc's FightAuthentication). */
-    pthread_mutex_t auth_lock;
+    /* With an authenticator: a request was written with a credential.
+     * Until then every request carries one, so that whichever the server
+     * reads first has it, and nobody waits (brpc makes the others wait for
+     * the first; a wait here would hold an event loop). */
     _Atomic bool auth_sent;
 } cli_conn_t;
 
@@ -205,7 +205,6 @@ static int ch_connect(jet_channel_t *ch, jet_socket_t **s_p)
     cli_conn_t *conn = calloc(1, sizeof *conn);
     if (!conn) return -ENOMEM;
     pthread_mutex_init(&conn->lock, NULL);
-    pthread_mutex_init(&conn->auth_lock, NULL);
     do {
         conn->tag = atomic_fetch_add_explicit(&conn_tags, 1, memory_order_relaxed) + 1;
     } while (conn->tag == 0);
@@ -216,7 +215,6 @@ static int ch_connect(jet_channel_t *ch, jet_socket_t **s_p)
                                  s_p);
     if (rc < 0) {
         pthread_mutex_destroy(&conn->lock);
-        pthread_mutex_destroy(&conn->auth_lock);
         free(conn);
     }
     return rc;
@@ -578,17 +576,6 @@ static int ch_pack_request(jet_call_t *call, jet_iobuf_t *frame, const jet_authe
     return rc;
 }
 
-/* Ends a first request's hold of the connection's authentication: sent,
- * the connection's later requests carry no credential. Before anything
- * that may run a done callback (which may issue on this connection). */
-static void ch_auth_release(cli_conn_t *conn, bool *first, bool sent)
-{
-    if (!*first) return;
-    if (sent) atomic_store_explicit(&conn->auth_sent, true, memory_order_release);
-    pthread_mutex_unlock(&conn->auth_lock);
-    *first = false;
-}
-
 /* The caller owns the call: makes one attempt. */
 static void ch_issue(jet_call_t *call)
 {
@@ -624,14 +611,9 @@ static void ch_issue(jet_call_t *call)
     atomic_store_explicit(&call->wait_loop, s->loop, memory_order_relaxed);
     memcpy(call->remote, s->peer, sizeof call->remote);
     cli_conn_t *conn = s->owner;
-    bool auth_first = false;
-    if (ch->opts.auth && !atomic_load_explicit(&conn->auth_sent, memory_order_acquire)) {
-        pthread_mutex_lock(&conn->auth_lock);
-        if (atomic_load_explicit(&conn->auth_sent, memory_order_relaxed))
-            pthread_mutex_unlock(&conn->auth_lock);
-        else
-            auth_first = true;
-    }
+    /* A request written after one with a credential is queued behind it. */
+    bool auth_first =
+        ch->opts.auth && !atomic_load_explicit(&conn->auth_sent, memory_order_acquire);
     jet_iobuf_t frame;
     jet_iobuf_init(&frame);
     rc = ch_pack_request(call, &frame, auth_first ? ch->opts.auth : NULL);
@@ -640,7 +622,6 @@ static void ch_issue(jet_call_t *call)
     if (rc == 0 && jet_iobuf_len(&frame) - JET_BAIDU_HEADER_SIZE > ch->max_body) rc = -EMSGSIZE;
     if (rc < 0) {
         jet_iobuf_fini(&frame);
-        ch_auth_release(conn, &auth_first, false);
         call->max_attempts = call->attempts; /* not a connection problem: no retry */
         ch_put_socket(ch, s, true);          /* nothing went out on it */
         call->sock = NULL;
@@ -679,7 +660,6 @@ static void ch_issue(jet_call_t *call)
         /* Cancelled while this attempt was being set up: unless its
          * canceller claimed it already, it ends here, unsent. */
         jet_iobuf_fini(&frame);
-        ch_auth_release(conn, &auth_first, false);
         if (jet__cid_claim(cid, NULL) == call) {
             conn_unlink(conn, call);
             call->answered = true; /* nothing went out: the connection stays usable */
@@ -690,7 +670,6 @@ static void ch_issue(jet_call_t *call)
     }
     if (dead || armed < 0) {
         jet_iobuf_fini(&frame);
-        ch_auth_release(conn, &auth_first, false);
         jet__socket_unref(s); /* the call still holds its own */
         if (armed < 0) {
             /* Unless a cancel found its owner set and claimed it first. */
@@ -703,7 +682,7 @@ static void ch_issue(jet_call_t *call)
     }
     rc = jet__socket_write(s, &frame);
     jet_iobuf_fini(&frame);
-    ch_auth_release(conn, &auth_first, rc == 0);
+    if (auth_first && rc == 0) atomic_store_explicit(&conn->auth_sent, true, memory_order_release);
     /* Nobody waits on the loop for this answer: an undriven busy-poll loop
      * must poll for it now, not after its parked thread's next look. */
     if (async) jet_loop_kick(loop);
@@ -940,6 +919,7 @@ static void cli_handle_response(jet_socket_t *s, jet_baidu_frame_t *f, int bad_a
             /* brpc's retry policy: a server that is stopping or over its
              * limit is asked again, within max_retry and the deadline. */
             JET_DEBUG("retry call to %s after E%d", call->channel->name, rm->error_code);
+            jet__uf_clear(&call->resp_uf); /* the next answer's, if any */
             call->cid = next;
             ch_put_socket(call->channel, call->sock, true);
             call->sock = NULL;
@@ -1086,6 +1066,5 @@ static void cli_on_release(jet_socket_t *s)
     cli_conn_t *conn = s->owner;
     if (!conn) return;
     pthread_mutex_destroy(&conn->lock);
-    pthread_mutex_destroy(&conn->auth_lock);
     free(conn);
 }

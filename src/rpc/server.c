@@ -42,7 +42,18 @@ typedef struct srv_conn {
     struct srv_conn *prev, *next;
     srv_hello_state_t hello;
     bool authed; /* its first request passed the authenticator (loop thread) */
+    /* Refused by the authenticator: its input is dropped until the timer
+     * closes it (SRV_REFUSE_LINGER_MS after the ERPCAUTH answer). */
+    bool refused;
+    jet_timer_t refuse_timer;
+    jet_socket_t *refused_s; /* the timer's reference */
 } srv_conn_t;
+
+/* How long a connection whose credential was refused stays open after the
+ * ERPCAUTH answer (its input dropped): closed at once, the client could
+ * fail its other requests' writes (EPIPE) and its connection before it
+ * reads the answer, and report EOF instead of ERPCAUTH. */
+#define SRV_REFUSE_LINGER_MS 100
 
 struct jet_server {
     jet_server_options_t opts;
@@ -524,9 +535,18 @@ static ProtobufCService *srv_find_service(jet_server_t *srv, const char *name)
     return NULL;
 }
 
+static void srv_refuse_close(jet_timer_t *t)
+{
+    srv_conn_t *c = (srv_conn_t *)((char *)t - offsetof(srv_conn_t, refuse_timer));
+    jet_socket_t *s = c->refused_s;
+    jet__socket_set_failed(s, -JET_ERPCAUTH);
+    jet__socket_unref(s); /* the timer's */
+}
+
 /* The server's authenticator on a connection's first request: true to go
- * on; false when it refused, answered ERPCAUTH ("Fail to authenticate",
- * without the [ip:port] prefix, as brpc) and closed the connection. */
+ * on; false when it refused: answered ERPCAUTH ("Fail to authenticate",
+ * without the [ip:port] prefix, as brpc), and the connection closes
+ * SRV_REFUSE_LINGER_MS later, its input dropped meanwhile. */
 static bool srv_authenticate(jet_socket_t *s, srv_conn_t *c, const Brpc__Policy__RpcMeta *meta)
 {
     const jet_authenticator_t *auth = c->srv->opts.auth;
@@ -555,7 +575,11 @@ static bool srv_authenticate(jet_socket_t *s, srv_conn_t *c, const Brpc__Policy_
     jet_iobuf_fini(&frame);
     jet_iobuf_fini(&body);
     JET_WARN_PEER("close %s: its credential was refused", s->peer);
-    jet__socket_set_failed(s, -JET_ERPCAUTH);
+    c->refused = true;
+    jet__socket_ref(s); /* the timer's: c lives until it has run */
+    c->refused_s = s;
+    jet_timer_init(&c->refuse_timer, srv_refuse_close);
+    jet_loop_timer_start(s->loop, &c->refuse_timer, jet_now_us() + SRV_REFUSE_LINGER_MS * 1000);
     return false;
 }
 
@@ -729,6 +753,10 @@ static void srv_on_read(jet_socket_t *s)
 {
     srv_conn_t *c = s->owner;
     jet_server_t *srv = c->srv;
+    if (c->refused) {
+        jet_iobuf_clear(&s->read_buf);
+        return;
+    }
     for (;;) {
         if (c->hello == SRV_HELLO_WAIT_ACK) {
             uint8_t ack[4];
@@ -762,6 +790,10 @@ static void srv_on_read(jet_socket_t *s)
             srv_process(s, &f, bad_att);
             jet__baidu_frame_fini(&f);
             if (jet__socket_failed(s)) return;
+            if (c->refused) {
+                jet_iobuf_clear(&s->read_buf);
+                return;
+            }
             continue;
         case JET_PARSE_NEED_MORE:
             jet__baidu_frame_fini(&f);

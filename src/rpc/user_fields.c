@@ -52,18 +52,44 @@ static int64_t uf_find(const jet_user_fields_t *uf, const char *key)
     return -1;
 }
 
+/* Rewrites buf with the live strings only (replaced values dropped). */
+static int uf_compact(jet_user_fields_t *uf)
+{
+    size_t room = uf->len - uf->waste;
+    char *buf = malloc(room ? room : 1);
+    if (!buf) return -ENOMEM;
+    size_t at = 0;
+    for (uint32_t i = 0; i < 2 * uf->n; i++) {
+        size_t l = strlen(uf->buf + uf->off[i]) + 1;
+        memcpy(buf + at, uf->buf + uf->off[i], l);
+        uf->off[i] = (uint32_t)at;
+        at += l;
+    }
+    free(uf->buf);
+    uf->buf = buf;
+    uf->len = at;
+    uf->room = room ? room : 1;
+    uf->waste = 0;
+    return 0;
+}
+
 int jet__uf_set(jet_user_fields_t *uf, const char *key, const char *value)
 {
     if (!key) return -EINVAL;
     if (!value) value = "";
     size_t klen = strlen(key), vlen = strlen(value);
     int64_t i = uf_find(uf, key);
-    /* A replaced value's old bytes stay in the buffer until the set is
-     * cleared: rewritten keys cost their values' sizes, not more. */
+    /* A replaced value's bytes stay until replaced values take more than
+     * half of the buffer, which is then compacted: a key set again and
+     * again costs at most twice the live bytes. */
+    if (i >= 0 && uf->waste > 4096 && uf->waste > (uf->len - uf->waste) && uf_compact(uf) < 0)
+        return -ENOMEM;
     if (uf_reserve(uf, (i < 0 ? klen + 1 : 0) + vlen + 1) < 0) return -ENOMEM;
     if (i < 0) {
         i = uf->n++;
         uf->off[2 * i] = uf_put(uf, key, klen);
+    } else {
+        uf->waste += strlen(uf->buf + uf->off[2 * i + 1]) + 1;
     }
     uf->off[2 * i + 1] = uf_put(uf, value, vlen);
     return 0;
@@ -85,6 +111,7 @@ int jet__uf_from_meta(jet_user_fields_t *uf, const Brpc__Policy__RpcMeta *meta)
 {
     uf->n = 0;
     uf->len = 0;
+    uf->waste = 0;
     if (meta->n_user_fields == 0) return 0;
     size_t bytes = 0;
     for (size_t i = 0; i < meta->n_user_fields; i++) {

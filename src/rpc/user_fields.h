@@ -5,7 +5,8 @@
  * strings in one growing buffer (offsets, so that growing moves nothing a
  * caller holds across a change: pointers given out are valid until the next
  * change of the set). Set by the user, a key appears once (setting it again
- * replaces its value); received from a peer, the fields are kept as they
+ * replaces its value; the buffer is compacted once replaced values take
+ * more than half of it); received from a peer, the fields are kept as they
  * came, a repeated key included, and a lookup finds the last (protobuf's map
  * rule) without the quadratic work a check of every pair would cost on a
  * peer's thousands of fields. An empty set (all zero) allocates nothing. */
@@ -22,6 +23,7 @@ typedef struct jet_user_fields {
     uint32_t *off;   /* 2 per entry: the key's and the value's offset in buf */
     char *buf;       /* NUL-terminated strings */
     size_t len, room;
+    size_t waste; /* bytes of replaced values still in buf */
 } jet_user_fields_t;
 
 /* Frees everything; the set is empty again. */

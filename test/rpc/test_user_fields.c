@@ -24,6 +24,7 @@
 #include <jetrpc/jetrpc.h>
 
 #include "echo.pb-c.h"
+#include "rpc/call.h"
 #include "rpc_meta.pb-c.h"
 #include "testutil.h"
 #include "testutil_rpc.h"
@@ -284,11 +285,34 @@ static void test_setters_refuse_misuse(void)
     jt_server_stop(srv);
 }
 
+/* A key set again and again (a trace id per issue of a reused call) keeps
+ * the buffer within twice its live bytes. */
+static void test_replaced_values_do_not_pile_up(void)
+{
+    jet_call_t *call = jet_call_create();
+    char value[1001];
+    for (int i = 0; i < 100000; i++) {
+        memset(value, 'a' + i % 26, 1000);
+        value[1000] = '\0';
+        JT_REQUIRE(jet_call_set_request_user_field(call, "trace", value) == 0);
+        if (i % 1000 == 0) JT_REQUIRE(jet_call_set_request_user_field(call, "k", "v") == 0);
+    }
+    const jet_user_fields_t *uf = &call->req_uf;
+    fprintf(stderr, "  after 100000 sets: %zu bytes used, %zu allocated\n", uf->len, uf->room);
+    JT_CHECK(uf->room <= 64 * 1024);
+    JT_CHECK_EQ(jet_call_request_user_field_count(call), 2);
+    JT_CHECK(strlen(jet_call_request_user_field(call, "trace")) == 1000 &&
+             jet_call_request_user_field(call, "trace")[0] == 'a' + 99999 % 26);
+    JT_CHECK(strcmp(jet_call_request_user_field(call, "k"), "v") == 0);
+    jet_call_destroy(call);
+}
+
 int main(void)
 {
     JT_RUN(test_round_trip);
     JT_RUN(test_wire_format);
     JT_RUN(test_many_fields_from_a_peer);
     JT_RUN(test_setters_refuse_misuse);
+    JT_RUN(test_replaced_values_do_not_pile_up);
     return jt_finish();
 }
