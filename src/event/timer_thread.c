@@ -62,9 +62,17 @@ static void tt_remove_at(uint32_t i)
     d->heap_index = UINT32_MAX;
 }
 
+static __thread bool tt_on_thread;
+
+bool jet__deadline_in_thread(void)
+{
+    return tt_on_thread;
+}
+
 static void *tt_main(void *arg)
 {
     pthread_setname_np(pthread_self(), "jet_deadline");
+    tt_on_thread = true;
     for (;;) {
         pthread_mutex_lock(&tt.lock);
         int64_t now = jet_now_us();

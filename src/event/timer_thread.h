@@ -34,5 +34,7 @@ static inline void jet__deadline_init(jet_deadline_t *d)
 int jet__deadline_add(jet_deadline_t *d, int64_t when_us, jet_deadline_cb_t cb, uint64_t value);
 /* Removes d; true when it was still queued (its callback will not run). */
 bool jet__deadline_del(jet_deadline_t *d);
+/* The calling thread is the deadline thread (in a callback). */
+bool jet__deadline_in_thread(void);
 
 #endif

@@ -54,6 +54,10 @@ struct jet_call {
     /* A synchronous call made on a loop's thread (a done callback, a
      * handler): that loop, which no attempt may use; NULL otherwise. */
     jet_loop_t *waiter_loop;
+    /* A synchronous call made on the deadline thread, which its retries'
+     * waits would need: they are not taken. */
+    bool no_backoff;
+    jet_task_t retry_task;       /* a retry after its wait, run on a loop */
     jet_iobuf_t req_body;        /* serialised (and compressed) request, kept for retries */
     /* A synchronous call's plain request, packed at each attempt instead
      * (req_body empty); NULL otherwise. Valid while the call is issued. */

@@ -419,7 +419,7 @@ static bool ch_retriable(int err)
 static int64_t ch_backoff_us(const jet_call_t *call)
 {
     const jet_channel_options_t *o = &call->channel->opts;
-    if (o->retry_backoff_ms <= 0) return 0;
+    if (o->retry_backoff_ms <= 0 || call->no_backoff) return 0;
     int64_t ms = o->retry_backoff_ms;
     if (o->retry_backoff_max_ms > o->retry_backoff_ms) {
         static __thread uint64_t rng;
@@ -434,14 +434,30 @@ static int64_t ch_backoff_us(const jet_call_t *call)
     return wait;
 }
 
-/* The deadline thread: a retry's wait is over. */
+static void ch_retry_task(jet_task_t *t)
+{
+    ch_issue((jet_call_t *)((char *)t - offsetof(jet_call_t, retry_task)));
+}
+
+/* The deadline thread: a retry's wait is over. The attempt is made on an
+ * event loop (its connect, packing and a failure's done callback would hold
+ * every other deadline): the last attempt's, or another than the one whose
+ * thread waits for a synchronous call made on it. */
 static void ch_backoff_cb(uint64_t cid)
 {
     uint64_t next;
     jet_call_t *call = jet__cid_claim(cid, &next);
     if (!call) return;
     call->cid = next;
-    ch_issue(call);
+    jet_loop_t *loop = atomic_load_explicit(&call->wait_loop, memory_order_relaxed);
+    for (int i = 0; (!loop || loop == call->waiter_loop) && i < jet_loops_count(); i++)
+        loop = jet_loop_at(i);
+    if (!loop || loop == call->waiter_loop) {
+        ch_issue(call);
+        return;
+    }
+    call->retry_task.fn = ch_retry_task;
+    jet_loop_post(loop, &call->retry_task);
 }
 
 /* The caller owns the call, whose attempt ended: the next attempt, at once
@@ -740,6 +756,7 @@ int jet_channel_call(jet_channel_t *ch, const ProtobufCServiceDescriptor *servic
     call->done = done;
     call->done_arg = arg;
     call->waiter_loop = NULL;
+    call->no_backoff = !done && jet__deadline_in_thread();
     call->attempts = 0;
     call->remote[0] = '\0';
     call->resp_compress = 0;

@@ -88,6 +88,7 @@ struct jet_urma_ep {
     _Atomic uint32_t head;    /* send-ring sequence of the next data WR (writer) */
     uint32_t unsig;           /* writer: data WRs since the last signalled one */
     size_t unsig_hold;        /* writer: block bytes those WRs hold */
+    bool unsig_user;          /* writer: one of them holds user memory (sent in place) */
     const jet_block_t *unsig_last; /* writer: the last block counted in it */
     uint32_t tail;            /* loop: oldest data WR not released */
     uint32_t rx_seq;          /* loop: sequence the peer's next data WR carries */
@@ -556,6 +557,9 @@ static ssize_t ep_build(jet_urma_ep_t *ep, jet_iobuf_t *const *bufs, int n, ep_c
             seg = nb->region->reg;
         }
         blk[nsge] = b;
+        /* User memory sent where it is: its owner waits for its free
+         * callback, which the WR's completion brings. */
+        if (!b->region) ep->unsig_user = true;
         if (b != ep->unsig_last) {
             ep->unsig_hold += b->cap;
             ep->unsig_last = b;
@@ -611,9 +615,10 @@ ssize_t jet__urma_ep_cut(jet_urma_ep_t *ep, jet_iobuf_t *const *bufs, int n)
             ep->wcnt.data_wrs++;
             /* sw == 1: this WR empties the SQ window, and only a completion
              * at or after it gives slots back. The last WR of what there is
-             * to send lets go of what the burst holds (EP_IDLE_HOLD). */
+             * to send lets go of what the burst holds (EP_IDLE_HOLD, or user
+             * memory at all). */
             bool sig = ++ep->unsig >= ep->sig_every || sw == 1;
-            if (!sig && ep->unsig_hold > EP_IDLE_HOLD) {
+            if (!sig && (ep->unsig_hold > EP_IDLE_HOLD || ep->unsig_user)) {
                 ep_cursor_t rest = c;
                 const jet_iobuf_ref_t *ref;
                 sig = !ep_cursor_next(bufs, n, &rest, &ref);
@@ -622,6 +627,7 @@ ssize_t jet__urma_ep_cut(jet_urma_ep_t *ep, jet_iobuf_t *const *bufs, int n)
                 wrs[k].flag.bs.complete_enable = URMA_COMPLETE_ENABLE;
                 ep->unsig = 0;
                 ep->unsig_hold = 0;
+                ep->unsig_user = false;
                 ep->unsig_last = NULL;
                 ep->wcnt.signalled_wrs++;
             }

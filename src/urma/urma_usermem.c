@@ -43,40 +43,54 @@ urma_target_seg_t *jet__urma_usermem_find(const void *addr, size_t len)
     return seg;
 }
 
+/* -EEXIST when [p, p + len) overlaps a registered range, -ENOSPC when the
+ * table is full, else 0 and *at_p the index it goes to. Lock held. */
+static int um_place(uintptr_t p, size_t len, size_t *at_p)
+{
+    size_t i = um_search(p);
+    if (i < um_n && um_ranges[i].start < p + len) return -EEXIST;
+    if (um_n == JET_URMA_USERMEM_MAX) return -ENOSPC;
+    *at_p = i;
+    return 0;
+}
+
 int jet_urma_register_memory(void *addr, size_t len)
 {
     uintptr_t p = (uintptr_t)addr;
     if (!addr || len == 0 || p + len < p) return -EINVAL;
     const jet_urma_ctx_t *c = jet__urma_ctx_get();
     if (!c) return -ENODEV;
+    size_t i;
+    pthread_rwlock_rdlock(&um_lock);
+    int rc = um_place(p, len, &i);
+    pthread_rwlock_unlock(&um_lock);
+    if (rc < 0) return rc;
+    /* Registered outside the lock (pinning a large range may take long;
+     * sends look the table up meanwhile), placed after a second look. */
+    urma_seg_cfg_t cfg;
+    memset(&cfg, 0, sizeof cfg);
+    cfg.va = (uint64_t)p;
+    cfg.len = len;
+    cfg.flag.bs.token_policy = URMA_TOKEN_NONE;
+    cfg.flag.bs.cacheable = URMA_NON_CACHEABLE;
+    cfg.flag.bs.access = URMA_ACCESS_LOCAL_ONLY;
+    errno = 0;
+    urma_target_seg_t *seg = JET_URMA_FN(c, urma_register_seg)(c->uctx, &cfg);
+    if (!seg) {
+        rc = errno ? -errno : -EIO;
+        JET_WARN("URMA: registering %zu bytes of user memory at %p failed: %s", len, addr,
+                 strerror(-rc));
+        return rc;
+    }
     pthread_rwlock_wrlock(&um_lock);
-    size_t i = um_search(p);
-    int rc = 0;
-    if (i < um_n && um_ranges[i].start < p + len)
-        rc = -EEXIST;
-    else if (um_n == JET_URMA_USERMEM_MAX)
-        rc = -ENOSPC;
+    rc = um_place(p, len, &i);
     if (rc == 0) {
-        urma_seg_cfg_t cfg;
-        memset(&cfg, 0, sizeof cfg);
-        cfg.va = (uint64_t)p;
-        cfg.len = len;
-        cfg.flag.bs.token_policy = URMA_TOKEN_NONE;
-        cfg.flag.bs.cacheable = URMA_NON_CACHEABLE;
-        cfg.flag.bs.access = URMA_ACCESS_LOCAL_ONLY;
-        errno = 0;
-        urma_target_seg_t *seg = JET_URMA_FN(c, urma_register_seg)(c->uctx, &cfg);
-        if (!seg) {
-            rc = errno ? -errno : -EIO;
-            JET_WARN("URMA: registering %zu bytes of user memory at %p failed: %s", len, addr,
-                     strerror(-rc));
-        } else {
-            memmove(&um_ranges[i + 1], &um_ranges[i], (um_n - i) * sizeof um_ranges[0]);
-            um_ranges[i] = (um_range_t){.start = p, .end = p + len, .seg = seg};
-            um_n++;
-        }
+        memmove(&um_ranges[i + 1], &um_ranges[i], (um_n - i) * sizeof um_ranges[0]);
+        um_ranges[i] = (um_range_t){.start = p, .end = p + len, .seg = seg};
+        um_n++;
     }
     pthread_rwlock_unlock(&um_lock);
+    if (rc < 0) JET_URMA_FN(c, urma_unregister_seg)(seg); /* another thread placed one first */
     return rc;
 }
 

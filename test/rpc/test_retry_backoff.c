@@ -158,11 +158,64 @@ static void test_cancel_during_a_wait(void)
     }
 }
 
+/* A synchronous call made in a done callback that runs on the deadline
+ * thread (its call timed out) cannot wait for that thread's timers: it
+ * retries at once, and ends. */
+typedef struct inner {
+    int port;
+    _Atomic int done;
+    int code, attempts;
+    int64_t took_ms;
+} inner_t;
+
+static void on_timeout_done(jet_call_t *outer, void *arg)
+{
+    inner_t *in = arg;
+    (void)outer;
+    jet_channel_t *ch = open_channel(in->port, 300, 3, 40, 0);
+    jet_call_t *call = jet_call_create();
+    if (ch && call) {
+        in->took_ms = timed_call(ch, call, false);
+        in->code = jet_call_error_code(call);
+        in->attempts = jet_call_attempts(call);
+    }
+    jet_call_destroy(call);
+    jet_channel_destroy(ch);
+    atomic_store(&in->done, 1);
+}
+
+static void test_sync_call_on_the_deadline_thread(void)
+{
+    jt_echo_service_t svc;
+    jt_echo_opts_t eo = {.sleep_async = true};
+    jt_echo_service_init(&svc, &eo);
+    int sport;
+    jet_server_t *srv = jt_echo_server_start_port(&svc, 0, NULL, &sport);
+    JT_REQUIRE(srv);
+    inner_t in = {.port = jt_tcp_free_port()};
+    JT_REQUIRE(in.port > 0);
+    jet_channel_t *ch = open_channel(sport, 50, 0, 0, 0);
+    JT_REQUIRE(ch);
+    jet_call_t *outer = jet_call_create();
+    JT_CHECK_EQ(jt_echo_call(ch, outer, "sleep:500", on_timeout_done, &in), 0);
+    JT_CHECK(jt_wait_at_least(&in.done, 1, GUARD_US));
+    jet_call_join(outer);
+    JT_CHECK_EQ(jet_call_error_code(outer), JET_ERPCTIMEDOUT);
+    JT_CHECK_EQ(in.code, ECONNREFUSED);
+    JT_CHECK_EQ(in.attempts, 4);
+    fprintf(stderr, "  the inner call ended in %lld ms\n", (long long)in.took_ms);
+    jet_call_destroy(outer);
+    jet_channel_destroy(ch);
+    JT_CHECK(jt_echo_wait_idle(GUARD_US));
+    jt_server_stop(srv);
+}
+
 int main(void)
 {
     JT_RUN(test_spaced_retries);
     JT_RUN(test_no_wait_past_the_deadline);
     JT_RUN(test_rides_out_a_restart);
     JT_RUN(test_cancel_during_a_wait);
+    JT_RUN(test_sync_call_on_the_deadline_thread);
     return jt_finish();
 }

@@ -301,6 +301,15 @@ static void test_registered_user_memory(void)
     JT_CHECK(d.c.send_bounced - c.c.send_bounced >= 1);
     JT_CHECK(JT_WAIT_UNTIL(atomic_load(&released) == 7, 10000000));
     jet_channel_destroy(ch);
+    /* On a connection that stays open, the block is given back when its
+     * send completes, not when the connection next sends or closes. */
+    JT_REQUIRE(jet_urma_register_memory(p, len) == 0);
+    ch = ut_channel(g_port, JET_SOCKET_MODE_URMA, 10000, JET_CONNECTION_SINGLE);
+    JT_REQUIRE(ch);
+    JT_CHECK_EQ(echo_user(ch, p, 5000, &released), 0);
+    JT_CHECK(JT_WAIT_UNTIL(atomic_load(&released) == 8, 5000000));
+    JT_CHECK_EQ(jet_urma_unregister_memory(p), 0);
+    jet_channel_destroy(ch);
     free(p);
 }
 
