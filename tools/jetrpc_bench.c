@@ -388,7 +388,6 @@ typedef struct bench_run bench_run_t;
 typedef struct bench_slot {
     bench_run_t *run;
     char *user_att; /* appended to each call (attachment_memory user or registered) */
-    size_t user_att_len;
     jet_channel_t *ch;
     jet_call_t *call;
     pthread_t thread;
@@ -460,7 +459,7 @@ static void bench_user_att(bench_slot_t *sl)
     if (!sl->user_att) return;
     jet_iobuf_t *att = jet_call_request_attachment(sl->call);
     jet_iobuf_clear(att);
-    jet_iobuf_append_user(att, sl->user_att, sl->user_att_len, NULL, NULL);
+    jet_iobuf_append_user(att, sl->user_att, (size_t)sl->run->cfg->att_size, NULL, NULL);
 }
 
 static void *bench_sync_thread(void *arg)
@@ -600,10 +599,7 @@ static int bench_run_one(const bench_cfg_t *cfg, const char *addr, bench_server_
             rc = -ENOMEM;
             goto out_calls;
         }
-        if (user_att) {
-            sl->user_att = att;
-            sl->user_att_len = (size_t)cfg->att_size;
-        }
+        if (user_att) sl->user_att = att;
         /* Filled once: a call keeps its request attachment across uses. */
         if (att && !user_att &&
             jet_iobuf_append(jet_call_request_attachment(sl->call), att, (size_t)cfg->att_size) <

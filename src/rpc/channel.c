@@ -511,16 +511,22 @@ static void ch_attempt_failed(jet_call_t *call, int err, const char *why)
     ch_complete(call, code, text);
 }
 
+/* A thread that claimed the call's attempt from outside (its deadline, a
+ * cancel) ends it: off its connection's list, then complete. */
+static void ch_end_claimed(jet_call_t *call, int code, const char *text)
+{
+    if (call->sock) conn_unlink(call->sock->owner, call);
+    ch_complete(call, code, text);
+}
+
 static void ch_deadline_cb(uint64_t cid)
 {
     jet_call_t *call = jet__cid_claim(cid, NULL);
     if (!call) return;
-    jet_socket_t *s = call->sock;
-    if (s) conn_unlink(s->owner, call);
     char text[128];
     snprintf(text, sizeof text, "Reached timeout=%dms @%s",
              (int)((call->deadline_us - call->start_us) / 1000), call->channel->name);
-    ch_complete(call, JET_ERPCTIMEDOUT, text);
+    ch_end_claimed(call, JET_ERPCTIMEDOUT, text);
 }
 
 /* ---- sending ---------------------------------------------------------------- */
@@ -867,9 +873,7 @@ int jet_call_cancel(uint64_t id)
     jet_call_t *call = NULL;
     int rc = jet__cid_cancel(id, &call);
     if (rc < 0 || !call) return rc;
-    /* Claimed: ended here, as by its deadline. */
-    if (call->sock) conn_unlink(call->sock->owner, call);
-    ch_complete(call, ECANCELED, CH_CANCELED_TEXT);
+    ch_end_claimed(call, ECANCELED, CH_CANCELED_TEXT); /* as by its deadline */
     return 0;
 }
 
@@ -922,28 +926,27 @@ static void cli_handle_response(jet_socket_t *s, jet_baidu_frame_t *f, int bad_a
     }
     conn_unlink(conn, call);
     call->answered = true;
-    /* The answer's user fields, an error answer's too (those of one that is
-     * retried give way to the next answer's). */
-    if ((meta->n_user_fields > 0 || call->resp_uf.n > 0) &&
-        jet__uf_from_meta(&call->resp_uf, meta) < 0) {
+    Brpc__Policy__RpcResponseMeta *rm = meta->response;
+    bool failed = rm && rm->has_error_code && rm->error_code != 0;
+    if (failed && ch_answer_retriable(rm->error_code) && call->attempts < call->max_attempts &&
+        jet_now_us() < call->deadline_us) {
+        /* brpc's retry policy: a server that is stopping or over its limit
+         * is asked again, within max_retry and the deadline. */
+        JET_DEBUG("retry call to %s after E%d", call->channel->name, rm->error_code);
+        call->cid = next;
+        ch_put_socket(call->channel, call->sock, true);
+        call->sock = NULL;
+        ch_deadline_disarm(call);
+        ch_retry(call);
+        return;
+    }
+    /* The user fields of the answer that ends the call, an error answer's
+     * too (the issue started with none). */
+    if (meta->n_user_fields > 0 && jet__uf_from_meta(&call->resp_uf, meta) < 0) {
         ch_complete(call, ENOMEM, "no memory for the response's user fields");
         return;
     }
-    Brpc__Policy__RpcResponseMeta *rm = meta->response;
-    if (rm && rm->has_error_code && rm->error_code != 0) {
-        if (ch_answer_retriable(rm->error_code) && call->attempts < call->max_attempts &&
-            jet_now_us() < call->deadline_us) {
-            /* brpc's retry policy: a server that is stopping or over its
-             * limit is asked again, within max_retry and the deadline. */
-            JET_DEBUG("retry call to %s after E%d", call->channel->name, rm->error_code);
-            jet__uf_clear(&call->resp_uf); /* the next answer's, if any */
-            call->cid = next;
-            ch_put_socket(call->channel, call->sock, true);
-            call->sock = NULL;
-            ch_deadline_disarm(call);
-            ch_retry(call);
-            return;
-        }
+    if (failed) {
         if (rm->error_code < 0) {
             /* Codes are positive (brpc's, or errno values): a negative one
              * would read as no error to some callers. */

@@ -753,11 +753,12 @@ static void srv_on_read(jet_socket_t *s)
 {
     srv_conn_t *c = s->owner;
     jet_server_t *srv = c->srv;
-    if (c->refused) {
-        jet_iobuf_clear(&s->read_buf);
-        return;
-    }
     for (;;) {
+        /* Refused by the authenticator: whatever else comes is dropped. */
+        if (c->refused) {
+            jet_iobuf_clear(&s->read_buf);
+            return;
+        }
         if (c->hello == SRV_HELLO_WAIT_ACK) {
             uint8_t ack[4];
             if (jet_iobuf_len(&s->read_buf) < 4) return;
@@ -790,10 +791,6 @@ static void srv_on_read(jet_socket_t *s)
             srv_process(s, &f, bad_att);
             jet__baidu_frame_fini(&f);
             if (jet__socket_failed(s)) return;
-            if (c->refused) {
-                jet_iobuf_clear(&s->read_buf);
-                return;
-            }
             continue;
         case JET_PARSE_NEED_MORE:
             jet__baidu_frame_fini(&f);

@@ -75,12 +75,15 @@ static jet_server_t *start_server(test_auth_t *a, int *port)
     return jt_echo_server_start_port(&g_svc, 0, &so, port);
 }
 
-static jet_channel_t *open_channel(int port, jet_connection_type_t type, test_auth_t *a)
+/* max_retry < 0: the default. */
+static jet_channel_t *open_channel(int port, jet_connection_type_t type, test_auth_t *a,
+                                   int32_t max_retry)
 {
     jet_channel_options_t o;
     jet_channel_options_init(&o);
     o.connection_type = type;
     o.timeout_ms = 5000;
+    if (max_retry >= 0) o.max_retry = max_retry;
     o.auth = a ? &a->base : NULL;
     char addr[64];
     snprintf(addr, sizeof addr, "127.0.0.1:%d", port);
@@ -103,7 +106,7 @@ static void test_accepted_once_per_connection(void)
     for (int t = 0; t < 3; t++) {
         atomic_store(&sa.verified, 0);
         atomic_store(&ca.generated, 0);
-        jet_channel_t *ch = open_channel(port, types[t], &ca);
+        jet_channel_t *ch = open_channel(port, types[t], &ca, -1);
         JT_REQUIRE(ch);
         jet_call_t *call = jet_call_create();
         for (int i = 0; i < 5; i++) {
@@ -133,7 +136,7 @@ static void test_refused(void)
     auth_init(&empty, "");
     test_auth_t *clients[] = {&wrong, &empty, NULL};
     for (int k = 0; k < 3; k++) {
-        jet_channel_t *ch = open_channel(port, JET_CONNECTION_SINGLE, clients[k]);
+        jet_channel_t *ch = open_channel(port, JET_CONNECTION_SINGLE, clients[k], -1);
         JT_REQUIRE(ch);
         jet_call_t *call = jet_call_create();
         JT_CHECK_EQ(jt_echo_call(ch, call, "hi", NULL, NULL), 0);
@@ -177,7 +180,7 @@ static void test_first_request_carries_it_under_a_burst(void)
     jet_server_t *srv = start_server(&sa, &port);
     JT_REQUIRE(srv);
     for (int round = 0; round < 10; round++) {
-        jet_channel_t *ch = open_channel(port, JET_CONNECTION_SINGLE, &ca);
+        jet_channel_t *ch = open_channel(port, JET_CONNECTION_SINGLE, &ca, -1);
         JT_REQUIRE(ch);
         _Atomic int go = 0;
         burst_t b[8];
@@ -213,7 +216,7 @@ static void test_generation_failure(void)
     int port;
     jet_server_t *srv = start_server(&sa, &port);
     JT_REQUIRE(srv);
-    jet_channel_t *ch = open_channel(port, JET_CONNECTION_SINGLE, &ca);
+    jet_channel_t *ch = open_channel(port, JET_CONNECTION_SINGLE, &ca, -1);
     JT_REQUIRE(ch);
     jet_call_t *call = jet_call_create();
     JT_CHECK_EQ(jt_echo_call(ch, call, "hi", NULL, NULL), 0);
@@ -242,7 +245,7 @@ static void test_wire_client(void)
     int lport;
     int lfd = jt_tcp_listen(4, &lport);
     JT_REQUIRE(lfd >= 0);
-    jet_channel_t *ch = open_channel(lport, JET_CONNECTION_SINGLE, &ca);
+    jet_channel_t *ch = open_channel(lport, JET_CONNECTION_SINGLE, &ca, -1);
     JT_REQUIRE(ch);
     jet_call_t *c1 = jet_call_create(), *c2 = jet_call_create();
     jt_counter_t done = {0};
@@ -369,15 +372,8 @@ static void test_refused_with_requests_in_flight(void)
     enum { ROUNDS = 20, CALLS = 16 };
     int auth_errors = 0;
     for (int r = 0; r < ROUNDS; r++) {
-        jet_channel_options_t o;
-        jet_channel_options_init(&o);
-        o.timeout_ms = 5000;
-        o.max_retry = 0;
-        o.auth = &ca.base;
-        char addr[64];
-        snprintf(addr, sizeof addr, "127.0.0.1:%d", port);
-        jet_channel_t *ch = NULL;
-        JT_REQUIRE(jet_channel_create(addr, &o, &ch) == 0);
+        jet_channel_t *ch = open_channel(port, JET_CONNECTION_SINGLE, &ca, 0);
+        JT_REQUIRE(ch);
         int refused0 = atomic_load(&sa.refused);
         jet_call_t *calls[CALLS];
         jt_counter_t done = {0};
