@@ -21,8 +21,7 @@ typedef struct tr_later {
     void *closure_data;
 } tr_later_t;
 
-static void tr_echo_answer(const char *message, Example__EchoResponse_Closure closure,
-                           void *closure_data)
+void jt_echo_answer(const char *message, Example__EchoResponse_Closure closure, void *closure_data)
 {
     jet_call_t *call = jet_server_call(closure_data);
     Example__EchoResponse resp = EXAMPLE__ECHO_RESPONSE__INIT;
@@ -35,16 +34,15 @@ static void *tr_later_main(void *arg)
 {
     tr_later_t *la = arg;
     usleep((useconds_t)la->ms * 1000);
-    tr_echo_answer(la->message, la->closure, la->closure_data);
+    jt_echo_answer(la->message, la->closure, la->closure_data);
     free(la->message);
     free(la);
     atomic_fetch_sub(&tr_pending, 1);
     return NULL;
 }
 
-/* Echoes from a detached thread after ms; false when no thread could be had. */
-static bool tr_answer_later(int ms, const char *message, Example__EchoResponse_Closure closure,
-                            void *closure_data)
+bool jt_echo_answer_later(int ms, const char *message, Example__EchoResponse_Closure closure,
+                          void *closure_data)
 {
     tr_later_t *la = malloc(sizeof *la);
     if (!la) return false;
@@ -101,7 +99,7 @@ static void tr_echo(Example__EchoService_Service *service, const Example__EchoRe
         return;
     }
     if (strncmp(msg, "later:", 6) == 0) {
-        if (!tr_answer_later(atoi(msg + 6), msg, closure, closure_data)) abort();
+        if (!jt_echo_answer_later(atoi(msg + 6), msg, closure, closure_data)) abort();
         return;
     }
     if (strcmp(msg, "fail") == 0) {
@@ -156,7 +154,7 @@ static void tr_echo(Example__EchoService_Service *service, const Example__EchoRe
     if (strncmp(msg, "block:", 6) == 0) usleep((useconds_t)atoi(msg + 6) * 1000);
     if (sscanf(msg, "sleep:%d", &ms) == 1 && ms > 0) {
         /* On an event loop the handler must not block: a thread answers. */
-        if (opts->sleep_async && tr_answer_later(ms, msg, closure, closure_data)) return;
+        if (opts->sleep_async && jt_echo_answer_later(ms, msg, closure, closure_data)) return;
         usleep((useconds_t)ms * 1000);
     }
     if (opts->answer_lengths) {
@@ -166,7 +164,7 @@ static void tr_echo(Example__EchoService_Service *service, const Example__EchoRe
         closure(&resp, closure_data);
         return;
     }
-    tr_echo_answer(msg, closure, closure_data);
+    jt_echo_answer(msg, closure, closure_data);
 }
 
 void jt_echo_service_init(jt_echo_service_t *svc, const jt_echo_opts_t *opts)

@@ -60,6 +60,13 @@ typedef struct jt_echo_service {
 
 /* opts may be NULL (all defaults). */
 void jt_echo_service_init(jt_echo_service_t *svc, const jt_echo_opts_t *opts);
+/* For hooks: answers the call with message (and the request's attachment
+ * back), now or from a detached thread after ms (counted by
+ * jt_echo_wait_idle); false when no thread could be had. */
+void jt_echo_answer(const char *message, Example__EchoResponse_Closure closure, void *closure_data);
+bool jt_echo_answer_later(int ms, const char *message, Example__EchoResponse_Closure closure,
+                          void *closure_data);
+
 /* Creates a server with options so (NULL: defaults), adds svc and starts it
  * on addr ("127.0.0.1:0" for a free port, "unix:/path"). The server, its
  * port in *port_p when given; NULL on failure (nothing left behind). */

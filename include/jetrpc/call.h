@@ -45,6 +45,9 @@ void jet_call_reset(jet_call_t *call);
 /* --- client-side settings (before jet_channel_call) --- */
 void jet_call_set_timeout_ms(jet_call_t *call, int32_t timeout_ms); /* < 0: no limit */
 void jet_call_set_max_retry(jet_call_t *call, int32_t max_retry); /* < 0: the channel's */
+/* Overrides the channel's backup_request_ms (see jetrpc/options.h) for this
+ * call: < 0 sends none. */
+void jet_call_set_backup_request_ms(jet_call_t *call, int32_t ms);
 void jet_call_set_log_id(jet_call_t *call, uint64_t log_id);
 void jet_call_set_request_compress_type(jet_call_t *call, int type);
 /* Adds a CRC32C checksum to the request (checksum_type 1). */
@@ -120,8 +123,10 @@ const char *jet_call_error_text(const jet_call_t *call);
 const ProtobufCMessage *jet_call_response(const jet_call_t *call);
 /* Client: microseconds from jet_channel_call to completion. */
 int64_t jet_call_latency_us(const jet_call_t *call);
-/* Attempts made (1 + retries). */
+/* Attempts made (1 + retries, a backup request included). */
 int jet_call_attempts(const jet_call_t *call);
+/* The last issue sent a backup request (brpc's has_backup_request). */
+bool jet_call_has_backup_request(const jet_call_t *call);
 /* Compress type of the received message part. */
 int jet_call_response_compress_type(const jet_call_t *call);
 

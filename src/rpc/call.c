@@ -24,11 +24,16 @@
 #define CID_EXPIRE_RETRY_US 1000
 
 typedef struct cid_slot {
-    _Atomic uint32_t version;
+    /* The versions a claim accepts: the current one (low half) and, while
+     * a call has a backup request out, the version of its earlier attempt
+     * (high half; 0: none). One word, so that a claim of either ends both. */
+    _Atomic uint64_t vers;
     _Atomic uint32_t next_free; /* index + 1 of the next free slot */
     /* The attempt's owner: its version (high half) and the tag of the
-     * connection it was written on (low half); see jet__cid_claim_from. */
+     * connection it was written on (low half); see jet__cid_claim_from.
+     * alt_owner: the same for the earlier attempt (jet__cid_set_alt). */
     _Atomic uint64_t owner;
+    _Atomic uint64_t alt_owner;
     /* Atomic for jet__cid_peek, which may read it while the slot changes
      * hands; a claim owns it. */
     _Atomic(jet_call_t *) call;
@@ -119,7 +124,8 @@ static int cid_grow(uint32_t *idx_p)
             return -ENOMEM;
         }
         /* Version 1 first, so that a zero correlation id never matches. */
-        for (uint32_t i = 0; i < CID_CHUNK; i++) atomic_init(&chunk[i].version, 1);
+        for (uint32_t i = 0; i < CID_CHUNK; i++)
+            atomic_init(&chunk[i].vers, 1);
         atomic_store_explicit(&cid_chunks[idx >> CID_CHUNK_BITS], chunk, memory_order_release);
     }
     atomic_store_explicit(&cid_reg.nslots, idx + 1, memory_order_release);
@@ -152,9 +158,9 @@ static int cid_take(jet_call_t *call, bool client, uint64_t *cid_p, uint64_t *to
     /* Publishes call before any claim can see this version (claims acquire).
      * Version 0 is skipped (after a wrap): no cid is 0, the "none" of the
      * callers, nor a server handle. */
-    uint32_t ver = atomic_load_explicit(&slot->version, memory_order_relaxed);
+    uint32_t ver = (uint32_t)atomic_load_explicit(&slot->vers, memory_order_relaxed);
     if (ver == 0) ver = 1;
-    atomic_store_explicit(&slot->version, ver, memory_order_release);
+    atomic_store_explicit(&slot->vers, ver, memory_order_release);
     *cid_p = ((uint64_t)idx << 32) | ver;
     return 0;
 }
@@ -174,18 +180,26 @@ int jet__cid_alloc_handle(jet_call_t *call, uint64_t *cid_p)
     return cid_take(call, false, cid_p, NULL);
 }
 
+/* vers accepts the version ver (never 0). */
+static inline bool cid_accepts(uint64_t vers, uint32_t ver)
+{
+    return ver != 0 && ((uint32_t)vers == ver || (uint32_t)(vers >> 32) == ver);
+}
+
 jet_call_t *jet__cid_peek(uint64_t cid)
 {
     uint32_t idx = (uint32_t)(cid >> 32);
     if (idx >= atomic_load_explicit(&cid_reg.nslots, memory_order_acquire)) return NULL;
     cid_slot_t *slot = cid_slot(idx);
-    if (!slot || atomic_load_explicit(&slot->version, memory_order_acquire) != (uint32_t)cid)
+    if (!slot ||
+        !cid_accepts(atomic_load_explicit(&slot->vers, memory_order_acquire), (uint32_t)cid))
         return NULL;
     /* Read between two looks at the version, as a seqlock: a claim, free
      * and retake of the slot in between moved the version on, so the call
      * of a later request is never returned for this cid. */
     jet_call_t *call = atomic_load_explicit(&slot->call, memory_order_acquire);
-    if (atomic_load_explicit(&slot->version, memory_order_acquire) != (uint32_t)cid) return NULL;
+    if (!cid_accepts(atomic_load_explicit(&slot->vers, memory_order_acquire), (uint32_t)cid))
+        return NULL;
     return call;
 }
 
@@ -195,13 +209,32 @@ jet_call_t *jet__cid_claim(uint64_t cid, uint64_t *next_cid_p)
     if (idx >= atomic_load_explicit(&cid_reg.nslots, memory_order_acquire)) return NULL;
     cid_slot_t *slot = cid_slot(idx);
     if (!slot) return NULL;
-    uint32_t expected = ver, next = ver + 1 != 0 ? ver + 1 : 1;
-    if (ver == 0 ||
-        !atomic_compare_exchange_strong_explicit(&slot->version, &expected, next,
-                                                 memory_order_acq_rel, memory_order_relaxed))
-        return NULL;
+    uint64_t vers = atomic_load_explicit(&slot->vers, memory_order_relaxed);
+    uint32_t next;
+    do {
+        if (!cid_accepts(vers, ver)) return NULL;
+        /* Past the current version, whichever of the two was claimed: the
+         * other attempt's id is refused from now on too. */
+        next = (uint32_t)vers + 1 != 0 ? (uint32_t)vers + 1 : 1;
+    } while (!atomic_compare_exchange_weak_explicit(&slot->vers, &vers, next, memory_order_acq_rel,
+                                                    memory_order_relaxed));
     if (next_cid_p) *next_cid_p = ((uint64_t)idx << 32) | next;
     return atomic_load_explicit(&slot->call, memory_order_relaxed);
+}
+
+bool jet__cid_set_alt(uint64_t cid, uint64_t alt_cid, uint32_t alt_owner)
+{
+    uint32_t idx = (uint32_t)(cid >> 32);
+    if (idx >= atomic_load_explicit(&cid_reg.nslots, memory_order_acquire)) return false;
+    cid_slot_t *slot = cid_slot(idx);
+    if (!slot) return false;
+    atomic_store_explicit(&slot->alt_owner, (uint64_t)(uint32_t)alt_cid << 32 | alt_owner,
+                          memory_order_release);
+    /* Only while nobody claimed cid since: a claim moved the version on. */
+    uint64_t expected = (uint32_t)cid;
+    return atomic_compare_exchange_strong_explicit(
+        &slot->vers, &expected, (uint64_t)(uint32_t)alt_cid << 32 | (uint32_t)cid,
+        memory_order_acq_rel, memory_order_relaxed);
 }
 
 void jet__cid_set_owner(uint64_t cid, uint32_t owner)
@@ -224,6 +257,19 @@ static cid_slot_t *cid_token_slot(uint64_t token)
     return cid_slot(idx);
 }
 
+/* The cid of the attempt on a connection of the issue token names, or 0
+ * (the issue ended, or none is out). */
+static uint64_t cid_issue_attempt(const cid_slot_t *slot, uint64_t token)
+{
+    uint64_t owner = atomic_load_explicit(&slot->owner, memory_order_seq_cst);
+    /* Read as a seqlock: an owner written after this issue's end (by the
+     * slot's next call) is seen with that end, and not claimed. */
+    if (cid_seq(atomic_load_explicit(&slot->state, memory_order_acquire)) != (uint32_t)token)
+        return 0;
+    uint32_t ver = (uint32_t)(owner >> 32);
+    return ver ? (uint64_t)((uint32_t)(token >> 32) - 1) << 32 | ver : 0;
+}
+
 int jet__cid_cancel(uint64_t token, jet_call_t **call_p)
 {
     *call_p = NULL;
@@ -232,15 +278,21 @@ int jet__cid_cancel(uint64_t token, jet_call_t **call_p)
     if (!slot || cid_seq(atomic_load_explicit(&slot->state, memory_order_acquire)) != seq)
         return -EINVAL;
     atomic_store_explicit(&slot->cancel, (uint64_t)1 << 32 | seq, memory_order_seq_cst);
-    uint64_t owner = atomic_load_explicit(&slot->owner, memory_order_seq_cst);
-    /* Read as a seqlock: an owner written after this issue's end (by the
-     * slot's next call) is seen with that end, and not claimed. */
-    if (cid_seq(atomic_load_explicit(&slot->state, memory_order_acquire)) != seq) return 0;
-    uint32_t ver = (uint32_t)(owner >> 32);
-    if (ver == 0) return 0;
-    uint64_t cid = (uint64_t)((uint32_t)(token >> 32) - 1) << 32 | ver;
-    *call_p = jet__cid_claim(cid, NULL);
+    uint64_t cid = cid_issue_attempt(slot, token);
+    if (cid) *call_p = jet__cid_claim(cid, NULL);
     return 0;
+}
+
+jet_call_t *jet__cid_claim_issue(uint64_t token, uint64_t *cid_p, uint64_t *next_cid_p)
+{
+    cid_slot_t *slot = cid_token_slot(token);
+    if (!slot ||
+        cid_seq(atomic_load_explicit(&slot->state, memory_order_acquire)) != (uint32_t)token)
+        return NULL;
+    uint64_t cid = cid_issue_attempt(slot, token);
+    jet_call_t *call = cid ? jet__cid_claim(cid, next_cid_p) : NULL;
+    if (call) *cid_p = cid;
+    return call;
 }
 
 bool jet__cid_cancelled(uint64_t token)
@@ -258,8 +310,9 @@ jet_call_t *jet__cid_claim_from(uint64_t cid, uint32_t owner, uint64_t *next_cid
     cid_slot_t *slot = cid_slot(idx);
     /* Set for this very version: an owner left by an earlier attempt of the
      * slot (a retry now on another connection) names another version. */
-    if (!slot || atomic_load_explicit(&slot->owner, memory_order_acquire) !=
-                     ((uint64_t)(uint32_t)cid << 32 | owner))
+    uint64_t want = (uint64_t)(uint32_t)cid << 32 | owner;
+    if (!slot || (atomic_load_explicit(&slot->owner, memory_order_acquire) != want &&
+                  atomic_load_explicit(&slot->alt_owner, memory_order_acquire) != want))
         return NULL;
     return jet__cid_claim(cid, next_cid_p);
 }
@@ -268,8 +321,14 @@ void jet__cid_free(uint32_t idx)
 {
     cid_slot_t *slot = cid_slot(idx);
     atomic_store_explicit(&slot->call, NULL, memory_order_relaxed);
-    /* A version never reused by this slot's next call: claims of old ids fail. */
-    atomic_fetch_add_explicit(&slot->version, 1, memory_order_release);
+    /* A version never reused by this slot's next call: claims of old ids
+     * fail (an earlier attempt's version goes too). */
+    uint64_t vers = atomic_load_explicit(&slot->vers, memory_order_relaxed);
+    while (!atomic_compare_exchange_weak_explicit(&slot->vers, &vers,
+                                                  (uint32_t)((uint32_t)vers + 1),
+                                                  memory_order_release, memory_order_relaxed)) {
+    }
+    atomic_store_explicit(&slot->alt_owner, 0, memory_order_relaxed);
     /* The next count with no registration; the old high half holds the
      * registrations of this call's joiners, if any. */
     uint64_t old = atomic_load_explicit(&slot->state, memory_order_relaxed);
@@ -411,6 +470,7 @@ static void call_init(jet_call_t *c)
     jet_iobuf_init(&c->req_body);
     c->timeout_ms = INT32_MIN;
     c->max_retry = -1;
+    c->backup_request_ms = INT32_MIN;
     jet__deadline_init(&c->deadline);
 }
 
@@ -472,6 +532,14 @@ void jet_call_set_timeout_ms(jet_call_t *c, int32_t timeout_ms)
     c->timeout_ms = timeout_ms == INT32_MIN ? -1 : timeout_ms;
 }
 void jet_call_set_max_retry(jet_call_t *c, int32_t max_retry) { c->max_retry = max_retry; }
+void jet_call_set_backup_request_ms(jet_call_t *c, int32_t ms)
+{
+    c->backup_request_ms = ms == INT32_MIN ? -1 : ms;
+}
+bool jet_call_has_backup_request(const jet_call_t *c)
+{
+    return c->backup_sent;
+}
 void jet_call_set_log_id(jet_call_t *c, uint64_t log_id)
 {
     c->log_id = log_id;

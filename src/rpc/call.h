@@ -16,6 +16,16 @@
 
 struct jet_server;
 struct jet_server_conn;
+struct jet_call_backup;
+
+/* One attempt's place on the pending list of the connection it was written
+ * on (cli_conn_t.pending), under that connection's lock. */
+typedef struct jet_call_link {
+    struct jet_call *call;
+    struct jet_call_link *prev, *next;
+    uint64_t cid; /* the attempt's; fixed while linked */
+    bool linked;
+} jet_call_link_t;
 
 struct jet_call {
     /* both sides */
@@ -47,10 +57,17 @@ struct jet_call {
     const ProtobufCMethodDescriptor *method;
     jet_channel_t *channel;
     jet_socket_t *sock;          /* the current attempt's connection (a reference) */
-    struct jet_call *sock_prev;  /* the connection's pending list */
-    struct jet_call *sock_next;
-    bool on_sock_list;
+    /* link[cur]: the current attempt's place on its connection; while a
+     * backup request is out, link[cur ^ 1] is the earlier attempt's, on
+     * other_sock (a reference; NULL: no other attempt). */
+    jet_call_link_t link[2];
+    uint8_t cur;
+    jet_socket_t *other_sock;
     bool answered;               /* the current attempt's answer came (its connection may be reused) */
+    int32_t backup_request_ms;   /* INT32_MIN: the channel's; < 0: none */
+    bool backup_sent;            /* this issue sent a backup request */
+    int64_t backup_at_us;        /* when it goes out (INT64_MAX: never) */
+    struct jet_call_backup *backup; /* its timer, armed at the first attempt (NULL: none) */
     /* A synchronous call made on a loop's thread (a done callback, a
      * handler): that loop, which no attempt may use; NULL otherwise. */
     jet_loop_t *waiter_loop;
@@ -125,12 +142,23 @@ int jet__cid_reserve(jet_call_t *call, uint64_t *cid_p, uint64_t *token_p);
  * issuer, which looks at the mark when it links an attempt). -EINVAL when
  * that issue has ended already. */
 int jet__cid_cancel(uint64_t token, jet_call_t **call_p);
+/* Claims the attempt on a connection of the issue whose join token is
+ * token (the one its owner field names): the call, with that attempt's cid
+ * in *cid_p and the next version's in *next_cid_p; NULL when the issue ended
+ * or its attempt is owned by another thread (an answer, a retry). */
+jet_call_t *jet__cid_claim_issue(uint64_t token, uint64_t *cid_p, uint64_t *next_cid_p);
 /* The issue of token was cancelled. */
 bool jet__cid_cancelled(uint64_t token);
 /* Claims cid; returns the call or NULL (stale, unknown or already claimed).
  * On success the slot accepts the next version: *next_cid_p (may be NULL)
  * is the cid of a retry. */
 jet_call_t *jet__cid_claim(uint64_t cid, uint64_t *next_cid_p);
+/* A backup request: the call's attempt cid (current, held by its owner
+ * since its claim, not yet written) goes out while its earlier attempt
+ * alt_cid, written on the connection tagged alt_owner, is still out. From
+ * here a claim of either succeeds, once, and refuses the other from then on.
+ * false when cid was claimed since (a cancel): alt_cid is not accepted. */
+bool jet__cid_set_alt(uint64_t cid, uint64_t alt_cid, uint32_t alt_owner);
 /* A slot for a server call: the handle its handler gets as closure_data,
  * claimed by the answer, so that a second answer (or one with a made-up
  * handle) finds no call instead of a freed or recycled one. It leaves the

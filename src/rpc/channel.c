@@ -49,7 +49,7 @@ JET_FLAG_DEFINE_INT32_RANGE(
 typedef struct cli_conn {
     pthread_mutex_t lock;
     uint32_t tag;        /* non-zero, distinct per connection: its answers' owner */
-    jet_call_t *pending; /* calls written on this connection, not answered */
+    jet_call_link_t *pending; /* attempts written on this connection, not answered */
     bool dead;
     uint32_t max_body;
     /* On the channel's `out` list (under the channel's lock), which holds a
@@ -317,22 +317,54 @@ static void ch_put_socket(jet_channel_t *ch, jet_socket_t *s, bool answered)
 }
 
 /* conn->lock held. */
-static void conn_unlink_locked(cli_conn_t *conn, jet_call_t *call)
+static void conn_link_locked(cli_conn_t *conn, jet_call_link_t *l)
 {
-    if (!call->on_sock_list) return;
-    if (call->sock_prev)
-        call->sock_prev->sock_next = call->sock_next;
-    else
-        conn->pending = call->sock_next;
-    if (call->sock_next) call->sock_next->sock_prev = call->sock_prev;
-    call->on_sock_list = false;
+    l->prev = NULL;
+    l->next = conn->pending;
+    if (conn->pending) conn->pending->prev = l;
+    conn->pending = l;
+    l->linked = true;
 }
 
-static void conn_unlink(cli_conn_t *conn, jet_call_t *call)
+/* conn->lock held. */
+static void conn_unlink_locked(cli_conn_t *conn, jet_call_link_t *l)
+{
+    if (!l->linked) return;
+    if (l->prev)
+        l->prev->next = l->next;
+    else
+        conn->pending = l->next;
+    if (l->next) l->next->prev = l->prev;
+    l->linked = false;
+}
+
+static void conn_unlink(cli_conn_t *conn, jet_call_link_t *l)
 {
     pthread_mutex_lock(&conn->lock);
-    conn_unlink_locked(conn, call);
+    conn_unlink_locked(conn, l);
     pthread_mutex_unlock(&conn->lock);
+}
+
+/* The current attempt's link, and the other attempt's (a backup request). */
+static jet_call_link_t *ch_link(jet_call_t *call)
+{
+    return &call->link[call->cur];
+}
+static jet_call_link_t *ch_other_link(jet_call_t *call)
+{
+    return &call->link[call->cur ^ 1];
+}
+
+/* The claimer of cid owns the call: the attempt cid names becomes the
+ * current one (a claim of the earlier attempt while a backup request is
+ * out makes the backup the other). */
+static void ch_take_attempt(jet_call_t *call, uint64_t cid)
+{
+    if (!call->other_sock || ch_other_link(call)->cid != cid) return;
+    call->cur ^= 1;
+    jet_socket_t *s = call->sock;
+    call->sock = call->other_sock;
+    call->other_sock = s;
 }
 
 /* ---- completion ------------------------------------------------------------- */
@@ -383,12 +415,51 @@ static void ch_notify(jet_call_t *call)
 
 #define CH_CANCELED_TEXT "Canceled by jet_call_cancel"
 
+/* The backup request's timer: armed with the first attempt, on the
+ * deadline thread; its task claims the issue's attempt on a loop. The timer
+ * and the task have their own memory, which the call may outlive or not:
+ * whoever takes the timer off (the call's end, or the timer firing) owns it. */
+typedef struct jet_call_backup {
+    jet_deadline_t timer;
+    jet_task_t task;
+    uint64_t token;   /* the issue's join token */
+    jet_loop_t *loop; /* where the task runs: not one a synchronous caller blocks */
+    _Atomic int refs; /* the call's, and the timer's until its task ran */
+} ch_backup_t;
+
+static void ch_backup_unref(ch_backup_t *b)
+{
+    if (atomic_fetch_sub_explicit(&b->refs, 1, memory_order_acq_rel) == 1) free(b);
+}
+
+static void ch_backup_disarm(jet_call_t *call)
+{
+    ch_backup_t *b = call->backup;
+    if (!b) return;
+    call->backup = NULL;
+    if (jet__deadline_del(&b->timer)) ch_backup_unref(b); /* it will not fire */
+    ch_backup_unref(b);
+}
+
+/* The caller owns the call. The other attempt (a backup request's) gets no
+ * answer any more: off its connection, which a pooled call closes (its
+ * answer may still come). */
+static void ch_drop_other(jet_call_t *call)
+{
+    if (!call->other_sock) return;
+    conn_unlink(call->other_sock->owner, ch_other_link(call));
+    ch_put_socket(call->channel, call->other_sock, false);
+    call->other_sock = NULL;
+}
+
 /* The caller owns the call (claimed it). Ends it with code (0 = success). */
 static void ch_complete(jet_call_t *call, int code, const char *text)
 {
     if (code) jet__call_set_error(call, code, text);
     call->end_us = jet_now_us();
     ch_deadline_disarm(call);
+    ch_backup_disarm(call);
+    ch_drop_other(call);
     if (call->sock) {
         ch_put_socket(call->channel, call->sock, call->answered);
         call->sock = NULL;
@@ -439,20 +510,27 @@ static void ch_retry_task(jet_task_t *t)
     ch_issue((jet_call_t *)((char *)t - offsetof(jet_call_t, retry_task)));
 }
 
-/* The deadline thread: a retry's wait is over. The attempt is made on an
- * event loop (its connect, packing and a failure's done callback would hold
- * every other deadline): the last attempt's, or another than the one whose
- * thread waits for a synchronous call made on it. */
+/* The event loop for an attempt made from the deadline thread (its connect,
+ * packing and a failure's done callback would hold every other deadline):
+ * the last attempt's, or another than the one whose thread waits for a
+ * synchronous call made on it. NULL when there is no such loop. */
+static jet_loop_t *ch_task_loop(const jet_call_t *call)
+{
+    jet_loop_t *loop = atomic_load_explicit(&call->wait_loop, memory_order_relaxed);
+    for (int i = 0; (!loop || loop == call->waiter_loop) && i < jet_loops_count(); i++)
+        loop = jet_loop_at(i);
+    return loop && loop != call->waiter_loop ? loop : NULL;
+}
+
+/* The deadline thread: a retry's wait is over. */
 static void ch_backoff_cb(uint64_t cid)
 {
     uint64_t next;
     jet_call_t *call = jet__cid_claim(cid, &next);
     if (!call) return;
     call->cid = next;
-    jet_loop_t *loop = atomic_load_explicit(&call->wait_loop, memory_order_relaxed);
-    for (int i = 0; (!loop || loop == call->waiter_loop) && i < jet_loops_count(); i++)
-        loop = jet_loop_at(i);
-    if (!loop || loop == call->waiter_loop) {
+    jet_loop_t *loop = ch_task_loop(call);
+    if (!loop) {
         ch_issue(call);
         return;
     }
@@ -471,6 +549,58 @@ static void ch_retry(jet_call_t *call)
         jet__deadline_add(&call->deadline, jet_now_us() + wait, ch_backoff_cb, call->cid) == 0)
         return;
     ch_issue(call);
+}
+
+/* The caller owns the call, whose current attempt ended (its connection
+ * given back, call->sock NULL) without an outcome for the call, while the
+ * other attempt of a backup request is out: the call waits for that one,
+ * which becomes the current attempt. The claim that ended the first refused
+ * the other's id too: it is accepted again, as the earlier attempt next to
+ * the slot's unused version call->cid, for which the deadline is armed.
+ * False when the other attempt's connection has failed as well (its error
+ * in *err_p): it is dropped, and the caller goes on as without it. */
+static bool ch_keep_other(jet_call_t *call, int *err_p)
+{
+    call->cur ^= 1;
+    call->sock = call->other_sock;
+    call->other_sock = NULL;
+    call->answered = false;
+    jet_call_link_t *l = ch_link(call);
+    cli_conn_t *conn = call->sock->owner;
+    uint64_t token = atomic_load_explicit(&call->join_token, memory_order_relaxed);
+    uint64_t cid = call->cid;
+    ch_deadline_disarm(call);
+    pthread_mutex_lock(&conn->lock);
+    bool dead = conn->dead;
+    int armed = 0;
+    if (dead) {
+        conn_unlink_locked(conn, l);
+    } else {
+        /* As in ch_issue: owner first (a cancel from here finds it), the
+         * deadline armed before the attempt can be claimed again. */
+        jet__cid_set_owner(l->cid, conn->tag);
+        armed = ch_deadline_arm(call);
+        if (armed < 0)
+            conn_unlink_locked(conn, l);
+        else
+            jet__cid_set_alt(cid, l->cid, conn->tag);
+    }
+    pthread_mutex_unlock(&conn->lock);
+    if (dead) {
+        int err = atomic_load(&call->sock->error);
+        *err_p = err ? err : -JET_EFAILEDSOCKET;
+        ch_put_socket(call->channel, call->sock, false);
+        call->sock = NULL;
+        return false;
+    }
+    /* From the unlock on, the call may end on another thread. */
+    if (armed < 0) {
+        if (jet__cid_claim(cid, NULL) == call) ch_complete(call, -armed, NULL);
+    } else if (jet__cid_cancelled(token) && jet__cid_claim(cid, NULL) == call) {
+        conn_unlink(conn, l);
+        ch_complete(call, ECANCELED, CH_CANCELED_TEXT);
+    }
+    return true;
 }
 
 /* The caller owns the call; its attempt failed with err (negative). */
@@ -496,6 +626,10 @@ static void ch_attempt_failed(jet_call_t *call, int err, const char *why)
         call->attempts--;
         err = -JET_EEOF;
     }
+    /* A backup request's other attempt is still out: the call waits for it
+     * rather than retrying. */
+    int other_err;
+    if (call->other_sock && ch_keep_other(call, &other_err)) return;
     if (call->attempts < call->max_attempts && ch_retriable(err) &&
         jet_now_us() < call->deadline_us) {
         /* The retry arms a deadline with its own cid once it is linked: the
@@ -512,17 +646,89 @@ static void ch_attempt_failed(jet_call_t *call, int err, const char *why)
 }
 
 /* A thread that claimed the call's attempt from outside (its deadline, a
- * cancel) ends it: off its connection's list, then complete. */
+ * cancel) ends it: off its connection's list, then complete (which drops
+ * the other attempt of a backup request). */
 static void ch_end_claimed(jet_call_t *call, int code, const char *text)
 {
-    if (call->sock) conn_unlink(call->sock->owner, call);
+    if (call->sock) conn_unlink(call->sock->owner, ch_link(call));
     ch_complete(call, code, text);
+}
+
+/* ---- backup requests -------------------------------------------------------- */
+
+/* The task's loop, owning the call (its claim of the attempt cid, next the
+ * slot's next version): the same request goes out again, the attempt cid
+ * staying out as the other one. A retry made meanwhile that used the last
+ * attempt leaves nothing to send: its attempt is accepted again as it was. */
+static void ch_backup_send(jet_call_t *call, uint64_t cid, uint64_t next)
+{
+    call->cid = next;
+    if (!call->sock || call->other_sock || ch_link(call)->cid != cid) {
+        /* No attempt of this call is out on a connection under that id
+         * (cannot happen: the owner field names only such attempts). */
+        ch_end_claimed(call, JET_EINTERNAL, "backup request found no attempt to back up");
+        return;
+    }
+    call->other_sock = call->sock;
+    call->sock = NULL;
+    call->cur ^= 1;
+    if (call->attempts >= call->max_attempts) {
+        int err;
+        if (!ch_keep_other(call, &err)) ch_attempt_failed(call, err, NULL);
+        return;
+    }
+    call->backup_sent = true;
+    ch_deadline_disarm(call); /* armed again for the new attempt */
+    ch_issue(call);
+}
+
+static void ch_backup_task(jet_task_t *t)
+{
+    ch_backup_t *b = (ch_backup_t *)((char *)t - offsetof(ch_backup_t, task));
+    uint64_t cid, next;
+    jet_call_t *call = jet__cid_claim_issue(b->token, &cid, &next);
+    ch_backup_unref(b); /* the timer's; a call that was claimed holds its own */
+    if (call) ch_backup_send(call, cid, next);
+}
+
+/* The deadline thread: the call has had no answer for backup_request_ms
+ * (or it ended, which its task finds). */
+static void ch_backup_cb(uint64_t value)
+{
+    ch_backup_t *b = (ch_backup_t *)(uintptr_t)value;
+    b->task.fn = ch_backup_task;
+    if (b->loop)
+        jet_loop_post(b->loop, &b->task);
+    else
+        ch_backup_task(&b->task);
+}
+
+/* In ch_issue, under the connection's lock, at the issue's first attempt:
+ * the backup timer of a call that wants one. On failure (no memory) the
+ * call goes on without. */
+static void ch_backup_arm(jet_call_t *call)
+{
+    if (call->backup_at_us == INT64_MAX || call->backup) return;
+    ch_backup_t *b = calloc(1, sizeof *b);
+    if (!b) return;
+    jet__deadline_init(&b->timer);
+    b->token = atomic_load_explicit(&call->join_token, memory_order_relaxed);
+    b->loop = ch_task_loop(call);
+    atomic_init(&b->refs, 2);
+    /* Set first: the timer may fire, and its task end the call, at once. */
+    call->backup = b;
+    if (jet__deadline_add(&b->timer, call->backup_at_us, ch_backup_cb, (uint64_t)(uintptr_t)b) <
+        0) {
+        call->backup = NULL;
+        free(b);
+    }
 }
 
 static void ch_deadline_cb(uint64_t cid)
 {
     jet_call_t *call = jet__cid_claim(cid, NULL);
     if (!call) return;
+    ch_take_attempt(call, cid);
     char text[128];
     snprintf(text, sizeof text, "Reached timeout=%dms @%s",
              (int)((call->deadline_us - call->start_us) / 1000), call->channel->name);
@@ -665,17 +871,25 @@ static void ch_issue(jet_call_t *call)
     int armed = 0;
     if (!dead) {
         /* Linked before writing so that an answer racing the write finds it. */
-        call->sock_prev = NULL;
-        call->sock_next = conn->pending;
-        if (conn->pending) conn->pending->sock_prev = call;
-        conn->pending = call;
-        call->on_sock_list = true;
-        jet__cid_set_owner(call->cid, conn->tag);
+        jet_call_link_t *l = ch_link(call);
+        l->call = call;
+        l->cid = cid;
+        conn_link_locked(conn, l);
+        jet__cid_set_owner(cid, conn->tag);
         /* The deadline is armed only now, under the lock and before any
          * answer (which unlinks under it before it disarms): whoever it lets
          * end the attempt finds the call linked and its socket set. */
         armed = ch_deadline_arm(call);
-        if (armed < 0) conn_unlink_locked(conn, call);
+        if (armed < 0) {
+            conn_unlink_locked(conn, l);
+        } else if (call->other_sock) {
+            /* A backup request: from here an answer to either attempt
+             * ends the call (the other one's connection may be this one). */
+            jet__cid_set_alt(cid, ch_other_link(call)->cid,
+                             ((cli_conn_t *)call->other_sock->owner)->tag);
+        } else if (call->attempts == 1) {
+            ch_backup_arm(call);
+        }
     }
     pthread_mutex_unlock(&conn->lock);
     if (!dead && armed >= 0 && jet__cid_cancelled(token)) {
@@ -683,7 +897,8 @@ static void ch_issue(jet_call_t *call)
          * canceller claimed it already, it ends here, unsent. */
         jet_iobuf_fini(&frame);
         if (jet__cid_claim(cid, NULL) == call) {
-            conn_unlink(conn, call);
+            ch_take_attempt(call, cid); /* a backup request may have gone out meanwhile */
+            conn_unlink(conn, ch_link(call));
             call->answered = true; /* nothing went out: the connection stays usable */
             ch_complete(call, ECANCELED, CH_CANCELED_TEXT);
         }
@@ -695,7 +910,7 @@ static void ch_issue(jet_call_t *call)
         jet__socket_unref(s); /* the call still holds its own */
         if (armed < 0) {
             /* Unless a cancel found its owner set and claimed it first. */
-            if (jet__cid_claim(call->cid, NULL) == call) ch_complete(call, -armed, NULL);
+            if (jet__cid_claim(cid, NULL) == call) ch_complete(call, -armed, NULL);
             return;
         }
         int err = atomic_load(&s->error);
@@ -713,7 +928,8 @@ static void ch_issue(jet_call_t *call)
          * than the transport ever carries): end this attempt. */
         uint64_t next;
         if (jet__cid_claim(cid, &next) == call) {
-            conn_unlink(conn, call);
+            ch_take_attempt(call, cid);
+            conn_unlink(conn, ch_link(call));
             call->cid = next;
             char why[224];
             if (rc == -EMSGSIZE) jet__socket_size_error(s, "request", frame_len, why, sizeof why);
@@ -773,6 +989,12 @@ int jet_channel_call(jet_channel_t *ch, const ProtobufCServiceDescriptor *servic
     int32_t retry = call->max_retry >= 0 ? call->max_retry : ch->opts.max_retry;
     call->max_attempts = retry < INT32_MAX ? retry + 1 : INT32_MAX;
     call->deadline_us = timeout < 0 ? INT64_MAX : call->start_us + (int64_t)timeout * 1000;
+    int32_t backup =
+        call->backup_request_ms != INT32_MIN ? call->backup_request_ms : ch->opts.backup_request_ms;
+    call->backup_at_us =
+        backup >= 0 && call->max_attempts > 1 ? call->start_us + (int64_t)backup * 1000 : INT64_MAX;
+    if (call->backup_at_us >= call->deadline_us) call->backup_at_us = INT64_MAX;
+    call->backup_sent = false;
 
     if (request && !protobuf_c_message_check(request)) {
         /* brpc fails such a call before sending (request_not_init). */
@@ -924,21 +1146,30 @@ static void cli_handle_response(jet_socket_t *s, jet_baidu_frame_t *f, int bad_a
                   (unsigned long long)cid);
         return;
     }
-    conn_unlink(conn, call);
+    ch_take_attempt(call, cid);
+    conn_unlink(conn, ch_link(call));
     call->answered = true;
     Brpc__Policy__RpcResponseMeta *rm = meta->response;
     bool failed = rm && rm->has_error_code && rm->error_code != 0;
-    if (failed && ch_answer_retriable(rm->error_code) && call->attempts < call->max_attempts &&
+    if (failed && ch_answer_retriable(rm->error_code) &&
+        (call->other_sock || call->attempts < call->max_attempts) &&
         jet_now_us() < call->deadline_us) {
         /* brpc's retry policy: a server that is stopping or over its limit
-         * is asked again, within max_retry and the deadline. */
-        JET_DEBUG("retry call to %s after E%d", call->channel->name, rm->error_code);
+         * is asked again, within max_retry and the deadline; with a backup
+         * request's other attempt out, that one is waited for instead. */
         call->cid = next;
         ch_put_socket(call->channel, call->sock, true);
         call->sock = NULL;
-        ch_deadline_disarm(call);
-        ch_retry(call);
-        return;
+        int other_err;
+        if (call->other_sock && ch_keep_other(call, &other_err)) return;
+        if (call->attempts < call->max_attempts) {
+            JET_DEBUG("retry call to %s after E%d", call->channel->name, rm->error_code);
+            ch_deadline_disarm(call);
+            ch_retry(call);
+            return;
+        }
+        /* The other attempt's connection failed and no retry is left:
+         * this answer ends the call. */
     }
     /* The user fields of the answer that ends the call, an error answer's
      * too (the issue started with none). */
@@ -1043,7 +1274,8 @@ static void cli_on_refused(jet_socket_t *s, jet_iobuf_t *msg)
     cli_conn_t *conn = s->owner;
     jet_call_t *call = jet__cid_claim_from(cid, conn->tag, &next);
     if (!call) return; /* already ended (deadline) */
-    conn_unlink(conn, call);
+    ch_take_attempt(call, cid);
+    conn_unlink(conn, ch_link(call));
     call->cid = next;
     char why[224];
     jet__socket_size_error(s, "request", len, why, sizeof why);
@@ -1063,8 +1295,8 @@ static void cli_on_failed(jet_socket_t *s, int err)
         uint64_t cids[64];
         size_t n = 0;
         pthread_mutex_lock(&conn->lock);
-        for (jet_call_t *c = conn->pending; c && n < 64; c = c->sock_next)
-            cids[n++] = c->cid;
+        for (jet_call_link_t *l = conn->pending; l && n < 64; l = l->next)
+            cids[n++] = l->cid;
         pthread_mutex_unlock(&conn->lock);
         if (n == 0) break;
         size_t ended = 0;
@@ -1072,7 +1304,8 @@ static void cli_on_failed(jet_socket_t *s, int err)
             uint64_t next;
             jet_call_t *call = jet__cid_claim(cids[i], &next);
             if (!call) continue; /* answered or timed out meanwhile */
-            conn_unlink(conn, call);
+            ch_take_attempt(call, cids[i]);
+            conn_unlink(conn, ch_link(call));
             call->cid = next;
             ch_attempt_failed(call, err, NULL);
             ended++;

@@ -17,4 +17,5 @@ void jet_channel_options_init(jet_channel_options_t *o)
     o->timeout_ms = 500;
     o->connect_timeout_ms = -2; /* "same as timeout_ms" */
     o->max_retry = 3;
+    o->backup_request_ms = -1;
 }
