@@ -97,7 +97,7 @@ typedef struct jet_channel_options {
      * random time in [retry_backoff_ms, retry_backoff_max_ms] when the
      * latter is larger. 0 (default): retry at once. A wait that would reach
      * the call's deadline is skipped (the retry goes at once). A cancel
-     * during the wait takes effect when it ends. */
+     * during the wait ends the call at once. */
     int32_t retry_backoff_ms;
     int32_t retry_backoff_max_ms;
     /* brpc's backup request: when a call has no answer backup_request_ms
@@ -111,7 +111,8 @@ typedef struct jet_channel_options {
      * the call waits for the other; any other answer ends the call. An
      * answer to the first attempt that comes while the backup is being
      * written (microseconds) is dropped: the backup's answer ends the call.
-     * < 0 (default -1): none. For idempotent methods only: the server may
+     * A backup due during a retry's wait (retry_backoff_ms) sends that
+     * retry at once instead. < 0 (default -1): none. For idempotent methods only: the server may
      * run the request twice. */
     int32_t backup_request_ms;
     uint32_t max_body_size;                /* 0 = flag max_body_size */

@@ -249,6 +249,25 @@ void jet__cid_set_owner(uint64_t cid, uint32_t owner)
                               memory_order_seq_cst);
 }
 
+uint64_t jet__cid_owner_of(uint64_t cid)
+{
+    uint32_t idx = (uint32_t)(cid >> 32);
+    if (idx >= atomic_load_explicit(&cid_reg.nslots, memory_order_acquire)) return 0;
+    cid_slot_t *slot = cid_slot(idx);
+    return slot ? atomic_load_explicit(&slot->owner, memory_order_relaxed) : 0;
+}
+
+void jet__cid_publish_wait(uint64_t cid, uint64_t was)
+{
+    uint32_t idx = (uint32_t)(cid >> 32);
+    if (idx >= atomic_load_explicit(&cid_reg.nslots, memory_order_acquire)) return;
+    cid_slot_t *slot = cid_slot(idx);
+    /* Sequentially consistent, as jet__cid_set_owner. */
+    if (slot)
+        atomic_compare_exchange_strong_explicit(&slot->owner, &was, (uint64_t)(uint32_t)cid << 32,
+                                                memory_order_seq_cst, memory_order_relaxed);
+}
+
 static cid_slot_t *cid_token_slot(uint64_t token)
 {
     uint32_t idx = (uint32_t)(token >> 32) - 1;

@@ -75,6 +75,7 @@ struct jet_call {
      * waits would need: they are not taken. */
     bool no_backoff;
     jet_task_t retry_task;       /* a retry after its wait, run on a loop */
+    bool backoff_armed;          /* `deadline` times a retry's wait */
     jet_iobuf_t req_body;        /* serialised (and compressed) request, kept for retries */
     /* A synchronous call's plain request, packed at each attempt instead
      * (req_body empty); NULL otherwise. Valid while the call is issued. */
@@ -172,6 +173,13 @@ jet_call_t *jet__cid_peek(uint64_t cid);
  * (non-zero), before it is written; the issuer then looks for a cancel
  * (jet__cid_cancelled), which either finds the attempt or is found. */
 void jet__cid_set_owner(uint64_t cid, uint32_t owner);
+/* A retry's wait: its attempt cid (the slot's current version, not on a
+ * connection yet) is named as the owner, with no connection, so that a
+ * cancel claims the waiting call at once; unless the owner is no longer
+ * was (jet__cid_owner_of before the wait's timer was set): the wait ended
+ * and the next attempt named itself. Touches the slot only. */
+uint64_t jet__cid_owner_of(uint64_t cid);
+void jet__cid_publish_wait(uint64_t cid, uint64_t was);
 /* jet__cid_claim for an answer that came on the connection tagged owner:
  * NULL unless the attempt cid was written there, so that a peer answering
  * with the id of a call sent elsewhere cannot end that call. */

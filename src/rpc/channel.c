@@ -458,6 +458,12 @@ static void ch_complete(jet_call_t *call, int code, const char *text)
     if (code) jet__call_set_error(call, code, text);
     call->end_us = jet_now_us();
     ch_deadline_disarm(call);
+    if (call->backoff_armed) {
+        /* Cancelled during a retry's wait (a synchronous call's deadline is
+         * not this timer): its timer goes, or finds the call claimed. */
+        jet__deadline_del(&call->deadline);
+        call->backoff_armed = false;
+    }
     ch_backup_disarm(call);
     ch_drop_other(call);
     if (call->sock) {
@@ -527,7 +533,8 @@ static void ch_backoff_cb(uint64_t cid)
 {
     uint64_t next;
     jet_call_t *call = jet__cid_claim(cid, &next);
-    if (!call) return;
+    if (!call) return; /* cancelled during the wait */
+    call->backoff_armed = false;
     call->cid = next;
     jet_loop_t *loop = ch_task_loop(call);
     if (!loop) {
@@ -539,15 +546,23 @@ static void ch_backoff_cb(uint64_t cid)
 }
 
 /* The caller owns the call, whose attempt ended: the next attempt, at once
- * or after the channel's backoff. Nothing else can claim the call while it
- * waits (no connection has its cid; a synchronous waiter past its deadline
- * finds no cid to end and looks again), so the timer's claim owns it. */
+ * or after the channel's backoff. While it waits, its timer and a cancel
+ * may claim it (the wait's cid is named as its owner); no connection has
+ * that cid, and a synchronous waiter past its deadline finds no cid to end
+ * and looks again. */
 static void ch_retry(jet_call_t *call)
 {
     int64_t wait = ch_backoff_us(call);
-    if (wait > 0 &&
-        jet__deadline_add(&call->deadline, jet_now_us() + wait, ch_backoff_cb, call->cid) == 0)
-        return;
+    if (wait > 0) {
+        uint64_t cid = call->cid, was = jet__cid_owner_of(cid);
+        call->backoff_armed = true;
+        if (jet__deadline_add(&call->deadline, jet_now_us() + wait, ch_backoff_cb, cid) == 0) {
+            /* The timer may have fired already: only the slot is touched. */
+            jet__cid_publish_wait(cid, was);
+            return;
+        }
+        call->backoff_armed = false;
+    }
     ch_issue(call);
 }
 
@@ -662,7 +677,22 @@ static void ch_end_claimed(jet_call_t *call, int code, const char *text)
  * attempt leaves nothing to send: its attempt is accepted again as it was. */
 static void ch_backup_send(jet_call_t *call, uint64_t cid, uint64_t next)
 {
+    if (call->sock) {
+        /* The claim may come as soon as the attempt named itself, while
+         * its issuer still arms the deadline under the connection's lock:
+         * the call is touched once that is done. */
+        cli_conn_t *conn = call->sock->owner;
+        pthread_mutex_lock(&conn->lock);
+        pthread_mutex_unlock(&conn->lock);
+    }
     call->cid = next;
+    if (call->backoff_armed) {
+        /* Claimed in a retry's wait: the retry goes now. */
+        jet__deadline_del(&call->deadline);
+        call->backoff_armed = false;
+        ch_issue(call);
+        return;
+    }
     if (!call->sock || call->other_sock || ch_link(call)->cid != cid) {
         /* No attempt of this call is out on a connection under that id
          * (cannot happen: the owner field names only such attempts). */
@@ -703,12 +733,11 @@ static void ch_backup_cb(uint64_t value)
         ch_backup_task(&b->task);
 }
 
-/* In ch_issue, under the connection's lock, at the issue's first attempt:
- * the backup timer of a call that wants one. On failure (no memory) the
- * call goes on without. */
+/* jet_channel_call, before the first attempt: the backup timer of a call
+ * that wants one. On failure (no memory) the call goes on without. */
 static void ch_backup_arm(jet_call_t *call)
 {
-    if (call->backup_at_us == INT64_MAX || call->backup) return;
+    if (call->backup_at_us == INT64_MAX) return;
     ch_backup_t *b = calloc(1, sizeof *b);
     if (!b) return;
     jet__deadline_init(&b->timer);
@@ -887,8 +916,6 @@ static void ch_issue(jet_call_t *call)
              * ends the call (the other one's connection may be this one). */
             jet__cid_set_alt(cid, ch_other_link(call)->cid,
                              ((cli_conn_t *)call->other_sock->owner)->tag);
-        } else if (call->attempts == 1) {
-            ch_backup_arm(call);
         }
     }
     pthread_mutex_unlock(&conn->lock);
@@ -1040,11 +1067,13 @@ int jet_channel_call(jet_channel_t *ch, const ProtobufCServiceDescriptor *servic
          * the loop, which this thread is about to drive while it waits. */
         jet_loop_defer_begin();
         call->waiter_loop = jet_loop_current();
+        ch_backup_arm(call);
         ch_issue(call);
         ch_wait_sync(call);
         jet_loop_defer_end();
         call->req_msg = NULL; /* the caller's again */
     } else {
+        ch_backup_arm(call);
         ch_issue(call);
     }
     return 0;

@@ -5,8 +5,11 @@
  *   - a wait that would reach the deadline is skipped: the call still makes
  *     all its attempts and ends before its deadline;
  *   - a server that comes up during the waits gets the call;
- *   - a cancel during a wait ends the call with ECANCELED when it ends.
- * Elapsed times are checked only from below (a wait never ends early). */
+ *   - a cancel during a wait ends the call with ECANCELED at once (well
+ *     before the wait would have ended);
+ *   - a backup request due during a wait sends that retry at once.
+ * Elapsed times are checked from below (a wait never ends early), and from
+ * above only where a wait is cut short, with seconds of margin. */
 #include <errno.h>
 #include <pthread.h>
 #include <stdatomic.h>
@@ -136,23 +139,54 @@ static void *canceller_main(void *arg)
     return NULL;
 }
 
-/* Cancelled during a 300 ms wait: ECANCELED, no further attempt. */
+/* Cancelled 50 ms into a 6 s wait: ECANCELED then, no further attempt. */
 static void test_cancel_during_a_wait(void)
 {
     int port = jt_tcp_free_port();
     JT_REQUIRE(port > 0);
     for (int async = 0; async < 2; async++) {
-        jet_channel_t *ch = open_channel(port, 5000, 3, 300, 0);
+        jet_channel_t *ch = open_channel(port, 20000, 3, 6000, 0);
         JT_REQUIRE(ch);
         jet_call_t *call = jet_call_create();
         canceller_t c = {.id = jet_call_id(call), .rc = 1};
         JT_REQUIRE(c.id != 0);
         JT_REQUIRE(pthread_create(&c.t, NULL, canceller_main, &c) == 0);
-        timed_call(ch, call, async);
+        int64_t ms = timed_call(ch, call, async);
         pthread_join(c.t, NULL);
+        fprintf(stderr, "  %s: cancelled after %lld ms\n", async ? "async" : "sync", (long long)ms);
         JT_CHECK_EQ(c.rc, 0);
         JT_CHECK_EQ(jet_call_error_code(call), ECANCELED);
         JT_CHECK_EQ(jet_call_attempts(call), 1);
+        JT_CHECK(ms < 3000);
+        /* The call is its owner's again: reissued, it waits anew. */
+        c.id = jet_call_id(call);
+        JT_REQUIRE(c.id != 0);
+        JT_REQUIRE(pthread_create(&c.t, NULL, canceller_main, &c) == 0);
+        timed_call(ch, call, async);
+        pthread_join(c.t, NULL);
+        JT_CHECK_EQ(jet_call_error_code(call), ECANCELED);
+        jet_call_destroy(call);
+        jet_channel_destroy(ch);
+    }
+}
+
+/* Refused at once, then a 2 s wait that a backup request due at 100 ms
+ * cuts short: the second attempt goes then, the third after a whole wait. */
+static void test_backup_cuts_a_wait(void)
+{
+    int port = jt_tcp_free_port();
+    JT_REQUIRE(port > 0);
+    for (int async = 0; async < 2; async++) {
+        jet_channel_t *ch = open_channel(port, 20000, 2, 2000, 0);
+        JT_REQUIRE(ch);
+        jet_call_t *call = jet_call_create();
+        jet_call_set_backup_request_ms(call, 100);
+        int64_t ms = timed_call(ch, call, async);
+        fprintf(stderr, "  %s: %lld ms\n", async ? "async" : "sync", (long long)ms);
+        JT_CHECK_EQ(jet_call_error_code(call), ECONNREFUSED);
+        JT_CHECK_EQ(jet_call_attempts(call), 3);
+        JT_CHECK(ms >= 2000);
+        JT_CHECK(ms < 3800);
         jet_call_destroy(call);
         jet_channel_destroy(ch);
     }
@@ -216,6 +250,7 @@ int main(void)
     JT_RUN(test_no_wait_past_the_deadline);
     JT_RUN(test_rides_out_a_restart);
     JT_RUN(test_cancel_during_a_wait);
+    JT_RUN(test_backup_cuts_a_wait);
     JT_RUN(test_sync_call_on_the_deadline_thread);
     return jt_finish();
 }
