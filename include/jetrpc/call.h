@@ -134,6 +134,11 @@ int jet_call_response_compress_type(const jet_call_t *call);
 /* The call behind a handler's closure_data; NULL once its closure was
  * called (the call is gone). Only for a closure_data the server gave. */
 jet_call_t *jet_server_call(void *closure_data);
+/* Server: what the authenticator's verify_credential_ctx said about the
+ * call's connection, valid until the closure is called; NULL when the
+ * server has no authenticator or it has no verify_credential_ctx (the
+ * type is in jetrpc/options.h). */
+const struct jet_auth_context *jet_call_auth_context(const jet_call_t *call);
 /* Fails the call with code (> 0, a brpc code or a user code; 0 or negative
  * becomes EINTERNAL 2001) and a printf-style text. The handler still calls
  * its closure (with NULL or any message: no message is sent on failure). */

@@ -55,6 +55,18 @@ typedef enum jet_compress_type {
  * that use it; its functions may run on several threads at once, event
  * loops' included (a call issued in a done callback): they must not wait
  * for an answer served by the caller's loop. */
+/* What a server's authenticator learned about a connection's client
+ * (brpc's AuthContext), for the handlers of its calls
+ * (jet_call_auth_context). The strings are the authenticator's malloc'd
+ * copies, or NULL; the library frees them with the connection. */
+typedef struct jet_auth_context {
+    char *user;
+    char *group;
+    char *roles;
+    char *starter;
+    bool is_service;
+} jet_auth_context_t;
+
 typedef struct jet_authenticator {
     /* Client: a credential, malloc'd, in *data_p (the library frees it) of
      * *len_p bytes; runs on the thread that issues the request. 0, or a
@@ -65,6 +77,12 @@ typedef struct jet_authenticator {
      * Runs on the connection's event-loop thread. NULL refuses all. */
     int (*verify_credential)(void *arg, const uint8_t *data, size_t len, const char *peer);
     void *arg;
+    /* Server, instead of verify_credential when set: the same, and on
+     * accepting it may fill ctx (all zero when called), which the
+     * connection's calls then show their handlers. What it put in ctx is
+     * freed on a refusal too. */
+    int (*verify_credential_ctx)(void *arg, const uint8_t *data, size_t len, const char *peer,
+                                 jet_auth_context_t *ctx);
 } jet_authenticator_t;
 
 typedef struct jet_server_options {

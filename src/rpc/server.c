@@ -42,6 +42,8 @@ typedef struct srv_conn {
     struct srv_conn *prev, *next;
     srv_hello_state_t hello;
     bool authed; /* its first request passed the authenticator (loop thread) */
+    bool has_actx; /* actx was filled by verify_credential_ctx (before authed) */
+    jet_auth_context_t actx;
     /* Refused by the authenticator: its input is dropped until the timer
      * closes it (SRV_REFUSE_LINGER_MS after the ERPCAUTH answer). */
     bool refused;
@@ -356,10 +358,28 @@ static void srv_on_failed(jet_socket_t *s, int err)
     jet__socket_unref(s); /* the list's reference; c lives until release */
 }
 
+static void srv_actx_clear(jet_auth_context_t *a)
+{
+    free(a->user);
+    free(a->group);
+    free(a->roles);
+    free(a->starter);
+    memset(a, 0, sizeof *a);
+}
+
 static void srv_on_release(jet_socket_t *s)
 {
-    free(s->owner);
+    srv_conn_t *c = s->owner;
+    if (c) srv_actx_clear(&c->actx);
+    free(c);
     s->owner = NULL;
+}
+
+const jet_auth_context_t *jet_call_auth_context(const jet_call_t *call)
+{
+    if (!call || !call->server || !call->srv_sock) return NULL;
+    const srv_conn_t *c = call->srv_sock->owner;
+    return c && c->has_actx ? &c->actx : NULL;
 }
 
 /* ---- responses ------------------------------------------------------------ */
@@ -552,9 +572,17 @@ static bool srv_authenticate(jet_socket_t *s, srv_conn_t *c, const Brpc__Policy_
     const jet_authenticator_t *auth = c->srv->opts.auth;
     if (!auth || c->authed) return true;
     bool has = meta->has_authentication_data;
-    if (auth->verify_credential &&
-        auth->verify_credential(auth->arg, has ? meta->authentication_data.data : NULL,
-                                has ? meta->authentication_data.len : 0, s->peer) == 0) {
+    const uint8_t *data = has ? meta->authentication_data.data : NULL;
+    size_t len = has ? meta->authentication_data.len : 0;
+    int rc = -EACCES;
+    if (auth->verify_credential_ctx) {
+        rc = auth->verify_credential_ctx(auth->arg, data, len, s->peer, &c->actx);
+        if (rc != 0) srv_actx_clear(&c->actx);
+        c->has_actx = rc == 0;
+    } else if (auth->verify_credential) {
+        rc = auth->verify_credential(auth->arg, data, len, s->peer);
+    }
+    if (rc == 0) {
         c->authed = true;
         return true;
     }

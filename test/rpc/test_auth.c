@@ -8,7 +8,10 @@
  *     answered ERPCAUTH "Fail to authenticate" without the [ip:port]
  *     prefix, and the connection closed;
  *   - a client whose authenticator makes no credential fails the call with
- *     ERPCAUTH and sends nothing. */
+ *     ERPCAUTH and sends nothing;
+ *   - verify_credential_ctx's context reaches the handlers of the
+ *     connection's calls (on the loop and in the worker pool), one per
+ *     connection; none without it; a refusal's is freed. */
 #include <errno.h>
 #include <pthread.h>
 #include <stdatomic.h>
@@ -89,6 +92,104 @@ static jet_channel_t *open_channel(int port, jet_connection_type_t type, test_au
     snprintf(addr, sizeof addr, "127.0.0.1:%d", port);
     jet_channel_t *ch = NULL;
     return jet_channel_create(addr, &o, &ch) == 0 ? ch : NULL;
+}
+
+/* ---- auth context ---- */
+
+static _Atomic int ctx_conns;
+
+/* Accepts "s3cret" as user-<n> (n counts the connections), roles "admin",
+ * a service; fills a context for "bad" too, then refuses it. */
+static int verify_cred_ctx(void *arg, const uint8_t *data, size_t len, const char *peer,
+                           jet_auth_context_t *ctx)
+{
+    JT_CHECK(!ctx->user && !ctx->group && !ctx->roles && !ctx->starter && !ctx->is_service);
+    bool bad = len == 3 && memcmp(data, "bad", 3) == 0;
+    if (verify_cred(arg, data, len, peer) != 0 && !bad) return -EACCES;
+    char user[32];
+    snprintf(user, sizeof user, "user-%d", atomic_fetch_add(&ctx_conns, 1));
+    ctx->user = strdup(user);
+    ctx->roles = strdup("admin");
+    ctx->group = strdup("ops");
+    ctx->is_service = true;
+    return bad ? -EACCES : 0;
+}
+
+/* "whoami": the call's context as "user/group/roles/service", or "none". */
+static bool whoami_hook(const Example__EchoRequest *req, Example__EchoResponse_Closure closure,
+                        void *closure_data)
+{
+    if (strcmp(req->message, "whoami") != 0) return false;
+    const jet_auth_context_t *ctx = jet_call_auth_context(jet_server_call(closure_data));
+    char text[128] = "none";
+    if (ctx)
+        snprintf(text, sizeof text, "%s/%s/%s/%d", ctx->user ? ctx->user : "-",
+                 ctx->group ? ctx->group : "-", ctx->roles ? ctx->roles : "-", ctx->is_service);
+    jt_echo_answer(text, closure, closure_data);
+    return true;
+}
+
+static const char *whoami(jet_channel_t *ch, jet_call_t *call)
+{
+    JT_CHECK_EQ(jt_echo_call(ch, call, "whoami", NULL, NULL), 0);
+    return jt_echo_resp_message(call) ? jt_echo_resp_message(call) : "(failed)";
+}
+
+static void test_auth_context(void)
+{
+    static jt_echo_service_t svc;
+    jt_echo_opts_t eo = {.hook = whoami_hook};
+    jt_echo_service_init(&svc, &eo);
+    for (int mode = 0; mode < 3; mode++) {
+        /* 0: verify_credential_ctx, handlers on the loop; 1: the same in
+         * the worker pool; 2: plain verify_credential. */
+        test_auth_t sa, ca, bad;
+        auth_init(&sa, NULL);
+        auth_init(&ca, "s3cret");
+        auth_init(&bad, "bad");
+        if (mode < 2) sa.base.verify_credential_ctx = verify_cred_ctx;
+        atomic_store(&ctx_conns, 0);
+        jet_server_options_t so;
+        jet_server_options_init(&so);
+        so.auth = &sa.base;
+        so.usercode_in_pool = mode == 1;
+        int port;
+        jet_server_t *srv = jt_echo_server_start_port(&svc, 0, &so, &port);
+        JT_REQUIRE(srv);
+        jet_channel_t *single = open_channel(port, JET_CONNECTION_SINGLE, &ca, -1);
+        jet_channel_t *shrt = open_channel(port, JET_CONNECTION_SHORT, &ca, -1);
+        jet_channel_t *refused = open_channel(port, JET_CONNECTION_SINGLE, &bad, 0);
+        JT_REQUIRE(single && shrt && refused);
+        jet_call_t *call = jet_call_create();
+        if (mode < 2) {
+            JT_CHECK_EQ(strcmp(whoami(single, call), "user-0/ops/admin/1"), 0);
+            JT_CHECK_EQ(strcmp(whoami(single, call), "user-0/ops/admin/1"), 0);
+            /* A connection per call: a context each. */
+            JT_CHECK_EQ(strcmp(whoami(shrt, call), "user-1/ops/admin/1"), 0);
+            JT_CHECK_EQ(strcmp(whoami(shrt, call), "user-2/ops/admin/1"), 0);
+        } else {
+            JT_CHECK_EQ(strcmp(whoami(single, call), "none"), 0);
+            JT_CHECK_EQ(strcmp(whoami(shrt, call), "none"), 0);
+        }
+        whoami(refused, call);
+        JT_CHECK_EQ(jet_call_error_code(call), JET_ERPCAUTH);
+        jet_call_destroy(call);
+        jet_channel_destroy(single);
+        jet_channel_destroy(shrt);
+        jet_channel_destroy(refused);
+        jt_server_stop(srv);
+    }
+    /* No authenticator: none. */
+    int port;
+    jet_server_t *srv = jt_echo_server_start_port(&svc, 0, NULL, &port);
+    JT_REQUIRE(srv);
+    jet_channel_t *ch = open_channel(port, JET_CONNECTION_SINGLE, NULL, -1);
+    JT_REQUIRE(ch);
+    jet_call_t *call = jet_call_create();
+    JT_CHECK_EQ(strcmp(whoami(ch, call), "none"), 0);
+    jet_call_destroy(call);
+    jet_channel_destroy(ch);
+    jt_server_stop(srv);
 }
 
 /* One check per connection: once for a single or reused pooled connection,
@@ -415,5 +516,6 @@ int main(void)
     JT_RUN(test_generation_failure);
     JT_RUN(test_wire_client);
     JT_RUN(test_wire_server);
+    JT_RUN(test_auth_context);
     return jt_finish();
 }
