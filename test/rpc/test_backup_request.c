@@ -18,6 +18,7 @@
  * The server's hook tells the attempts apart by arrival order and answers
  * "first" or "second"; which one a call got says which attempt ended it. */
 #include <errno.h>
+#include <limits.h>
 #include <pthread.h>
 #include <stdatomic.h>
 #include <stdint.h>
@@ -112,21 +113,26 @@ static void check_still_serving(jet_channel_t *ch)
     jet_call_destroy(call);
 }
 
-static void test_backup_answers_first(void)
+/* Under the hook's plan, a call per connection type, sync and async, with a
+ * backup after 30 ms: each ends with expect, after both attempts reached
+ * the server; the channel then serves the next call. */
+static void each_type_ends_with(int first_ms, int second_ms, bool second_fails, int32_t max_retry,
+                                const char *expect)
 {
     for (int t = JET_CONNECTION_SINGLE; t <= JET_CONNECTION_SHORT; t++) {
         for (int async = 0; async < 2; async++) {
-            bk_plan(600, 0, false);
-            jet_channel_t *ch = open_channel(port, t, 5000, 1, 30);
+            bk_plan(first_ms, second_ms, second_fails);
+            jet_channel_t *ch = open_channel(port, t, 5000, max_retry, 30);
             JT_REQUIRE(ch);
             jet_call_t *call = jet_call_create();
             run_call(ch, call, "bk", async);
             fprintf(stderr, "  %s %s: %s after %lld us\n", type_name(t), async ? "async" : "sync",
                     jt_echo_resp_message(call) ? jt_echo_resp_message(call) : "-",
                     (long long)jet_call_latency_us(call));
-            JT_CHECK(jt_echo_resp_is(call, "second"));
+            JT_CHECK(jt_echo_resp_is(call, expect));
             JT_CHECK_EQ(jet_call_attempts(call), 2);
             JT_CHECK(jet_call_has_backup_request(call));
+            JT_CHECK_EQ(atomic_load(&bk.seen), 2);
             JT_CHECK(jet_call_latency_us(call) >= 30000);
             jet_call_destroy(call);
             check_still_serving(ch);
@@ -135,24 +141,38 @@ static void test_backup_answers_first(void)
     }
 }
 
+static void test_backup_answers_first(void)
+{
+    each_type_ends_with(600, 0, false, 1, "second");
+}
+
 static void test_first_answers_after_the_backup_went_out(void)
 {
-    for (int t = JET_CONNECTION_SINGLE; t <= JET_CONNECTION_SHORT; t++) {
-        for (int async = 0; async < 2; async++) {
-            bk_plan(150, 600, false);
-            jet_channel_t *ch = open_channel(port, t, 5000, 2, 30);
-            JT_REQUIRE(ch);
-            jet_call_t *call = jet_call_create();
-            run_call(ch, call, "bk", async);
-            JT_CHECK(jt_echo_resp_is(call, "first"));
-            JT_CHECK_EQ(jet_call_attempts(call), 2);
-            JT_CHECK(jet_call_has_backup_request(call));
-            JT_CHECK_EQ(atomic_load(&bk.seen), 2);
-            jet_call_destroy(call);
-            check_still_serving(ch);
-            jet_channel_destroy(ch);
-        }
-    }
+    each_type_ends_with(150, 600, false, 2, "first");
+}
+
+/* A call (first answer after first_ms) that must go out once only: it
+ * ends with "first", or with want_code, and no backup follows later. */
+static void expect_no_backup(int first_ms, int32_t timeout_ms, int32_t max_retry, int32_t backup_ms,
+                             int32_t call_backup_ms, bool async, int want_code)
+{
+    bk_plan(first_ms, 0, false);
+    jet_channel_t *ch = open_channel(port, JET_CONNECTION_SINGLE, timeout_ms, max_retry, backup_ms);
+    JT_REQUIRE(ch);
+    jet_call_t *call = jet_call_create();
+    if (call_backup_ms != INT32_MIN) jet_call_set_backup_request_ms(call, call_backup_ms);
+    run_call(ch, call, "bk", async);
+    if (want_code)
+        JT_CHECK_EQ(jet_call_error_code(call), want_code);
+    else
+        JT_CHECK(jt_echo_resp_is(call, "first"));
+    jt_sleep_us(150000);
+    JT_CHECK_EQ(atomic_load(&bk.seen), 1);
+    JT_CHECK_EQ(jet_call_attempts(call), 1);
+    JT_CHECK(!jet_call_has_backup_request(call));
+    jet_call_destroy(call);
+    JT_CHECK(jt_echo_wait_idle(GUARD_US));
+    jet_channel_destroy(ch);
 }
 
 /* None goes out: answered in time (and the timer is gone: nothing later),
@@ -160,52 +180,10 @@ static void test_first_answers_after_the_backup_went_out(void)
 static void test_no_backup(void)
 {
     for (int async = 0; async < 2; async++) {
-        bk_plan(0, 0, false);
-        jet_channel_t *ch = open_channel(port, JET_CONNECTION_SINGLE, 5000, 1, 50);
-        JT_REQUIRE(ch);
-        jet_call_t *call = jet_call_create();
-        run_call(ch, call, "bk", async);
-        JT_CHECK(jt_echo_resp_is(call, "first"));
-        jt_sleep_us(150000);
-        JT_CHECK_EQ(atomic_load(&bk.seen), 1);
-        JT_CHECK_EQ(jet_call_attempts(call), 1);
-        JT_CHECK(!jet_call_has_backup_request(call));
-        jet_call_destroy(call);
-        jet_channel_destroy(ch);
-
-        bk_plan(200, 0, false);
-        ch = open_channel(port, JET_CONNECTION_SINGLE, 5000, 0, 20);
-        JT_REQUIRE(ch);
-        call = jet_call_create();
-        run_call(ch, call, "bk", async);
-        JT_CHECK(jt_echo_resp_is(call, "first"));
-        JT_CHECK_EQ(atomic_load(&bk.seen), 1);
-        JT_CHECK(!jet_call_has_backup_request(call));
-        jet_call_destroy(call);
-        jet_channel_destroy(ch);
-
-        bk_plan(400, 0, false);
-        ch = open_channel(port, JET_CONNECTION_SINGLE, 100, 1, 100);
-        JT_REQUIRE(ch);
-        call = jet_call_create();
-        run_call(ch, call, "bk", async);
-        JT_CHECK_EQ(jet_call_error_code(call), JET_ERPCTIMEDOUT);
-        JT_CHECK_EQ(atomic_load(&bk.seen), 1);
-        JT_CHECK(!jet_call_has_backup_request(call));
-        jet_call_destroy(call);
-        JT_CHECK(jt_echo_wait_idle(GUARD_US));
-        jet_channel_destroy(ch);
-
-        bk_plan(200, 0, false);
-        ch = open_channel(port, JET_CONNECTION_SINGLE, 5000, 1, 20);
-        JT_REQUIRE(ch);
-        call = jet_call_create();
-        jet_call_set_backup_request_ms(call, -1);
-        run_call(ch, call, "bk", async);
-        JT_CHECK(jt_echo_resp_is(call, "first"));
-        JT_CHECK_EQ(atomic_load(&bk.seen), 1);
-        jet_call_destroy(call);
-        jet_channel_destroy(ch);
+        expect_no_backup(0, 5000, 1, 50, INT32_MIN, async, 0);
+        expect_no_backup(200, 5000, 0, 20, INT32_MIN, async, 0);
+        expect_no_backup(400, 100, 1, 100, INT32_MIN, async, JET_ERPCTIMEDOUT);
+        expect_no_backup(200, 5000, 1, 20, -1, async, 0);
     }
 }
 
@@ -213,21 +191,7 @@ static void test_no_backup(void)
  * waits for the first attempt instead of making a third. */
 static void test_backup_refused_first_kept(void)
 {
-    for (int t = JET_CONNECTION_SINGLE; t <= JET_CONNECTION_SHORT; t++) {
-        for (int async = 0; async < 2; async++) {
-            bk_plan(200, 0, true);
-            jet_channel_t *ch = open_channel(port, t, 5000, 3, 30);
-            JT_REQUIRE(ch);
-            jet_call_t *call = jet_call_create();
-            run_call(ch, call, "bk", async);
-            JT_CHECK(jt_echo_resp_is(call, "first"));
-            JT_CHECK_EQ(jet_call_attempts(call), 2);
-            JT_CHECK_EQ(atomic_load(&bk.seen), 2);
-            jet_call_destroy(call);
-            check_still_serving(ch);
-            jet_channel_destroy(ch);
-        }
-    }
+    each_type_ends_with(200, 0, true, 3, "first");
 }
 
 /* A raw server for pooled connections: the first connection's request is
