@@ -115,7 +115,8 @@ typedef struct jet_channel_options {
      * random time in [retry_backoff_ms, retry_backoff_max_ms] when the
      * latter is larger. 0 (default): retry at once. A wait that would reach
      * the call's deadline is skipped (the retry goes at once). A cancel
-     * during the wait ends the call at once. */
+     * during the wait ends the call at once, and so does destroying the
+     * channel (ECLOSE). */
     int32_t retry_backoff_ms;
     int32_t retry_backoff_max_ms;
     /* brpc's backup request: when a call has no answer backup_request_ms

@@ -76,6 +76,9 @@ struct jet_call {
     bool no_backoff;
     jet_task_t retry_task;       /* a retry after its wait, run on a loop */
     bool backoff_armed;          /* `deadline` times a retry's wait */
+    /* While it waits: on its channel's list of waiting calls (under the
+     * channel's lock), which its destroy ends at once. */
+    struct jet_call *wait_prev, *wait_next;
     jet_iobuf_t req_body;        /* serialised (and compressed) request, kept for retries */
     /* A synchronous call's plain request, packed at each attempt instead
      * (req_body empty); NULL otherwise. Valid while the call is issued. */

@@ -38,6 +38,7 @@ struct jet_channel {
     _Atomic int refs;
     _Atomic bool closed; /* destroyed: no new connection or call (set under lock) */
     struct cli_conn *out; /* pooled and short connections in use by calls */
+    jet_call_t *waiting;  /* calls in a retry's wait (ch_retry) */
 };
 
 JET_FLAG_DEFINE_INT32_RANGE(
@@ -163,6 +164,38 @@ static bool ch_out_del_locked(jet_channel_t *ch, jet_socket_t *s)
     return true;
 }
 
+static void ch_end_claimed(jet_call_t *call, int code, const char *text);
+
+/* The calls in a retry's wait end with ECLOSE, a bounded batch at a time:
+ * each is claimed by the id of its wait (its owner), which the waiting
+ * thread names right after it listed the call (looked at again until
+ * then), unless its timer, a cancel or a backup claimed it first (which
+ * then take it off the list). */
+static void ch_end_waiting(jet_channel_t *ch)
+{
+    char text[160];
+    snprintf(text, sizeof text, "[%s] %s", ch->name, jet_strerror(-JET_ECLOSE));
+    for (;;) {
+        uint64_t tokens[64];
+        size_t n = 0;
+        pthread_mutex_lock(&ch->lock);
+        for (jet_call_t *c = ch->waiting; c && n < 64; c = c->wait_next)
+            tokens[n++] = atomic_load_explicit(&c->join_token, memory_order_relaxed);
+        pthread_mutex_unlock(&ch->lock);
+        if (n == 0) return;
+        size_t ended = 0;
+        for (size_t i = 0; i < n; i++) {
+            uint64_t cid, next;
+            jet_call_t *call = jet__cid_claim_issue(tokens[i], &cid, &next);
+            if (!call) continue;
+            call->cid = next;
+            ch_end_claimed(call, JET_ECLOSE, text);
+            ended++;
+        }
+        if (ended == 0) sched_yield();
+    }
+}
+
 void jet_channel_destroy(jet_channel_t *ch)
 {
     if (!ch) return;
@@ -193,6 +226,7 @@ void jet_channel_destroy(jet_channel_t *ch)
         jet__socket_set_failed(idle[i], -JET_ECLOSE);
         jet__socket_unref(idle[i]);
     }
+    ch_end_waiting(ch);
     ch_unref(ch);
 }
 
@@ -452,18 +486,32 @@ static void ch_drop_other(jet_call_t *call)
     call->other_sock = NULL;
 }
 
+/* The caller owns the call, claimed during a retry's wait (by its timer, a
+ * cancel, a backup request or the channel's destroy): the wait is over,
+ * its timer off (or fired: then it finds the call claimed), the call off
+ * the channel's waiting list. */
+static void ch_backoff_end(jet_call_t *call)
+{
+    if (!call->backoff_armed) return;
+    jet__deadline_del(&call->deadline);
+    call->backoff_armed = false;
+    jet_channel_t *ch = call->channel;
+    pthread_mutex_lock(&ch->lock);
+    if (call->wait_prev)
+        call->wait_prev->wait_next = call->wait_next;
+    else
+        ch->waiting = call->wait_next;
+    if (call->wait_next) call->wait_next->wait_prev = call->wait_prev;
+    pthread_mutex_unlock(&ch->lock);
+}
+
 /* The caller owns the call (claimed it). Ends it with code (0 = success). */
 static void ch_complete(jet_call_t *call, int code, const char *text)
 {
     if (code) jet__call_set_error(call, code, text);
     call->end_us = jet_now_us();
     ch_deadline_disarm(call);
-    if (call->backoff_armed) {
-        /* Cancelled during a retry's wait (a synchronous call's deadline is
-         * not this timer): its timer goes, or finds the call claimed. */
-        jet__deadline_del(&call->deadline);
-        call->backoff_armed = false;
-    }
+    ch_backoff_end(call);
     ch_backup_disarm(call);
     ch_drop_other(call);
     if (call->sock) {
@@ -534,7 +582,7 @@ static void ch_backoff_cb(uint64_t cid)
     uint64_t next;
     jet_call_t *call = jet__cid_claim(cid, &next);
     if (!call) return; /* cancelled during the wait */
-    call->backoff_armed = false;
+    ch_backoff_end(call);
     call->cid = next;
     jet_loop_t *loop = ch_task_loop(call);
     if (!loop) {
@@ -553,15 +601,26 @@ static void ch_backoff_cb(uint64_t cid)
 static void ch_retry(jet_call_t *call)
 {
     int64_t wait = ch_backoff_us(call);
+    jet_channel_t *ch = call->channel;
     if (wait > 0) {
         uint64_t cid = call->cid, was = jet__cid_owner_of(cid);
-        call->backoff_armed = true;
-        if (jet__deadline_add(&call->deadline, jet_now_us() + wait, ch_backoff_cb, cid) == 0) {
+        pthread_mutex_lock(&ch->lock);
+        bool closed = ch->closed; /* then the retry fails at once */
+        if (!closed) {
+            call->wait_prev = NULL;
+            call->wait_next = ch->waiting;
+            if (ch->waiting) ch->waiting->wait_prev = call;
+            ch->waiting = call;
+            call->backoff_armed = true;
+        }
+        pthread_mutex_unlock(&ch->lock);
+        if (!closed &&
+            jet__deadline_add(&call->deadline, jet_now_us() + wait, ch_backoff_cb, cid) == 0) {
             /* The timer may have fired already: only the slot is touched. */
             jet__cid_publish_wait(cid, was);
             return;
         }
-        call->backoff_armed = false;
+        ch_backoff_end(call);
     }
     ch_issue(call);
 }
@@ -688,8 +747,7 @@ static void ch_backup_send(jet_call_t *call, uint64_t cid, uint64_t next)
     call->cid = next;
     if (call->backoff_armed) {
         /* Claimed in a retry's wait: the retry goes now. */
-        jet__deadline_del(&call->deadline);
-        call->backoff_armed = false;
+        ch_backoff_end(call);
         ch_issue(call);
         return;
     }

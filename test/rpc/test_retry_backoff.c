@@ -7,6 +7,8 @@
  *   - a server that comes up during the waits gets the call;
  *   - a cancel during a wait ends the call with ECANCELED at once (well
  *     before the wait would have ended);
+ *   - destroying the channel during a wait ends the call with ECLOSE at
+ *     once;
  *   - a backup request due during a wait sends that retry at once.
  * Elapsed times are checked from below (a wait never ends early), and from
  * above only where a wait is cut short, with seconds of margin. */
@@ -170,6 +172,39 @@ static void test_cancel_during_a_wait(void)
     }
 }
 
+typedef struct destroyer {
+    pthread_t t;
+    jet_channel_t *ch;
+} destroyer_t;
+
+static void *destroyer_main(void *arg)
+{
+    destroyer_t *d = arg;
+    jt_sleep_us(50000);
+    jet_channel_destroy(d->ch);
+    return NULL;
+}
+
+/* The channel destroyed 50 ms into a 6 s wait: ECLOSE then. */
+static void test_destroy_during_a_wait(void)
+{
+    int port = jt_tcp_free_port();
+    JT_REQUIRE(port > 0);
+    for (int async = 0; async < 2; async++) {
+        destroyer_t d = {.ch = open_channel(port, 20000, 3, 6000, 0)};
+        JT_REQUIRE(d.ch);
+        jet_call_t *call = jet_call_create();
+        JT_REQUIRE(pthread_create(&d.t, NULL, destroyer_main, &d) == 0);
+        int64_t ms = timed_call(d.ch, call, async);
+        pthread_join(d.t, NULL);
+        fprintf(stderr, "  %s: ended after %lld ms\n", async ? "async" : "sync", (long long)ms);
+        JT_CHECK_EQ(jet_call_error_code(call), JET_ECLOSE);
+        JT_CHECK_EQ(jet_call_attempts(call), 1);
+        JT_CHECK(ms < 3000);
+        jet_call_destroy(call);
+    }
+}
+
 /* Refused at once, then a 2 s wait that a backup request due at 100 ms
  * cuts short: the second attempt goes then, the third after a whole wait. */
 static void test_backup_cuts_a_wait(void)
@@ -250,6 +285,7 @@ int main(void)
     JT_RUN(test_no_wait_past_the_deadline);
     JT_RUN(test_rides_out_a_restart);
     JT_RUN(test_cancel_during_a_wait);
+    JT_RUN(test_destroy_during_a_wait);
     JT_RUN(test_backup_cuts_a_wait);
     JT_RUN(test_sync_call_on_the_deadline_thread);
     return jt_finish();
