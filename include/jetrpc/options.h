@@ -119,25 +119,25 @@ typedef struct jet_channel_options {
      * channel (ECLOSE). */
     int32_t retry_backoff_ms;
     int32_t retry_backoff_max_ms;
+    uint32_t max_body_size;                /* 0 = flag max_body_size */
+    const char *protocol;                  /* NULL or "baidu_std" (any case) */
+    bool use_ssl;                          /* not supported: true is refused (-EPROTONOSUPPORT) */
+    const jet_authenticator_t *auth;       /* NULL: none (generate_credential is used) */
     /* brpc's backup request: when a call has no answer backup_request_ms
      * after it started, the same request goes out once more (on the same
      * connection for SINGLE, on another one for POOLED and SHORT), and the
      * first answer of the two ends the call; the other's is dropped. It
      * counts as an attempt: only for calls with a retry left (max_retry >
-     * 0) and a deadline after it. Failures prefer the other attempt to a
-     * retry: a connection that fails, a write refused, or an answer that
-     * would be retried (ELOGOFF, ELIMIT, EOVERCROWDED) end one attempt and
-     * the call waits for the other; any other answer ends the call. An
-     * answer to the first attempt that comes while the backup is being
-     * written (microseconds) is dropped: the backup's answer ends the call.
-     * A backup due during a retry's wait (retry_backoff_ms) sends that
-     * retry at once instead. < 0 (default -1): none. For idempotent methods only: the server may
-     * run the request twice. */
+     * 0) and no deadline before it. As in brpc, a failure of the first
+     * attempt while the backup is out (its connection, its write, an error
+     * answer) is dropped and the call waits for the backup; a failure of
+     * the backup is handled as any attempt's (retried within max_retry),
+     * the first attempt staying out. While the backup, or a retry after a
+     * failed one, is being made (a connect, packing), an answer to the
+     * first attempt is dropped. A backup due during a retry's wait
+     * (retry_backoff_ms) sends that retry at once. < 0 (default -1): none.
+     * For idempotent methods only: the server may run the request twice. */
     int32_t backup_request_ms;
-    uint32_t max_body_size;                /* 0 = flag max_body_size */
-    const char *protocol;                  /* NULL or "baidu_std" (any case) */
-    bool use_ssl;                          /* not supported: true is refused (-EPROTONOSUPPORT) */
-    const jet_authenticator_t *auth;       /* NULL: none (generate_credential is used) */
 } jet_channel_options_t;
 
 void jet_server_options_init(jet_server_options_t *opts);

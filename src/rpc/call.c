@@ -237,6 +237,26 @@ bool jet__cid_set_alt(uint64_t cid, uint64_t alt_cid, uint32_t alt_owner)
         memory_order_acq_rel, memory_order_relaxed);
 }
 
+bool jet__cid_drop_alt(uint64_t cid, uint32_t owner)
+{
+    uint32_t idx = (uint32_t)(cid >> 32), ver = (uint32_t)cid;
+    if (ver == 0 || owner == 0 ||
+        idx >= atomic_load_explicit(&cid_reg.nslots, memory_order_acquire))
+        return false;
+    cid_slot_t *slot = cid_slot(idx);
+    if (!slot || atomic_load_explicit(&slot->alt_owner, memory_order_acquire) !=
+                     ((uint64_t)ver << 32 | owner))
+        return false;
+    uint64_t vers = atomic_load_explicit(&slot->vers, memory_order_relaxed);
+    while ((uint32_t)(vers >> 32) == ver) {
+        /* The current attempt's version stays accepted as it was. */
+        if (atomic_compare_exchange_weak_explicit(&slot->vers, &vers, (uint32_t)vers,
+                                                  memory_order_acq_rel, memory_order_relaxed))
+            return true;
+    }
+    return false;
+}
+
 void jet__cid_set_owner(uint64_t cid, uint32_t owner)
 {
     uint32_t idx = (uint32_t)(cid >> 32);
@@ -278,9 +298,10 @@ static cid_slot_t *cid_token_slot(uint64_t token)
 
 /* The cid of the attempt on a connection of the issue token names, or 0
  * (the issue ended, or none is out). */
-static uint64_t cid_issue_attempt(const cid_slot_t *slot, uint64_t token)
+static uint64_t cid_issue_attempt(const cid_slot_t *slot, uint64_t token, bool not_last)
 {
     uint64_t owner = atomic_load_explicit(&slot->owner, memory_order_seq_cst);
+    if (not_last && (owner & JET_CID_OWNER_LAST)) return 0;
     /* Read as a seqlock: an owner written after this issue's end (by the
      * slot's next call) is seen with that end, and not claimed. */
     if (cid_seq(atomic_load_explicit(&slot->state, memory_order_acquire)) != (uint32_t)token)
@@ -297,21 +318,37 @@ int jet__cid_cancel(uint64_t token, jet_call_t **call_p)
     if (!slot || cid_seq(atomic_load_explicit(&slot->state, memory_order_acquire)) != seq)
         return -EINVAL;
     atomic_store_explicit(&slot->cancel, (uint64_t)1 << 32 | seq, memory_order_seq_cst);
-    uint64_t cid = cid_issue_attempt(slot, token);
+    uint64_t cid = cid_issue_attempt(slot, token, false);
     if (cid) *call_p = jet__cid_claim(cid, NULL);
     return 0;
 }
 
-jet_call_t *jet__cid_claim_issue(uint64_t token, uint64_t *cid_p, uint64_t *next_cid_p)
+jet_call_t *jet__cid_claim_issue(uint64_t token, bool not_last, uint64_t *cid_p,
+                                 uint64_t *next_cid_p, bool *live_p)
 {
+    if (live_p) *live_p = false;
     cid_slot_t *slot = cid_token_slot(token);
     if (!slot ||
         cid_seq(atomic_load_explicit(&slot->state, memory_order_acquire)) != (uint32_t)token)
         return NULL;
-    uint64_t cid = cid_issue_attempt(slot, token);
+    uint64_t owner = atomic_load_explicit(&slot->owner, memory_order_seq_cst);
+    if (not_last && (owner & JET_CID_OWNER_LAST) &&
+        cid_accepts(atomic_load_explicit(&slot->vers, memory_order_acquire),
+                    (uint32_t)(owner >> 32)) &&
+        cid_seq(atomic_load_explicit(&slot->state, memory_order_acquire)) == (uint32_t)token)
+        return NULL; /* the issue's last attempt is out: nothing to back up */
+    uint64_t cid = cid_issue_attempt(slot, token, not_last);
     jet_call_t *call = cid ? jet__cid_claim(cid, next_cid_p) : NULL;
-    if (call) *cid_p = cid;
-    return call;
+    if (call) {
+        *cid_p = cid;
+        return call;
+    }
+    /* Not claimed, the issue still on: an attempt not named yet, or one
+     * whose owner of the moment is ending or retrying it. */
+    if (live_p)
+        *live_p =
+            cid_seq(atomic_load_explicit(&slot->state, memory_order_acquire)) == (uint32_t)token;
+    return NULL;
 }
 
 bool jet__cid_cancelled(uint64_t token)
@@ -330,7 +367,8 @@ jet_call_t *jet__cid_claim_from(uint64_t cid, uint32_t owner, uint64_t *next_cid
     /* Set for this very version: an owner left by an earlier attempt of the
      * slot (a retry now on another connection) names another version. */
     uint64_t want = (uint64_t)(uint32_t)cid << 32 | owner;
-    if (!slot || (atomic_load_explicit(&slot->owner, memory_order_acquire) != want &&
+    if (!slot || ((atomic_load_explicit(&slot->owner, memory_order_acquire) &
+                   ~(uint64_t)JET_CID_OWNER_LAST) != want &&
                   atomic_load_explicit(&slot->alt_owner, memory_order_acquire) != want))
         return NULL;
     return jet__cid_claim(cid, next_cid_p);

@@ -149,8 +149,12 @@ int jet__cid_cancel(uint64_t token, jet_call_t **call_p);
 /* Claims the attempt on a connection of the issue whose join token is
  * token (the one its owner field names): the call, with that attempt's cid
  * in *cid_p and the next version's in *next_cid_p; NULL when the issue ended
- * or its attempt is owned by another thread (an answer, a retry). */
-jet_call_t *jet__cid_claim_issue(uint64_t token, uint64_t *cid_p, uint64_t *next_cid_p);
+ * or its attempt is owned by another thread (an answer, a retry), and with
+ * not_last when that attempt was named the issue's last (set_owner's
+ * JET_CID_OWNER_LAST). *live_p (may be NULL): NULL although the issue goes
+ * on, and not for being the last. */
+jet_call_t *jet__cid_claim_issue(uint64_t token, bool not_last, uint64_t *cid_p,
+                                 uint64_t *next_cid_p, bool *live_p);
 /* The issue of token was cancelled. */
 bool jet__cid_cancelled(uint64_t token);
 /* Claims cid; returns the call or NULL (stale, unknown or already claimed).
@@ -183,6 +187,16 @@ void jet__cid_set_owner(uint64_t cid, uint32_t owner);
  * and the next attempt named itself. Touches the slot only. */
 uint64_t jet__cid_owner_of(uint64_t cid);
 void jet__cid_publish_wait(uint64_t cid, uint64_t was);
+/* In set_owner's owner: this attempt is the issue's last (no backup
+ * request may claim it); connection tags stay below it. */
+#define JET_CID_OWNER_LAST 0x80000000u
+/* The earlier attempt alt_cid of a backup request, written on the
+ * connection tagged owner, failed (its connection, its write, an error
+ * answer): the slot stops accepting its version and keeps the current one,
+ * so the call waits for the backup's outcome. False when alt_cid is not the
+ * slot's earlier attempt (claimed, dropped, or never one). The caller
+ * takes the attempt's place off that connection's pending list. */
+bool jet__cid_drop_alt(uint64_t cid, uint32_t owner);
 /* jet__cid_claim for an answer that came on the connection tagged owner:
  * NULL unless the attempt cid was written there, so that a peer answering
  * with the id of a call sent elsewhere cannot end that call. */

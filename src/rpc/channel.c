@@ -186,7 +186,7 @@ static void ch_end_waiting(jet_channel_t *ch)
         size_t ended = 0;
         for (size_t i = 0; i < n; i++) {
             uint64_t cid, next;
-            jet_call_t *call = jet__cid_claim_issue(tokens[i], &cid, &next);
+            jet_call_t *call = jet__cid_claim_issue(tokens[i], false, &cid, &next, NULL);
             if (!call) continue;
             call->cid = next;
             ch_end_claimed(call, JET_ECLOSE, text);
@@ -240,7 +240,8 @@ static int ch_connect(jet_channel_t *ch, jet_socket_t **s_p)
     if (!conn) return -ENOMEM;
     pthread_mutex_init(&conn->lock, NULL);
     do {
-        conn->tag = atomic_fetch_add_explicit(&conn_tags, 1, memory_order_relaxed) + 1;
+        conn->tag = (atomic_fetch_add_explicit(&conn_tags, 1, memory_order_relaxed) + 1) &
+                    (JET_CID_OWNER_LAST - 1);
     } while (conn->tag == 0);
     conn->max_body = ch->max_body;
     int64_t until = atomic_load_explicit(&ch->tcp_until_us, memory_order_relaxed);
@@ -379,6 +380,20 @@ static void conn_unlink(cli_conn_t *conn, jet_call_link_t *l)
     pthread_mutex_unlock(&conn->lock);
 }
 
+/* Takes the attempt cid off conn's pending list, if it is there (its call
+ * is not touched otherwise: whoever ends the call gives its socket back). */
+static void conn_unlink_cid(cli_conn_t *conn, uint64_t cid)
+{
+    pthread_mutex_lock(&conn->lock);
+    for (jet_call_link_t *l = conn->pending; l; l = l->next) {
+        if (l->cid == cid) {
+            conn_unlink_locked(conn, l);
+            break;
+        }
+    }
+    pthread_mutex_unlock(&conn->lock);
+}
+
 /* The current attempt's link, and the other attempt's (a backup request). */
 static jet_call_link_t *ch_link(jet_call_t *call)
 {
@@ -453,6 +468,10 @@ static void ch_notify(jet_call_t *call)
  * deadline thread; its task claims the issue's attempt on a loop. The timer
  * and the task have their own memory, which the call may outlive or not:
  * whoever takes the timer off (the call's end, or the timer firing) owns it. */
+/* A backup due while its call's attempt was not out, or owned by a retry,
+ * is tried again this much later. */
+#define CH_BACKUP_AGAIN_US 1000
+
 typedef struct jet_call_backup {
     jet_deadline_t timer;
     jet_task_t task;
@@ -600,6 +619,9 @@ static void ch_backoff_cb(uint64_t cid)
  * and looks again. */
 static void ch_retry(jet_call_t *call)
 {
+    /* A backup request's earlier attempt stays the other one, off its
+     * connection until the retry is out (its id is refused meanwhile). */
+    if (call->other_sock) conn_unlink(call->other_sock->owner, ch_other_link(call));
     int64_t wait = ch_backoff_us(call);
     jet_channel_t *ch = call->channel;
     if (wait > 0) {
@@ -625,58 +647,6 @@ static void ch_retry(jet_call_t *call)
     ch_issue(call);
 }
 
-/* The caller owns the call, whose current attempt ended (its connection
- * given back, call->sock NULL) without an outcome for the call, while the
- * other attempt of a backup request is out: the call waits for that one,
- * which becomes the current attempt. The claim that ended the first refused
- * the other's id too: it is accepted again, as the earlier attempt next to
- * the slot's unused version call->cid, for which the deadline is armed.
- * False when the other attempt's connection has failed as well (its error
- * in *err_p): it is dropped, and the caller goes on as without it. */
-static bool ch_keep_other(jet_call_t *call, int *err_p)
-{
-    call->cur ^= 1;
-    call->sock = call->other_sock;
-    call->other_sock = NULL;
-    call->answered = false;
-    jet_call_link_t *l = ch_link(call);
-    cli_conn_t *conn = call->sock->owner;
-    uint64_t token = atomic_load_explicit(&call->join_token, memory_order_relaxed);
-    uint64_t cid = call->cid;
-    ch_deadline_disarm(call);
-    pthread_mutex_lock(&conn->lock);
-    bool dead = conn->dead;
-    int armed = 0;
-    if (dead) {
-        conn_unlink_locked(conn, l);
-    } else {
-        /* As in ch_issue: owner first (a cancel from here finds it), the
-         * deadline armed before the attempt can be claimed again. */
-        jet__cid_set_owner(l->cid, conn->tag);
-        armed = ch_deadline_arm(call);
-        if (armed < 0)
-            conn_unlink_locked(conn, l);
-        else
-            jet__cid_set_alt(cid, l->cid, conn->tag);
-    }
-    pthread_mutex_unlock(&conn->lock);
-    if (dead) {
-        int err = atomic_load(&call->sock->error);
-        *err_p = err ? err : -JET_EFAILEDSOCKET;
-        ch_put_socket(call->channel, call->sock, false);
-        call->sock = NULL;
-        return false;
-    }
-    /* From the unlock on, the call may end on another thread. */
-    if (armed < 0) {
-        if (jet__cid_claim(cid, NULL) == call) ch_complete(call, -armed, NULL);
-    } else if (jet__cid_cancelled(token) && jet__cid_claim(cid, NULL) == call) {
-        conn_unlink(conn, l);
-        ch_complete(call, ECANCELED, CH_CANCELED_TEXT);
-    }
-    return true;
-}
-
 /* The caller owns the call; its attempt failed with err (negative). */
 /* why: what the call's error text says (NULL: the error's own text). */
 static void ch_attempt_failed(jet_call_t *call, int err, const char *why)
@@ -700,10 +670,6 @@ static void ch_attempt_failed(jet_call_t *call, int err, const char *why)
         call->attempts--;
         err = -JET_EEOF;
     }
-    /* A backup request's other attempt is still out: the call waits for it
-     * rather than retrying. */
-    int other_err;
-    if (call->other_sock && ch_keep_other(call, &other_err)) return;
     if (call->attempts < call->max_attempts && ch_retriable(err) &&
         jet_now_us() < call->deadline_us) {
         /* The retry arms a deadline with its own cid once it is linked: the
@@ -751,30 +717,39 @@ static void ch_backup_send(jet_call_t *call, uint64_t cid, uint64_t next)
         ch_issue(call);
         return;
     }
-    if (!call->sock || call->other_sock || ch_link(call)->cid != cid) {
-        /* No attempt of this call is out on a connection under that id
-         * (cannot happen: the owner field names only such attempts). */
+    if (!call->sock || call->other_sock || ch_link(call)->cid != cid ||
+        call->attempts >= call->max_attempts) {
+        /* No attempt of this call to back up is out under that id (cannot
+         * happen: the owner field names only such attempts, and the last
+         * one with JET_CID_OWNER_LAST, which the task does not claim). */
         ch_end_claimed(call, JET_EINTERNAL, "backup request found no attempt to back up");
         return;
     }
+    /* Off its connection while the backup is made (a connect, packing, a
+     * credential): a failure of that connection meanwhile need not wait
+     * for this thread. ch_issue puts it back, or drops it if it failed. */
+    conn_unlink(call->sock->owner, ch_link(call));
     call->other_sock = call->sock;
     call->sock = NULL;
     call->cur ^= 1;
-    if (call->attempts >= call->max_attempts) {
-        int err;
-        if (!ch_keep_other(call, &err)) ch_attempt_failed(call, err, NULL);
-        return;
-    }
-    call->backup_sent = true;
     ch_deadline_disarm(call); /* armed again for the new attempt */
     ch_issue(call);
 }
+
+static void ch_backup_cb(uint64_t value);
 
 static void ch_backup_task(jet_task_t *t)
 {
     ch_backup_t *b = (ch_backup_t *)((char *)t - offsetof(ch_backup_t, task));
     uint64_t cid, next;
-    jet_call_t *call = jet__cid_claim_issue(b->token, &cid, &next);
+    bool live;
+    jet_call_t *call = jet__cid_claim_issue(b->token, true, &cid, &next, &live);
+    /* The issue goes on but its attempt is not out yet, or is being
+     * retried: looked at again shortly (the timer keeps its reference). */
+    if (!call && live &&
+        jet__deadline_add(&b->timer, jet_now_us() + CH_BACKUP_AGAIN_US, ch_backup_cb,
+                          (uint64_t)(uintptr_t)b) == 0)
+        return;
     ch_backup_unref(b); /* the timer's; a call that was claimed holds its own */
     if (call) ch_backup_send(call, cid, next);
 }
@@ -953,6 +928,19 @@ static void ch_issue(jet_call_t *call)
     jet_loop_t *loop = s->loop;
     size_t frame_len = jet_iobuf_len(&frame);
     jet__socket_ref(s);
+    if (call->other_sock) {
+        /* A backup request: its earlier attempt goes back on its
+         * connection (ch_backup_send took it off), unless that failed. */
+        cli_conn_t *oc = call->other_sock->owner;
+        pthread_mutex_lock(&oc->lock);
+        bool odead = oc->dead;
+        if (!odead && !ch_other_link(call)->linked) conn_link_locked(oc, ch_other_link(call));
+        pthread_mutex_unlock(&oc->lock);
+        if (odead) {
+            ch_put_socket(ch, call->other_sock, false);
+            call->other_sock = NULL;
+        }
+    }
     pthread_mutex_lock(&conn->lock);
     bool dead = conn->dead;
     int armed = 0;
@@ -962,7 +950,8 @@ static void ch_issue(jet_call_t *call)
         l->call = call;
         l->cid = cid;
         conn_link_locked(conn, l);
-        jet__cid_set_owner(cid, conn->tag);
+        jet__cid_set_owner(
+            cid, conn->tag | (call->attempts >= call->max_attempts ? JET_CID_OWNER_LAST : 0));
         /* The deadline is armed only now, under the lock and before any
          * answer (which unlinks under it before it disarms): whoever it lets
          * end the attempt finds the call linked and its socket set. */
@@ -974,6 +963,7 @@ static void ch_issue(jet_call_t *call)
              * ends the call (the other one's connection may be this one). */
             jet__cid_set_alt(cid, ch_other_link(call)->cid,
                              ((cli_conn_t *)call->other_sock->owner)->tag);
+            call->backup_sent = true;
         }
     }
     pthread_mutex_unlock(&conn->lock);
@@ -1012,7 +1002,11 @@ static void ch_issue(jet_call_t *call)
         /* Refused without failing the connection (overcrowded, or larger
          * than the transport ever carries): end this attempt. */
         uint64_t next;
-        if (jet__cid_claim(cid, &next) == call) {
+        if (jet__cid_drop_alt(cid, conn->tag)) {
+            /* The earlier attempt of a backup request that went out
+             * meanwhile: the call waits for the backup. */
+            conn_unlink_cid(conn, cid);
+        } else if (jet__cid_claim(cid, &next) == call) {
             ch_take_attempt(call, cid);
             conn_unlink(conn, ch_link(call));
             call->cid = next;
@@ -1227,6 +1221,14 @@ static void cli_handle_response(jet_socket_t *s, jet_baidu_frame_t *f, int bad_a
     /* Only a call written on this connection: a server answering with the
      * id of a call on another connection is ignored like an unknown id. */
     uint64_t next = 0;
+    Brpc__Policy__RpcResponseMeta *rm0 = meta->response;
+    if (meta->has_correlation_id && rm0 && rm0->has_error_code && rm0->error_code != 0 &&
+        jet__cid_drop_alt(cid, conn->tag)) {
+        /* An error answer to the earlier attempt of a backup request: as
+         * brpc, the call waits for the backup's outcome. */
+        conn_unlink_cid(conn, cid);
+        return;
+    }
     jet_call_t *call = meta->has_correlation_id ? jet__cid_claim_from(cid, conn->tag, &next) : NULL;
     if (!call) {
         JET_DEBUG("%s: dropped a response with unknown correlation_id=%llu", s->peer,
@@ -1238,25 +1240,17 @@ static void cli_handle_response(jet_socket_t *s, jet_baidu_frame_t *f, int bad_a
     call->answered = true;
     Brpc__Policy__RpcResponseMeta *rm = meta->response;
     bool failed = rm && rm->has_error_code && rm->error_code != 0;
-    if (failed && ch_answer_retriable(rm->error_code) &&
-        (call->other_sock || call->attempts < call->max_attempts) &&
+    if (failed && ch_answer_retriable(rm->error_code) && call->attempts < call->max_attempts &&
         jet_now_us() < call->deadline_us) {
         /* brpc's retry policy: a server that is stopping or over its limit
-         * is asked again, within max_retry and the deadline; with a backup
-         * request's other attempt out, that one is waited for instead. */
+         * is asked again, within max_retry and the deadline. */
+        JET_DEBUG("retry call to %s after E%d", call->channel->name, rm->error_code);
         call->cid = next;
         ch_put_socket(call->channel, call->sock, true);
         call->sock = NULL;
-        int other_err;
-        if (call->other_sock && ch_keep_other(call, &other_err)) return;
-        if (call->attempts < call->max_attempts) {
-            JET_DEBUG("retry call to %s after E%d", call->channel->name, rm->error_code);
-            ch_deadline_disarm(call);
-            ch_retry(call);
-            return;
-        }
-        /* The other attempt's connection failed and no retry is left:
-         * this answer ends the call. */
+        ch_deadline_disarm(call);
+        ch_retry(call);
+        return;
     }
     /* The user fields of the answer that ends the call, an error answer's
      * too (the issue started with none). */
@@ -1389,6 +1383,13 @@ static void cli_on_failed(jet_socket_t *s, int err)
         size_t ended = 0;
         for (size_t i = 0; i < n; i++) {
             uint64_t next;
+            if (jet__cid_drop_alt(cids[i], conn->tag)) {
+                /* The earlier attempt of a backup request: the call waits
+                 * for the backup's outcome. */
+                conn_unlink_cid(conn, cids[i]);
+                ended++;
+                continue;
+            }
             jet_call_t *call = jet__cid_claim(cids[i], &next);
             if (!call) continue; /* answered or timed out meanwhile */
             ch_take_attempt(call, cids[i]);

@@ -37,36 +37,106 @@
 #define GUARD_US (20 * 1000000LL)
 
 /* How the hook answers requests whose message starts with "bk": the n-th
- * (from 0) after plan[n] ms (0: at once), or with ELOGOFF when fail[n]. */
+ * (from 0; later ones as the last) "first", "second", "third" after
+ * after_ms[n] (0: at once), or ELOGOFF then when fail[n]. */
 static struct {
     _Atomic int seen;
-    int after_ms[2];
-    bool fail[2];
+    int after_ms[3];
+    bool fail[3];
 } bk;
+static _Atomic int bk_failing; /* ELOGOFF answers not sent yet */
+
+static void bk_plan3(int ms0, bool fail0, int ms1, bool fail1, int ms2, bool fail2)
+{
+    atomic_store(&bk.seen, 0);
+    bk.after_ms[0] = ms0;
+    bk.after_ms[1] = ms1;
+    bk.after_ms[2] = ms2;
+    bk.fail[0] = fail0;
+    bk.fail[1] = fail1;
+    bk.fail[2] = fail2;
+}
 
 static void bk_plan(int first_ms, int second_ms, bool second_fails)
 {
-    atomic_store(&bk.seen, 0);
-    bk.after_ms[0] = first_ms;
-    bk.after_ms[1] = second_ms;
-    bk.fail[0] = false;
-    bk.fail[1] = second_fails;
+    bk_plan3(first_ms, false, second_ms, second_fails, second_ms, second_fails);
+}
+
+static void fail_now(Example__EchoResponse_Closure closure, void *closure_data)
+{
+    jet_call_set_failed(jet_server_call(closure_data), JET_ELOGOFF, "stopping (test)");
+    closure(NULL, closure_data);
+}
+
+typedef struct bk_later {
+    int ms;
+    Example__EchoResponse_Closure closure;
+    void *closure_data;
+} bk_later_t;
+
+static void *fail_later_main(void *arg)
+{
+    bk_later_t *l = arg;
+    jt_sleep_us((int64_t)l->ms * 1000);
+    fail_now(l->closure, l->closure_data);
+    free(l);
+    atomic_fetch_sub(&bk_failing, 1);
+    return NULL;
+}
+
+/* "pair:<key>": the first request of a key is held until the second
+ * comes, then answered ELOGOFF just before the second is answered "ok";
+ * later ones are answered "ok". */
+#define PAIR_KEYS 4096
+static struct {
+    pthread_mutex_t mu;
+    int count[PAIR_KEYS];
+    Example__EchoResponse_Closure held[PAIR_KEYS];
+    void *held_data[PAIR_KEYS];
+} pairs = {.mu = PTHREAD_MUTEX_INITIALIZER};
+
+static bool pair_hook(const char *msg, Example__EchoResponse_Closure closure, void *closure_data)
+{
+    int key = atoi(msg + 5);
+    if (key < 0 || key >= PAIR_KEYS) abort();
+    pthread_mutex_lock(&pairs.mu);
+    int n = pairs.count[key]++;
+    Example__EchoResponse_Closure held = pairs.held[key];
+    void *held_data = pairs.held_data[key];
+    if (n == 0) {
+        pairs.held[key] = closure;
+        pairs.held_data[key] = closure_data;
+    }
+    pthread_mutex_unlock(&pairs.mu);
+    if (n == 0) return true;
+    if (n == 1) fail_now(held, held_data);
+    jt_echo_answer("ok", closure, closure_data);
+    return true;
 }
 
 static bool bk_hook(const Example__EchoRequest *req, Example__EchoResponse_Closure closure,
                     void *closure_data)
 {
+    if (strncmp(req->message, "pair:", 5) == 0)
+        return pair_hook(req->message, closure, closure_data);
     if (strncmp(req->message, "bk", 2) != 0) return false;
+    static const char *const answers[3] = {"first", "second", "third"};
     int n = atomic_fetch_add(&bk.seen, 1);
-    int i = n < 2 ? n : 1;
-    const char *answer = n == 0 ? "first" : "second";
-    if (bk.fail[i]) {
-        jet_call_set_failed(jet_server_call(closure_data), JET_ELOGOFF, "stopping (test)");
-        closure(NULL, closure_data);
+    int i = n < 3 ? n : 2;
+    if (bk.fail[i] && bk.after_ms[i] > 0) {
+        bk_later_t *l = malloc(sizeof *l);
+        if (!l) abort();
+        *l = (bk_later_t){bk.after_ms[i], closure, closure_data};
+        atomic_fetch_add(&bk_failing, 1);
+        pthread_t th;
+        if (pthread_create(&th, NULL, fail_later_main, l) != 0) abort();
+        pthread_detach(th);
+    } else if (bk.fail[i]) {
+        fail_now(closure, closure_data);
     } else if (bk.after_ms[i] > 0) {
-        if (!jt_echo_answer_later(bk.after_ms[i], answer, closure, closure_data)) abort();
+        if (!jt_echo_answer_later(bk.after_ms[i], answers[i], closure, closure_data)) abort();
     } else {
-        jt_echo_answer(answer, closure, closure_data);
+        jt_echo_answer(answers[i], closure, closure_data);
     }
     return true;
 }
@@ -107,21 +177,27 @@ static void run_call(jet_channel_t *ch, jet_call_t *call, const char *msg, bool 
 static void check_still_serving(jet_channel_t *ch)
 {
     JT_CHECK(jt_echo_wait_idle(GUARD_US));
+    JT_CHECK(JT_WAIT_UNTIL(atomic_load(&bk_failing) == 0, GUARD_US));
     jet_call_t *call = jet_call_create();
     run_call(ch, call, "after", false);
     JT_CHECK(jt_echo_resp_is(call, "after"));
     jet_call_destroy(call);
 }
 
-/* Under the hook's plan, a call per connection type, sync and async, with a
- * backup after 30 ms: each ends with expect, after both attempts reached
- * the server; the channel then serves the next call. */
-static void each_type_ends_with(int first_ms, int second_ms, bool second_fails, int32_t max_retry,
-                                const char *expect)
+/* The hook's plan for one call: answer n after ms[n], or ELOGOFF then. */
+typedef struct plan {
+    int ms[3];
+    bool fail[3];
+} plan_t;
+
+/* Under plan, a call per connection type, sync and async, with a backup
+ * after 30 ms: each ends with expect after attempts attempts, all of which
+ * reached the server; the channel then serves the next call. */
+static void each_type_ends_with(plan_t p, int32_t max_retry, const char *expect, int attempts)
 {
     for (int t = JET_CONNECTION_SINGLE; t <= JET_CONNECTION_SHORT; t++) {
         for (int async = 0; async < 2; async++) {
-            bk_plan(first_ms, second_ms, second_fails);
+            bk_plan3(p.ms[0], p.fail[0], p.ms[1], p.fail[1], p.ms[2], p.fail[2]);
             jet_channel_t *ch = open_channel(port, t, 5000, max_retry, 30);
             JT_REQUIRE(ch);
             jet_call_t *call = jet_call_create();
@@ -130,9 +206,9 @@ static void each_type_ends_with(int first_ms, int second_ms, bool second_fails, 
                     jt_echo_resp_message(call) ? jt_echo_resp_message(call) : "-",
                     (long long)jet_call_latency_us(call));
             JT_CHECK(jt_echo_resp_is(call, expect));
-            JT_CHECK_EQ(jet_call_attempts(call), 2);
+            JT_CHECK_EQ(jet_call_attempts(call), attempts);
             JT_CHECK(jet_call_has_backup_request(call));
-            JT_CHECK_EQ(atomic_load(&bk.seen), 2);
+            JT_CHECK_EQ(atomic_load(&bk.seen), attempts);
             JT_CHECK(jet_call_latency_us(call) >= 30000);
             jet_call_destroy(call);
             check_still_serving(ch);
@@ -143,12 +219,12 @@ static void each_type_ends_with(int first_ms, int second_ms, bool second_fails, 
 
 static void test_backup_answers_first(void)
 {
-    each_type_ends_with(600, 0, false, 1, "second");
+    each_type_ends_with((plan_t){.ms = {600, 0, 0}}, 1, "second", 2);
 }
 
 static void test_first_answers_after_the_backup_went_out(void)
 {
-    each_type_ends_with(150, 600, false, 2, "first");
+    each_type_ends_with((plan_t){.ms = {150, 600, 600}}, 2, "first", 2);
 }
 
 /* A call (first answer after first_ms) that must go out once only: it
@@ -187,16 +263,24 @@ static void test_no_backup(void)
     }
 }
 
-/* The backup is answered ELOGOFF (retried without a backup): the call
- * waits for the first attempt instead of making a third. */
-static void test_backup_refused_first_kept(void)
+/* The first attempt is answered ELOGOFF after the backup went out: as in
+ * brpc, the call waits for the backup instead of retrying. */
+static void test_first_refused_backup_kept(void)
 {
-    each_type_ends_with(200, 0, true, 3, "first");
+    each_type_ends_with((plan_t){.ms = {150, 400, 400}, .fail = {true, false, false}}, 3, "second",
+                        2);
 }
 
-/* A raw server for pooled connections: the first connection's request is
- * answered "first" 300 ms after the second connection (the backup's) was
- * closed on its request. */
+/* The backup is answered ELOGOFF: it is retried (as any attempt); the first
+ * one, still out, would do too, and the retry's answer comes first. */
+static void test_backup_refused_retried(void)
+{
+    each_type_ends_with((plan_t){.ms = {600, 0, 0}, .fail = {false, true, false}}, 3, "third", 3);
+}
+
+/* A raw server for pooled connections: once the second connection (the
+ * backup's) brought its request, the first one is closed, and the backup
+ * answered "second" 300 ms later. */
 typedef struct raw_srv {
     pthread_t t;
     int lfd, port;
@@ -218,23 +302,25 @@ static void *raw_srv_main(void *arg)
     if (fd < 0) goto out_a;
     jt_conn_init(&b, fd);
     int got = jt_conn_frame(&b, 5000, &fb, NULL, NULL);
-    jt_conn_close(&b);
-    if (got != 1) goto out_a;
+    jt_conn_close(&a);
+    if (got != 1) goto out_b;
     jt_sleep_us(300000);
     Example__EchoResponse resp = EXAMPLE__ECHO_RESPONSE__INIT;
-    resp.message = "first";
+    resp.message = "second";
     uint8_t msg[64];
     size_t mlen = example__echo_response__pack(&resp, msg);
     Brpc__Policy__RpcMeta meta = BRPC__POLICY__RPC_META__INIT;
     Brpc__Policy__RpcResponseMeta rm = BRPC__POLICY__RPC_RESPONSE_META__INIT;
     meta.response = &rm;
     meta.has_correlation_id = true;
-    meta.correlation_id = fa.meta->correlation_id;
+    meta.correlation_id = fb.meta->correlation_id;
     jt_bytes_t out = {0};
     jt_bytes_frame(&out, &meta, msg, mlen, NULL, 0);
-    r->ok = jt_conn_write(&a, out.p, out.len) == 0;
+    r->ok = jt_conn_write(&b, out.p, out.len) == 0;
     free(out.p);
-    jt_conn_wait_closed(&a, 5000);
+    jt_conn_wait_closed(&b, 5000);
+out_b:
+    jt_conn_close(&b);
 out_a:
     jt_conn_close(&a);
     jet__baidu_frame_fini(&fa);
@@ -242,7 +328,7 @@ out_a:
     return NULL;
 }
 
-static void test_backup_connection_fails_first_kept(void)
+static void test_first_connection_fails_backup_kept(void)
 {
     for (int async = 0; async < 2; async++) {
         raw_srv_t r = {0};
@@ -253,7 +339,7 @@ static void test_backup_connection_fails_first_kept(void)
         JT_REQUIRE(ch);
         jet_call_t *call = jet_call_create();
         run_call(ch, call, "bk", async);
-        JT_CHECK(jt_echo_resp_is(call, "first"));
+        JT_CHECK(jt_echo_resp_is(call, "second"));
         JT_CHECK_EQ(jet_call_attempts(call), 2);
         JT_CHECK(jet_call_has_backup_request(call));
         jet_call_destroy(call);
@@ -372,6 +458,62 @@ static void test_racing_answers(void)
     }
 }
 
+/* Every call's backup is due at once (often before its first attempt is
+ * out: it is sent once it is); the server fails the first request of each
+ * pair just before it answers the other: a failure of one attempt racing
+ * the other's answer. Every call ends once, with "ok". */
+static void test_failure_races_the_other_answer(void)
+{
+    enum { DEPTH = 32, ROUNDS = 20 };
+    int key = 0;
+    for (int t = JET_CONNECTION_SINGLE; t <= JET_CONNECTION_SHORT; t++) {
+        jet_channel_t *ch = open_channel(port, t, 5000, 3, 0);
+        JT_REQUIRE(ch);
+        static racer_t rs[DEPTH];
+        _Atomic int ended = 0;
+        int bad = 0;
+        for (int round = 0; round < ROUNDS; round++) {
+            atomic_store(&ended, 0);
+            for (int i = 0; i < DEPTH; i++) {
+                racer_t *r = &rs[i];
+                if (!r->call) r->call = jet_call_create();
+                snprintf(r->msg, sizeof r->msg, "pair:%d", key++);
+                r->ended = &ended;
+                atomic_store(&r->ends, 0);
+                JT_CHECK_EQ(jt_echo_call(ch, r->call, r->msg, racer_done, r), 0);
+            }
+            JT_CHECK(jt_wait_at_least(&ended, DEPTH, GUARD_US));
+            for (int i = 0; i < DEPTH; i++) {
+                jet_call_join(rs[i].call);
+                if (atomic_load(&rs[i].ends) != 1 || !jt_echo_resp_is(rs[i].call, "ok")) {
+                    if (bad++ < 3)
+                        fprintf(stderr, "  %s: %s ended %d times: %d %s\n", type_name(t), rs[i].msg,
+                                atomic_load(&rs[i].ends), jet_call_error_code(rs[i].call),
+                                jet_call_error_text(rs[i].call) ? jet_call_error_text(rs[i].call)
+                                                                : "");
+                }
+            }
+        }
+        /* A first request whose backup never came is still held: answered
+         * now, so that a failure here does not hold the server's stop. */
+        pthread_mutex_lock(&pairs.mu);
+        for (int k = 0; k < key; k++) {
+            if (pairs.count[k] != 1) continue;
+            pairs.count[k]++;
+            jt_echo_answer("late", pairs.held[k], pairs.held_data[k]);
+            bad++;
+        }
+        pthread_mutex_unlock(&pairs.mu);
+        fprintf(stderr, "  %s: %d calls, %d wrong\n", type_name(t), DEPTH * ROUNDS, bad);
+        JT_CHECK_EQ(bad, 0);
+        for (int i = 0; i < DEPTH; i++) {
+            jet_call_destroy(rs[i].call);
+            rs[i].call = NULL;
+        }
+        jet_channel_destroy(ch);
+    }
+}
+
 int main(void)
 {
     jt_echo_opts_t eo = {.hook = bk_hook};
@@ -381,10 +523,12 @@ int main(void)
     JT_RUN(test_backup_answers_first);
     JT_RUN(test_first_answers_after_the_backup_went_out);
     JT_RUN(test_no_backup);
-    JT_RUN(test_backup_refused_first_kept);
-    JT_RUN(test_backup_connection_fails_first_kept);
+    JT_RUN(test_first_refused_backup_kept);
+    JT_RUN(test_backup_refused_retried);
+    JT_RUN(test_first_connection_fails_backup_kept);
     JT_RUN(test_deadline_and_cancel_with_both_out);
     JT_RUN(test_racing_answers);
+    JT_RUN(test_failure_races_the_other_answer);
     JT_CHECK(jt_echo_wait_idle(GUARD_US));
     jt_server_stop(srv);
     return jt_finish();
