@@ -131,12 +131,12 @@ typedef struct jet_channel_options {
      * 0) and no deadline before it. As in brpc, a failure of the first
      * attempt while the backup is out (its connection, its write, an error
      * answer) is dropped and the call waits for the backup; a failure of
-     * the backup is handled as any attempt's (retried within max_retry),
-     * the first attempt staying out. While the backup, or a retry after a
-     * failed one, is being made (a connect, packing), an answer to the
-     * first attempt is dropped. A backup due during a retry's wait
-     * (retry_backoff_ms) sends that retry at once. < 0 (default -1): none.
-     * For idempotent methods only: the server may run the request twice. */
+     * the backup is handled as any attempt's (retried within max_retry,
+     * at once: no retry_backoff_ms wait), the first attempt staying out.
+     * While the backup, or a retry after a failed one, is being made (a
+     * connect, packing), an answer to the first attempt is dropped. A backup due during a retry's
+     * wait (retry_backoff_ms) sends that retry at once. < 0 (default -1): none. For idempotent
+     * methods only: the server may run the request twice. */
     int32_t backup_request_ms;
 } jet_channel_options_t;
 

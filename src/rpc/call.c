@@ -237,24 +237,43 @@ bool jet__cid_set_alt(uint64_t cid, uint64_t alt_cid, uint32_t alt_owner)
         memory_order_acq_rel, memory_order_relaxed);
 }
 
-bool jet__cid_drop_alt(uint64_t cid, uint32_t owner)
+jet_call_t *jet__cid_fail_from(uint64_t cid, uint32_t owner, uint64_t *next_cid_p, bool *dropped_p)
 {
+    *dropped_p = false;
     uint32_t idx = (uint32_t)(cid >> 32), ver = (uint32_t)cid;
     if (ver == 0 || owner == 0 ||
         idx >= atomic_load_explicit(&cid_reg.nslots, memory_order_acquire))
-        return false;
+        return NULL;
     cid_slot_t *slot = cid_slot(idx);
-    if (!slot || atomic_load_explicit(&slot->alt_owner, memory_order_acquire) !=
-                     ((uint64_t)ver << 32 | owner))
-        return false;
-    uint64_t vers = atomic_load_explicit(&slot->vers, memory_order_relaxed);
-    while ((uint32_t)(vers >> 32) == ver) {
-        /* The current attempt's version stays accepted as it was. */
-        if (atomic_compare_exchange_weak_explicit(&slot->vers, &vers, (uint32_t)vers,
-                                                  memory_order_acq_rel, memory_order_relaxed))
-            return true;
+    if (!slot) return NULL;
+    uint64_t want = (uint64_t)ver << 32 | owner;
+    uint64_t vers = atomic_load_explicit(&slot->vers, memory_order_acquire);
+    for (;;) {
+        uint64_t to;
+        bool drop = (uint32_t)(vers >> 32) == ver;
+        if (drop) {
+            /* The earlier attempt: only its version goes; the current one
+             * stays accepted as it was. */
+            if (atomic_load_explicit(&slot->alt_owner, memory_order_acquire) != want) return NULL;
+            to = (uint32_t)vers;
+        } else if ((uint32_t)vers == ver) {
+            if ((atomic_load_explicit(&slot->owner, memory_order_acquire) &
+                 ~(uint64_t)JET_CID_OWNER_LAST) != want)
+                return NULL;
+            to = ver + 1 != 0 ? ver + 1 : 1;
+        } else {
+            return NULL;
+        }
+        if (atomic_compare_exchange_weak_explicit(&slot->vers, &vers, to, memory_order_acq_rel,
+                                                  memory_order_acquire)) {
+            if (drop) {
+                *dropped_p = true;
+                return NULL;
+            }
+            if (next_cid_p) *next_cid_p = ((uint64_t)idx << 32) | (uint32_t)to;
+            return atomic_load_explicit(&slot->call, memory_order_relaxed);
+        }
     }
-    return false;
 }
 
 void jet__cid_set_owner(uint64_t cid, uint32_t owner)

@@ -190,13 +190,14 @@ void jet__cid_publish_wait(uint64_t cid, uint64_t was);
 /* In set_owner's owner: this attempt is the issue's last (no backup
  * request may claim it); connection tags stay below it. */
 #define JET_CID_OWNER_LAST 0x80000000u
-/* The earlier attempt alt_cid of a backup request, written on the
- * connection tagged owner, failed (its connection, its write, an error
- * answer): the slot stops accepting its version and keeps the current one,
- * so the call waits for the backup's outcome. False when alt_cid is not the
- * slot's earlier attempt (claimed, dropped, or never one). The caller
- * takes the attempt's place off that connection's pending list. */
-bool jet__cid_drop_alt(uint64_t cid, uint32_t owner);
+/* The attempt cid, written on the connection tagged owner, failed (its
+ * connection, its write, an error answer), decided in one step: the
+ * earlier attempt of a backup request only stops being accepted (the
+ * current one stays, and the call waits for it): *dropped_p, NULL, and the
+ * caller takes the attempt off that connection's pending list; the
+ * current attempt is claimed as jet__cid_claim_from does (the call, next
+ * version in *next_cid_p); otherwise NULL (claimed or ended elsewhere). */
+jet_call_t *jet__cid_fail_from(uint64_t cid, uint32_t owner, uint64_t *next_cid_p, bool *dropped_p);
 /* jet__cid_claim for an answer that came on the connection tagged owner:
  * NULL unless the attempt cid was written there, so that a peer answering
  * with the id of a call sent elsewhere cannot end that call. */

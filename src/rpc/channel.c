@@ -622,7 +622,9 @@ static void ch_retry(jet_call_t *call)
     /* A backup request's earlier attempt stays the other one, off its
      * connection until the retry is out (its id is refused meanwhile). */
     if (call->other_sock) conn_unlink(call->other_sock->owner, ch_other_link(call));
-    int64_t wait = ch_backoff_us(call);
+    /* Not while the first attempt of a backup request is out: its answer
+     * would be refused for the whole wait. */
+    int64_t wait = call->other_sock ? 0 : ch_backoff_us(call);
     jet_channel_t *ch = call->channel;
     if (wait > 0) {
         uint64_t cid = call->cid, was = jet__cid_owner_of(cid);
@@ -1002,12 +1004,13 @@ static void ch_issue(jet_call_t *call)
         /* Refused without failing the connection (overcrowded, or larger
          * than the transport ever carries): end this attempt. */
         uint64_t next;
-        if (jet__cid_drop_alt(cid, conn->tag)) {
+        bool dropped;
+        jet_call_t *mine = jet__cid_fail_from(cid, conn->tag, &next, &dropped);
+        if (dropped) {
             /* The earlier attempt of a backup request that went out
              * meanwhile: the call waits for the backup. */
             conn_unlink_cid(conn, cid);
-        } else if (jet__cid_claim(cid, &next) == call) {
-            ch_take_attempt(call, cid);
+        } else if (mine == call) {
             conn_unlink(conn, ch_link(call));
             call->cid = next;
             char why[224];
@@ -1222,14 +1225,20 @@ static void cli_handle_response(jet_socket_t *s, jet_baidu_frame_t *f, int bad_a
      * id of a call on another connection is ignored like an unknown id. */
     uint64_t next = 0;
     Brpc__Policy__RpcResponseMeta *rm0 = meta->response;
-    if (meta->has_correlation_id && rm0 && rm0->has_error_code && rm0->error_code != 0 &&
-        jet__cid_drop_alt(cid, conn->tag)) {
+    bool dropped = false;
+    jet_call_t *call = NULL;
+    if (!meta->has_correlation_id)
+        call = NULL;
+    else if (rm0 && rm0->has_error_code && rm0->error_code != 0)
+        call = jet__cid_fail_from(cid, conn->tag, &next, &dropped);
+    else
+        call = jet__cid_claim_from(cid, conn->tag, &next);
+    if (dropped) {
         /* An error answer to the earlier attempt of a backup request: as
          * brpc, the call waits for the backup's outcome. */
         conn_unlink_cid(conn, cid);
         return;
     }
-    jet_call_t *call = meta->has_correlation_id ? jet__cid_claim_from(cid, conn->tag, &next) : NULL;
     if (!call) {
         JET_DEBUG("%s: dropped a response with unknown correlation_id=%llu", s->peer,
                   (unsigned long long)cid);
@@ -1353,8 +1362,10 @@ static void cli_on_refused(jet_socket_t *s, jet_iobuf_t *msg)
     uint64_t next, cid = (uint64_t)f.meta->correlation_id;
     jet__baidu_frame_fini(&f);
     cli_conn_t *conn = s->owner;
-    jet_call_t *call = jet__cid_claim_from(cid, conn->tag, &next);
-    if (!call) return; /* already ended (deadline) */
+    bool dropped;
+    jet_call_t *call = jet__cid_fail_from(cid, conn->tag, &next, &dropped);
+    if (dropped) conn_unlink_cid(conn, cid); /* a backup request is out */
+    if (!call) return; /* already ended (deadline), or the call waits for its backup */
     ch_take_attempt(call, cid);
     conn_unlink(conn, ch_link(call));
     call->cid = next;
@@ -1383,14 +1394,15 @@ static void cli_on_failed(jet_socket_t *s, int err)
         size_t ended = 0;
         for (size_t i = 0; i < n; i++) {
             uint64_t next;
-            if (jet__cid_drop_alt(cids[i], conn->tag)) {
+            bool dropped;
+            jet_call_t *call = jet__cid_fail_from(cids[i], conn->tag, &next, &dropped);
+            if (dropped) {
                 /* The earlier attempt of a backup request: the call waits
                  * for the backup's outcome. */
                 conn_unlink_cid(conn, cids[i]);
                 ended++;
                 continue;
             }
-            jet_call_t *call = jet__cid_claim(cids[i], &next);
             if (!call) continue; /* answered or timed out meanwhile */
             ch_take_attempt(call, cids[i]);
             conn_unlink(conn, ch_link(call));

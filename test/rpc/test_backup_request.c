@@ -278,6 +278,37 @@ static void test_backup_refused_retried(void)
     each_type_ends_with((plan_t){.ms = {600, 0, 0}, .fail = {false, true, false}}, 3, "third", 3);
 }
 
+/* The backup is refused while the first attempt is out, on a channel with
+ * a retry backoff: the retry goes at once, the first attempt stays
+ * accepted, and its answer (before the retry's) ends the call. */
+static void test_backup_refused_no_wait(void)
+{
+    for (int t = JET_CONNECTION_SINGLE; t <= JET_CONNECTION_SHORT; t++) {
+        bk_plan3(150, false, 0, true, 2000, false);
+        jet_channel_options_t o;
+        jet_channel_options_init(&o);
+        o.connection_type = t;
+        o.timeout_ms = -1;
+        o.max_retry = 2;
+        o.backup_request_ms = 30;
+        o.retry_backoff_ms = 1000;
+        char addr[64];
+        snprintf(addr, sizeof addr, "127.0.0.1:%d", port);
+        jet_channel_t *ch = NULL;
+        JT_REQUIRE(jet_channel_create(addr, &o, &ch) == 0);
+        jet_call_t *call = jet_call_create();
+        run_call(ch, call, "bk", true);
+        fprintf(stderr, "  %s: %s after %lld us\n", type_name(t),
+                jt_echo_resp_message(call) ? jt_echo_resp_message(call) : "-",
+                (long long)jet_call_latency_us(call));
+        JT_CHECK(jt_echo_resp_is(call, "first"));
+        JT_CHECK_EQ(jet_call_attempts(call), 3);
+        jet_call_destroy(call);
+        check_still_serving(ch);
+        jet_channel_destroy(ch);
+    }
+}
+
 /* A raw server for pooled connections: once the second connection (the
  * backup's) brought its request, the first one is closed, and the backup
  * answered "second" 300 ms later. */
@@ -525,6 +556,7 @@ int main(void)
     JT_RUN(test_no_backup);
     JT_RUN(test_first_refused_backup_kept);
     JT_RUN(test_backup_refused_retried);
+    JT_RUN(test_backup_refused_no_wait);
     JT_RUN(test_first_connection_fails_backup_kept);
     JT_RUN(test_deadline_and_cancel_with_both_out);
     JT_RUN(test_racing_answers);
