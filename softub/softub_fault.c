@@ -39,6 +39,8 @@
  *                          (SIGSTOP) and goes on once continued (0: off).
  * SOFTUB_JFC_FAIL          the first this many create_jfc calls of the
  *                          process fail (ENOMEM), after their sleep.
+ * SOFTUB_JFC_FAIL_AFTER    those failures start only after the process has
+ *                          created this many JFCs (0: at once).
  * SOFTUB_RECV_FULL         the first this many receive WRs the process
  *                          posts (post_jfr_wr, post_jetty_recv_wr) are
  *                          refused with URMA_ENOMEM, as by a full queue.
@@ -113,6 +115,7 @@ static void fault_load_once(void)
     f->die_on_take_imm = fault_u64("SOFTUB_DIE_ON_TAKE_IMM", 0, UINT64_MAX);
     f->stop_on_take_imm = fault_u64("SOFTUB_STOP_ON_TAKE_IMM", 0, UINT64_MAX);
     atomic_store(&f->jfc_fail, (uint32_t)fault_u64("SOFTUB_JFC_FAIL", 0, 1000000));
+    atomic_store(&f->jfc_fail_after, (uint32_t)fault_u64("SOFTUB_JFC_FAIL_AFTER", 0, 1000000));
     atomic_store(&f->recv_full, (uint32_t)fault_u64("SOFTUB_RECV_FULL", 0, 1000000));
     atomic_store(&f->recv_full_after, (uint32_t)fault_u64("SOFTUB_RECV_FULL_AFTER", 0, 1000000));
     f->no_pidfd = fault_u64("SOFTUB_NO_PIDFD", 0, 1) != 0;

@@ -346,6 +346,7 @@ struct sub_fault {
     uint64_t die_on_take_imm; /* SOFTUB_DIE_ON_TAKE_IMM (0: off) */
     uint64_t stop_on_take_imm; /* SOFTUB_STOP_ON_TAKE_IMM (0: off) */
     _Atomic uint32_t jfc_fail; /* create_jfc calls left to fail */
+    _Atomic uint32_t jfc_fail_after; /* create_jfc calls to let through before those */
     _Atomic uint32_t recv_full; /* receive WRs left to refuse as by a full queue */
     _Atomic uint32_t recv_full_after; /* receive WRs to let through before those */
     int no_pidfd;

@@ -331,7 +331,9 @@ SUB_API urma_jfc_t *urma_create_jfc(urma_context_t *ctx, urma_jfc_cfg_t *jfc_cfg
         return NULL;
     }
     softub__fault_sleep_us(softub__fault.queue_delay_us, "create_jfc");
-    if (softub__fault_take(&softub__fault.jfc_fail)) {
+    if (atomic_load_explicit(&softub__fault.jfc_fail, memory_order_relaxed) != 0 &&
+        !softub__fault_take(&softub__fault.jfc_fail_after) &&
+        softub__fault_take(&softub__fault.jfc_fail)) {
         errno = ENOMEM;
         return NULL;
     }

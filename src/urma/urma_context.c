@@ -23,6 +23,7 @@
 #define CTX_QUEUE_MAX   4096
 #define CTX_POLL_MAX    64      /* urma_cqe_poll_once */
 #define CTX_POOL_MAX    1024    /* urma_prepared_jetty_cnt */
+#define CTX_CQ_MAX      64      /* urma_jfc_per_loop */
 #define CTX_SPIN_MAX_US 1000000 /* the urma_event_*spin*_us flags */
 
 JET_FLAG_DEFINE_STRING(urma_lib, "",
@@ -107,8 +108,12 @@ JET_FLAG_DEFINE_INT32_RANGE(
     "a JFR and urma_rq_size buffers per connection, as brpc; 1 to 15 act as 16. "
     "Read when a loop first carries URMA");
 JET_FLAG_DEFINE_INT32_RANGE(urma_jfc_depth, 32768, 32, INT32_MAX,
-                            "Depth of the completion queue an event loop shares among its URMA "
-                            "connections (capped by the device); full: new connections use TCP");
+                            "Depth of each completion queue an event loop shares among its URMA "
+                            "connections (capped by the device)");
+JET_FLAG_DEFINE_INT32_RANGE(urma_jfc_per_loop, 16, 1, CTX_CQ_MAX,
+                            "Completion queues an event loop may make for its URMA connections, "
+                            "of urma_jfc_depth entries each: one more when those made are full; "
+                            "all full: new connections of the loop use TCP");
 
 #define CTX_MAX_LOOPS    1024
 #define CTX_EVENT_BUDGET 4096 /* completions per JFCE event before other work runs */
@@ -377,17 +382,35 @@ jet_loop_t *jet__urma_pick_loop(void)
 
 /* ---- per-loop resources ------------------------------------------------------ */
 
-/* A connection waiting for the loop's JFC, with the sizes it attached with. */
+/* A connection waiting for one of the loop's JFCs (cq), with the sizes it
+ * attached with. */
 struct ul_wait {
     struct jet_urma_ep *ep;
     uint32_t sq, rq, max_sge;
+    uint32_t cq;
+};
+
+/* One of a loop's JFCs and the entries its connections reserve. */
+struct ul_cq {
+    urma_jfc_t *jfc; /* NULL: being made, or its making failed */
+    uint32_t used;
+    bool making;
 };
 
 struct jet_urma_loop {
     jet_loop_t *loop;
     const jet_urma_ctx_t *ctx;
-    urma_jfce_t *jfce; /* event mode */
-    urma_jfc_t *jfc;
+    urma_jfce_t *jfce; /* event mode: every JFC of the loop signals it */
+    /* The JFCs: cq[0] is made for the loop's first connection (with the
+     * JFCE, and the shared receive queue on it); cq[k] when those before are
+     * full, up to urma_jfc_per_loop. ncq: slots started (made, being made,
+     * or failed and made again by the next connection that needs it). A
+     * connection reserves its share in one (cq_of[its index]), and its set
+     * completes there. */
+    struct ul_cq cq[CTX_CQ_MAX];
+    uint32_t ncq;
+    uint32_t nmade;   /* of them made */
+    uint32_t cq_next; /* the JFC polled first by the next drain */
     jet_io_t io;
     jet_poller_t poller;
     bool polling;
@@ -402,12 +425,10 @@ struct jet_urma_loop {
     bool spin_paid;      /* this spin found a batch within the limit */
     int64_t slept_us;    /* asleep on events: the last batch before (0: not asleep) */
     uint64_t events, spins;
-    uint32_t jfc_depth;
-    uint32_t jfc_used;
+    uint32_t jfc_depth; /* of each JFC */
     jet_urma_jset_t *pool;
     uint32_t npool;
-    uint32_t nfilling;   /* fill jobs on the import threads (0 or 1) */
-    bool cq_making;      /* the JFC (and JFCE) are being created off the loop */
+    uint32_t nfilling; /* fill jobs on the import threads (0 or 1) */
     /* Connections attached before the JFC existed: each gets a set made
      * once it does (or none, when it cannot be created). */
     struct ul_wait *waiting;
@@ -418,6 +439,7 @@ struct jet_urma_loop {
     uint64_t attaches;   /* connections ever attached */
     struct jet_urma_ep **eps; /* by index; NULL = free */
     uint8_t *gens;
+    uint8_t *cq_of;
     uint32_t *free_idx;
     uint32_t nfree;
     uint32_t cap;
@@ -498,6 +520,34 @@ static uint32_t ul_reserve(uint32_t sq, uint32_t rq)
     return sq + rq + 4; /* every WR can complete once, plus the flush-done records */
 }
 
+static bool ul_cq_room(const jet_urma_loop_t *ul, uint32_t k, uint32_t need)
+{
+    return ul->cq[k].used + need <= ul->jfc_depth;
+}
+
+/* The JFC a new connection reserving need entries goes to: the first
+ * started one with room (made, being made, or failed: made again), else a
+ * new one while urma_jfc_per_loop allows (and cq[0], which the others need
+ * for its JFCE, is made); UINT32_MAX when none. */
+static uint32_t ul_cq_pick(const jet_urma_loop_t *ul, uint32_t need)
+{
+    for (uint32_t k = 0; k < ul->ncq; k++)
+        if (ul_cq_room(ul, k, need)) return k;
+    if (ul->ncq == 0) return ul_cq_room(ul, 0, need) ? 0 : UINT32_MAX;
+    uint32_t max = (uint32_t)JET_FLAG_IN_RANGE(urma_jfc_per_loop);
+    if (ul->ncq < max && ul->cq[0].jfc && need <= ul->jfc_depth) return ul->ncq;
+    return UINT32_MAX;
+}
+
+/* The made JFC with room for one more connection of need entries that a
+ * fill prepares sets on (the first); UINT32_MAX when none has. */
+static uint32_t ul_cq_fill_target(const jet_urma_loop_t *ul, uint32_t need)
+{
+    for (uint32_t k = 0; k < ul->ncq; k++)
+        if (ul->cq[k].jfc && ul_cq_room(ul, k, need)) return k;
+    return UINT32_MAX;
+}
+
 /* Any thread: a JFR (depth, RM, 1 SGE) on jfc, for a jetty set or the
  * loop's shared receive queue; NULL when the provider refuses. */
 static urma_jfr_t *ul_jfr_create(const jet_urma_ctx_t *c, uint32_t depth, urma_jfc_t *jfc)
@@ -513,18 +563,20 @@ static urma_jfr_t *ul_jfr_create(const jet_urma_ctx_t *c, uint32_t depth, urma_j
     return JET_URMA_FN(c, urma_create_jfr)(c->uctx, &rc);
 }
 
-static jet_urma_jset_t *ul_jset_create(jet_urma_loop_t *ul, uint32_t sq, uint32_t rq,
-                                       uint32_t max_sge)
+/* Any thread: a set completing into jfc, the loop's JFC number cq. */
+static jet_urma_jset_t *ul_jset_create(jet_urma_loop_t *ul, uint32_t cq, urma_jfc_t *jfc,
+                                       uint32_t sq, uint32_t rq, uint32_t max_sge)
 {
     const jet_urma_ctx_t *c = ul->ctx;
     jet_urma_jset_t *js = calloc(1, sizeof *js);
     if (!js) return NULL;
+    js->cq = cq;
     if (ul->srq_depth) {
         js->shared_jfr = true;
         js->jfr = ul->srq;
         goto jetty;
     }
-    js->jfr = ul_jfr_create(c, rq, ul->jfc);
+    js->jfr = ul_jfr_create(c, rq, jfc);
     if (!js->jfr) goto err_free;
 jetty:;
     urma_jetty_cfg_t jc;
@@ -537,7 +589,7 @@ jetty:;
     jc.jfs_cfg.max_rsge = 1;
     jc.jfs_cfg.rnr_retry = URMA_TYPICAL_RNR_RETRY; /* 7: retry until the peer re-posts */
     jc.jfs_cfg.err_timeout = URMA_TYPICAL_ERR_TIMEOUT;
-    jc.jfs_cfg.jfc = ul->jfc;
+    jc.jfs_cfg.jfc = jfc;
     jc.shared.jfr = js->jfr;
     js->jetty = JET_URMA_FN(c, urma_create_jetty)(c->uctx, &jc);
     if (!js->jetty) goto err_delete_jfr;
@@ -864,16 +916,14 @@ static int ul_poll_once(void)
     return JET_FLAG_IN_RANGE(urma_cqe_poll_once);
 }
 
-/* Polls up to max completions; then runs the batch end of every endpoint
- * they touched. Returns the number of completions. */
-static int ul_drain(jet_urma_loop_t *ul, int max)
+/* Up to max completions of one JFC, dispatched. */
+static int ul_drain_one(jet_urma_loop_t *ul, urma_jfc_t *jfc, int max)
 {
     urma_cr_t *cr = ul->cr;
     int once = ul_poll_once();
     int total = 0;
-    ul->ntouched = 0;
     while (total < max) {
-        int n = JET_URMA_FN(ul->ctx, urma_poll_jfc)(ul->jfc, once, cr);
+        int n = JET_URMA_FN(ul->ctx, urma_poll_jfc)(jfc, once, cr);
         if (n < 0 || n > once) {
             /* It may have written any of the entries it was given. */
             memset(cr, 0, (size_t)once * sizeof cr[0]);
@@ -885,6 +935,26 @@ static int ul_drain(jet_urma_loop_t *ul, int max)
         memset(cr, 0, (size_t)n * sizeof cr[0]);
         total += n;
         if (n < once) break;
+    }
+    return total;
+}
+
+/* Polls up to max completions of each JFC (the first one in turn, so that
+ * a busy one delays the others by one budget at most); then runs the batch
+ * end of every endpoint they touched. Returns the number of completions. */
+static int ul_drain(jet_urma_loop_t *ul, int max)
+{
+    int total = 0;
+    ul->ntouched = 0;
+    if (ul->nmade == 1) {
+        total = ul_drain_one(ul, ul->cq[0].jfc, max);
+    } else {
+        uint32_t first = ul->cq_next < ul->ncq ? ul->cq_next : 0;
+        ul->cq_next = first + 1;
+        for (uint32_t i = 0; i < ul->ncq; i++) {
+            urma_jfc_t *jfc = ul->cq[(first + i) % ul->ncq].jfc;
+            if (jfc) total += ul_drain_one(ul, jfc, max);
+        }
     }
     ul->completions += (uint64_t)total;
     /* Taken by value: a batch end may deliver bytes whose handler writes, but
@@ -906,7 +976,7 @@ static int ul_drain(jet_urma_loop_t *ul, int max)
 
 void jet__urma_loop_drain(jet_urma_loop_t *ul)
 {
-    if (ul && ul->jfc) ul_drain(ul, CTX_EVENT_BUDGET);
+    if (ul && ul->nmade) ul_drain(ul, CTX_EVENT_BUDGET);
 }
 
 static int64_t ul_event_spin_us(void)
@@ -986,12 +1056,15 @@ static int64_t ul_spin_window_us(const jet_urma_loop_t *ul)
  * at once, which covers a drain stopped by its budget). */
 static bool ul_rearm(jet_urma_loop_t *ul)
 {
-    urma_status_t st = JET_URMA_FN(ul->ctx, urma_rearm_jfc)(ul->jfc, false);
-    if (st != URMA_SUCCESS) {
-        /* Unarmed, no event will come: the loop must keep polling. */
-        JET_LOG_ONCE(JET_LOG_ERROR, "URMA: urma_rearm_jfc failed: status %d; polling instead",
-                     st);
-        return false;
+    for (uint32_t k = 0; k < ul->ncq; k++) {
+        if (!ul->cq[k].jfc) continue;
+        urma_status_t st = JET_URMA_FN(ul->ctx, urma_rearm_jfc)(ul->cq[k].jfc, false);
+        if (st != URMA_SUCCESS) {
+            /* Unarmed, no event will come: the loop must keep polling. */
+            JET_LOG_ONCE(JET_LOG_ERROR, "URMA: urma_rearm_jfc failed: status %d; polling instead",
+                         st);
+            return false;
+        }
     }
     ul_drain(ul, CTX_EVENT_BUDGET);
     return true;
@@ -1151,6 +1224,7 @@ typedef struct ul_job {
     jet_urma_loop_t *ul;
     ul_job_kind_t kind;
     jet_urma_jset_t *js; /* the set (a fill's once made); NULL when none or destroyed */
+    uint32_t cq;         /* the loop's JFC it is about (FILL, MAKE, CQ, a share) */
     uint32_t sq, rq, max_sge;
     struct jet_urma_ep *ep; /* MAKE: the connection that waits for the set */
     /* DESTROY of a set that did not drain: what it may still use, released
@@ -1160,9 +1234,9 @@ typedef struct ul_job {
     uint32_t share;
     int64_t gone_idx; /* its table entry (UL_EP_GONE), or -1 */
     bool destroyed;
-    urma_jfce_t *jfce; /* CQ */
-    urma_jfc_t *jfc;
-    urma_jfr_t *srq; /* CQ of a loop with a shared receive queue */
+    urma_jfce_t *jfce; /* CQ: made with cq[0]; the loop's for the others */
+    urma_jfc_t *jfc;   /* FILL, MAKE: the JFC of the set; CQ: made */
+    urma_jfr_t *srq;   /* CQ 0 of a loop with a shared receive queue */
     int err; /* CQ: errno of a failure */
 } ul_job_t;
 
@@ -1209,15 +1283,18 @@ static bool ul_jset_reset(const jet_urma_ctx_t *c, jet_urma_jset_t *js)
            JET_URMA_FN(c, urma_modify_jetty)(js->jetty, &ja) == URMA_SUCCESS;
 }
 
-/* Any thread: the loop's JFC (and JFCE in event mode, the JFC armed before
- * the first wait). False, with nothing left, when the provider refuses. */
+/* Any thread: a JFC of the loop, in event mode on *jfce_p (made here when
+ * NULL: the loop's first) and armed before the first wait. False, with
+ * nothing left that was made here, when the provider refuses. */
 static bool ul_cq_create(const jet_urma_ctx_t *c, bool polling, uint32_t depth,
                          urma_jfce_t **jfce_p, urma_jfc_t **jfc_p)
 {
-    urma_jfce_t *jfce = NULL;
-    if (!polling) {
+    urma_jfce_t *jfce = *jfce_p;
+    bool own = false;
+    if (!polling && !jfce) {
         jfce = JET_URMA_FN(c, urma_create_jfce)(c->uctx);
         if (!jfce) goto err;
+        own = true;
     }
     urma_jfc_cfg_t fc;
     memset(&fc, 0, sizeof fc);
@@ -1234,7 +1311,7 @@ static bool ul_cq_create(const jet_urma_ctx_t *c, bool polling, uint32_t depth,
     return true;
 
 err_delete_jfce:
-    if (jfce) JET_URMA_FN(c, urma_delete_jfce)(jfce);
+    if (own) JET_URMA_FN(c, urma_delete_jfce)(jfce);
 err:
     return false;
 }
@@ -1246,7 +1323,7 @@ static void ul_job_run(jet_urma_work_t *w)
     switch (j->kind) {
     case UL_JOB_FILL:
     case UL_JOB_MAKE:
-        j->js = ul_jset_create(j->ul, j->sq, j->rq, j->max_sge);
+        j->js = ul_jset_create(j->ul, j->cq, j->jfc, j->sq, j->rq, j->max_sge);
         break;
     case UL_JOB_RESET:
         if (ul_jset_reset(c, j->js)) break;
@@ -1267,7 +1344,7 @@ static void ul_job_run(jet_urma_work_t *w)
             j->jfc = NULL;
             break;
         }
-        if (!j->ul->srq_depth) break;
+        if (j->cq != 0 || !j->ul->srq_depth) break;
         j->srq = ul_jfr_create(c, j->ul->srq_depth, j->jfc);
         if (j->srq) break;
         j->err = errno ? errno : EIO;
@@ -1282,7 +1359,8 @@ static void ul_job_run(jet_urma_work_t *w)
 static void ul_fill_maybe(jet_urma_loop_t *ul);
 static bool ul_pool_put(jet_urma_loop_t *ul, jet_urma_jset_t *js);
 static void ul_poller_sync(jet_urma_loop_t *ul);
-static void ul_cq_arrived(jet_urma_loop_t *ul, urma_jfce_t *jfce, urma_jfc_t *jfc, int err);
+static void ul_cq_arrived(jet_urma_loop_t *ul, uint32_t k, urma_jfce_t *jfce, urma_jfc_t *jfc,
+                          int err);
 
 static void ul_job_done(jet_task_t *t)
 {
@@ -1291,7 +1369,7 @@ static void ul_job_done(jet_task_t *t)
     ul_job_kind_t kind = j->kind;
     jet_urma_jset_t *js = j->js;
     struct jet_urma_ep *ep = j->ep;
-    ul->jfc_used -= j->share;
+    ul->cq[j->cq].used -= j->share;
     if (j->gone_idx >= 0) {
         ul->eps[j->gone_idx] = NULL;
         ul->free_idx[ul->nfree++] = (uint32_t)j->gone_idx;
@@ -1308,10 +1386,11 @@ static void ul_job_done(jet_task_t *t)
     if (kind == UL_JOB_CQ) {
         urma_jfce_t *jfce = j->jfce;
         urma_jfc_t *jfc = j->jfc;
+        uint32_t k = j->cq;
         int err = j->err;
-        ul->srq = j->srq;
+        if (k == 0) ul->srq = j->srq;
         free(j);
-        ul_cq_arrived(ul, jfce, jfc, err);
+        ul_cq_arrived(ul, k, jfce, jfc, err);
         return;
     }
     free(j);
@@ -1329,7 +1408,8 @@ static void ul_job_done(jet_task_t *t)
 
 /* Loop thread: a job of kind for js (FILL, MAKE: NULL) on the import
  * threads, its fields set by the caller before ul_job_go (a fill's sizes
- * are the current ones). NULL on -ENOMEM. */
+ * are the current ones; its JFC, and a share's, the caller's). NULL on
+ * -ENOMEM. */
 static ul_job_t *ul_job_new(jet_urma_loop_t *ul, ul_job_kind_t kind, jet_urma_jset_t *js)
 {
     ul_job_t *j = calloc(1, sizeof *j);
@@ -1354,10 +1434,13 @@ static bool ul_job_go(jet_urma_loop_t *ul, ul_job_t *j)
         free(j);
         return false;
     }
-    ul->jfc_used += j->share;
+    ul->cq[j->cq].used += j->share;
     if (j->kind == UL_JOB_FILL) ul->nfilling++;
     if (j->kind == UL_JOB_RESET) ul->nrecycling++;
-    if (j->kind == UL_JOB_CQ) ul->cq_making = true;
+    if (j->kind == UL_JOB_CQ) {
+        ul->cq[j->cq].making = true;
+        if (j->cq >= ul->ncq) ul->ncq = j->cq + 1;
+    }
     return true;
 }
 
@@ -1394,12 +1477,13 @@ void jet__urma_loop_discard(jet_urma_loop_t *ul, struct jet_urma_ep *ep, uint32_
     int64_t idx = ul_unlist(ul, ep);
     ul->nattached--;
     /* ep's share passes to the job (ul_job_go adds it again). */
-    uint32_t share = ul_reserve(sq, rq);
-    ul->jfc_used -= share;
+    uint32_t share = ul_reserve(sq, rq), cq = js->cq;
+    ul->cq[cq].used -= share;
     ul_job_t *j = ul_job_new(ul, UL_JOB_DESTROY, js);
     if (j) {
         j->left = *left;
         j->share = share;
+        j->cq = cq;
         j->gone_idx = idx;
         if (idx >= 0) ul->eps[idx] = UL_EP_GONE;
         ul->ndiscarding++;
@@ -1446,15 +1530,17 @@ void jet__urma_loop_unused(jet_urma_loop_t *ul, jet_urma_jset_t *js)
 }
 
 /* Loop thread: drops pooled sets of sizes no connection asks for any more,
- * and those past urma_prepared_jetty_cnt (flags changed), then starts the
- * next fill when the pool is short. */
+ * those on a JFC with no room for a connection (the next ones go to
+ * another), and those past urma_prepared_jetty_cnt (flags changed), then
+ * starts the next fill when the pool is short. */
 static void ul_fill_maybe(jet_urma_loop_t *ul)
 {
     uint32_t sq, rq, sge, want = ul_pool_want(), kept = 0;
     ul_sizes(ul, &sq, &rq, &sge);
+    uint32_t need = ul_reserve(sq, rq);
     for (jet_urma_jset_t **pp = &ul->pool; *pp;) {
         jet_urma_jset_t *js = *pp;
-        if (ul_jset_fits(js, sq, rq, sge) && kept < want) {
+        if (ul_jset_fits(js, sq, rq, sge) && ul_cq_room(ul, js->cq, need) && kept < want) {
             kept++;
             pp = &js->next;
             continue;
@@ -1463,7 +1549,14 @@ static void ul_fill_maybe(jet_urma_loop_t *ul)
         ul->npool--;
         ul_destroy_later(ul, js);
     }
-    if (ul->jfc && ul->nfilling == 0 && ul_pool_room(ul) > 0) ul_job_start(ul, UL_JOB_FILL, NULL);
+    if (ul->nfilling > 0 || ul_pool_room(ul) == 0) return;
+    uint32_t k = ul_cq_fill_target(ul, need);
+    if (k == UINT32_MAX) return;
+    ul_job_t *j = ul_job_new(ul, UL_JOB_FILL, NULL);
+    if (!j) return;
+    j->cq = k;
+    j->jfc = ul->cq[k].jfc;
+    ul_job_go(ul, j);
 }
 
 void jet__urma_loop_recycle(jet_urma_loop_t *ul, jet_urma_jset_t *js)
@@ -1485,7 +1578,7 @@ static void ul_poller_sync(jet_urma_loop_t *ul)
 {
     if (!ul->polling) return;
     /* A set destroyed without a drain may still complete until it is gone. */
-    bool want = ul->jfc && ul->nattached + ul->ndiscarding > 0;
+    bool want = ul->nmade && ul->nattached + ul->ndiscarding > 0;
     if (want && !ul->poller_on) {
         ul->poller.no_guest = false;
         jet_loop_poller_add(ul->loop, &ul->poller);
@@ -1504,16 +1597,31 @@ static bool ul_make_for(jet_urma_loop_t *ul, const struct ul_wait *w)
     j->sq = w->sq;
     j->rq = w->rq;
     j->max_sge = w->max_sge;
+    j->cq = w->cq;
+    j->jfc = ul->cq[w->cq].jfc;
     return ul_job_go(ul, j);
 }
 
-/* Loop thread: the JFC job came back (jfc NULL: it failed). The waiting
- * connections get their sets made, or learn that there is none. */
-static void ul_cq_arrived(jet_urma_loop_t *ul, urma_jfce_t *jfce, urma_jfc_t *jfc, int err)
+/* Loop thread: JFC k is made off the loop (ul_cq_arrived when it comes).
+ * False when no thread can take the job. */
+static bool ul_cq_start(jet_urma_loop_t *ul, uint32_t k)
+{
+    ul_job_t *j = ul_job_new(ul, UL_JOB_CQ, NULL);
+    if (!j) return false;
+    j->cq = k;
+    j->jfce = ul->jfce; /* NULL for cq[0] (or in polling mode) */
+    return ul_job_go(ul, j);
+}
+
+/* Loop thread: the job of JFC k came back (jfc NULL: it failed). The
+ * connections waiting for it get their sets made, or learn that there is
+ * none. */
+static void ul_cq_arrived(jet_urma_loop_t *ul, uint32_t k, urma_jfce_t *jfce, urma_jfc_t *jfc,
+                          int err)
 {
     const jet_urma_ctx_t *c = ul->ctx;
-    ul->cq_making = false;
-    if (jfc && jfce) {
+    ul->cq[k].making = false;
+    if (k == 0 && jfc && jfce) {
         ul->io.fd = jfce->fd;
         ul->io.events = EPOLLIN;
         ul->io.cb = ul_event_cb;
@@ -1530,30 +1638,37 @@ static void ul_cq_arrived(jet_urma_loop_t *ul, urma_jfce_t *jfce, urma_jfc_t *jf
         }
     }
     if (jfc) {
-        ul->jfce = jfce;
-        ul->jfc = jfc;
+        if (k == 0) ul->jfce = jfce;
+        ul->cq[k].jfc = jfc;
+        ul->nmade++;
         /* The waiting connections' credits, posted before their hellos. */
-        if (ul->srq && jet__urma_loop_srq_fill(ul) < 0)
+        if (k == 0 && ul->srq && jet__urma_loop_srq_fill(ul) < 0)
             JET_WARN("URMA: cannot post the shared receive queue of event loop %d",
                      jet_loop_index(ul->loop));
     } else {
-        JET_WARN("URMA: cannot create the completion queue of event loop %d: %s; its waiting "
+        JET_WARN("URMA: cannot create completion queue %u of event loop %d: %s; its waiting "
                  "connections use TCP",
-                 jet_loop_index(ul->loop), strerror(err ? err : EIO));
+                 k, jet_loop_index(ul->loop), strerror(err ? err : EIO));
     }
     ul_poller_sync(ul);
-    /* The first n entries are told; an endpoint told here may close, and a
-     * connection that attaches meanwhile (after a failure: a new JFC job) is
-     * appended behind them, and stays. Entries are read by value each time:
-     * an attach may grow (move) the array. */
-    uint32_t n = ul->nwaiting;
+    /* The first n entries are looked at: those waiting for k are told (an
+     * endpoint told here may close), the others stay. A connection that
+     * attaches meanwhile (after a failure: a new JFC job) is appended behind
+     * them, and stays. Entries are read by value each time: an attach may
+     * grow (move) the array. */
+    uint32_t n = ul->nwaiting, kept = 0;
     for (uint32_t i = 0; i < n; i++) {
         struct ul_wait w = ul->waiting[i];
+        if (w.cq != k) {
+            ul->waiting[kept++] = w;
+            continue;
+        }
         if (!jfc || !ul_make_for(ul, &w)) jet__urma_ep_set_arrived(w.ep, NULL);
     }
-    ul->nwaiting -= n;
-    if (n && ul->nwaiting)
-        memmove(ul->waiting, ul->waiting + n, ul->nwaiting * sizeof *ul->waiting);
+    uint32_t later = ul->nwaiting - n;
+    if (later && kept < n)
+        memmove(ul->waiting + kept, ul->waiting + n, later * sizeof *ul->waiting);
+    ul->nwaiting = kept + later;
     ul_fill_maybe(ul);
 }
 
@@ -1587,7 +1702,7 @@ static jet_urma_loop_t *ul_create(jet_loop_t *loop, const jet_urma_ctx_t *c)
         ul->srq_depth = d;
         ul->srq_size = jet__urma_recv_size();
         jet_timer_init(&ul->srq_timer, ul_srq_timer_cb);
-        ul->jfc_used = d; /* every receive can complete once */
+        ul->cq[0].used = d; /* every receive can complete once, into cq[0] */
     }
     ul->gap_us = INT64_MAX / 8; /* no spin before short gaps were seen */
     ul->poller.poll = ul_poll_cb;
@@ -1627,6 +1742,9 @@ static int ul_grow(jet_urma_loop_t *ul)
     uint8_t *gens = realloc(ul->gens, ncap);
     if (!gens) return -ENOMEM;
     ul->gens = gens;
+    uint8_t *cq_of = realloc(ul->cq_of, ncap);
+    if (!cq_of) return -ENOMEM;
+    ul->cq_of = cq_of;
     uint32_t *fi = realloc(ul->free_idx, ncap * sizeof *fi);
     if (!fi) return -ENOMEM;
     ul->free_idx = fi;
@@ -1655,42 +1773,48 @@ int jet__urma_loop_attach(jet_urma_loop_t *ul, struct jet_urma_ep *ep, uint32_t 
 {
     uint32_t need = ul_reserve(sq, rq);
     if (ul->srq_failed) return -EIO; /* its connections would get no buffer back */
-    if (ul->jfc_used + need > ul->jfc_depth) {
-        JET_LOG_ONCE(JET_LOG_WARN,
-                     "URMA: the completion queue of event loop %d is full (%u "
-                     "entries): further connections of this loop use TCP (see urma_jfc_depth)",
-                     jet_loop_index(ul->loop), ul->jfc_depth);
-        return -EBUSY;
-    }
     if (ul->nfree == 0 && ul_grow(ul) < 0) return -ENOMEM;
+    /* A pooled set of these sizes on a JFC with room. */
     jet_urma_jset_t *js = NULL, **pp = &ul->pool;
     int64_t now = ul->npool ? jet_now_us() : 0;
     for (; !fresh && *pp; pp = &(*pp)->next) {
-        if (ul_jset_fits(*pp, sq, rq, max_sge) && (*pp)->ready_us <= now) {
+        if (ul_jset_fits(*pp, sq, rq, max_sge) && (*pp)->ready_us <= now &&
+            ul_cq_room(ul, (*pp)->cq, need)) {
             js = *pp;
-            *pp = js->next;
-            ul->npool--;
             break;
         }
     }
-    if (pooled_p) *pooled_p = js != NULL;
+    uint32_t k = js ? js->cq : ul_cq_pick(ul, need);
+    if (k == UINT32_MAX) {
+        JET_LOG_ONCE(JET_LOG_WARN,
+                     "URMA: the completion queues of event loop %d are full (%u of %u "
+                     "entries each): further connections of this loop use TCP (see "
+                     "urma_jfc_depth, urma_jfc_per_loop)",
+                     jet_loop_index(ul->loop), ul->ncq, ul->jfc_depth);
+        return -EBUSY;
+    }
     uint32_t idx = ul->free_idx[ul->nfree - 1];
     ul->eps[idx] = ep;
-    struct ul_wait w = {.ep = ep, .sq = sq, .rq = rq, .max_sge = max_sge};
+    struct ul_wait w = {.ep = ep, .sq = sq, .rq = rq, .max_sge = max_sge, .cq = k};
     if (js) {
+        *pp = js->next;
+        ul->npool--;
         js->next = NULL;
-    } else if (ul->jfc) {
+    } else if (ul->cq[k].jfc) {
         /* The pool is empty: a set of ep's sizes is made off the loop. */
         if (!ul_make_for(ul, &w)) goto err_no_thread;
     } else {
-        /* The loop's first connection (or the last attempt failed): its
-         * JFC is made off the loop, then the set. */
-        if (!ul->cq_making && !ul_job_start(ul, UL_JOB_CQ, NULL)) goto err_no_thread;
+        /* The loop's first connection, or the first past the JFCs made (or
+         * the last attempt failed): the JFC is made off the loop, then the
+         * set. */
+        if (!ul->cq[k].making && !ul_cq_start(ul, k)) goto err_no_thread;
         ul->waiting[ul->nwaiting++] = w;
     }
+    if (pooled_p) *pooled_p = js != NULL;
     ul->nfree--;
     ul->gens[idx]++;
-    ul->jfc_used += need;
+    ul->cq_of[idx] = (uint8_t)k;
+    ul->cq[k].used += need;
     ul->nattached++;
     ul->attaches++;
     ul_poller_sync(ul);
@@ -1715,11 +1839,15 @@ bool jet__urma_loop_defer(jet_urma_loop_t *ul, struct jet_urma_ep *ep)
 void jet__urma_loop_detach(jet_urma_loop_t *ul, struct jet_urma_ep *ep, uint32_t sq, uint32_t rq)
 {
     int64_t idx = ul_unlist(ul, ep);
-    if (idx >= 0) {
-        ul->eps[idx] = NULL;
-        ul->free_idx[ul->nfree++] = (uint32_t)idx;
+    if (idx < 0) {
+        /* Attached endpoints stay in the table until they detach. */
+        JET_LOG_ONCE(JET_LOG_ERROR, "URMA: a connection detached from event loop %d twice",
+                     jet_loop_index(ul->loop));
+        return;
     }
-    ul->jfc_used -= ul_reserve(sq, rq);
+    ul->eps[idx] = NULL;
+    ul->free_idx[ul->nfree++] = (uint32_t)idx;
+    ul->cq[ul->cq_of[idx]].used -= ul_reserve(sq, rq);
     ul->nattached--;
     /* Nothing to poll: the loop may sleep again. */
     ul_poller_sync(ul);
@@ -1731,8 +1859,12 @@ void jet__urma_loop_stats(jet_urma_loop_t *ul, jet_urma_loop_stats_t *out)
     out->attaches = ul->attaches;
     out->pooled = ul->npool;
     out->recycled = ul->recycled;
-    out->jfc_used = ul->jfc_used - ul->srq_depth;
+    out->jfc_used = 0;
+    for (uint32_t k = 0; k < CTX_CQ_MAX; k++)
+        out->jfc_used += ul->cq[k].used; /* cq[0] holds the shared queue's before it is made */
+    out->jfc_used -= ul->srq_depth;
     out->jfc_depth = ul->jfc_depth;
+    out->jfcs = ul->nmade;
     out->completions = ul->completions;
     out->events = ul->events;
     out->spins = ul->spins;

@@ -11,25 +11,30 @@
  * while blocks registered with it can still be referenced).
  *
  * Per event loop (jet_urma_loop_t, allocated on the loop's own thread when
- * it first carries a URMA connection): one JFC shared by every connection of
- * the loop, sized by urma_jfc_depth (capped by the device); in event mode
- * one JFCE whose fd is a jet_io of the loop (wait -> ack -> poll -> rearm ->
- * poll), in polling mode a jet_poller of the loop instead (registered while
- * the loop has URMA connections with queues); the shared receive queue
+ * it first carries a URMA connection): a JFC shared by the connections of
+ * the loop, sized by urma_jfc_depth (capped by the device), and another one
+ * whenever those made are full, up to urma_jfc_per_loop; in event mode
+ * one JFCE that all of them signal, whose fd is a jet_io of the loop (wait
+ * -> ack -> poll -> rearm -> poll), in polling mode a jet_poller of the
+ * loop instead (registered while the loop has URMA connections with
+ * queues); every poll visits each JFC; the shared receive queue
  * (urma_shared_rq_size > 0, the default: one JFR made with the JFC, see
  * below); a pool of prepared jetty sets (a jetty on the shared JFR, or with
  * urma_shared_rq_size=0 a JFR + jetty, on the loop JFC), taken by endpoints
  * and returned after a reset; and the endpoint table that maps a
- * completion's user_ctx to its endpoint. All of it is touched only on that loop's thread: completions of
- * a connection are handled on the thread that owns its socket, with no hop.
- * The provider calls that may block (creating the JFC, creating, resetting
- * and destroying sets) run on the import threads (urma_import.h); a
- * connection that needs one waits for its result without holding the loop.
+ * completion's user_ctx to its endpoint. All of it is touched only on that loop's thread:
+ * completions of a connection are handled on the thread that owns its socket, with no hop. The
+ * provider calls that may block (creating the JFC, creating, resetting and destroying sets) run on
+ * the import threads (urma_import.h); a connection that needs one waits for its result without
+ * holding the loop.
  *
- * Capacity: the shared receive queue reserves its depth of the loop JFC,
- * every endpoint sq + 4 entries (sq + rq + 4 with its own JFR; flush
- * completions included); when the JFC is full a new connection of that loop
- * is refused URMA and runs over TCP. */
+ * Capacity: the shared receive queue reserves its depth of the loop's first
+ * JFC, every endpoint sq + 4 entries (sq + rq + 4 with its own JFR; flush
+ * completions included) of the JFC its set completes into; a new
+ * connection goes to the first JFC with room, else to a new one (made off
+ * the loop while it waits); when urma_jfc_per_loop JFCs are full (or a new
+ * one cannot be made) it is refused URMA and runs over TCP. JFCs are kept
+ * for the life of the process. */
 #ifndef JET_URMA_URMA_CONTEXT_H
 #define JET_URMA_URMA_CONTEXT_H
 
@@ -56,6 +61,7 @@ JET_FLAG_DECLARE_INT32(urma_client_handshake_version);
 JET_FLAG_DECLARE_INT32(urma_max_sge);
 JET_FLAG_DECLARE_INT32(urma_handshake_timeout_ms);
 JET_FLAG_DECLARE_INT32(urma_jfc_depth);
+JET_FLAG_DECLARE_INT32(urma_jfc_per_loop);
 JET_FLAG_DECLARE_INT32(urma_event_spin_auto_us);
 JET_FLAG_DECLARE_BOOL(urma_jetrpc_extensions);
 
@@ -108,12 +114,14 @@ typedef struct jet_urma_loop jet_urma_loop_t;
 struct jet_urma_ep;
 
 /* A prepared pair: JFR (depth rq, RM, 1 SGE) and jetty (share_jfr on that
- * JFR, depth sq, RM) completing into the loop JFC; on a loop with a shared
- * receive queue only the jetty (rq 0, jfr = the loop's, not owned). */
+ * JFR, depth sq, RM) completing into one of the loop's JFCs (cq); on a loop
+ * with a shared receive queue only the jetty (rq 0, jfr = the loop's, not
+ * owned). */
 typedef struct jet_urma_jset {
     urma_jfr_t *jfr;
     urma_jetty_t *jetty;
     uint32_t sq, rq, max_sge;
+    uint32_t cq;
     bool shared_jfr;
     int64_t ready_us; /* pooled after a close: not taken before then */
     struct jet_urma_jset *next;
@@ -126,15 +134,16 @@ jet_urma_loop_t *jet__urma_loop_get(jet_loop_t *loop);
 /* The resources of loop if they exist (never creates them). */
 jet_urma_loop_t *jet__urma_loop_peek(jet_loop_t *loop);
 
-/* Attaches ep: reserves its JFC share, gives it a table index and a
+/* Attaches ep: reserves its share of a JFC, gives it a table index and a
  * generation (*index_p, *gen_p, used in every user_ctx) and a jetty set of
  * the given sizes. 0: *js_p is a prepared set from the pool (unless
- * `fresh`, which skips the pool). 1: the pool had none (or the loop has no
- * JFC yet): *js_p is NULL, a set of these sizes is made for ep off the
- * loop, and jet__urma_ep_set_arrived(ep, set or NULL) runs later on this
- * thread (never before this returns). *pooled_p (optional) tells whether a pooled set was
- * taken. -EBUSY when the loop JFC is full, -ENOMEM, -EAGAIN when the work
- * cannot be queued (no import thread can be started, or no memory for it). */
+ * `fresh`, which skips the pool). 1: the pool had none (or the JFC ep goes
+ * to is not made yet): *js_p is NULL, a set of these sizes is made for ep
+ * off the loop, and jet__urma_ep_set_arrived(ep, set or NULL) runs later on
+ * this thread (never before this returns). *pooled_p (optional) tells
+ * whether a pooled set was taken. -EBUSY when the loop's JFCs are full and
+ * it may make no more, -ENOMEM, -EAGAIN when the work cannot be queued (no
+ * import thread can be started, or no memory for it). */
 int jet__urma_loop_attach(jet_urma_loop_t *ul, struct jet_urma_ep *ep, uint32_t sq, uint32_t rq,
                           uint32_t max_sge, bool fresh, uint32_t *index_p, uint8_t *gen_p,
                           jet_urma_jset_t **js_p, bool *pooled_p);
@@ -229,7 +238,8 @@ typedef struct jet_urma_loop_stats {
     uint32_t pooled;    /* prepared jetty sets waiting */
     uint64_t recycled;  /* sets of closed connections reset and pooled again */
     uint32_t jfc_used;  /* JFC entries reserved by connections (srq_depth more: the shared queue) */
-    uint32_t jfc_depth;
+    uint32_t jfc_depth; /* of each JFC */
+    uint32_t jfcs;      /* JFCs made */
     uint64_t completions;
     uint64_t events;  /* completion events taken from the JFCE (event mode) */
     uint64_t spins;   /* event mode: spells of polling after an event */
@@ -245,7 +255,7 @@ typedef struct jet_urma_loop_stats {
 } jet_urma_loop_stats_t;
 jet_urma_counters_t *jet__urma_loop_counters(jet_urma_loop_t *ul);
 void jet__urma_loop_stats(jet_urma_loop_t *ul, jet_urma_loop_stats_t *out);
-/* Loop thread: polls the loop's completion queue now (one event's budget)
+/* Loop thread: polls the loop's completion queues now (one event's budget)
  * and delivers what it holds, as its poller or event would. */
 void jet__urma_loop_drain(jet_urma_loop_t *ul);
 

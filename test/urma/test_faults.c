@@ -239,11 +239,12 @@ static void *conn_main(void *arg)
     return NULL;
 }
 
-/* A server whose loops' completion queues hold two connections each: the
- * others are declined and run over TCP. */
+/* A server whose loops' completion queues hold two connections each, and
+ * that may make one per loop: the others are declined and run over TCP. */
 static void test_jfc_full_falls_back(void)
 {
-    const char *args[] = {"--urma_jfc_depth=600", "--event_loop_num=2", NULL};
+    const char *args[] = {"--urma_jfc_depth=600", "--event_loop_num=2", "--urma_jfc_per_loop=1",
+                          NULL};
     jt_child_t c;
     JT_REQUIRE(jt_child_start(&c, args, NULL) == 0);
     enum { N = 12 };
@@ -265,6 +266,136 @@ static void test_jfc_full_falls_back(void)
     fprintf(stderr, "  %llu receives over URMA for %d connections\n", (unsigned long long)recvs, N);
     JT_CHECK(recvs >= 2 * 3);
     JT_CHECK(recvs <= (N - 1) * 3);
+    JT_CHECK_EQ(jt_child_stop(&c), 0);
+}
+
+static uint64_t urma_answers(void);
+
+/* Opens a URMA channel to port and echoes 5000 B on it; *urma_p: whether
+ * the answer came over URMA. NULL when the channel or the call failed. */
+static jet_channel_t *open_echo(int port, uint64_t seed, bool *urma_p)
+{
+    jet_channel_t *ch = channel(port, 30000, 0);
+    if (!ch) return NULL;
+    uint64_t before = urma_answers();
+    if (jt_echo_bytes(ch, 5000, seed, "capacity") != 0) {
+        jet_channel_destroy(ch);
+        return NULL;
+    }
+    *urma_p = urma_answers() > before;
+    return ch;
+}
+
+/* "connection <i>", a check's label (one at a time). */
+static const char *nth(int i)
+{
+    static char label[32];
+    snprintf(label, sizeof label, "connection %d", i);
+    return label;
+}
+
+static jet_channel_t *tcp_channel(int port)
+{
+    jet_channel_options_t o;
+    jet_channel_options_init(&o);
+    o.timeout_ms = 30000;
+    char addr[64];
+    snprintf(addr, sizeof addr, "127.0.0.1:%d", port);
+    jet_channel_t *ch = NULL;
+    return jet_channel_create(addr, &o, &ch) == 0 ? ch : NULL;
+}
+
+/* A server loop whose first completion queue is full makes another, up to
+ * urma_jfc_per_loop: with queues of 600 entries (the shared receive queue
+ * takes 256 of the first, a connection 132) and three of them, the loop
+ * carries 2 + 4 + 4 connections over URMA, all open at once; the next ones
+ * are declined and run over TCP. Connections that close give their room
+ * back to the queue they were in, and new ones take it without a fourth
+ * queue. The server's stats come over a TCP channel, which holds no room. */
+static void jfc_added_when_full(const char *polling)
+{
+    const char *args[] = {"--urma_jfc_depth=600", "--event_loop_num=1", "--urma_jfc_per_loop=3",
+                          polling, NULL};
+    jt_child_t c;
+    JT_REQUIRE(jt_child_start(&c, args, NULL) == 0);
+    jet_channel_t *stats = tcp_channel(c.port);
+    JT_REQUIRE(stats);
+    enum { CAP = 10, N = 12, AGAIN = 4 };
+    jet_channel_t *ch[N];
+    bool urma[N];
+    for (int i = 0; i < N; i++) {
+        ch[i] = open_echo(c.port, (uint64_t)i + 1, &urma[i]);
+        JT_REQUIRE(ch[i]);
+        JT_CHECK_AT(nth(i), urma[i] == (i < CAP));
+    }
+    ut_child_stats_t st = {0};
+    JT_CHECK(ut_child_pool(stats, &st));
+    fprintf(stderr, "  %s: %u completion queues, %u URMA connections, %u entries held\n", polling,
+            st.jfcs, st.endpoints, st.jfc_used);
+    JT_CHECK_EQ(st.jfcs, 3u);
+    JT_CHECK_EQ(st.endpoints, (unsigned)CAP);
+    /* Every connection still carries its calls. */
+    for (int i = 0; i < N; i++)
+        JT_CHECK_AT(nth(i), jt_echo_bytes(ch[i], 70000, (uint64_t)i + 100, "again") == 0);
+    /* Room given back in the first two queues is taken again. */
+    for (int i = 0; i < AGAIN; i++)
+        jet_channel_destroy(ch[i]);
+    JT_CHECK(JT_WAIT_UNTIL(ut_child_pool(stats, &st) && st.endpoints == CAP - AGAIN, 10000000));
+    for (int i = 0; i < AGAIN; i++) {
+        ch[i] = open_echo(c.port, (uint64_t)i + 200, &urma[i]);
+        JT_REQUIRE(ch[i]);
+        JT_CHECK_AT(nth(i), urma[i]);
+    }
+    JT_CHECK(ut_child_pool(stats, &st));
+    JT_CHECK_EQ(st.jfcs, 3u);
+    JT_CHECK_EQ(st.endpoints, (unsigned)CAP);
+    for (int i = 0; i < N; i++)
+        jet_channel_destroy(ch[i]);
+    JT_CHECK(JT_WAIT_UNTIL(ut_child_pool(stats, &st) && st.endpoints == 0 && st.jfc_used == 0,
+                           10000000));
+    jet_channel_destroy(stats);
+    JT_CHECK_EQ(jt_child_stop(&c), 0);
+}
+
+static void test_jfc_added_when_full(void)
+{
+    jfc_added_when_full("--urma_use_polling=false");
+    jfc_added_when_full("--urma_use_polling=true");
+}
+
+/* The provider refuses a loop's second completion queue (SOFTUB_JFC_FAIL=1
+ * after one made): the connection that waited for it is declined and runs
+ * over TCP, those of the first queue go on, and the next connection past
+ * the first queue makes the second again and runs over URMA. */
+static void test_added_jfc_refused(void)
+{
+    const char *args[] = {"--urma_jfc_depth=600", "--event_loop_num=1", "--urma_jfc_per_loop=2",
+                          NULL};
+    const char *envs[] = {"SOFTUB_JFC_FAIL=1", "SOFTUB_JFC_FAIL_AFTER=1", NULL};
+    jt_child_t c;
+    JT_REQUIRE(jt_child_start(&c, args, envs) == 0);
+    jet_channel_t *stats = tcp_channel(c.port);
+    JT_REQUIRE(stats);
+    enum { N = 4 };
+    const bool want[N] = {true, true, false, true};
+    jet_channel_t *ch[N];
+    bool urma[N];
+    for (int i = 0; i < N; i++) {
+        ch[i] = open_echo(c.port, (uint64_t)i + 1, &urma[i]);
+        JT_REQUIRE(ch[i]);
+        JT_CHECK_AT(nth(i), urma[i] == want[i]);
+    }
+    ut_child_stats_t st = {0};
+    JT_CHECK(ut_child_pool(stats, &st));
+    JT_CHECK_EQ(st.jfcs, 2u);
+    JT_CHECK_EQ(st.endpoints, 3u);
+    for (int i = 0; i < N; i++) {
+        JT_CHECK_AT(nth(i), jt_echo_bytes(ch[i], 70000, (uint64_t)i + 100, "again") == 0);
+        jet_channel_destroy(ch[i]);
+    }
+    JT_CHECK(JT_WAIT_UNTIL(ut_child_pool(stats, &st) && st.endpoints == 0 && st.jfc_used == 0,
+                           10000000));
+    jet_channel_destroy(stats);
     JT_CHECK_EQ(jt_child_stop(&c), 0);
 }
 
@@ -1117,6 +1248,8 @@ int main(int argc, char **argv)
     JT_RUN(test_forced_rnr);
     JT_RUN(test_refused_reposts_retried);
     JT_RUN(test_jfc_full_falls_back);
+    JT_RUN(test_jfc_added_when_full);
+    JT_RUN(test_added_jfc_refused);
     JT_RUN(test_slow_import_keeps_loop_serving);
     JT_RUN(test_import_outlived_by_handshake);
     JT_RUN(test_concurrent_slow_imports);
