@@ -363,6 +363,49 @@ static void test_jfc_added_when_full(void)
     jfc_added_when_full("--urma_use_polling=true");
 }
 
+/* At the default sizes a completion queue holds about 246 connections: 600
+ * connections open at once on a server with one loop (and spread over this
+ * process's loops) all run over URMA, the server's loop on three queues. */
+static void test_many_connections_default_queues(void)
+{
+    const char *args[] = {"--event_loop_num=1", NULL};
+    jt_child_t c;
+    JT_REQUIRE(jt_child_start(&c, args, NULL) == 0);
+    jet_channel_t *stats = tcp_channel(c.port);
+    JT_REQUIRE(stats);
+    enum { N = 600 };
+    jet_channel_t **ch = calloc(N, sizeof *ch);
+    JT_REQUIRE(ch);
+    int on_urma = 0;
+    int64_t t0 = jt_now_us();
+    for (int i = 0; i < N; i++) {
+        bool urma = false;
+        ch[i] = open_echo(c.port, (uint64_t)i + 1, &urma);
+        JT_REQUIRE(ch[i]);
+        on_urma += urma;
+    }
+    int64_t t1 = jt_now_us();
+    ut_child_stats_t st = {0};
+    JT_CHECK(ut_child_pool(stats, &st));
+    jet_urma_loop_stats_t mine = ut_urma_totals(NULL);
+    fprintf(stderr,
+            "  %d of %d connections on URMA (opened in %lld ms); server: %u endpoints on %u "
+            "completion queues; this process: %u queues\n",
+            on_urma, N, (long long)(t1 - t0) / 1000, st.endpoints, st.jfcs, mine.jfcs);
+    JT_CHECK_EQ(on_urma, N);
+    JT_CHECK_EQ(st.endpoints, (unsigned)N);
+    JT_CHECK_EQ(st.jfcs, 3u);
+    for (int i = 0; i < N; i += 37)
+        JT_CHECK_AT(nth(i), jt_echo_bytes(ch[i], 70000, (uint64_t)i + 1000, "again") == 0);
+    for (int i = 0; i < N; i++)
+        jet_channel_destroy(ch[i]);
+    free(ch);
+    JT_CHECK(JT_WAIT_UNTIL(ut_child_pool(stats, &st) && st.endpoints == 0 && st.jfc_used == 0,
+                           30000000));
+    jet_channel_destroy(stats);
+    JT_CHECK_EQ(jt_child_stop(&c), 0);
+}
+
 /* The provider refuses a loop's second completion queue (SOFTUB_JFC_FAIL=1
  * after one made): the connection that waited for it is declined and runs
  * over TCP, those of the first queue go on, and the next connection past
@@ -1250,6 +1293,7 @@ int main(int argc, char **argv)
     JT_RUN(test_jfc_full_falls_back);
     JT_RUN(test_jfc_added_when_full);
     JT_RUN(test_added_jfc_refused);
+    JT_RUN(test_many_connections_default_queues);
     JT_RUN(test_slow_import_keeps_loop_serving);
     JT_RUN(test_import_outlived_by_handshake);
     JT_RUN(test_concurrent_slow_imports);
