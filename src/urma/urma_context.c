@@ -395,6 +395,10 @@ struct ul_cq {
     urma_jfc_t *jfc; /* NULL: being made, or its making failed */
     uint32_t used;
     bool making;
+    /* k > 0: connections wait for it while cq[0], whose JFCE and shared
+     * receive queue it needs, is being made; its job starts when cq[0]
+     * comes. */
+    bool pending;
 };
 
 struct jet_urma_loop {
@@ -429,6 +433,7 @@ struct jet_urma_loop {
     jet_urma_jset_t *pool;
     uint32_t npool;
     uint32_t nfilling; /* fill jobs on the import threads (0 or 1) */
+    uint32_t fill_cq;  /* the JFC of the fill job's set */
     /* Connections attached before the JFC existed: each gets a set made
      * once it does (or none, when it cannot be created). */
     struct ul_wait *waiting;
@@ -525,26 +530,46 @@ static bool ul_cq_room(const jet_urma_loop_t *ul, uint32_t k, uint32_t need)
     return ul->cq[k].used + need <= ul->jfc_depth;
 }
 
-/* The JFC a new connection reserving need entries goes to: the first
- * started one with room (made, being made, or failed: made again), else a
- * new one while urma_jfc_per_loop allows (and cq[0], which the others need
- * for its JFCE, is made); UINT32_MAX when none. */
+/* The JFC a new connection reserving need entries goes to: the first made
+ * one with room, else the first being made with room, else the first whose
+ * making failed with room (made again), else a new one while
+ * urma_jfc_per_loop allows and cq[0] is made or being made; UINT32_MAX when
+ * none. */
 static uint32_t ul_cq_pick(const jet_urma_loop_t *ul, uint32_t need)
 {
+    for (uint32_t k = 0; k < ul->ncq; k++)
+        if (ul->cq[k].jfc && ul_cq_room(ul, k, need)) return k;
+    for (uint32_t k = 0; k < ul->ncq; k++)
+        if ((ul->cq[k].making || ul->cq[k].pending) && ul_cq_room(ul, k, need)) return k;
     for (uint32_t k = 0; k < ul->ncq; k++)
         if (ul_cq_room(ul, k, need)) return k;
     if (ul->ncq == 0) return ul_cq_room(ul, 0, need) ? 0 : UINT32_MAX;
     uint32_t max = (uint32_t)JET_FLAG_IN_RANGE(urma_jfc_per_loop);
-    if (ul->ncq < max && ul->cq[0].jfc && need <= ul->jfc_depth) return ul->ncq;
+    if (ul->ncq < max && (ul->cq[0].jfc || ul->cq[0].making) && need <= ul->jfc_depth)
+        return ul->ncq;
     return UINT32_MAX;
 }
 
-/* The made JFC with room for one more connection of need entries that a
- * fill prepares sets on (the first); UINT32_MAX when none has. */
+/* Prepared sets on JFC k, pooled or being made by the fill. */
+static uint32_t ul_cq_prepared(const jet_urma_loop_t *ul, uint32_t k)
+{
+    uint32_t n = ul->nfilling && ul->fill_cq == k ? 1 : 0;
+    for (const jet_urma_jset_t *js = ul->pool; js; js = js->next)
+        n += js->cq == k;
+    return n;
+}
+
+/* The made JFC that a fill prepares the next set on: the first with room
+ * for one more connection of need entries than it has sets prepared (a set
+ * on a JFC the connections would not fit in is made for nothing);
+ * UINT32_MAX when none has. */
 static uint32_t ul_cq_fill_target(const jet_urma_loop_t *ul, uint32_t need)
 {
-    for (uint32_t k = 0; k < ul->ncq; k++)
-        if (ul->cq[k].jfc && ul_cq_room(ul, k, need)) return k;
+    for (uint32_t k = 0; k < ul->ncq; k++) {
+        if (!ul->cq[k].jfc) continue;
+        uint64_t want = (uint64_t)(ul_cq_prepared(ul, k) + 1) * need;
+        if (ul->cq[k].used + want <= ul->jfc_depth) return k;
+    }
     return UINT32_MAX;
 }
 
@@ -939,9 +964,10 @@ static int ul_drain_one(jet_urma_loop_t *ul, urma_jfc_t *jfc, int max)
     return total;
 }
 
-/* Polls up to max completions of each JFC (the first one in turn, so that
- * a busy one delays the others by one budget at most); then runs the batch
- * end of every endpoint they touched. Returns the number of completions. */
+/* Polls up to max completions of the JFCs, the first one in turn (a busy
+ * one takes the budget of a drain, and the next drain starts with the
+ * next); then runs the batch end of every endpoint they touched. Returns
+ * the number of completions. */
 static int ul_drain(jet_urma_loop_t *ul, int max)
 {
     int total = 0;
@@ -953,7 +979,7 @@ static int ul_drain(jet_urma_loop_t *ul, int max)
         ul->cq_next = first + 1;
         for (uint32_t i = 0; i < ul->ncq; i++) {
             urma_jfc_t *jfc = ul->cq[(first + i) % ul->ncq].jfc;
-            if (jfc) total += ul_drain_one(ul, jfc, max);
+            if (jfc && total < max) total += ul_drain_one(ul, jfc, max - total);
         }
     }
     ul->completions += (uint64_t)total;
@@ -1538,9 +1564,13 @@ static void ul_fill_maybe(jet_urma_loop_t *ul)
     uint32_t sq, rq, sge, want = ul_pool_want(), kept = 0;
     ul_sizes(ul, &sq, &rq, &sge);
     uint32_t need = ul_reserve(sq, rq);
+    /* Sets on a full JFC are dropped only when new connections can go
+     * elsewhere; else they wait for its room to come back. */
+    bool elsewhere = ul_cq_pick(ul, need) != UINT32_MAX;
     for (jet_urma_jset_t **pp = &ul->pool; *pp;) {
         jet_urma_jset_t *js = *pp;
-        if (ul_jset_fits(js, sq, rq, sge) && ul_cq_room(ul, js->cq, need) && kept < want) {
+        if (ul_jset_fits(js, sq, rq, sge) && (ul_cq_room(ul, js->cq, need) || !elsewhere) &&
+            kept < want) {
             kept++;
             pp = &js->next;
             continue;
@@ -1556,7 +1586,7 @@ static void ul_fill_maybe(jet_urma_loop_t *ul)
     if (!j) return;
     j->cq = k;
     j->jfc = ul->cq[k].jfc;
-    ul_job_go(ul, j);
+    if (ul_job_go(ul, j)) ul->fill_cq = k;
 }
 
 void jet__urma_loop_recycle(jet_urma_loop_t *ul, jet_urma_jset_t *js)
@@ -1669,6 +1699,13 @@ static void ul_cq_arrived(jet_urma_loop_t *ul, uint32_t k, urma_jfce_t *jfce, ur
     if (later && kept < n)
         memmove(ul->waiting + kept, ul->waiting + n, later * sizeof *ul->waiting);
     ul->nwaiting = kept + later;
+    /* The JFCs whose connections waited for this one's JFCE: made now, or
+     * (it failed) their connections are told there is none. */
+    for (uint32_t q = 1; k == 0 && q < ul->ncq; q++) {
+        if (!ul->cq[q].pending) continue;
+        ul->cq[q].pending = false;
+        if (!jfc || !ul_cq_start(ul, q)) ul_cq_arrived(ul, q, NULL, NULL, jfc ? EAGAIN : err);
+    }
     ul_fill_maybe(ul);
 }
 
@@ -1787,7 +1824,7 @@ int jet__urma_loop_attach(jet_urma_loop_t *ul, struct jet_urma_ep *ep, uint32_t 
     uint32_t k = js ? js->cq : ul_cq_pick(ul, need);
     if (k == UINT32_MAX) {
         JET_LOG_ONCE(JET_LOG_WARN,
-                     "URMA: the completion queues of event loop %d are full (%u of %u "
+                     "URMA: the completion queues of event loop %d are full (%u queues of %u "
                      "entries each): further connections of this loop use TCP (see "
                      "urma_jfc_depth, urma_jfc_per_loop)",
                      jet_loop_index(ul->loop), ul->ncq, ul->jfc_depth);
@@ -1806,8 +1843,17 @@ int jet__urma_loop_attach(jet_urma_loop_t *ul, struct jet_urma_ep *ep, uint32_t 
     } else {
         /* The loop's first connection, or the first past the JFCs made (or
          * the last attempt failed): the JFC is made off the loop, then the
-         * set. */
-        if (!ul->cq[k].making && !ul_cq_start(ul, k)) goto err_no_thread;
+         * set. A JFC past the first needs the first's JFCE (event mode) and
+         * the shared receive queue on it: while that is being made, the job
+         * waits for it (cq[0] is always the first made). */
+        if (!ul->cq[k].making && !ul->cq[k].pending) {
+            if (k == 0 || ul->cq[0].jfc) {
+                if (!ul_cq_start(ul, k)) goto err_no_thread;
+            } else {
+                ul->cq[k].pending = true;
+                if (k >= ul->ncq) ul->ncq = k + 1;
+            }
+        }
         ul->waiting[ul->nwaiting++] = w;
     }
     if (pooled_p) *pooled_p = js != NULL;

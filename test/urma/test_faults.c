@@ -308,19 +308,20 @@ static jet_channel_t *tcp_channel(int port)
 /* A server loop whose first completion queue is full makes another, up to
  * urma_jfc_per_loop: with queues of 600 entries (the shared receive queue
  * takes 256 of the first, a connection 132) and three of them, the loop
- * carries 2 + 4 + 4 connections over URMA, all open at once; the next ones
- * are declined and run over TCP. Connections that close give their room
- * back to the queue they were in, and new ones take it without a fourth
- * queue. The server's stats come over a TCP channel, which holds no room. */
-static void jfc_added_when_full(const char *polling)
+ * carries 2 + 4 + 4 connections over URMA (cap), all open at once; the next
+ * ones are declined and run over TCP. Connections that close give their
+ * room back to the queue they were in, and new ones take it. The server's
+ * stats come over a TCP channel, which holds no room. */
+static void jfc_added_when_full(const char *mode, const char *more, int cap)
 {
-    const char *args[] = {"--urma_jfc_depth=600", "--event_loop_num=1", "--urma_jfc_per_loop=3",
-                          polling, NULL};
+    const char *args[] = {
+        "--urma_jfc_depth=600", "--event_loop_num=1", "--urma_jfc_per_loop=3", mode, more, NULL};
     jt_child_t c;
     JT_REQUIRE(jt_child_start(&c, args, NULL) == 0);
     jet_channel_t *stats = tcp_channel(c.port);
     JT_REQUIRE(stats);
-    enum { CAP = 10, N = 12, AGAIN = 4 };
+    const int CAP = cap;
+    enum { N = 12, AGAIN = 4 };
     jet_channel_t *ch[N];
     bool urma[N];
     for (int i = 0; i < N; i++) {
@@ -330,8 +331,8 @@ static void jfc_added_when_full(const char *polling)
     }
     ut_child_stats_t st = {0};
     JT_CHECK(ut_child_pool(stats, &st));
-    fprintf(stderr, "  %s: %u completion queues, %u URMA connections, %u entries held\n", polling,
-            st.jfcs, st.endpoints, st.jfc_used);
+    fprintf(stderr, "  %s %s: %u completion queues, %u URMA connections, %u entries held\n", mode,
+            more, st.jfcs, st.endpoints, st.jfc_used);
     JT_CHECK_EQ(st.jfcs, 3u);
     JT_CHECK_EQ(st.endpoints, (unsigned)CAP);
     /* Every connection still carries its calls. */
@@ -340,14 +341,14 @@ static void jfc_added_when_full(const char *polling)
     /* Room given back in the first two queues is taken again. */
     for (int i = 0; i < AGAIN; i++)
         jet_channel_destroy(ch[i]);
-    JT_CHECK(JT_WAIT_UNTIL(ut_child_pool(stats, &st) && st.endpoints == CAP - AGAIN, 10000000));
+    JT_CHECK(JT_WAIT_UNTIL(ut_child_pool(stats, &st) && st.endpoints == (unsigned)(CAP - AGAIN),
+                           10000000));
     for (int i = 0; i < AGAIN; i++) {
         ch[i] = open_echo(c.port, (uint64_t)i + 200, &urma[i]);
         JT_REQUIRE(ch[i]);
         JT_CHECK_AT(nth(i), urma[i]);
     }
     JT_CHECK(ut_child_pool(stats, &st));
-    JT_CHECK_EQ(st.jfcs, 3u);
     JT_CHECK_EQ(st.endpoints, (unsigned)CAP);
     for (int i = 0; i < N; i++)
         jet_channel_destroy(ch[i]);
@@ -359,8 +360,80 @@ static void jfc_added_when_full(const char *polling)
 
 static void test_jfc_added_when_full(void)
 {
-    jfc_added_when_full("--urma_use_polling=false");
-    jfc_added_when_full("--urma_use_polling=true");
+    jfc_added_when_full("--urma_use_polling=false", "--urma_shared_rq_size=256", 10);
+    jfc_added_when_full("--urma_use_polling=true", "--urma_shared_rq_size=256", 10);
+    /* Per-connection receive queues (164 entries a connection: 3 per queue)
+     * in pure event mode: the added queues' receives complete there, and
+     * only their own events wake the loop. */
+    jfc_added_when_full("--urma_shared_rq_size=0", "--urma_event_spin_auto_us=0", 9);
+}
+
+typedef struct burst_arg {
+    int port;
+    pthread_barrier_t *go;
+    jet_channel_t *ch;
+    int rc;
+} burst_arg_t;
+
+static void *burst_main(void *arg)
+{
+    burst_arg_t *a = arg;
+    pthread_barrier_wait(a->go);
+    a->ch = channel(a->port, 30000, 0);
+    a->rc = a->ch ? jt_echo_bytes(a->ch, 5000, 7, "burst") : -1;
+    return NULL;
+}
+
+/* Ten connections arrive at once on a fresh server loop whose completion
+ * queues are made slowly (SOFTUB_QUEUE_DELAY_US: 200 ms each): the first
+ * queue is still being made when the ones past its room (2) come, which
+ * wait for the second and the third queue (4 each) to be made after it,
+ * and all ten run over URMA. */
+static void burst_on_fresh_loop(const char *mode)
+{
+    const char *args[] = {"--urma_jfc_depth=600",
+                          "--event_loop_num=1",
+                          "--urma_jfc_per_loop=3",
+                          "--urma_prepared_jetty_cnt=0",
+                          mode,
+                          NULL};
+    const char *envs[] = {"SOFTUB_QUEUE_DELAY_US=200000", NULL};
+    jt_child_t c;
+    JT_REQUIRE(jt_child_start(&c, args, envs) == 0);
+    enum { N = 10 };
+    pthread_barrier_t go;
+    pthread_barrier_init(&go, NULL, N);
+    pthread_t th[N];
+    burst_arg_t a[N];
+    for (int i = 0; i < N; i++) {
+        a[i] = (burst_arg_t){.port = c.port, .go = &go};
+        JT_REQUIRE(pthread_create(&th[i], NULL, burst_main, &a[i]) == 0);
+    }
+    for (int i = 0; i < N; i++)
+        pthread_join(th[i], NULL);
+    pthread_barrier_destroy(&go);
+    for (int i = 0; i < N; i++)
+        JT_CHECK_AT(nth(i), a[i].rc == 0);
+    jet_channel_t *stats = tcp_channel(c.port);
+    JT_REQUIRE(stats);
+    ut_child_stats_t st = {0};
+    JT_CHECK(ut_child_pool(stats, &st));
+    fprintf(stderr, "  %s: %u of %d connections on URMA, %u completion queues\n", mode,
+            st.endpoints, N, st.jfcs);
+    JT_CHECK_EQ(st.endpoints, (unsigned)N);
+    JT_CHECK_EQ(st.jfcs, 3u);
+    for (int i = 0; i < N; i++)
+        if (a[i].ch) jet_channel_destroy(a[i].ch);
+    JT_CHECK(JT_WAIT_UNTIL(ut_child_pool(stats, &st) && st.endpoints == 0 && st.jfc_used == 0,
+                           10000000));
+    jet_channel_destroy(stats);
+    JT_CHECK_EQ(jt_child_stop(&c), 0);
+}
+
+static void test_burst_on_fresh_loop(void)
+{
+    burst_on_fresh_loop("--urma_use_polling=false");
+    burst_on_fresh_loop("--urma_use_polling=true");
 }
 
 /* A process's resident memory in KiB (VmRSS), or -1. */
@@ -425,6 +498,52 @@ static void test_many_connections_default_queues(void)
     free(ch);
     JT_CHECK(JT_WAIT_UNTIL(ut_child_pool(stats, &st) && st.endpoints == 0 && st.jfc_used == 0,
                            30000000));
+    jet_channel_destroy(stats);
+    JT_CHECK_EQ(jt_child_stop(&c), 0);
+}
+
+/* A loop's prepared sets are made only for room its queue has: with a
+ * queue that holds two connections and may not be joined by another
+ * (urma_jfc_per_loop=1), one connection open leaves room for one, and one
+ * set is prepared, not urma_prepared_jetty_cnt (8) of which 7 would be
+ * destroyed when the second connection fills the queue. The second
+ * connection takes that set; closed, its set is reset and pooled for the
+ * next one. */
+static void test_pool_fits_the_queue(void)
+{
+    const char *args[] = {"--urma_jfc_depth=600", "--event_loop_num=1", "--urma_jfc_per_loop=1",
+                          "--urma_prepared_jetty_cnt=8", NULL};
+    jt_child_t c;
+    JT_REQUIRE(jt_child_start(&c, args, NULL) == 0);
+    jet_channel_t *stats = tcp_channel(c.port);
+    JT_REQUIRE(stats);
+    bool urma = false;
+    jet_channel_t *a = open_echo(c.port, 1, &urma);
+    JT_REQUIRE(a);
+    JT_CHECK(urma);
+    ut_child_stats_t st = {0};
+    JT_CHECK(JT_WAIT_UNTIL(ut_child_pool(stats, &st) && st.pooled == 1, 10000000));
+    /* A fill takes microseconds: more would have come by now. */
+    usleep(200000);
+    JT_CHECK(ut_child_pool(stats, &st));
+    JT_CHECK_EQ(st.pooled, 1u);
+    for (int round = 0; round < 3; round++) {
+        jet_channel_t *b = open_echo(c.port, (uint64_t)round + 2, &urma);
+        JT_REQUIRE(b);
+        JT_CHECK_AT(nth(round), urma);
+        JT_CHECK(ut_child_pool(stats, &st));
+        JT_CHECK_EQ(st.pooled, 0u);
+        jet_channel_destroy(b);
+        /* Its set comes back, reset, for the next one, which may take it
+         * once the quarantine of a shared queue's jetty (200 ms) is over. */
+        JT_CHECK(JT_WAIT_UNTIL(ut_child_pool(stats, &st) && st.pooled == 1 &&
+                                   st.recycled == (unsigned long long)round + 1,
+                               10000000));
+        usleep(250000);
+    }
+    jet_channel_destroy(a);
+    JT_CHECK(JT_WAIT_UNTIL(ut_child_pool(stats, &st) && st.endpoints == 0 && st.jfc_used == 0,
+                           10000000));
     jet_channel_destroy(stats);
     JT_CHECK_EQ(jt_child_stop(&c), 0);
 }
@@ -1316,6 +1435,8 @@ int main(int argc, char **argv)
     JT_RUN(test_jfc_full_falls_back);
     JT_RUN(test_jfc_added_when_full);
     JT_RUN(test_added_jfc_refused);
+    JT_RUN(test_burst_on_fresh_loop);
+    JT_RUN(test_pool_fits_the_queue);
     JT_RUN(test_many_connections_default_queues);
     JT_RUN(test_slow_import_keeps_loop_serving);
     JT_RUN(test_import_outlived_by_handshake);
