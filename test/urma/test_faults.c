@@ -294,17 +294,6 @@ static const char *nth(int i)
     return label;
 }
 
-static jet_channel_t *tcp_channel(int port)
-{
-    jet_channel_options_t o;
-    jet_channel_options_init(&o);
-    o.timeout_ms = 30000;
-    char addr[64];
-    snprintf(addr, sizeof addr, "127.0.0.1:%d", port);
-    jet_channel_t *ch = NULL;
-    return jet_channel_create(addr, &o, &ch) == 0 ? ch : NULL;
-}
-
 /* A server loop whose first completion queue is full makes another, up to
  * urma_jfc_per_loop: with queues of 600 entries (the shared receive queue
  * takes 256 of the first, a connection 132) and three of them, the loop
@@ -318,7 +307,7 @@ static void jfc_added_when_full(const char *mode, const char *more, int cap)
         "--urma_jfc_depth=600", "--event_loop_num=1", "--urma_jfc_per_loop=3", mode, more, NULL};
     jt_child_t c;
     JT_REQUIRE(jt_child_start(&c, args, NULL) == 0);
-    jet_channel_t *stats = tcp_channel(c.port);
+    jet_channel_t *stats = ut_channel(c.port, JET_SOCKET_MODE_TCP, 30000, JET_CONNECTION_SINGLE);
     JT_REQUIRE(stats);
     const int CAP = cap;
     enum { N = 12, AGAIN = 4 };
@@ -414,7 +403,7 @@ static void burst_on_fresh_loop(const char *mode)
     pthread_barrier_destroy(&go);
     for (int i = 0; i < N; i++)
         JT_CHECK_AT(nth(i), a[i].rc == 0);
-    jet_channel_t *stats = tcp_channel(c.port);
+    jet_channel_t *stats = ut_channel(c.port, JET_SOCKET_MODE_TCP, 30000, JET_CONNECTION_SINGLE);
     JT_REQUIRE(stats);
     ut_child_stats_t st = {0};
     JT_CHECK(ut_child_pool(stats, &st));
@@ -458,7 +447,7 @@ static void test_many_connections_default_queues(void)
     const char *args[] = {"--event_loop_num=1", NULL};
     jt_child_t c;
     JT_REQUIRE(jt_child_start(&c, args, NULL) == 0);
-    jet_channel_t *stats = tcp_channel(c.port);
+    jet_channel_t *stats = ut_channel(c.port, JET_SOCKET_MODE_TCP, 30000, JET_CONNECTION_SINGLE);
     JT_REQUIRE(stats);
     enum { N = 600 };
     jet_channel_t **ch = calloc(N, sizeof *ch);
@@ -515,7 +504,7 @@ static void test_pool_fits_the_queue(void)
                           "--urma_prepared_jetty_cnt=8", NULL};
     jt_child_t c;
     JT_REQUIRE(jt_child_start(&c, args, NULL) == 0);
-    jet_channel_t *stats = tcp_channel(c.port);
+    jet_channel_t *stats = ut_channel(c.port, JET_SOCKET_MODE_TCP, 30000, JET_CONNECTION_SINGLE);
     JT_REQUIRE(stats);
     bool urma = false;
     jet_channel_t *a = open_echo(c.port, 1, &urma);
@@ -559,7 +548,7 @@ static void test_added_jfc_refused(void)
     const char *envs[] = {"SOFTUB_JFC_FAIL=1", "SOFTUB_JFC_FAIL_AFTER=1", NULL};
     jt_child_t c;
     JT_REQUIRE(jt_child_start(&c, args, envs) == 0);
-    jet_channel_t *stats = tcp_channel(c.port);
+    jet_channel_t *stats = ut_channel(c.port, JET_SOCKET_MODE_TCP, 30000, JET_CONNECTION_SINGLE);
     JT_REQUIRE(stats);
     enum { N = 4 };
     const bool want[N] = {true, true, false, true};
@@ -1301,11 +1290,53 @@ static void test_churn_while_sets_made(void)
     slow_trace_check();
 }
 
-/* The provider refuses a loop's completion queue (SOFTUB_JFC_FAIL=1: the
- * first create_jfc of the process fails): the connection that waited for it
- * goes on over TCP (the server declines its hello), and the next connection
- * of that loop makes it again and runs over URMA. A client whose first
- * completion queue is refused sends no hello: its calls go over TCP. */
+/* Connections open and close in a churn on a server loop whose queues hold
+ * 2, 4 and 4 of them (the shared receive queue takes 256 of the first 600
+ * entries): the connections move between queues as room comes and goes,
+ * some find them all full for a moment (a closed connection keeps its room
+ * until its queues are stopped) and run over TCP, and every call succeeds.
+ * Afterwards no entry is held in any queue: ten connections opened one
+ * after another all run over URMA again. Event mode, then polling. */
+static void test_churn_across_queues(void)
+{
+    enum { T = 8, ROUNDS = 40, CAP = 10 };
+    for (int polling = 0; polling < 2; polling++) {
+        const char *args[] = {"--urma_jfc_depth=600", "--event_loop_num=1", "--urma_jfc_per_loop=3",
+                              polling ? "--urma_use_polling=true" : "--urma_use_polling=false",
+                              NULL};
+        jt_child_t c;
+        JT_REQUIRE(jt_child_start(&c, args, NULL) == 0);
+        jet_channel_t *ctl = ut_channel(c.port, JET_SOCKET_MODE_TCP, 30000, JET_CONNECTION_SINGLE);
+        JT_REQUIRE(ctl);
+        _Atomic int bad = 0;
+        pthread_t th[T];
+        churn_arg_t a[T];
+        for (int i = 0; i < T; i++) {
+            a[i] = (churn_arg_t){.port = c.port, .rounds = ROUNDS, .index = i, .bad = &bad};
+            JT_REQUIRE(pthread_create(&th[i], NULL, churn_main, &a[i]) == 0);
+        }
+        for (int i = 0; i < T; i++)
+            pthread_join(th[i], NULL);
+        JT_CHECK_EQ(atomic_load(&bad), 0);
+        ut_child_stats_t st = {0};
+        JT_CHECK(JT_WAIT_UNTIL(ut_child_pool(ctl, &st) && st.endpoints == 0 && st.jfc_used == 0,
+                               20000000));
+        fprintf(stderr, "  %s: %d connections on %u completion queues; entries held after: %u\n",
+                polling ? "polling" : "event", T * ROUNDS, st.jfcs, st.jfc_used);
+        jet_channel_t *ch[CAP];
+        for (int i = 0; i < CAP; i++) {
+            bool urma = false;
+            ch[i] = open_echo(c.port, (uint64_t)i + 1, &urma);
+            JT_REQUIRE(ch[i]);
+            JT_CHECK_AT(nth(i), urma);
+        }
+        for (int i = 0; i < CAP; i++)
+            jet_channel_destroy(ch[i]);
+        jet_channel_destroy(ctl);
+        JT_CHECK_EQ(jt_child_stop(&c), 0);
+    }
+}
+
 /* urma_jetrpc_extensions turned off while a client imports its server,
  * after its hello advertised them: the client keeps what its hello said
  * (the server expects credits on data), and its calls go over URMA on its
@@ -1325,6 +1356,11 @@ static void test_extensions_flag_changed_mid_handshake(void)
     JT_CHECK_EQ(jt_child_stop(&c), 0);
 }
 
+/* The provider refuses a loop's completion queue (SOFTUB_JFC_FAIL=1: the
+ * first create_jfc of the process fails): the connection that waited for it
+ * goes on over TCP (the server declines its hello), and the next connection
+ * of that loop makes it again and runs over URMA. A client whose first
+ * completion queue is refused sends no hello: its calls go over TCP. */
 static void test_jfc_creation_fails(void)
 {
     const char *envs[] = {"SOFTUB_JFC_FAIL=1", "JETRPC_EVENT_LOOP_NUM=1", NULL};
@@ -1449,6 +1485,7 @@ int main(int argc, char **argv)
     JT_RUN(test_closed_while_set_made);
     JT_RUN(test_flags_change_while_set_made);
     JT_RUN(test_churn_while_sets_made);
+    JT_RUN(test_churn_across_queues);
     JT_RUN(test_jfc_creation_fails);
     JT_RUN(test_extensions_flag_changed_mid_handshake);
     return jt_finish();
