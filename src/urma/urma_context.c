@@ -114,6 +114,10 @@ JET_FLAG_DEFINE_INT32_RANGE(urma_jfc_per_loop, 16, 1, CTX_CQ_MAX,
                             "Completion queues an event loop may make for its URMA connections, "
                             "of urma_jfc_depth entries each: one more when those made are full; "
                             "all full: new connections of the loop use TCP");
+JET_FLAG_DEFINE_INT32_RANGE(urma_jfc_idle_ms, 30000, 0, INT32_MAX,
+                            "A completion queue an event loop added (past its first) that no "
+                            "connection has used for this long, in milliseconds, is deleted; "
+                            "0: kept for the life of the process");
 
 #define CTX_MAX_LOOPS    1024
 #define CTX_EVENT_BUDGET 4096 /* completions per JFCE event before other work runs */
@@ -399,6 +403,9 @@ struct ul_cq {
      * receive queue it needs, is being made; its job starts when cq[0]
      * comes. */
     bool pending;
+    bool deleting;      /* k > 0 idle for urma_jfc_idle_ms: being deleted */
+    uint32_t sets;      /* jetty sets that exist on it (used, pooled, or on their way) */
+    int64_t idle_since; /* k > 0 made, with no set and no share since then (0: busy) */
 };
 
 struct jet_urma_loop {
@@ -415,6 +422,7 @@ struct jet_urma_loop {
     uint32_t ncq;
     uint32_t nmade;   /* of them made */
     uint32_t cq_next; /* the JFC polled first by the next drain */
+    jet_timer_t cq_timer; /* deletes added JFCs idle for urma_jfc_idle_ms */
     jet_io_t io;
     jet_poller_t poller;
     bool polling;
@@ -542,7 +550,7 @@ static uint32_t ul_cq_pick(const jet_urma_loop_t *ul, uint32_t need)
     for (uint32_t k = 0; k < ul->ncq; k++)
         if ((ul->cq[k].making || ul->cq[k].pending) && ul_cq_room(ul, k, need)) return k;
     for (uint32_t k = 0; k < ul->ncq; k++)
-        if (ul_cq_room(ul, k, need)) return k;
+        if (!ul->cq[k].deleting && ul_cq_room(ul, k, need)) return k;
     if (ul->ncq == 0) return ul_cq_room(ul, 0, need) ? 0 : UINT32_MAX;
     uint32_t max = (uint32_t)JET_FLAG_IN_RANGE(urma_jfc_per_loop);
     if (ul->ncq < max && (ul->cq[0].jfc || ul->cq[0].making) && need <= ul->jfc_depth)
@@ -559,18 +567,62 @@ static uint32_t ul_cq_prepared(const jet_urma_loop_t *ul, uint32_t k)
     return n;
 }
 
-/* The made JFC that a fill prepares the next set on: the first with room
- * for one more connection of need entries than it has sets prepared (a set
- * on a JFC the connections would not fit in is made for nothing);
- * UINT32_MAX when none has. */
+/* The first made JFC with room for a connection of need entries (where the
+ * next one goes), or UINT32_MAX. */
+static uint32_t ul_cq_first_room(const jet_urma_loop_t *ul, uint32_t need)
+{
+    for (uint32_t k = 0; k < ul->ncq; k++)
+        if (ul->cq[k].jfc && ul_cq_room(ul, k, need)) return k;
+    return UINT32_MAX;
+}
+
+/* A JFC past the first with room that no connection uses: nothing is
+ * prepared on it, so that it can go idle. */
+static bool ul_cq_spare(const jet_urma_loop_t *ul, uint32_t k, uint32_t first_room)
+{
+    return k > first_room && ul->cq[k].used == 0;
+}
+
+/* The made JFC that a fill prepares the next set on: the first that is not
+ * spare with room for one more connection of need entries than it has sets
+ * prepared (a set on a JFC the connections would not fit in is made for
+ * nothing); UINT32_MAX when none has. */
 static uint32_t ul_cq_fill_target(const jet_urma_loop_t *ul, uint32_t need)
 {
+    uint32_t first_room = ul_cq_first_room(ul, need);
     for (uint32_t k = 0; k < ul->ncq; k++) {
-        if (!ul->cq[k].jfc) continue;
+        if (!ul->cq[k].jfc || ul_cq_spare(ul, k, first_room)) continue;
         uint64_t want = (uint64_t)(ul_cq_prepared(ul, k) + 1) * need;
         if (ul->cq[k].used + want <= ul->jfc_depth) return k;
     }
     return UINT32_MAX;
+}
+
+/* JFC k, added past the first and made, has no set (nor one being made for
+ * the pool) and no connection. */
+static bool ul_cq_idle(const jet_urma_loop_t *ul, uint32_t k)
+{
+    const struct ul_cq *q = &ul->cq[k];
+    return k > 0 && q->jfc && q->sets == 0 && q->used == 0 && !q->making && !q->pending &&
+           !(ul->nfilling && ul->fill_cq == k);
+}
+
+/* Loop thread: JFC k lost a set or a connection; once it has neither, its
+ * idle time starts (the loop's timer deletes it after urma_jfc_idle_ms). */
+static void ul_cq_check_idle(jet_urma_loop_t *ul, uint32_t k)
+{
+    int64_t ms = JET_FLAG_IN_RANGE(urma_jfc_idle_ms);
+    if (ms <= 0 || !ul_cq_idle(ul, k) || ul->cq[k].idle_since) return;
+    ul->cq[k].idle_since = jet_now_us();
+    if (!jet_timer_armed(&ul->cq_timer))
+        jet_loop_timer_start(ul->loop, &ul->cq_timer, ul->cq[k].idle_since + ms * 1000);
+}
+
+/* Loop thread: a set on JFC k was destroyed. */
+static void ul_cq_set_gone(jet_urma_loop_t *ul, uint32_t k)
+{
+    ul->cq[k].sets--;
+    ul_cq_check_idle(ul, k);
 }
 
 /* Any thread: a JFR (depth, RM, 1 SGE) on jfc, for a jetty set or the
@@ -1243,6 +1295,7 @@ typedef enum {
     UL_JOB_RESET,
     UL_JOB_DESTROY,
     UL_JOB_CQ,
+    UL_JOB_CQ_DELETE,
 } ul_job_kind_t;
 
 typedef struct ul_job {
@@ -1362,6 +1415,9 @@ static void ul_job_run(jet_urma_work_t *w)
         if (j->left.tjetty) JET_URMA_FN(c, urma_unimport_jetty)(j->left.tjetty);
         if (j->left.tseg) JET_URMA_FN(c, urma_unimport_seg)(j->left.tseg);
         break;
+    case UL_JOB_CQ_DELETE:
+        j->err = JET_URMA_FN(c, urma_delete_jfc)(j->jfc) == URMA_SUCCESS ? 0 : EIO;
+        break;
     case UL_JOB_CQ:
         errno = 0;
         if (!ul_cq_create(c, j->ul->polling, j->ul->jfc_depth, &j->jfce, &j->jfc)) {
@@ -1387,6 +1443,7 @@ static bool ul_pool_put(jet_urma_loop_t *ul, jet_urma_jset_t *js);
 static void ul_poller_sync(jet_urma_loop_t *ul);
 static void ul_cq_arrived(jet_urma_loop_t *ul, uint32_t k, urma_jfce_t *jfce, urma_jfc_t *jfc,
                           int err);
+static void ul_cq_trim(jet_urma_loop_t *ul);
 
 static void ul_job_done(jet_task_t *t)
 {
@@ -1395,7 +1452,14 @@ static void ul_job_done(jet_task_t *t)
     ul_job_kind_t kind = j->kind;
     jet_urma_jset_t *js = j->js;
     struct jet_urma_ep *ep = j->ep;
+    uint32_t jcq = j->cq;
     ul->cq[j->cq].used -= j->share;
+    if (js && (kind == UL_JOB_FILL || kind == UL_JOB_MAKE)) {
+        ul->cq[js->cq].sets++;
+        ul->cq[js->cq].idle_since = 0;
+    }
+    if (j->destroyed) ul->cq[j->cq].sets--;
+    if (j->share || j->destroyed) ul_cq_check_idle(ul, j->cq);
     if (j->gone_idx >= 0) {
         ul->eps[j->gone_idx] = NULL;
         ul->free_idx[ul->nfree++] = (uint32_t)j->gone_idx;
@@ -1419,12 +1483,27 @@ static void ul_job_done(jet_task_t *t)
         ul_cq_arrived(ul, k, jfce, jfc, err);
         return;
     }
+    if (kind == UL_JOB_CQ_DELETE) {
+        uint32_t k = j->cq;
+        if (j->err)
+            JET_LOG_ONCE(JET_LOG_WARN,
+                         "URMA: cannot delete completion queue %u of event loop %d: "
+                         "leaked",
+                         k, jet_loop_index(ul->loop));
+        free(j);
+        ul->cq[k].deleting = false;
+        ul_cq_trim(ul);
+        return;
+    }
     free(j);
     if (kind == UL_JOB_MAKE) {
         jet__urma_ep_set_arrived(ep, js);
         return;
     }
-    if (kind == UL_JOB_FILL) ul->nfilling--;
+    if (kind == UL_JOB_FILL) {
+        ul->nfilling--;
+        if (!js) ul_cq_check_idle(ul, jcq); /* nothing came of it */
+    }
     if (kind == UL_JOB_RESET) ul->nrecycling--;
     if (js && ul_pool_put(ul, js) && kind == UL_JOB_RESET) ul->recycled++;
     /* A fill that made nothing is not retried until the next connection
@@ -1443,6 +1522,7 @@ static ul_job_t *ul_job_new(jet_urma_loop_t *ul, ul_job_kind_t kind, jet_urma_js
     j->ul = ul;
     j->kind = kind;
     j->js = js;
+    j->cq = js ? js->cq : 0;
     j->gone_idx = -1;
     if (kind == UL_JOB_FILL) ul_sizes(ul, &j->sq, &j->rq, &j->max_sge);
     j->w.task.fn = ul_job_done;
@@ -1479,7 +1559,17 @@ static bool ul_job_start(jet_urma_loop_t *ul, ul_job_kind_t kind, jet_urma_jset_
 /* Loop thread: destroys js off the loop (here when no thread can). */
 static void ul_destroy_later(jet_urma_loop_t *ul, jet_urma_jset_t *js)
 {
-    if (!ul_job_start(ul, UL_JOB_DESTROY, js)) jet__urma_jset_destroy(ul->ctx, js);
+    uint32_t k = js->cq;
+    if (!ul_job_start(ul, UL_JOB_DESTROY, js) && jet__urma_jset_destroy(ul->ctx, js))
+        ul_cq_set_gone(ul, k);
+}
+
+bool jet__urma_loop_destroy_set(jet_urma_loop_t *ul, jet_urma_jset_t *js)
+{
+    uint32_t k = js->cq;
+    if (!jet__urma_jset_destroy(ul->ctx, js)) return false;
+    ul_cq_set_gone(ul, k);
+    return true;
 }
 
 /* Drops ep from the deferred list; returns its table index (the caller
@@ -1519,6 +1609,7 @@ void jet__urma_loop_discard(jet_urma_loop_t *ul, struct jet_urma_ep *ep, uint32_
     /* No thread (ul_job_go freed j): the same job, here. */
     ul_job_t here = {.ul = ul, .kind = UL_JOB_DESTROY, .js = js, .left = *left, .gone_idx = -1};
     ul_job_run(&here.w);
+    if (here.destroyed) ul_cq_set_gone(ul, cq);
     for (uint32_t i = 0; here.destroyed && i < here.left.nblocks; i++)
         jet__block_unref(here.left.blocks[i]);
     free(here.left.blocks);
@@ -1565,12 +1656,16 @@ static void ul_fill_maybe(jet_urma_loop_t *ul)
     ul_sizes(ul, &sq, &rq, &sge);
     uint32_t need = ul_reserve(sq, rq);
     /* Sets on a full JFC are dropped only when new connections can go
-     * elsewhere; else they wait for its room to come back. */
+     * elsewhere; else they wait for its room to come back. Sets on a JFC
+     * past the first with room that no connection uses are dropped too:
+     * new connections go to the first, and that JFC may go idle. */
     bool elsewhere = ul_cq_pick(ul, need) != UINT32_MAX;
+    uint32_t first_room = ul_cq_first_room(ul, need);
     for (jet_urma_jset_t **pp = &ul->pool; *pp;) {
         jet_urma_jset_t *js = *pp;
+        bool spare = ul_cq_spare(ul, js->cq, first_room);
         if (ul_jset_fits(js, sq, rq, sge) && (ul_cq_room(ul, js->cq, need) || !elsewhere) &&
-            kept < want) {
+            !spare && kept < want) {
             kept++;
             pp = &js->next;
             continue;
@@ -1598,8 +1693,10 @@ void jet__urma_loop_recycle(jet_urma_loop_t *ul, jet_urma_jset_t *js)
     }
     if (ul_job_start(ul, UL_JOB_RESET, js)) return;
     /* No import thread: the same job, here. */
+    uint32_t k = js->cq;
     ul_job_t j = {.ul = ul, .kind = UL_JOB_RESET, .js = js};
     ul_job_run(&j.w);
+    if (j.destroyed) ul_cq_set_gone(ul, k);
     if (j.js && ul_pool_put(ul, j.js)) ul->recycled++;
 }
 
@@ -1641,6 +1738,62 @@ static bool ul_cq_start(jet_urma_loop_t *ul, uint32_t k)
     j->cq = k;
     j->jfce = ul->jfce; /* NULL for cq[0] (or in polling mode) */
     return ul_job_go(ul, j);
+}
+
+/* Loop thread: slots past the first that hold nothing (deleted, or failed
+ * with no connection waiting) are given up from the top. */
+static void ul_cq_trim(jet_urma_loop_t *ul)
+{
+    while (ul->ncq > 1) {
+        const struct ul_cq *q = &ul->cq[ul->ncq - 1];
+        if (q->jfc || q->making || q->pending || q->deleting || q->used || q->sets) break;
+        ul->ncq--;
+    }
+    if (ul->cq_next >= ul->ncq) ul->cq_next = 0;
+}
+
+/* Loop thread: JFC k (> 0), idle, is deleted off the loop. Nothing polls
+ * or arms it from now on; it has no jetty, so no completion and no event
+ * can come for it (an event reported before is acked by the loop, which
+ * the deletion waits for). */
+static void ul_cq_delete(jet_urma_loop_t *ul, uint32_t k)
+{
+    struct ul_cq *q = &ul->cq[k];
+    ul_job_t *j = ul_job_new(ul, UL_JOB_CQ_DELETE, NULL);
+    if (!j) return; /* tried again at the next idle time */
+    j->cq = k;
+    j->jfc = q->jfc;
+    q->jfc = NULL;
+    q->idle_since = 0;
+    q->deleting = true;
+    ul->nmade--;
+    if (ul_job_go(ul, j)) return;
+    /* No import thread (ul_job_go freed j): here. */
+    if (JET_URMA_FN(ul->ctx, urma_delete_jfc)(j->jfc) != URMA_SUCCESS)
+        JET_LOG_ONCE(JET_LOG_WARN,
+                     "URMA: cannot delete completion queue %u of event loop %d: "
+                     "leaked",
+                     k, jet_loop_index(ul->loop));
+    q->deleting = false;
+    ul_cq_trim(ul);
+}
+
+static void ul_cq_timer_cb(jet_timer_t *t)
+{
+    jet_urma_loop_t *ul = (jet_urma_loop_t *)((char *)t - offsetof(jet_urma_loop_t, cq_timer));
+    int64_t ms = JET_FLAG_IN_RANGE(urma_jfc_idle_ms);
+    int64_t now = jet_now_us(), next = 0;
+    for (uint32_t k = 1; k < ul->ncq; k++) {
+        struct ul_cq *q = &ul->cq[k];
+        if (!ul_cq_idle(ul, k)) q->idle_since = 0;
+        if (!q->idle_since || ms <= 0) continue;
+        int64_t due = q->idle_since + ms * 1000;
+        if (now >= due)
+            ul_cq_delete(ul, k);
+        else if (!next || due < next)
+            next = due;
+    }
+    if (next) jet_loop_timer_start(ul->loop, &ul->cq_timer, next);
 }
 
 /* Loop thread: the job of JFC k came back (jfc NULL: it failed). The
@@ -1741,6 +1894,7 @@ static jet_urma_loop_t *ul_create(jet_loop_t *loop, const jet_urma_ctx_t *c)
         jet_timer_init(&ul->srq_timer, ul_srq_timer_cb);
         ul->cq[0].used = d; /* every receive can complete once, into cq[0] */
     }
+    jet_timer_init(&ul->cq_timer, ul_cq_timer_cb);
     ul->gap_us = INT64_MAX / 8; /* no spin before short gaps were seen */
     ul->poller.poll = ul_poll_cb;
     ul->poller.arg = ul;
@@ -1861,6 +2015,7 @@ int jet__urma_loop_attach(jet_urma_loop_t *ul, struct jet_urma_ep *ep, uint32_t 
     ul->gens[idx]++;
     ul->cq_of[idx] = (uint8_t)k;
     ul->cq[k].used += need;
+    ul->cq[k].idle_since = 0;
     ul->nattached++;
     ul->attaches++;
     ul_poller_sync(ul);
@@ -1893,8 +2048,13 @@ void jet__urma_loop_detach(jet_urma_loop_t *ul, struct jet_urma_ep *ep, uint32_t
     }
     ul->eps[idx] = NULL;
     ul->free_idx[ul->nfree++] = (uint32_t)idx;
-    ul->cq[ul->cq_of[idx]].used -= ul_reserve(sq, rq);
+    uint32_t k = ul->cq_of[idx];
+    ul->cq[k].used -= ul_reserve(sq, rq);
+    ul_cq_check_idle(ul, k);
     ul->nattached--;
+    /* Its last connection gone, a JFC past the first may still hold
+     * prepared sets that keep it: dropped when another has room. */
+    if (k > 0 && ul->cq[k].used == 0 && ul->cq[k].sets) ul_fill_maybe(ul);
     /* Nothing to poll: the loop may sleep again. */
     ul_poller_sync(ul);
 }

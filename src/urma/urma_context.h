@@ -33,8 +33,9 @@
  * completions included) of the JFC its set completes into; a new
  * connection goes to the first JFC with room, else to a new one (made off
  * the loop while it waits); when urma_jfc_per_loop JFCs are full (or a new
- * one cannot be made) it is refused URMA and runs over TCP. JFCs are kept
- * for the life of the process. */
+ * one cannot be made) it is refused URMA and runs over TCP. A JFC past the
+ * first that has carried no connection and no set for urma_jfc_idle_ms is
+ * deleted (off the loop); the first is kept for the life of the process. */
 #ifndef JET_URMA_URMA_CONTEXT_H
 #define JET_URMA_URMA_CONTEXT_H
 
@@ -62,6 +63,7 @@ JET_FLAG_DECLARE_INT32(urma_max_sge);
 JET_FLAG_DECLARE_INT32(urma_handshake_timeout_ms);
 JET_FLAG_DECLARE_INT32(urma_jfc_depth);
 JET_FLAG_DECLARE_INT32(urma_jfc_per_loop);
+JET_FLAG_DECLARE_INT32(urma_jfc_idle_ms);
 JET_FLAG_DECLARE_INT32(urma_event_spin_auto_us);
 JET_FLAG_DECLARE_BOOL(urma_jetrpc_extensions);
 
@@ -183,6 +185,9 @@ void jet__urma_loop_discard(jet_urma_loop_t *ul, struct jet_urma_ep *ep, uint32_
 /* Destroys a set (its queues must hold no buffer the caller still needs).
  * Returns false when the provider refused (the set is then leaked). */
 bool jet__urma_jset_destroy(const jet_urma_ctx_t *ctx, jet_urma_jset_t *js);
+/* Loop thread: the same for a set of ul, here (the loop counts the sets
+ * each of its JFCs carries). */
+bool jet__urma_loop_destroy_set(jet_urma_loop_t *ul, jet_urma_jset_t *js);
 
 /* Posts b to jfr as one receive WR of len bytes (its block-pool region's
  * segment) with user_ctx. *own, the caller's record of the posted block,

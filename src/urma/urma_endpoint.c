@@ -1246,7 +1246,6 @@ static bool ep_take_busy(jet_urma_ep_t *ep, jet_block_t ***v_p, uint32_t *n_p)
 
 static void ep_finish(jet_urma_ep_t *ep, bool reuse)
 {
-    const jet_urma_ctx_t *ctx = ep->ctx;
     jet_urma_loop_t *ul = ep->ul;
     jet_loop_timer_stop(jet__urma_loop_of(ul), &ep->drain_timer);
     jet_loop_timer_stop(jet__urma_loop_of(ul), &ep->retry_timer);
@@ -1270,7 +1269,7 @@ static void ep_finish(jet_urma_ep_t *ep, bool reuse)
         quiet = true; /* what is left in ep is not the queues' */
     } else if (js && !quiet) {
         /* Memory is short: here. A set that stays keeps its peer imported. */
-        quiet = jet__urma_jset_destroy(ctx, js);
+        quiet = jet__urma_loop_destroy_set(ul, js);
         jet__urma_loop_detach(ul, ep, ep->sq, ep_set_rq(ep));
         if (quiet) jet__urma_unimport_later(jet__urma_loop_of(ul), left.tjetty, left.tseg);
     } else {

@@ -491,6 +491,54 @@ static void test_many_connections_default_queues(void)
     JT_CHECK_EQ(jt_child_stop(&c), 0);
 }
 
+/* Queues a loop added for a crowd of connections are deleted once no
+ * connection or prepared set has used them for urma_jfc_idle_ms (200 ms
+ * here): after ten connections on three queues close, the loop is back to
+ * its first queue (the prepared sets on the others are dropped, new
+ * connections going to the first); ten more connections make the others
+ * again and all run over URMA. Event mode, then polling. */
+static void jfc_deleted_when_idle(const char *mode)
+{
+    const char *args[] = {"--urma_jfc_depth=600",
+                          "--event_loop_num=1",
+                          "--urma_jfc_per_loop=3",
+                          "--urma_jfc_idle_ms=200",
+                          mode,
+                          NULL};
+    jt_child_t c;
+    JT_REQUIRE(jt_child_start(&c, args, NULL) == 0);
+    jet_channel_t *stats = ut_channel(c.port, JET_SOCKET_MODE_TCP, 30000, JET_CONNECTION_SINGLE);
+    JT_REQUIRE(stats);
+    enum { N = 10 };
+    ut_child_stats_t st = {0};
+    for (int round = 0; round < 2; round++) {
+        jet_channel_t *ch[N];
+        for (int i = 0; i < N; i++) {
+            bool urma = false;
+            ch[i] = open_echo(c.port, (uint64_t)i + 1, &urma);
+            JT_REQUIRE(ch[i]);
+            JT_CHECK_AT(nth(i), urma);
+        }
+        JT_CHECK(ut_child_pool(stats, &st));
+        JT_CHECK_EQ(st.jfcs, 3u);
+        for (int i = 0; i < N; i++)
+            jet_channel_destroy(ch[i]);
+        JT_CHECK(JT_WAIT_UNTIL(ut_child_pool(stats, &st) && st.endpoints == 0 && st.jfcs == 1,
+                               10000000));
+        fprintf(stderr, "  %s, round %d: %u completion queue(s) left, %u sets pooled\n", mode,
+                round, st.jfcs, st.pooled);
+        JT_CHECK_EQ(st.jfc_used, 0u);
+    }
+    jet_channel_destroy(stats);
+    JT_CHECK_EQ(jt_child_stop(&c), 0);
+}
+
+static void test_jfc_deleted_when_idle(void)
+{
+    jfc_deleted_when_idle("--urma_use_polling=false");
+    jfc_deleted_when_idle("--urma_use_polling=true");
+}
+
 /* A loop's prepared sets are made only for room its queue has: with a
  * queue that holds two connections and may not be joined by another
  * (urma_jfc_per_loop=1), one connection open leaves room for one, and one
@@ -1473,6 +1521,7 @@ int main(int argc, char **argv)
     JT_RUN(test_added_jfc_refused);
     JT_RUN(test_burst_on_fresh_loop);
     JT_RUN(test_pool_fits_the_queue);
+    JT_RUN(test_jfc_deleted_when_idle);
     JT_RUN(test_many_connections_default_queues);
     JT_RUN(test_slow_import_keeps_loop_serving);
     JT_RUN(test_import_outlived_by_handshake);
