@@ -116,8 +116,8 @@ JET_FLAG_DEFINE_INT32_RANGE(urma_jfc_per_loop, 16, 1, CTX_CQ_MAX,
                             "all full: new connections of the loop use TCP");
 JET_FLAG_DEFINE_INT32_RANGE(urma_jfc_idle_ms, 30000, 0, INT32_MAX,
                             "A completion queue an event loop added (past its first) that no "
-                            "connection has used for this long, in milliseconds, is deleted; "
-                            "0: kept for the life of the process");
+                            "connection and no prepared jetty set has used for this long, in "
+                            "milliseconds, is deleted; 0: kept for the life of the process");
 
 #define CTX_MAX_LOOPS    1024
 #define CTX_EVENT_BUDGET 4096 /* completions per JFCE event before other work runs */
@@ -538,6 +538,15 @@ static bool ul_cq_room(const jet_urma_loop_t *ul, uint32_t k, uint32_t need)
     return ul->cq[k].used + need <= ul->jfc_depth;
 }
 
+/* The first made JFC with room for a connection of need entries (where the
+ * next one goes), or UINT32_MAX. */
+static uint32_t ul_cq_first_room(const jet_urma_loop_t *ul, uint32_t need)
+{
+    for (uint32_t k = 0; k < ul->ncq; k++)
+        if (ul->cq[k].jfc && ul_cq_room(ul, k, need)) return k;
+    return UINT32_MAX;
+}
+
 /* The JFC a new connection reserving need entries goes to: the first made
  * one with room, else the first being made with room, else the first whose
  * making failed with room (made again), else a new one while
@@ -545,8 +554,8 @@ static bool ul_cq_room(const jet_urma_loop_t *ul, uint32_t k, uint32_t need)
  * none. */
 static uint32_t ul_cq_pick(const jet_urma_loop_t *ul, uint32_t need)
 {
-    for (uint32_t k = 0; k < ul->ncq; k++)
-        if (ul->cq[k].jfc && ul_cq_room(ul, k, need)) return k;
+    uint32_t first = ul_cq_first_room(ul, need);
+    if (first != UINT32_MAX) return first;
     for (uint32_t k = 0; k < ul->ncq; k++)
         if ((ul->cq[k].making || ul->cq[k].pending) && ul_cq_room(ul, k, need)) return k;
     for (uint32_t k = 0; k < ul->ncq; k++)
@@ -565,15 +574,6 @@ static uint32_t ul_cq_prepared(const jet_urma_loop_t *ul, uint32_t k)
     for (const jet_urma_jset_t *js = ul->pool; js; js = js->next)
         n += js->cq == k;
     return n;
-}
-
-/* The first made JFC with room for a connection of need entries (where the
- * next one goes), or UINT32_MAX. */
-static uint32_t ul_cq_first_room(const jet_urma_loop_t *ul, uint32_t need)
-{
-    for (uint32_t k = 0; k < ul->ncq; k++)
-        if (ul->cq[k].jfc && ul_cq_room(ul, k, need)) return k;
-    return UINT32_MAX;
 }
 
 /* A JFC past the first with room that no connection uses: nothing is
