@@ -1761,15 +1761,16 @@ static void ul_cq_delete(jet_urma_loop_t *ul, uint32_t k)
     struct ul_cq *q = &ul->cq[k];
     ul_job_t *j = ul_job_new(ul, UL_JOB_CQ_DELETE, NULL);
     if (!j) return; /* tried again at the next idle time */
+    urma_jfc_t *jfc = q->jfc;
     j->cq = k;
-    j->jfc = q->jfc;
+    j->jfc = jfc;
     q->jfc = NULL;
     q->idle_since = 0;
     q->deleting = true;
     ul->nmade--;
     if (ul_job_go(ul, j)) return;
     /* No import thread (ul_job_go freed j): here. */
-    if (JET_URMA_FN(ul->ctx, urma_delete_jfc)(j->jfc) != URMA_SUCCESS)
+    if (JET_URMA_FN(ul->ctx, urma_delete_jfc)(jfc) != URMA_SUCCESS)
         JET_LOG_ONCE(JET_LOG_WARN,
                      "URMA: cannot delete completion queue %u of event loop %d: "
                      "leaked",
