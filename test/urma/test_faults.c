@@ -1288,6 +1288,28 @@ static void *churn_main(void *arg)
     return NULL;
 }
 
+/* threads (at most CHURN_MAX) each churn_main for rounds at port; returns
+ * how many of their connections or calls failed. */
+#define CHURN_MAX 8
+static int churn_run(int port, int threads, int rounds)
+{
+    _Atomic int bad = 0;
+    pthread_t th[CHURN_MAX];
+    churn_arg_t a[CHURN_MAX];
+    if (threads > CHURN_MAX) return -1;
+    for (int i = 0; i < threads; i++) {
+        a[i] = (churn_arg_t){.port = port, .rounds = rounds, .index = i, .bad = &bad};
+        if (pthread_create(&th[i], NULL, churn_main, &a[i]) != 0) {
+            atomic_fetch_add(&bad, 1);
+            threads = i;
+            break;
+        }
+    }
+    for (int i = 0; i < threads; i++)
+        pthread_join(th[i], NULL);
+    return atomic_load(&bad);
+}
+
 /* Connections open and close in a churn while the server makes every set
  * off the loop (pool off, 15 ms per set) and its handshake deadline (40 ms)
  * catches some of them still waiting (the client then goes on over TCP) or
@@ -1314,16 +1336,7 @@ static void test_churn_while_sets_made(void)
         ut_child_stats_t st = {0};
         JT_REQUIRE(ut_child_pool(ctl, &st));
         size_t blocks_before = st.blocks;
-        _Atomic int bad = 0;
-        pthread_t th[T];
-        churn_arg_t a[T];
-        for (int i = 0; i < T; i++) {
-            a[i] = (churn_arg_t){.port = c.port, .rounds = ROUNDS, .index = i, .bad = &bad};
-            JT_REQUIRE(pthread_create(&th[i], NULL, churn_main, &a[i]) == 0);
-        }
-        for (int i = 0; i < T; i++)
-            pthread_join(th[i], NULL);
-        JT_CHECK_EQ(atomic_load(&bad), 0);
+        JT_CHECK_EQ(churn_run(c.port, T, ROUNDS), 0);
         JT_CHECK(JT_WAIT_UNTIL(ut_child_pool(ctl, &st) && st.endpoints == 0 && st.jfc_used == 0 &&
                                    st.blocks <= blocks_before + 8,
                                20000000));
@@ -1356,16 +1369,7 @@ static void test_churn_across_queues(void)
         JT_REQUIRE(jt_child_start(&c, args, NULL) == 0);
         jet_channel_t *ctl = ut_channel(c.port, JET_SOCKET_MODE_TCP, 30000, JET_CONNECTION_SINGLE);
         JT_REQUIRE(ctl);
-        _Atomic int bad = 0;
-        pthread_t th[T];
-        churn_arg_t a[T];
-        for (int i = 0; i < T; i++) {
-            a[i] = (churn_arg_t){.port = c.port, .rounds = ROUNDS, .index = i, .bad = &bad};
-            JT_REQUIRE(pthread_create(&th[i], NULL, churn_main, &a[i]) == 0);
-        }
-        for (int i = 0; i < T; i++)
-            pthread_join(th[i], NULL);
-        JT_CHECK_EQ(atomic_load(&bad), 0);
+        JT_CHECK_EQ(churn_run(c.port, T, ROUNDS), 0);
         ut_child_stats_t st = {0};
         JT_CHECK(JT_WAIT_UNTIL(ut_child_pool(ctl, &st) && st.endpoints == 0 && st.jfc_used == 0,
                                20000000));
