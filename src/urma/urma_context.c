@@ -116,8 +116,9 @@ JET_FLAG_DEFINE_INT32_RANGE(urma_jfc_per_loop, 16, 1, CTX_CQ_MAX,
                             "all full: new connections of the loop use TCP");
 JET_FLAG_DEFINE_INT32_RANGE(urma_jfc_idle_ms, 30000, 0, INT32_MAX,
                             "A completion queue an event loop added (past its first) that no "
-                            "connection and no prepared jetty set has used for this long, in "
-                            "milliseconds, is deleted; 0: kept for the life of the process");
+                            "connection has used for this long, in milliseconds, drops its "
+                            "prepared jetty sets and is deleted; 0: kept, with its prepared sets, "
+                            "for the life of the process");
 
 #define CTX_MAX_LOOPS    1024
 #define CTX_EVENT_BUDGET 4096 /* completions per JFCE event before other work runs */
@@ -404,8 +405,18 @@ struct ul_cq {
      * comes. */
     bool pending;
     bool deleting;      /* k > 0 idle for urma_jfc_idle_ms: being deleted */
+    /* k > 0 idle for urma_jfc_idle_ms: its pooled sets were dropped, and it
+     * is deleted once the last of its sets is gone (unless a connection
+     * comes to it first). */
+    bool retiring;
     uint32_t sets;      /* jetty sets that exist on it (used, pooled, or on their way) */
-    int64_t idle_since; /* k > 0 made, with no set and no share since then (0: busy) */
+    uint32_t recycling; /* of them being reset for the pool */
+    /* k > 0 made, with no connection and no set but pooled ones since then
+     * (0: busy) */
+    int64_t idle_since;
+    /* k > 0 made: the job that made it, kept to delete it (the deletion
+     * cannot fail for want of memory) */
+    struct ul_job *del_job;
 };
 
 struct jet_urma_loop {
@@ -449,6 +460,7 @@ struct jet_urma_loop {
     uint32_t nrecycling; /* closed connections' sets being reset for the pool */
     uint32_t ndiscarding; /* sets being destroyed without a drain (may still complete) */
     uint64_t recycled;   /* sets of closed connections reset and pooled */
+    uint64_t filled;     /* sets made for the pool */
     uint64_t attaches;   /* connections ever attached */
     struct jet_urma_ep **eps; /* by index; NULL = free */
     uint8_t *gens;
@@ -567,55 +579,81 @@ static uint32_t ul_cq_pick(const jet_urma_loop_t *ul, uint32_t need)
     return UINT32_MAX;
 }
 
-/* Prepared sets on JFC k, pooled or being made by the fill. */
-static uint32_t ul_cq_prepared(const jet_urma_loop_t *ul, uint32_t k)
+/* Sets pooled on JFC k. */
+static uint32_t ul_cq_pooled(const jet_urma_loop_t *ul, uint32_t k)
 {
-    uint32_t n = ul->nfilling && ul->fill_cq == k ? 1 : 0;
+    uint32_t n = 0;
     for (const jet_urma_jset_t *js = ul->pool; js; js = js->next)
         n += js->cq == k;
     return n;
 }
 
-/* A JFC past the first with room that no connection uses: nothing is
- * prepared on it, so that it can go idle. */
+/* Prepared sets on JFC k: pooled, being made by the fill, or being reset
+ * for the pool. */
+static uint32_t ul_cq_prepared(const jet_urma_loop_t *ul, uint32_t k)
+{
+    uint32_t n = ul->nfilling && ul->fill_cq == k ? 1 : 0;
+    return n + ul->cq[k].recycling + ul_cq_pooled(ul, k);
+}
+
+/* A JFC past the first with room that no connection uses: new connections
+ * go to a lower one, and it may go idle. Nothing is prepared on it; the
+ * sets pooled there stay (a connection that fills the lower one takes
+ * them) until it is idle for urma_jfc_idle_ms, so that connections coming
+ * and going at the edge of a full JFC do not make and drop sets each
+ * time. */
 static bool ul_cq_spare(const jet_urma_loop_t *ul, uint32_t k, uint32_t first_room)
 {
     return k > first_room && ul->cq[k].used == 0;
 }
 
-/* The made JFC that a fill prepares the next set on: the first that is not
- * spare with room for one more connection of need entries than it has sets
- * prepared (a set on a JFC the connections would not fit in is made for
- * nothing); UINT32_MAX when none has. */
+/* The first made JFC with room for a connection of the sizes asked for
+ * now. */
+static uint32_t ul_cq_first_room_now(const jet_urma_loop_t *ul);
+
+/* The made JFC that a fill prepares the next set on: the first that is
+ * neither spare nor retiring with room for one more connection of need
+ * entries than it has sets prepared (a set on a JFC the connections would
+ * not fit in is made for nothing); UINT32_MAX when none has. */
 static uint32_t ul_cq_fill_target(const jet_urma_loop_t *ul, uint32_t need)
 {
     uint32_t first_room = ul_cq_first_room(ul, need);
     for (uint32_t k = 0; k < ul->ncq; k++) {
-        if (!ul->cq[k].jfc || ul_cq_spare(ul, k, first_room)) continue;
+        if (!ul->cq[k].jfc || ul->cq[k].retiring || ul_cq_spare(ul, k, first_room)) continue;
         uint64_t want = (uint64_t)(ul_cq_prepared(ul, k) + 1) * need;
         if (ul->cq[k].used + want <= ul->jfc_depth) return k;
     }
     return UINT32_MAX;
 }
 
-/* JFC k, added past the first and made, has no set (nor one being made for
- * the pool) and no connection. */
+/* JFC k, added past the first and made, has no connection, and no set
+ * but pooled ones (none being made, reset or destroyed). */
 static bool ul_cq_idle(const jet_urma_loop_t *ul, uint32_t k)
 {
     const struct ul_cq *q = &ul->cq[k];
-    return k > 0 && q->jfc && q->sets == 0 && q->used == 0 && !q->making && !q->pending &&
-           !(ul->nfilling && ul->fill_cq == k);
+    return k > 0 && q->jfc && q->used == 0 && !q->making && !q->pending &&
+           !(ul->nfilling && ul->fill_cq == k) && q->sets == ul_cq_pooled(ul, k);
 }
 
-/* Loop thread: JFC k lost a set or a connection; once it has neither, its
- * idle time starts (the loop's timer deletes it after urma_jfc_idle_ms). */
+static void ul_cq_delete(jet_urma_loop_t *ul, uint32_t k);
+
+/* Loop thread: JFC k lost a connection or a set, or a set was pooled on
+ * it. Once it is idle its idle time starts (the loop's timer retires it
+ * after urma_jfc_idle_ms); retiring, it is deleted once its last set is
+ * gone. */
 static void ul_cq_check_idle(jet_urma_loop_t *ul, uint32_t k)
 {
+    struct ul_cq *q = &ul->cq[k];
+    if (!ul_cq_idle(ul, k)) return;
+    if (q->retiring) {
+        if (q->sets == 0) ul_cq_delete(ul, k);
+        return;
+    }
     int64_t ms = JET_FLAG_IN_RANGE(urma_jfc_idle_ms);
-    if (ms <= 0 || !ul_cq_idle(ul, k) || ul->cq[k].idle_since) return;
-    ul->cq[k].idle_since = jet_now_us();
+    if (ms <= 0 || q->idle_since) return;
+    q->idle_since = jet_now_us();
     if (!jet_timer_armed(&ul->cq_timer))
-        jet_loop_timer_start(ul->loop, &ul->cq_timer, ul->cq[k].idle_since + ms * 1000);
+        jet_loop_timer_start(ul->loop, &ul->cq_timer, q->idle_since + ms * 1000);
 }
 
 /* Loop thread: a set on JFC k was destroyed. */
@@ -1444,6 +1482,7 @@ static void ul_poller_sync(jet_urma_loop_t *ul);
 static void ul_cq_arrived(jet_urma_loop_t *ul, uint32_t k, urma_jfce_t *jfce, urma_jfc_t *jfc,
                           int err);
 static void ul_cq_trim(jet_urma_loop_t *ul);
+static void ul_job_init(jet_urma_loop_t *ul, ul_job_t *j, ul_job_kind_t kind, jet_urma_jset_t *js);
 
 static void ul_job_done(jet_task_t *t)
 {
@@ -1454,10 +1493,9 @@ static void ul_job_done(jet_task_t *t)
     struct jet_urma_ep *ep = j->ep;
     uint32_t jcq = j->cq;
     ul->cq[j->cq].used -= j->share;
-    if (js && (kind == UL_JOB_FILL || kind == UL_JOB_MAKE)) {
-        ul->cq[js->cq].sets++;
-        ul->cq[js->cq].idle_since = 0;
-    }
+    if (js && (kind == UL_JOB_FILL || kind == UL_JOB_MAKE)) ul->cq[js->cq].sets++;
+    if (js && kind == UL_JOB_FILL) ul->filled++;
+    if (kind == UL_JOB_RESET) ul->cq[j->cq].recycling--;
     if (j->destroyed) ul->cq[j->cq].sets--;
     if (j->share || j->destroyed) ul_cq_check_idle(ul, j->cq);
     if (j->gone_idx >= 0) {
@@ -1479,7 +1517,14 @@ static void ul_job_done(jet_task_t *t)
         uint32_t k = j->cq;
         int err = j->err;
         if (k == 0) ul->srq = j->srq;
-        free(j);
+        if (k > 0 && jfc) {
+            /* Kept for the deletion. */
+            ul_job_init(ul, j, UL_JOB_CQ_DELETE, NULL);
+            j->cq = k;
+            ul->cq[k].del_job = j;
+        } else {
+            free(j);
+        }
         ul_cq_arrived(ul, k, jfce, jfc, err);
         return;
     }
@@ -1511,14 +1556,12 @@ static void ul_job_done(jet_task_t *t)
     if (kind != UL_JOB_FILL || js) ul_fill_maybe(ul);
 }
 
-/* Loop thread: a job of kind for js (FILL, MAKE: NULL) on the import
- * threads, its fields set by the caller before ul_job_go (a fill's sizes
- * are the current ones; its JFC, and a share's, the caller's). NULL on
- * -ENOMEM. */
-static ul_job_t *ul_job_new(jet_urma_loop_t *ul, ul_job_kind_t kind, jet_urma_jset_t *js)
+/* j, of kind for js (FILL, MAKE: NULL), cleared and set up to run on the
+ * import threads; the caller sets the rest before ul_job_go (a fill's
+ * sizes are the current ones; its JFC, and a share's, the caller's). */
+static void ul_job_init(jet_urma_loop_t *ul, ul_job_t *j, ul_job_kind_t kind, jet_urma_jset_t *js)
 {
-    ul_job_t *j = calloc(1, sizeof *j);
-    if (!j) return NULL;
+    memset(j, 0, sizeof *j);
     j->ul = ul;
     j->kind = kind;
     j->js = js;
@@ -1530,6 +1573,13 @@ static ul_job_t *ul_job_new(jet_urma_loop_t *ul, ul_job_kind_t kind, jet_urma_js
     j->w.run = ul_job_run;
     /* A handshake waits for these. */
     j->w.urgent = kind == UL_JOB_MAKE || kind == UL_JOB_CQ;
+}
+
+/* Loop thread: a new job (ul_job_init); NULL on -ENOMEM. */
+static ul_job_t *ul_job_new(jet_urma_loop_t *ul, ul_job_kind_t kind, jet_urma_jset_t *js)
+{
+    ul_job_t *j = malloc(sizeof *j);
+    if (j) ul_job_init(ul, j, kind, js);
     return j;
 }
 
@@ -1542,7 +1592,10 @@ static bool ul_job_go(jet_urma_loop_t *ul, ul_job_t *j)
     }
     ul->cq[j->cq].used += j->share;
     if (j->kind == UL_JOB_FILL) ul->nfilling++;
-    if (j->kind == UL_JOB_RESET) ul->nrecycling++;
+    if (j->kind == UL_JOB_RESET) {
+        ul->nrecycling++;
+        ul->cq[j->cq].recycling++;
+    }
     if (j->kind == UL_JOB_CQ) {
         ul->cq[j->cq].making = true;
         if (j->cq >= ul->ncq) ul->ncq = j->cq + 1;
@@ -1620,21 +1673,53 @@ void jet__urma_loop_discard(jet_urma_loop_t *ul, struct jet_urma_ep *ep, uint32_
     ul_poller_sync(ul);
 }
 
+static uint32_t ul_cq_first_room_now(const jet_urma_loop_t *ul)
+{
+    uint32_t sq, rq, sge;
+    ul_sizes(ul, &sq, &rq, &sge);
+    return ul_cq_first_room(ul, ul_reserve(sq, rq));
+}
+
+/* Pooled sets on spare JFCs (ul_cq_spare), which urma_prepared_jetty_cnt
+ * does not count. */
+static uint32_t ul_pool_spare(const jet_urma_loop_t *ul, uint32_t first_room)
+{
+    uint32_t n = 0;
+    for (const jet_urma_jset_t *js = ul->pool; js; js = js->next)
+        n += ul_cq_spare(ul, js->cq, first_room);
+    return n;
+}
+
 /* Room left in the pool, counting the sets on their way to it. */
 static uint32_t ul_pool_room(const jet_urma_loop_t *ul)
 {
-    uint32_t want = ul_pool_want(), have = ul->npool + ul->nrecycling + ul->nfilling;
+    uint32_t live = ul->npool - ul_pool_spare(ul, ul_cq_first_room_now(ul));
+    uint32_t want = ul_pool_want(), have = live + ul->nrecycling + ul->nfilling;
     return have < want ? want - have : 0;
 }
 
-/* Loop thread: pools js (of the current sizes, while the pool has room),
+/* A set on JFC k may join the pool: k is not retiring, and the pool has
+ * room (ahead: counting the sets on their way to it). Sets on a spare JFC
+ * count apart, up to urma_prepared_jetty_cnt there. */
+static bool ul_pool_takes(const jet_urma_loop_t *ul, uint32_t k, bool ahead)
+{
+    if (ul->cq[k].retiring) return false;
+    uint32_t want = ul_pool_want(), first_room = ul_cq_first_room_now(ul);
+    if (ul_cq_spare(ul, k, first_room))
+        return (ahead ? ul_cq_prepared(ul, k) : ul_cq_pooled(ul, k)) < want;
+    if (ahead) return ul_pool_room(ul) > 0;
+    return ul->npool - ul_pool_spare(ul, first_room) < want;
+}
+
+/* Loop thread: pools js (of the current sizes, while the pool takes it),
  * else destroys it off the loop. True when pooled. */
 static bool ul_pool_put(jet_urma_loop_t *ul, jet_urma_jset_t *js)
 {
-    if (ul->npool < ul_pool_want() && ul_jset_current(ul, js)) {
+    if (ul_jset_current(ul, js) && ul_pool_takes(ul, js->cq, false)) {
         js->next = ul->pool;
         ul->pool = js;
         ul->npool++;
+        ul_cq_check_idle(ul, js->cq);
         return true;
     }
     ul_destroy_later(ul, js);
@@ -1648,25 +1733,25 @@ void jet__urma_loop_unused(jet_urma_loop_t *ul, jet_urma_jset_t *js)
 
 /* Loop thread: drops pooled sets of sizes no connection asks for any more,
  * those on a JFC with no room for a connection (the next ones go to
- * another), and those past urma_prepared_jetty_cnt (flags changed), then
- * starts the next fill when the pool is short. */
+ * another) or retiring, and those past urma_prepared_jetty_cnt (flags
+ * changed), then starts the next fill when the pool is short. */
 static void ul_fill_maybe(jet_urma_loop_t *ul)
 {
-    uint32_t sq, rq, sge, want = ul_pool_want(), kept = 0;
+    uint32_t sq, rq, sge, want = ul_pool_want(), kept = 0, kept_spare = 0;
     ul_sizes(ul, &sq, &rq, &sge);
     uint32_t need = ul_reserve(sq, rq);
     /* Sets on a full JFC are dropped only when new connections can go
-     * elsewhere; else they wait for its room to come back. Sets on a JFC
-     * past the first with room that no connection uses are dropped too:
-     * new connections go to the first, and that JFC may go idle. */
+     * elsewhere; else they wait for its room to come back. Sets on a
+     * spare JFC stay, counted apart (ul_cq_spare). */
     bool elsewhere = ul_cq_pick(ul, need) != UINT32_MAX;
     uint32_t first_room = ul_cq_first_room(ul, need);
     for (jet_urma_jset_t **pp = &ul->pool; *pp;) {
         jet_urma_jset_t *js = *pp;
         bool spare = ul_cq_spare(ul, js->cq, first_room);
-        if (ul_jset_fits(js, sq, rq, sge) && (ul_cq_room(ul, js->cq, need) || !elsewhere) &&
-            !spare && kept < want) {
-            kept++;
+        uint32_t *count = spare ? &kept_spare : &kept;
+        if (ul_jset_fits(js, sq, rq, sge) && !ul->cq[js->cq].retiring &&
+            (ul_cq_room(ul, js->cq, need) || !elsewhere) && *count < want) {
+            (*count)++;
             pp = &js->next;
             continue;
         }
@@ -1687,7 +1772,7 @@ static void ul_fill_maybe(jet_urma_loop_t *ul)
 void jet__urma_loop_recycle(jet_urma_loop_t *ul, jet_urma_jset_t *js)
 {
     if (js->shared_jfr) js->ready_us = jet_now_us() + UL_SRQ_QUARANTINE_US;
-    if (ul_pool_room(ul) == 0 || !ul_jset_current(ul, js)) {
+    if (!ul_jset_current(ul, js) || !ul_pool_takes(ul, js->cq, true)) {
         ul_destroy_later(ul, js);
         return;
     }
@@ -1752,23 +1837,23 @@ static void ul_cq_trim(jet_urma_loop_t *ul)
     if (ul->cq_next >= ul->ncq) ul->cq_next = 0;
 }
 
-/* Loop thread: JFC k (> 0), idle, is deleted off the loop. Nothing polls
- * or arms it from now on; it has no jetty, so no completion and no event
- * can come for it (an event reported before is acked by the loop, which
- * the deletion waits for). */
+/* Loop thread: JFC k (> 0), idle with no set left, is deleted off the
+ * loop, by the job that made it. Nothing polls or arms it from now on; it
+ * has no jetty, so no completion and no event can come for it (an event
+ * reported before is acked by the loop, which the deletion waits for). */
 static void ul_cq_delete(jet_urma_loop_t *ul, uint32_t k)
 {
     struct ul_cq *q = &ul->cq[k];
-    ul_job_t *j = ul_job_new(ul, UL_JOB_CQ_DELETE, NULL);
-    if (!j) return; /* tried again at the next idle time */
+    ul_job_t *j = q->del_job;
     urma_jfc_t *jfc = q->jfc;
-    j->cq = k;
-    j->jfc = jfc;
+    q->del_job = NULL;
     q->jfc = NULL;
     q->idle_since = 0;
+    q->retiring = false;
     q->deleting = true;
     ul->nmade--;
-    if (ul_job_go(ul, j)) return;
+    if (j) j->jfc = jfc;
+    if (j && ul_job_go(ul, j)) return;
     /* No import thread (ul_job_go freed j): here. */
     if (JET_URMA_FN(ul->ctx, urma_delete_jfc)(jfc) != URMA_SUCCESS)
         JET_LOG_ONCE(JET_LOG_WARN,
@@ -1779,6 +1864,25 @@ static void ul_cq_delete(jet_urma_loop_t *ul, uint32_t k)
     ul_cq_trim(ul);
 }
 
+/* Loop thread: JFC k, idle for urma_jfc_idle_ms, drops its pooled sets
+ * and is deleted once they are gone (ul_cq_check_idle). */
+static void ul_cq_retire(jet_urma_loop_t *ul, uint32_t k)
+{
+    ul->cq[k].retiring = true;
+    ul->cq[k].idle_since = 0;
+    for (jet_urma_jset_t **pp = &ul->pool; *pp;) {
+        jet_urma_jset_t *js = *pp;
+        if (js->cq != k) {
+            pp = &js->next;
+            continue;
+        }
+        *pp = js->next;
+        ul->npool--;
+        ul_destroy_later(ul, js);
+    }
+    ul_cq_check_idle(ul, k);
+}
+
 static void ul_cq_timer_cb(jet_timer_t *t)
 {
     jet_urma_loop_t *ul = (jet_urma_loop_t *)((char *)t - offsetof(jet_urma_loop_t, cq_timer));
@@ -1786,11 +1890,11 @@ static void ul_cq_timer_cb(jet_timer_t *t)
     int64_t now = jet_now_us(), next = 0;
     for (uint32_t k = 1; k < ul->ncq; k++) {
         struct ul_cq *q = &ul->cq[k];
-        if (!ul_cq_idle(ul, k)) q->idle_since = 0;
+        if (!ul_cq_idle(ul, k) || q->retiring) q->idle_since = 0;
         if (!q->idle_since || ms <= 0) continue;
         int64_t due = q->idle_since + ms * 1000;
         if (now >= due)
-            ul_cq_delete(ul, k);
+            ul_cq_retire(ul, k);
         else if (!next || due < next)
             next = due;
     }
@@ -1966,12 +2070,15 @@ int jet__urma_loop_attach(jet_urma_loop_t *ul, struct jet_urma_ep *ep, uint32_t 
     uint32_t need = ul_reserve(sq, rq);
     if (ul->srq_failed) return -EIO; /* its connections would get no buffer back */
     if (ul->nfree == 0 && ul_grow(ul) < 0) return -ENOMEM;
-    /* A pooled set of these sizes on a JFC with room. */
+    /* A pooled set of these sizes on a JFC with room, but a spare one (a
+     * lower JFC has room: the connection goes there, and the spare one may
+     * go idle). */
     jet_urma_jset_t *js = NULL, **pp = &ul->pool;
     int64_t now = ul->npool ? jet_now_us() : 0;
+    uint32_t first_room = ul_cq_first_room(ul, need);
     for (; !fresh && *pp; pp = &(*pp)->next) {
         if (ul_jset_fits(*pp, sq, rq, max_sge) && (*pp)->ready_us <= now &&
-            ul_cq_room(ul, (*pp)->cq, need)) {
+            ul_cq_room(ul, (*pp)->cq, need) && !ul_cq_spare(ul, (*pp)->cq, first_room)) {
             js = *pp;
             break;
         }
@@ -2017,6 +2124,7 @@ int jet__urma_loop_attach(jet_urma_loop_t *ul, struct jet_urma_ep *ep, uint32_t 
     ul->cq_of[idx] = (uint8_t)k;
     ul->cq[k].used += need;
     ul->cq[k].idle_since = 0;
+    ul->cq[k].retiring = false;
     ul->nattached++;
     ul->attaches++;
     ul_poller_sync(ul);
@@ -2053,9 +2161,9 @@ void jet__urma_loop_detach(jet_urma_loop_t *ul, struct jet_urma_ep *ep, uint32_t
     ul->cq[k].used -= ul_reserve(sq, rq);
     ul_cq_check_idle(ul, k);
     ul->nattached--;
-    /* Its last connection gone, a JFC past the first may still hold
-     * prepared sets that keep it: dropped when another has room. */
-    if (k > 0 && ul->cq[k].used == 0 && ul->cq[k].sets) ul_fill_maybe(ul);
+    /* The room it gave back may take a prepared set (its own set, if
+     * recycled, was counted before: the caller recycles first). */
+    ul_fill_maybe(ul);
     /* Nothing to poll: the loop may sleep again. */
     ul_poller_sync(ul);
 }
@@ -2066,6 +2174,7 @@ void jet__urma_loop_stats(jet_urma_loop_t *ul, jet_urma_loop_stats_t *out)
     out->attaches = ul->attaches;
     out->pooled = ul->npool;
     out->recycled = ul->recycled;
+    out->filled = ul->filled;
     out->jfc_used = 0;
     for (uint32_t k = 0; k < CTX_CQ_MAX; k++)
         out->jfc_used += ul->cq[k].used; /* cq[0] holds the shared queue's before it is made */

@@ -149,18 +149,20 @@ jet_urma_loop_t *jet__urma_loop_peek(jet_loop_t *loop);
 int jet__urma_loop_attach(jet_urma_loop_t *ul, struct jet_urma_ep *ep, uint32_t sq, uint32_t rq,
                           uint32_t max_sge, bool fresh, uint32_t *index_p, uint8_t *gen_p,
                           jet_urma_jset_t **js_p, bool *pooled_p);
-/* Detaches ep (no completion reaches it any more) and gives back its JFC
- * share (sq, rq as attached). Its set is the caller's: recycled
- * (jet__urma_loop_recycle) or destroyed. */
+/* Detaches ep (no completion reaches it any more), gives back its JFC
+ * share (sq, rq as attached) and refills the pool. Its set is the
+ * caller's: recycled (jet__urma_loop_recycle, before this call, so that
+ * the refill counts it) or destroyed. */
 void jet__urma_loop_detach(jet_urma_loop_t *ul, struct jet_urma_ep *ep, uint32_t sq, uint32_t rq);
 /* A poller pass is draining (busy-poll loop): ep's receives of this batch
  * may be re-posted at the start of the next pass, off the path from the
  * answer to the waiting caller. ep is listed once until
  * jet__urma_ep_run_deferred runs (or it detaches). False: re-post now. */
 bool jet__urma_loop_defer(jet_urma_loop_t *ul, struct jet_urma_ep *ep);
-/* Loop thread: js, detached and drained (nothing posted, nothing to
- * complete), is reset to READY on the import threads and pooled when it
- * comes back; destroyed when the reset fails or the pool is full. */
+/* Loop thread: js, drained (nothing posted, nothing to complete) and its
+ * connection about to detach, is reset to READY on the import threads and
+ * pooled when it comes back; destroyed when the reset fails or the pool
+ * is full. */
 void jet__urma_loop_recycle(jet_urma_loop_t *ul, jet_urma_jset_t *js);
 /* Loop thread: js was made for a connection that closed before it came
  * (never used, READY): pooled, or destroyed off the loop. */
@@ -242,6 +244,7 @@ typedef struct jet_urma_loop_stats {
     uint64_t attaches;  /* connections ever attached */
     uint32_t pooled;    /* prepared jetty sets waiting */
     uint64_t recycled;  /* sets of closed connections reset and pooled again */
+    uint64_t filled;    /* sets made for the pool */
     uint32_t jfc_used;  /* JFC entries reserved by connections (srq_depth more: the shared queue) */
     uint32_t jfc_depth; /* of each JFC */
     uint32_t jfcs;      /* JFCs made */

@@ -340,8 +340,8 @@ void jet__urma_ep_set_arrived(jet_urma_ep_t *ep, jet_urma_jset_t *js)
         /* Closed meanwhile: the set was never used. */
         if (js) {
             ep->js = NULL;
+            jet__urma_loop_unused(ep->ul, js); /* first: the detach's refill counts it */
             jet__urma_loop_detach(ep->ul, ep, ep->sq, ep_set_rq(ep));
-            jet__urma_loop_unused(ep->ul, js);
             ep_free(ep);
             return;
         }
@@ -1274,9 +1274,10 @@ static void ep_finish(jet_urma_ep_t *ep, bool reuse)
         if (quiet) jet__urma_unimport_later(jet__urma_loop_of(ul), left.tjetty, left.tseg);
     } else {
         /* Drained (nothing can complete or be written any more: the set is
-         * reset for the pool off the loop), or no set ever came. */
-        jet__urma_loop_detach(ul, ep, ep->sq, ep_set_rq(ep));
+         * reset for the pool off the loop), or no set ever came. Recycled
+         * first, so that the refill the detach starts counts it. */
         if (js) jet__urma_loop_recycle(ul, js);
+        jet__urma_loop_detach(ul, ep, ep->sq, ep_set_rq(ep));
         jet__urma_unimport_later(jet__urma_loop_of(ul), left.tjetty, left.tseg);
         quiet = true;
     }

@@ -539,6 +539,108 @@ static void test_jfc_deleted_when_idle(void)
     jfc_deleted_when_idle("--urma_use_polling=true");
 }
 
+/* Connections that come and go at the edge of a full queue do not make and
+ * drop prepared sets each time. The first queue holds 2 connections (beside
+ * the shared receive queue), the second 4: two connections fill the first,
+ * and a third, opened and closed on the second, leaves 4 sets prepared
+ * there. Then one of the first queue's connections closes and another
+ * opens, five times: the closed one's set, reset, is taken by the next,
+ * and the second queue's sets stay. Before, each round dropped them when
+ * the first queue had room and made them again (4 a round) when it was
+ * full. */
+static void test_pool_steady_at_queue_edge(void)
+{
+    const char *args[] = {"--urma_jfc_depth=600", "--event_loop_num=1", "--urma_jfc_per_loop=3",
+                          NULL};
+    jt_child_t c;
+    JT_REQUIRE(jt_child_start(&c, args, NULL) == 0);
+    jet_channel_t *stats = ut_channel(c.port, JET_SOCKET_MODE_TCP, 30000, JET_CONNECTION_SINGLE);
+    JT_REQUIRE(stats);
+    enum { ROUNDS = 5 };
+    jet_channel_t *ch[3];
+    bool urma = false;
+    for (int i = 0; i < 3; i++) {
+        ch[i] = open_echo(c.port, (uint64_t)i + 1, &urma);
+        JT_REQUIRE(ch[i]);
+        JT_CHECK_AT(nth(i), urma);
+    }
+    jet_channel_destroy(ch[2]);
+    ut_child_stats_t st = {0};
+    JT_CHECK(JT_WAIT_UNTIL(ut_child_pool(stats, &st) && st.endpoints == 2 && st.pooled == 4 &&
+                               st.recycled == 1,
+                           10000000));
+    JT_CHECK_EQ(st.jfcs, 2u);
+    unsigned long long filled0 = st.filled;
+    for (int round = 0; round < ROUNDS; round++) {
+        jet_channel_destroy(ch[1]);
+        JT_CHECK(JT_WAIT_UNTIL(ut_child_pool(stats, &st) && st.endpoints == 1 && st.pooled == 5 &&
+                                   st.recycled == (unsigned long long)round + 2,
+                               10000000));
+        usleep(250000); /* the quarantine of a shared queue's jetty (200 ms) */
+        ch[1] = open_echo(c.port, (uint64_t)round + 10, &urma);
+        JT_REQUIRE(ch[1]);
+        JT_CHECK_AT(nth(round), urma);
+        usleep(50000); /* a fill it started would be done */
+        JT_CHECK(ut_child_pool(stats, &st));
+        JT_CHECK_AT(nth(round), st.pooled == 4);
+    }
+    fprintf(stderr, "  %d rounds at the edge of a full queue: %llu sets made for the pool\n",
+            ROUNDS, st.filled - filled0);
+    JT_CHECK_EQ(st.filled - filled0, 0ull);
+    JT_CHECK_EQ(st.jfcs, 2u);
+    jet_channel_destroy(ch[0]);
+    jet_channel_destroy(ch[1]);
+    JT_CHECK(JT_WAIT_UNTIL(ut_child_pool(stats, &st) && st.endpoints == 0 && st.jfc_used == 0,
+                           10000000));
+    jet_channel_destroy(stats);
+    JT_CHECK_EQ(jt_child_stop(&c), 0);
+}
+
+/* An idle added queue is deleted only once no set is left on it: with
+ * queue calls slowed to 400 ms (SOFTUB_QUEUE_DELAY_US) and no pool, the
+ * set of a connection that closed on the second queue is destroyed for
+ * 400 ms, far past urma_jfc_idle_ms (50). The queue is deleted after that,
+ * without the provider refusing (a queue with a jetty on it cannot be
+ * deleted: "cannot delete completion queue ... leaked"). */
+static void test_jfc_kept_while_a_set_is_on_it(void)
+{
+    jt_stderr_cap_t cap;
+    jt_stderr_begin(&cap);
+    const char *args[] = {"--urma_jfc_depth=600",        "--event_loop_num=1",
+                          "--urma_jfc_per_loop=3",       "--urma_jfc_idle_ms=50",
+                          "--urma_prepared_jetty_cnt=0", NULL};
+    const char *envs[] = {"SOFTUB_QUEUE_DELAY_US=400000", NULL};
+    jt_child_t c;
+    JT_REQUIRE(jt_child_start(&c, args, envs) == 0);
+    jet_channel_t *stats = ut_channel(c.port, JET_SOCKET_MODE_TCP, 30000, JET_CONNECTION_SINGLE);
+    JT_REQUIRE(stats);
+    jet_channel_t *ch[3];
+    bool urma[3];
+    for (int i = 0; i < 3; i++) {
+        ch[i] = open_echo(c.port, (uint64_t)i + 1, &urma[i]);
+        JT_REQUIRE(ch[i]);
+    }
+    ut_child_stats_t st = {0};
+    JT_CHECK(ut_child_pool(stats, &st));
+    JT_CHECK_EQ(st.jfcs, 2u);
+    jet_channel_destroy(ch[2]);
+    JT_CHECK(
+        JT_WAIT_UNTIL(ut_child_pool(stats, &st) && st.endpoints == 2 && st.jfcs == 1, 10000000));
+    for (int i = 0; i < 2; i++)
+        jet_channel_destroy(ch[i]);
+    JT_CHECK(JT_WAIT_UNTIL(ut_child_pool(stats, &st) && st.endpoints == 0, 10000000));
+    jet_channel_destroy(stats);
+    JT_CHECK_EQ(jt_child_stop(&c), 0);
+    char *log = jt_stderr_end(&cap);
+    JT_REQUIRE(log);
+    int refused = jt_count_lines_with(log, "cannot delete completion queue");
+    if (refused) fprintf(stderr, "%s", log);
+    free(log);
+    for (int i = 0; i < 3; i++)
+        JT_CHECK_AT(nth(i), urma[i]);
+    JT_CHECK_EQ(refused, 0);
+}
+
 /* A loop's prepared sets are made only for room its queue has: with a
  * queue that holds two connections and may not be joined by another
  * (urma_jfc_per_loop=1), one connection open leaves room for one, and one
@@ -1526,6 +1628,8 @@ int main(int argc, char **argv)
     JT_RUN(test_burst_on_fresh_loop);
     JT_RUN(test_pool_fits_the_queue);
     JT_RUN(test_jfc_deleted_when_idle);
+    JT_RUN(test_pool_steady_at_queue_edge);
+    JT_RUN(test_jfc_kept_while_a_set_is_on_it);
     JT_RUN(test_many_connections_default_queues);
     JT_RUN(test_slow_import_keeps_loop_serving);
     JT_RUN(test_import_outlived_by_handshake);

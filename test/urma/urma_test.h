@@ -394,6 +394,7 @@ static UT_UNUSED jet_urma_loop_stats_t ut_urma_totals(int *spinning_p)
         sum.jfc_used += p.st.jfc_used;
         sum.jfcs += p.st.jfcs;
         sum.recycled += p.st.recycled;
+        sum.filled += p.st.filled;
         sum.srq_depth += p.st.srq_depth;
         sum.srq_posted += p.st.srq_posted;
         sum.srq_out += p.st.srq_out;
@@ -466,6 +467,7 @@ typedef struct ut_child_stats {
     /* connections' own receive queues: re-posts refused for want of room */
     unsigned long long recv_refused;
     unsigned jfcs; /* completion queues its loops made */
+    unsigned long long filled; /* sets its loops made for their pools */
 } ut_child_stats_t;
 
 /* 0, or the call's error code (EPROTO: an answer that does not parse). */
@@ -480,10 +482,10 @@ static UT_UNUSED int ut_child_pool_rc(jet_channel_t *ch, ut_child_stats_t *st)
     if (rc == 0) rc = jet_call_error_code(call);
     const Example__EchoResponse *resp = (const Example__EchoResponse *)jet_call_response(call);
     if (rc == 0 && (!resp || !resp->message ||
-                    sscanf(resp->message, "%u %llu %u %zu %u %u %u %u %llu %llu %u", &st->pooled,
-                           &st->recycled, &st->endpoints, &st->blocks, &st->jfc_used,
+                    sscanf(resp->message, "%u %llu %u %zu %u %u %u %u %llu %llu %u %llu",
+                           &st->pooled, &st->recycled, &st->endpoints, &st->blocks, &st->jfc_used,
                            &st->srq_posted, &st->srq_depth, &st->srq_kept, &st->srq_refused,
-                           &st->recv_refused, &st->jfcs) != 11))
+                           &st->recv_refused, &st->jfcs, &st->filled) != 12))
         rc = EPROTO;
     jet_call_destroy(call);
     return rc < 0 ? -rc : rc;
@@ -519,10 +521,10 @@ static void *ut_pool_main(void *arg)
     jet_urma_loop_stats_t st = ut_urma_totals(NULL);
     char text[160];
     size_t blocks = ut_blocks_in_use(&st, NULL);
-    snprintf(text, sizeof text, "%u %llu %u %zu %u %u %u %u %llu %llu %u", st.pooled,
+    snprintf(text, sizeof text, "%u %llu %u %zu %u %u %u %u %llu %llu %u %llu", st.pooled,
              (unsigned long long)st.recycled, st.endpoints, blocks, st.jfc_used, st.srq_posted,
              st.srq_depth, st.srq_kept, (unsigned long long)st.srq_refused,
-             (unsigned long long)st.c.recv_refused, st.jfcs);
+             (unsigned long long)st.c.recv_refused, st.jfcs, (unsigned long long)st.filled);
     Example__EchoResponse resp = EXAMPLE__ECHO_RESPONSE__INIT;
     resp.message = text;
     l->closure(&resp, l->closure_data);
