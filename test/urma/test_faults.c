@@ -551,7 +551,7 @@ static void test_jfc_deleted_when_idle(void)
 static void test_pool_steady_at_queue_edge(void)
 {
     const char *args[] = {"--urma_jfc_depth=600", "--event_loop_num=1", "--urma_jfc_per_loop=3",
-                          NULL};
+                          "--urma_jfc_idle_ms=600000", NULL};
     jt_child_t c;
     JT_REQUIRE(jt_child_start(&c, args, NULL) == 0);
     jet_channel_t *stats = ut_channel(c.port, JET_SOCKET_MODE_TCP, 30000, JET_CONNECTION_SINGLE);
