@@ -116,9 +116,10 @@ JET_FLAG_DEFINE_INT32_RANGE(urma_jfc_per_loop, 16, 1, CTX_CQ_MAX,
                             "all full: new connections of the loop use TCP");
 JET_FLAG_DEFINE_INT32_RANGE(urma_jfc_idle_ms, 30000, 0, INT32_MAX,
                             "A completion queue an event loop added (past its first) that no "
-                            "connection has used for this long, in milliseconds, drops its "
-                            "prepared jetty sets and is deleted; 0: kept, with its prepared sets, "
-                            "for the life of the process");
+                            "connection has used for this long, in milliseconds, while a lower "
+                            "one has room (or that holds no prepared jetty set), drops its "
+                            "prepared sets and is deleted; 0: kept, with its prepared sets, for "
+                            "the life of the process");
 
 #define CTX_MAX_LOOPS    1024
 #define CTX_EVENT_BUDGET 4096 /* completions per JFCE event before other work runs */
@@ -411,9 +412,7 @@ struct ul_cq {
     bool retiring;
     uint32_t sets;      /* jetty sets that exist on it (used, pooled, or on their way) */
     uint32_t recycling; /* of them being reset for the pool */
-    /* k > 0 made, with no connection and no set but pooled ones since then
-     * (0: busy) */
-    int64_t idle_since;
+    int64_t idle_since; /* k > 0: idle (ul_cq_idle) since then (0: busy) */
     /* k > 0 made: the job that made it, kept to delete it (the deletion
      * cannot fail for want of memory) */
     struct ul_job *del_job;
@@ -626,13 +625,18 @@ static uint32_t ul_cq_fill_target(const jet_urma_loop_t *ul, uint32_t need)
     return UINT32_MAX;
 }
 
-/* JFC k, added past the first and made, has no connection, and no set
- * but pooled ones (none being made, reset or destroyed). */
+/* JFC k, added past the first and made, has no connection, nothing being
+ * made, reset or destroyed on it, and no set, or only pooled ones while it
+ * is spare. The JFC that new connections go to keeps its prepared sets
+ * however long it waits for them. */
 static bool ul_cq_idle(const jet_urma_loop_t *ul, uint32_t k)
 {
     const struct ul_cq *q = &ul->cq[k];
-    return k > 0 && q->jfc && q->used == 0 && !q->making && !q->pending &&
-           !(ul->nfilling && ul->fill_cq == k) && q->sets == ul_cq_pooled(ul, k);
+    if (k == 0 || !q->jfc || q->used || q->making || q->pending ||
+        (ul->nfilling && ul->fill_cq == k))
+        return false;
+    if (q->sets == 0) return true;
+    return q->sets == ul_cq_pooled(ul, k) && ul_cq_spare(ul, k, ul_cq_first_room_now(ul));
 }
 
 static void ul_cq_delete(jet_urma_loop_t *ul, uint32_t k);
@@ -654,6 +658,14 @@ static void ul_cq_check_idle(jet_urma_loop_t *ul, uint32_t k)
     q->idle_since = jet_now_us();
     if (!jet_timer_armed(&ul->cq_timer))
         jet_loop_timer_start(ul->loop, &ul->cq_timer, q->idle_since + ms * 1000);
+}
+
+/* Loop thread: room came back on JFC k: it, and those above it (which may
+ * be spare now), are looked at. */
+static void ul_cq_check_idle_from(jet_urma_loop_t *ul, uint32_t k)
+{
+    for (uint32_t q = k; q < ul->ncq; q++)
+        ul_cq_check_idle(ul, q);
 }
 
 /* Loop thread: a set on JFC k was destroyed. */
@@ -1497,7 +1509,10 @@ static void ul_job_done(jet_task_t *t)
     if (js && kind == UL_JOB_FILL) ul->filled++;
     if (kind == UL_JOB_RESET) ul->cq[j->cq].recycling--;
     if (j->destroyed) ul->cq[j->cq].sets--;
-    if (j->share || j->destroyed) ul_cq_check_idle(ul, j->cq);
+    if (j->share)
+        ul_cq_check_idle_from(ul, j->cq);
+    else if (j->destroyed)
+        ul_cq_check_idle(ul, j->cq);
     if (j->gone_idx >= 0) {
         ul->eps[j->gone_idx] = NULL;
         ul->free_idx[ul->nfree++] = (uint32_t)j->gone_idx;
@@ -1699,16 +1714,17 @@ static uint32_t ul_pool_room(const jet_urma_loop_t *ul)
 }
 
 /* A set on JFC k may join the pool: k is not retiring, and the pool has
- * room (ahead: counting the sets on their way to it). Sets on a spare JFC
- * count apart, up to urma_prepared_jetty_cnt there. */
+ * room (ahead: counting the sets on their way to it). Sets on spare JFCs
+ * count apart, up to urma_prepared_jetty_cnt of them (as ul_fill_maybe
+ * keeps). */
 static bool ul_pool_takes(const jet_urma_loop_t *ul, uint32_t k, bool ahead)
 {
     if (ul->cq[k].retiring) return false;
     uint32_t want = ul_pool_want(), first_room = ul_cq_first_room_now(ul);
-    if (ul_cq_spare(ul, k, first_room))
-        return (ahead ? ul_cq_prepared(ul, k) : ul_cq_pooled(ul, k)) < want;
+    uint32_t spare = ul_pool_spare(ul, first_room);
+    if (ul_cq_spare(ul, k, first_room)) return spare + (ahead ? ul->cq[k].recycling : 0) < want;
     if (ahead) return ul_pool_room(ul) > 0;
-    return ul->npool - ul_pool_spare(ul, first_room) < want;
+    return ul->npool - spare < want;
 }
 
 /* Loop thread: pools js (of the current sizes, while the pool takes it),
@@ -1844,6 +1860,14 @@ static void ul_cq_trim(jet_urma_loop_t *ul)
 static void ul_cq_delete(jet_urma_loop_t *ul, uint32_t k)
 {
     struct ul_cq *q = &ul->cq[k];
+    if (q->sets) {
+        /* Not idle (ul_cq_idle): the provider would refuse, or worse. */
+        JET_LOG_ONCE(JET_LOG_ERROR,
+                     "URMA: completion queue %u of event loop %d still has %u jetty set(s): not "
+                     "deleted",
+                     k, jet_loop_index(ul->loop), q->sets);
+        return;
+    }
     ul_job_t *j = q->del_job;
     urma_jfc_t *jfc = q->jfc;
     q->del_job = NULL;
@@ -2159,7 +2183,7 @@ void jet__urma_loop_detach(jet_urma_loop_t *ul, struct jet_urma_ep *ep, uint32_t
     ul->free_idx[ul->nfree++] = (uint32_t)idx;
     uint32_t k = ul->cq_of[idx];
     ul->cq[k].used -= ul_reserve(sq, rq);
-    ul_cq_check_idle(ul, k);
+    ul_cq_check_idle_from(ul, k);
     ul->nattached--;
     /* The room it gave back may take a prepared set (its own set, if
      * recycled, was counted before: the caller recycles first). */
