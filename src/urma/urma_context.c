@@ -1678,6 +1678,7 @@ void jet__urma_loop_discard(jet_urma_loop_t *ul, struct jet_urma_ep *ep, uint32_
     ul_job_t here = {.ul = ul, .kind = UL_JOB_DESTROY, .js = js, .left = *left, .gone_idx = -1};
     ul_job_run(&here.w);
     if (here.destroyed) ul_cq_set_gone(ul, cq);
+    ul_cq_check_idle_from(ul, cq); /* its share came back */
     for (uint32_t i = 0; here.destroyed && i < here.left.nblocks; i++)
         jet__block_unref(here.left.blocks[i]);
     free(here.left.blocks);
@@ -1963,6 +1964,8 @@ static void ul_cq_arrived(jet_urma_loop_t *ul, uint32_t k, urma_jfce_t *jfce, ur
                  k, jet_loop_index(ul->loop), strerror(err ? err : EIO));
     }
     ul_poller_sync(ul);
+    /* Room below the JFCs above: they may be spare now. */
+    if (jfc) ul_cq_check_idle_from(ul, k + 1);
     /* The first n entries are looked at: those waiting for k are told (an
      * endpoint told here may close), the others stay. A connection that
      * attaches meanwhile (after a failure: a new JFC job) is appended behind

@@ -639,7 +639,9 @@ static void jfc_kept_while_sets_on_it(const char *pool)
     } else {
         JT_CHECK(JT_WAIT_UNTIL(ut_child_pool(stats, &st) && st.endpoints == 2 && st.pooled > 0,
                                10000000));
-        usleep(300000); /* six idle times */
+        /* Forty idle times, past the fills on the second queue (400 ms
+         * each): it waits for the connections the first cannot take. */
+        usleep(2000000);
         JT_CHECK(ut_child_pool(stats, &st));
         JT_CHECK_EQ(st.jfcs, 2u);
         JT_CHECK(st.pooled > 0);
