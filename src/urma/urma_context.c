@@ -1723,7 +1723,7 @@ static bool ul_pool_takes(const jet_urma_loop_t *ul, uint32_t k, bool ahead)
     if (ul->cq[k].retiring) return false;
     uint32_t want = ul_pool_want(), first_room = ul_cq_first_room_now(ul);
     uint32_t spare = ul_pool_spare(ul, first_room);
-    if (ul_cq_spare(ul, k, first_room)) return spare + (ahead ? ul->cq[k].recycling : 0) < want;
+    if (ul_cq_spare(ul, k, first_room)) return spare < want;
     if (ahead) return ul_pool_room(ul) > 0;
     return ul->npool - spare < want;
 }

@@ -539,6 +539,26 @@ static void test_jfc_deleted_when_idle(void)
     jfc_deleted_when_idle("--urma_use_polling=true");
 }
 
+/* At the edge of a full queue (queues of 600 entries, three per loop):
+ * opens three connections over URMA to the server child c, the third on
+ * the second queue (the first holds two beside the shared receive queue),
+ * and closes the third, whose set and those prepared after it wait on the
+ * second queue: 4 pooled there, once its set is reset. */
+static void edge_open(const jt_child_t *c, jet_channel_t *stats, jet_channel_t *ch[3],
+                      ut_child_stats_t *st)
+{
+    bool urma = false;
+    for (int i = 0; i < 3; i++) {
+        ch[i] = open_echo(c->port, (uint64_t)i + 1, &urma);
+        JT_REQUIRE(ch[i]);
+        JT_CHECK_AT(nth(i), urma);
+    }
+    jet_channel_destroy(ch[2]);
+    JT_CHECK(JT_WAIT_UNTIL(ut_child_pool(stats, st) && st->endpoints == 2 && st->pooled == 4 &&
+                               st->recycled == 1,
+                           10000000));
+}
+
 /* Connections that come and go at the edge of a full queue do not make and
  * drop prepared sets each time. The first queue holds 2 connections (beside
  * the shared receive queue), the second 4: two connections fill the first,
@@ -559,16 +579,8 @@ static void test_pool_steady_at_queue_edge(void)
     enum { ROUNDS = 5 };
     jet_channel_t *ch[3];
     bool urma = false;
-    for (int i = 0; i < 3; i++) {
-        ch[i] = open_echo(c.port, (uint64_t)i + 1, &urma);
-        JT_REQUIRE(ch[i]);
-        JT_CHECK_AT(nth(i), urma);
-    }
-    jet_channel_destroy(ch[2]);
     ut_child_stats_t st = {0};
-    JT_CHECK(JT_WAIT_UNTIL(ut_child_pool(stats, &st) && st.endpoints == 2 && st.pooled == 4 &&
-                               st.recycled == 1,
-                           10000000));
+    edge_open(&c, stats, ch, &st);
     JT_CHECK_EQ(st.jfcs, 2u);
     unsigned long long filled0 = st.filled;
     for (int round = 0; round < ROUNDS; round++) {
@@ -687,15 +699,8 @@ static void test_edge_jfc_keeps_its_sets(void)
     JT_REQUIRE(stats);
     jet_channel_t *ch[3];
     bool urma = false;
-    for (int i = 0; i < 3; i++) {
-        ch[i] = open_echo(c.port, (uint64_t)i + 1, &urma);
-        JT_REQUIRE(ch[i]);
-        JT_CHECK_AT(nth(i), urma);
-    }
-    jet_channel_destroy(ch[2]);
     ut_child_stats_t st = {0};
-    JT_CHECK(
-        JT_WAIT_UNTIL(ut_child_pool(stats, &st) && st.endpoints == 2 && st.pooled == 4, 10000000));
+    edge_open(&c, stats, ch, &st);
     usleep(500000); /* five idle times, and the shared queue's quarantine (200 ms) */
     JT_CHECK(ut_child_pool(stats, &st));
     JT_CHECK_EQ(st.jfcs, 2u);
