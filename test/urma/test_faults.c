@@ -1166,8 +1166,12 @@ static void closed_sets_recycled(const char *rq_env)
 {
     slow_trace_reset();
     const char *envs[] = {g_slow_env,
-                          "SOFTUB_QUEUE_DELAY_US=2000000", "JETRPC_EVENT_LOOP_NUM=1",
-                          "JETRPC_URMA_PREPARED_JETTY_CNT=2", rq_env, NULL};
+                          "SOFTUB_QUEUE_DELAY_US=2000000",
+                          "JETRPC_EVENT_LOOP_NUM=1",
+                          "JETRPC_URMA_PREPARED_JETTY_CNT=2",
+                          "JETRPC_URMA_JFC_DEPTH=32768",
+                          rq_env,
+                          NULL};
     jt_child_t c;
     jet_channel_t *a = warm_child(&c, envs);
     JT_REQUIRE(a);
@@ -1357,8 +1361,12 @@ static void test_undrained_set_destroyed_off_loop(void)
     slow_trace_reset();
     enum { DELAY_MS = 400, N = 3 };
     const char *envs[] = {g_slow_env,
-                          "SOFTUB_CLOSE_FAIL=1", "SOFTUB_QUEUE_DELAY_US=400000",
-                          "JETRPC_EVENT_LOOP_NUM=1", "JETRPC_URMA_PREPARED_JETTY_CNT=4", NULL};
+                          "SOFTUB_CLOSE_FAIL=1",
+                          "SOFTUB_QUEUE_DELAY_US=400000",
+                          "JETRPC_EVENT_LOOP_NUM=1",
+                          "JETRPC_URMA_PREPARED_JETTY_CNT=4",
+                          "JETRPC_URMA_JFC_DEPTH=32768",
+                          NULL};
     jt_child_t c;
     jet_channel_t *a = warm_child(&c, envs);
     JT_REQUIRE(a);
