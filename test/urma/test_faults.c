@@ -539,14 +539,20 @@ static void test_jfc_deleted_when_idle(void)
     jfc_deleted_when_idle("--urma_use_polling=true");
 }
 
-/* At the edge of a full queue (queues of 600 entries, three per loop):
- * opens three connections over URMA to the server child c, the third on
- * the second queue (the first holds two beside the shared receive queue),
- * and closes the third, whose set and those prepared after it wait on the
- * second queue: 4 pooled there, once its set is reset. */
-static void edge_open(const jt_child_t *c, jet_channel_t *stats, jet_channel_t *ch[3],
-                      ut_child_stats_t *st)
+/* At the edge of a full queue: starts a server child c with one loop of
+ * three queues of 600 entries and idle_arg (its urma_jfc_idle_ms), and
+ * *stats, a TCP channel for its counts; opens three connections over URMA,
+ * the third on the second queue (the first holds two beside the shared
+ * receive queue), and closes the third, whose set and those prepared after
+ * it wait on the second queue: 4 pooled there, once its set is reset. */
+static void edge_open(const char *idle_arg, jt_child_t *c, jet_channel_t **stats,
+                      jet_channel_t *ch[3], ut_child_stats_t *st)
 {
+    const char *args[] = {"--urma_jfc_depth=600", "--event_loop_num=1", "--urma_jfc_per_loop=3",
+                          idle_arg, NULL};
+    JT_REQUIRE(jt_child_start(c, args, NULL) == 0);
+    *stats = ut_channel(c->port, JET_SOCKET_MODE_TCP, 30000, JET_CONNECTION_SINGLE);
+    JT_REQUIRE(*stats);
     bool urma = false;
     for (int i = 0; i < 3; i++) {
         ch[i] = open_echo(c->port, (uint64_t)i + 1, &urma);
@@ -554,7 +560,7 @@ static void edge_open(const jt_child_t *c, jet_channel_t *stats, jet_channel_t *
         JT_CHECK_AT(nth(i), urma);
     }
     jet_channel_destroy(ch[2]);
-    JT_CHECK(JT_WAIT_UNTIL(ut_child_pool(stats, st) && st->endpoints == 2 && st->pooled == 4 &&
+    JT_CHECK(JT_WAIT_UNTIL(ut_child_pool(*stats, st) && st->endpoints == 2 && st->pooled == 4 &&
                                st->recycled == 1,
                            10000000));
 }
@@ -570,17 +576,12 @@ static void edge_open(const jt_child_t *c, jet_channel_t *stats, jet_channel_t *
  * full. */
 static void test_pool_steady_at_queue_edge(void)
 {
-    const char *args[] = {"--urma_jfc_depth=600", "--event_loop_num=1", "--urma_jfc_per_loop=3",
-                          "--urma_jfc_idle_ms=600000", NULL};
-    jt_child_t c;
-    JT_REQUIRE(jt_child_start(&c, args, NULL) == 0);
-    jet_channel_t *stats = ut_channel(c.port, JET_SOCKET_MODE_TCP, 30000, JET_CONNECTION_SINGLE);
-    JT_REQUIRE(stats);
     enum { ROUNDS = 5 };
-    jet_channel_t *ch[3];
+    jt_child_t c;
+    jet_channel_t *stats, *ch[3];
     bool urma = false;
     ut_child_stats_t st = {0};
-    edge_open(&c, stats, ch, &st);
+    edge_open("--urma_jfc_idle_ms=600000", &c, &stats, ch, &st);
     JT_CHECK_EQ(st.jfcs, 2u);
     unsigned long long filled0 = st.filled;
     for (int round = 0; round < ROUNDS; round++) {
@@ -691,16 +692,11 @@ static void test_jfc_kept_while_sets_on_it(void)
  * second is spare, and it is deleted after its idle time. */
 static void test_edge_jfc_keeps_its_sets(void)
 {
-    const char *args[] = {"--urma_jfc_depth=600", "--event_loop_num=1", "--urma_jfc_per_loop=3",
-                          "--urma_jfc_idle_ms=100", NULL};
     jt_child_t c;
-    JT_REQUIRE(jt_child_start(&c, args, NULL) == 0);
-    jet_channel_t *stats = ut_channel(c.port, JET_SOCKET_MODE_TCP, 30000, JET_CONNECTION_SINGLE);
-    JT_REQUIRE(stats);
-    jet_channel_t *ch[3];
+    jet_channel_t *stats, *ch[3];
     bool urma = false;
     ut_child_stats_t st = {0};
-    edge_open(&c, stats, ch, &st);
+    edge_open("--urma_jfc_idle_ms=100", &c, &stats, ch, &st);
     usleep(500000); /* five idle times, and the shared queue's quarantine (200 ms) */
     JT_CHECK(ut_child_pool(stats, &st));
     JT_CHECK_EQ(st.jfcs, 2u);
