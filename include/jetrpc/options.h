@@ -131,12 +131,16 @@ typedef struct jet_channel_options {
      * 0) and no deadline before it. As in brpc, a failure of the first
      * attempt while the backup is out (its connection, its write, an error
      * answer) is dropped and the call waits for the backup; a failure of
-     * the backup is handled as any attempt's (retried within max_retry,
-     * at once: no retry_backoff_ms wait), the first attempt staying out.
-     * While the backup, or a retry after a failed one, is being made (a
-     * connect, packing), an answer to the first attempt is dropped. A backup due during a retry's
-     * wait (retry_backoff_ms) sends that retry at once. < 0 (default -1): none. For idempotent
-     * methods only: the server may run the request twice. */
+     * the backup (its connection, its write, its connect) is retried within
+     * max_retry, at once (no retry_backoff_ms wait), the first attempt
+     * staying out, and with no retry left the call waits for the first
+     * attempt alone (brpc fails the call). An error answer to the backup
+     * ends the call as any answer does. An answer to the first attempt
+     * that comes while the backup, or a retry of it, is being made (a
+     * connect, packing, a credential) is kept and ends the call once that
+     * is done. A backup due during a retry's wait (retry_backoff_ms) sends
+     * that retry at once. < 0 (default -1): none. For idempotent methods
+     * only: the server may run the request twice. */
     int32_t backup_request_ms;
 } jet_channel_options_t;
 

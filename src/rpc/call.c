@@ -52,7 +52,21 @@ typedef struct cid_slot {
     /* A cancel of the issue whose free count is the low half, when the high
      * half is 1 (jet__cid_cancel); an older issue's mark names another count. */
     _Atomic uint64_t cancel;
+    /* An answer to the held earlier attempt (vers's high half with
+     * CID_HELD), kept for whoever ends the hold (jet__cid_park). */
+    _Atomic(jet_cid_parked_t *) parked;
 } cid_slot_t;
+
+/* In vers's high half: the earlier attempt of a backup request is held by
+ * the call's owner, refused but not stale (jet__cid_park). Versions stay
+ * below it. */
+#define CID_HELD    0x80000000u
+#define CID_VER_MAX 0x7fffffffu
+
+static inline uint32_t cid_next_ver(uint32_t ver)
+{
+    return ver >= CID_VER_MAX ? 1 : ver + 1;
+}
 
 #if __BYTE_ORDER__ != __ORDER_LITTLE_ENDIAN__
 #error "cid_slot_t.state: the futex word is the low half of a little-endian word"
@@ -159,7 +173,7 @@ static int cid_take(jet_call_t *call, bool client, uint64_t *cid_p, uint64_t *to
      * Version 0 is skipped (after a wrap): no cid is 0, the "none" of the
      * callers, nor a server handle. */
     uint32_t ver = (uint32_t)atomic_load_explicit(&slot->vers, memory_order_relaxed);
-    if (ver == 0) ver = 1;
+    if (ver == 0 || ver > CID_VER_MAX) ver = 1;
     atomic_store_explicit(&slot->vers, ver, memory_order_release);
     *cid_p = ((uint64_t)idx << 32) | ver;
     return 0;
@@ -203,38 +217,134 @@ jet_call_t *jet__cid_peek(uint64_t cid)
     return call;
 }
 
-jet_call_t *jet__cid_claim(uint64_t cid, uint64_t *next_cid_p)
+/* vers once the version ver (accepted by vers) is claimed, for the next
+ * version next: past the current version, whichever of the two was claimed.
+ * A claim of the current attempt of a backup request holds the earlier one
+ * (its owner then accepts it again or drops it); a claim of the earlier
+ * one refuses the current one from now on. */
+static uint64_t cid_claimed(uint64_t vers, uint32_t ver, uint32_t next)
+{
+    uint32_t alt = (uint32_t)(vers >> 32);
+    if (alt != 0 && (uint32_t)vers == ver) return (uint64_t)(alt | CID_HELD) << 32 | next;
+    return next;
+}
+
+/* hold: the attempt ver, the only one accepted, is claimed and held (a
+ * backup request is made while it stays out). */
+static jet_call_t *cid_claim(uint64_t cid, uint64_t *next_cid_p, bool hold)
 {
     uint32_t idx = (uint32_t)(cid >> 32), ver = (uint32_t)cid;
     if (idx >= atomic_load_explicit(&cid_reg.nslots, memory_order_acquire)) return NULL;
     cid_slot_t *slot = cid_slot(idx);
     if (!slot) return NULL;
-    uint64_t vers = atomic_load_explicit(&slot->vers, memory_order_relaxed);
+    uint64_t vers = atomic_load_explicit(&slot->vers, memory_order_relaxed), to;
     uint32_t next;
     do {
         if (!cid_accepts(vers, ver)) return NULL;
-        /* Past the current version, whichever of the two was claimed: the
-         * other attempt's id is refused from now on too. */
-        next = (uint32_t)vers + 1 != 0 ? (uint32_t)vers + 1 : 1;
-    } while (!atomic_compare_exchange_weak_explicit(&slot->vers, &vers, next, memory_order_acq_rel,
+        next = cid_next_ver((uint32_t)vers);
+        if (hold) {
+            if (vers != ver) return NULL;
+            to = (uint64_t)(ver | CID_HELD) << 32 | next;
+        } else {
+            to = cid_claimed(vers, ver, next);
+        }
+    } while (!atomic_compare_exchange_weak_explicit(&slot->vers, &vers, to, memory_order_acq_rel,
                                                     memory_order_relaxed));
     if (next_cid_p) *next_cid_p = ((uint64_t)idx << 32) | next;
     return atomic_load_explicit(&slot->call, memory_order_relaxed);
 }
 
-bool jet__cid_set_alt(uint64_t cid, uint64_t alt_cid, uint32_t alt_owner)
+jet_call_t *jet__cid_claim(uint64_t cid, uint64_t *next_cid_p)
 {
+    return cid_claim(cid, next_cid_p, false);
+}
+
+/* The slot's parked answer, taken by whoever just ended its hold. */
+static jet_cid_parked_t *cid_unpark(cid_slot_t *slot)
+{
+    return atomic_exchange_explicit(&slot->parked, NULL, memory_order_seq_cst);
+}
+
+int jet__cid_park(uint64_t cid, uint32_t owner, jet_cid_parked_t *p)
+{
+    uint32_t idx = (uint32_t)(cid >> 32), ver = (uint32_t)cid;
+    if (ver == 0 || ver > CID_VER_MAX || owner == 0 ||
+        idx >= atomic_load_explicit(&cid_reg.nslots, memory_order_acquire))
+        return JET_CID_STALE;
+    cid_slot_t *slot = cid_slot(idx);
+    uint64_t held = ver | CID_HELD;
+    if (!slot || atomic_load_explicit(&slot->vers, memory_order_seq_cst) >> 32 != held ||
+        atomic_load_explicit(&slot->alt_owner, memory_order_acquire) !=
+            ((uint64_t)ver << 32 | owner))
+        return JET_CID_STALE;
+    jet_cid_parked_t *none = NULL;
+    if (!atomic_compare_exchange_strong_explicit(&slot->parked, &none, p, memory_order_seq_cst,
+                                                 memory_order_relaxed))
+        return JET_CID_STALE; /* one answer per attempt: another is parked */
+    /* Sequentially consistent, against the end of the hold (which moves
+     * vers on, then takes the parked answer): either this thread sees the
+     * hold still on, and its owner will find the answer, or it takes the
+     * answer back itself and claims again. */
+    if (atomic_load_explicit(&slot->vers, memory_order_seq_cst) >> 32 == held)
+        return JET_CID_PARKED;
+    jet_cid_parked_t *mine = p;
+    if (atomic_compare_exchange_strong_explicit(&slot->parked, &mine, NULL, memory_order_seq_cst,
+                                                memory_order_relaxed))
+        return JET_CID_AGAIN;
+    return JET_CID_PARKED; /* taken by the hold's end meanwhile */
+}
+
+void jet__cid_drop_held(uint64_t cid)
+{
+    uint32_t idx = (uint32_t)(cid >> 32);
+    if (idx >= atomic_load_explicit(&cid_reg.nslots, memory_order_acquire)) return;
+    cid_slot_t *slot = cid_slot(idx);
+    if (!slot) return;
+    uint64_t vers = atomic_load_explicit(&slot->vers, memory_order_relaxed);
+    do {
+        if (!((vers >> 32) & CID_HELD)) return;
+    } while (!atomic_compare_exchange_weak_explicit(&slot->vers, &vers, (uint32_t)vers,
+                                                    memory_order_seq_cst, memory_order_relaxed));
+    jet_cid_parked_t *p = cid_unpark(slot);
+    if (p) p->drop(p);
+}
+
+jet_cid_parked_t *jet__cid_reinstate(uint64_t cid, uint64_t alt_cid)
+{
+    uint32_t idx = (uint32_t)(cid >> 32);
+    if (idx >= atomic_load_explicit(&cid_reg.nslots, memory_order_acquire)) return NULL;
+    cid_slot_t *slot = cid_slot(idx);
+    if (!slot) return NULL;
+    uint64_t expected = (uint64_t)((uint32_t)alt_cid | CID_HELD) << 32 | (uint32_t)cid;
+    if (!atomic_compare_exchange_strong_explicit(&slot->vers, &expected, (uint32_t)alt_cid,
+                                                 memory_order_seq_cst, memory_order_relaxed))
+        return NULL;
+    return cid_unpark(slot);
+}
+
+bool jet__cid_set_alt(uint64_t cid, uint64_t alt_cid, uint32_t alt_owner,
+                      jet_cid_parked_t **parked_p)
+{
+    *parked_p = NULL;
     uint32_t idx = (uint32_t)(cid >> 32);
     if (idx >= atomic_load_explicit(&cid_reg.nslots, memory_order_acquire)) return false;
     cid_slot_t *slot = cid_slot(idx);
     if (!slot) return false;
     atomic_store_explicit(&slot->alt_owner, (uint64_t)(uint32_t)alt_cid << 32 | alt_owner,
                           memory_order_release);
-    /* Only while nobody claimed cid since: a claim moved the version on. */
-    uint64_t expected = (uint32_t)cid;
-    return atomic_compare_exchange_strong_explicit(
-        &slot->vers, &expected, (uint64_t)(uint32_t)alt_cid << 32 | (uint32_t)cid,
-        memory_order_acq_rel, memory_order_relaxed);
+    /* Only while nobody claimed cid since: a claim moved the version on.
+     * The earlier attempt is held (its answer parked meanwhile), or was
+     * not (a backup request on a SINGLE connection made by hand). */
+    uint64_t to = (uint64_t)(uint32_t)alt_cid << 32 | (uint32_t)cid;
+    uint64_t expected = (uint64_t)((uint32_t)alt_cid | CID_HELD) << 32 | (uint32_t)cid;
+    if (atomic_compare_exchange_strong_explicit(&slot->vers, &expected, to, memory_order_seq_cst,
+                                                memory_order_relaxed)) {
+        *parked_p = cid_unpark(slot);
+        return true;
+    }
+    expected = (uint32_t)cid;
+    return atomic_compare_exchange_strong_explicit(&slot->vers, &expected, to, memory_order_acq_rel,
+                                                   memory_order_relaxed);
 }
 
 jet_call_t *jet__cid_fail_from(uint64_t cid, uint32_t owner, uint64_t *next_cid_p, bool *dropped_p)
@@ -260,7 +370,7 @@ jet_call_t *jet__cid_fail_from(uint64_t cid, uint32_t owner, uint64_t *next_cid_
             if ((atomic_load_explicit(&slot->owner, memory_order_acquire) &
                  ~(uint64_t)JET_CID_OWNER_LAST) != want)
                 return NULL;
-            to = ver + 1 != 0 ? ver + 1 : 1;
+            to = cid_claimed(vers, ver, cid_next_ver(ver));
         } else {
             return NULL;
         }
@@ -316,10 +426,12 @@ static cid_slot_t *cid_token_slot(uint64_t token)
 }
 
 /* The cid of the attempt on a connection of the issue token names, or 0
- * (the issue ended, or none is out). */
-static uint64_t cid_issue_attempt(const cid_slot_t *slot, uint64_t token, bool not_last)
+ * (the issue ended, or none is out); *owner_p: its owner field. */
+static uint64_t cid_issue_attempt(const cid_slot_t *slot, uint64_t token, bool not_last,
+                                  uint64_t *owner_p)
 {
     uint64_t owner = atomic_load_explicit(&slot->owner, memory_order_seq_cst);
+    *owner_p = owner;
     if (not_last && (owner & JET_CID_OWNER_LAST)) return 0;
     /* Read as a seqlock: an owner written after this issue's end (by the
      * slot's next call) is seen with that end, and not claimed. */
@@ -337,12 +449,13 @@ int jet__cid_cancel(uint64_t token, jet_call_t **call_p)
     if (!slot || cid_seq(atomic_load_explicit(&slot->state, memory_order_acquire)) != seq)
         return -EINVAL;
     atomic_store_explicit(&slot->cancel, (uint64_t)1 << 32 | seq, memory_order_seq_cst);
-    uint64_t cid = cid_issue_attempt(slot, token, false);
+    uint64_t owner;
+    uint64_t cid = cid_issue_attempt(slot, token, false, &owner);
     if (cid) *call_p = jet__cid_claim(cid, NULL);
     return 0;
 }
 
-jet_call_t *jet__cid_claim_issue(uint64_t token, bool not_last, uint64_t *cid_p,
+jet_call_t *jet__cid_claim_issue(uint64_t token, bool not_last, bool hold, uint64_t *cid_p,
                                  uint64_t *next_cid_p, bool *live_p)
 {
     if (live_p) *live_p = false;
@@ -356,8 +469,15 @@ jet_call_t *jet__cid_claim_issue(uint64_t token, bool not_last, uint64_t *cid_p,
                     (uint32_t)(owner >> 32)) &&
         cid_seq(atomic_load_explicit(&slot->state, memory_order_acquire)) == (uint32_t)token)
         return NULL; /* the issue's last attempt is out: nothing to back up */
-    uint64_t cid = cid_issue_attempt(slot, token, not_last);
-    jet_call_t *call = cid ? jet__cid_claim(cid, next_cid_p) : NULL;
+    uint64_t cid = cid_issue_attempt(slot, token, not_last, &owner);
+    /* A held attempt's answer is parked if it came on the connection the
+     * attempt was written on: named before the hold, as the answer may come
+     * as soon as it starts; only while that attempt is the only one out
+     * (otherwise the hold fails), whose alt_owner nothing reads. */
+    if (cid && hold && atomic_load_explicit(&slot->vers, memory_order_acquire) == (uint32_t)cid)
+        atomic_store_explicit(&slot->alt_owner, owner & ~(uint64_t)JET_CID_OWNER_LAST,
+                              memory_order_release);
+    jet_call_t *call = cid ? cid_claim(cid, next_cid_p, hold) : NULL;
     if (call) {
         *cid_p = cid;
         return call;
@@ -400,9 +520,13 @@ void jet__cid_free(uint32_t idx)
     /* A version never reused by this slot's next call: claims of old ids
      * fail (an earlier attempt's version goes too). */
     uint64_t vers = atomic_load_explicit(&slot->vers, memory_order_relaxed);
-    while (!atomic_compare_exchange_weak_explicit(&slot->vers, &vers,
-                                                  (uint32_t)((uint32_t)vers + 1),
-                                                  memory_order_release, memory_order_relaxed)) {
+    while (!atomic_compare_exchange_weak_explicit(&slot->vers, &vers, cid_next_ver((uint32_t)vers),
+                                                  memory_order_seq_cst, memory_order_relaxed)) {
+    }
+    if ((vers >> 32) & CID_HELD) {
+        /* A hold nobody ended (the call's end drops it first). */
+        jet_cid_parked_t *p = cid_unpark(slot);
+        if (p) p->drop(p);
     }
     atomic_store_explicit(&slot->alt_owner, 0, memory_order_relaxed);
     /* The next count with no registration; the old high half holds the

@@ -130,7 +130,7 @@ struct jet_call {
 /* Shared by client and server: fills error_code/error_text. */
 void jet__call_set_error(jet_call_t *call, int code, const char *text);
 
-/* Correlation ids: slot (high 32 bits) + version (low 32 bits). A holder of a
+/* Correlation ids: slot (high 32 bits) + version (low 32 bits, below 2^31). A holder of a
  * cid owns the call only after claiming it; a claim succeeds once per
  * version, so a response, a deadline and a connection failure racing for
  * the same attempt never complete it twice. */
@@ -152,21 +152,52 @@ int jet__cid_cancel(uint64_t token, jet_call_t **call_p);
  * or its attempt is owned by another thread (an answer, a retry), and with
  * not_last when that attempt was named the issue's last (set_owner's
  * JET_CID_OWNER_LAST). *live_p (may be NULL): NULL although the issue goes
- * on, and not for being the last. */
-jet_call_t *jet__cid_claim_issue(uint64_t token, bool not_last, uint64_t *cid_p,
+ * on, and not for being the last. hold (a backup request): the attempt,
+ * which must be the only one out, stays out held (see jet__cid_park) until
+ * the claimer accepts it again (jet__cid_set_alt, jet__cid_reinstate) or
+ * drops it (jet__cid_drop_held, the call's end). */
+jet_call_t *jet__cid_claim_issue(uint64_t token, bool not_last, bool hold, uint64_t *cid_p,
                                  uint64_t *next_cid_p, bool *live_p);
 /* The issue of token was cancelled. */
 bool jet__cid_cancelled(uint64_t token);
 /* Claims cid; returns the call or NULL (stale, unknown or already claimed).
  * On success the slot accepts the next version: *next_cid_p (may be NULL)
- * is the cid of a retry. */
+ * is the cid of a retry. A claim of the current attempt of a backup request
+ * holds the earlier one (as a hold of jet__cid_claim_issue); a claim of the
+ * earlier one refuses the current one. */
 jet_call_t *jet__cid_claim(uint64_t cid, uint64_t *next_cid_p);
+/* An answer to an attempt that its call's owner holds, kept aside until the
+ * hold ends: the owner then runs it again (it claims as any answer) or
+ * frees it with drop. The channel embeds it in its own record. */
+typedef struct jet_cid_parked jet_cid_parked_t;
+struct jet_cid_parked {
+    void (*drop)(jet_cid_parked_t *p);
+};
 /* A backup request: the call's attempt cid (current, held by its owner
  * since its claim, not yet written) goes out while its earlier attempt
- * alt_cid, written on the connection tagged alt_owner, is still out. From
- * here a claim of either succeeds, once, and refuses the other from then on.
- * false when cid was claimed since (a cancel): alt_cid is not accepted. */
-bool jet__cid_set_alt(uint64_t cid, uint64_t alt_cid, uint32_t alt_owner);
+ * alt_cid, written on the connection tagged alt_owner, is still out (held
+ * since the claim, or not). From here a claim of either succeeds, once,
+ * and refuses the other from then on. false when cid was claimed since (a
+ * cancel): alt_cid is not accepted. *parked_p: an answer to alt_cid parked
+ * during the hold (NULL: none), which the caller runs once it no longer
+ * touches the call. */
+bool jet__cid_set_alt(uint64_t cid, uint64_t alt_cid, uint32_t alt_owner,
+                      jet_cid_parked_t **parked_p);
+/* The held attempt alt_cid, whose backup failed, is again the only one the
+ * slot accepts (its owner, the caller, claimed cid, the slot's current
+ * version, which no connection has). The answer parked meanwhile (NULL:
+ * none), to run as jet__cid_set_alt's. Nothing if alt_cid is not held. */
+jet_cid_parked_t *jet__cid_reinstate(uint64_t cid, uint64_t alt_cid);
+/* The owner of the call with cid's slot ends it: a held attempt is no
+ * longer accepted, and its parked answer, if any, is dropped. */
+void jet__cid_drop_held(uint64_t cid);
+/* An answer to cid, which came on the connection tagged owner, that no
+ * claim accepted (jet__cid_claim_from, jet__cid_fail_from).
+ * JET_CID_PARKED: its attempt is held, and p is kept for the hold's end;
+ * JET_CID_AGAIN: the hold ended meanwhile, claim again; JET_CID_STALE:
+ * dropped (an unknown, ended or answered attempt). */
+enum { JET_CID_STALE = 0, JET_CID_PARKED = 1, JET_CID_AGAIN = 2 };
+int jet__cid_park(uint64_t cid, uint32_t owner, jet_cid_parked_t *p);
 /* A slot for a server call: the handle its handler gets as closure_data,
  * claimed by the answer, so that a second answer (or one with a made-up
  * handle) finds no call instead of a freed or recycled one. It leaves the

@@ -186,7 +186,7 @@ static void ch_end_waiting(jet_channel_t *ch)
         size_t ended = 0;
         for (size_t i = 0; i < n; i++) {
             uint64_t cid, next;
-            jet_call_t *call = jet__cid_claim_issue(tokens[i], false, &cid, &next, NULL);
+            jet_call_t *call = jet__cid_claim_issue(tokens[i], false, false, &cid, &next, NULL);
             if (!call) continue;
             call->cid = next;
             ch_end_claimed(call, JET_ECLOSE, text);
@@ -533,6 +533,7 @@ static void ch_complete(jet_call_t *call, int code, const char *text)
     ch_backoff_end(call);
     ch_backup_disarm(call);
     ch_drop_other(call);
+    jet__cid_drop_held(call->cid);
     if (call->sock) {
         ch_put_socket(call->channel, call->sock, call->answered);
         call->sock = NULL;
@@ -543,6 +544,7 @@ static void ch_complete(jet_call_t *call, int code, const char *text)
 
 static void ch_issue(jet_call_t *call);
 static void ch_wait_sync(jet_call_t *call);
+static void cli_parked_run(jet_cid_parked_t *p);
 
 /* Error answers that brpc's default retry policy retries (besides the
  * connection errors of ch_retriable): the server stops (ELOGOFF), is at its
@@ -649,6 +651,58 @@ static void ch_retry(jet_call_t *call)
     ch_issue(call);
 }
 
+/* The caller owns the call, whose backup request (or a retry of it) failed
+ * with no retry left while its earlier attempt is still out, held: that
+ * attempt is the call's only one again, and the call waits for its answer
+ * (the one that came meanwhile runs now) or its deadline. false, the call
+ * untouched but for its socket, when that attempt's connection failed
+ * meanwhile. */
+static bool ch_back_to_first(jet_call_t *call)
+{
+    jet_socket_t *os = call->other_sock;
+    cli_conn_t *oc = os->owner;
+    uint64_t held_by = call->cid, first = ch_other_link(call)->cid;
+    uint64_t token = atomic_load_explicit(&call->join_token, memory_order_relaxed);
+    jet_cid_parked_t *parked = NULL;
+    pthread_mutex_lock(&oc->lock);
+    bool ok = !oc->dead;
+    if (ok) {
+        call->other_sock = NULL;
+        call->sock = os;
+        call->cur ^= 1;
+        call->cid = first;
+        jet_call_link_t *l = ch_link(call);
+        if (!l->linked) conn_link_locked(oc, l);
+        jet__cid_set_owner(first, oc->tag | JET_CID_OWNER_LAST);
+        /* Armed under the lock, as ch_issue does: an answer ends the call
+         * only after it unlinked it under this lock. */
+        ok = ch_deadline_arm(call) == 0;
+        if (ok) {
+            JET_DEBUG("call to %s: its backup request failed; it waits for its first attempt",
+                      call->channel->name);
+            parked = jet__cid_reinstate(held_by, first);
+        } else {
+            conn_unlink_locked(oc, l);
+            call->other_sock = os;
+            call->sock = NULL;
+            call->cur ^= 1;
+            call->cid = held_by;
+        }
+    }
+    pthread_mutex_unlock(&oc->lock);
+    if (!ok) return false;
+    /* A cancel that came before its owner was named again claimed nothing:
+     * the call ends here unless someone claimed it since. */
+    if (jet__cid_cancelled(token) && jet__cid_claim(first, NULL) == call) {
+        conn_unlink(oc, ch_link(call));
+        ch_complete(call, ECANCELED, CH_CANCELED_TEXT);
+        if (parked) parked->drop(parked);
+        return true;
+    }
+    if (parked) cli_parked_run(parked);
+    return true;
+}
+
 /* The caller owns the call; its attempt failed with err (negative). */
 /* why: what the call's error text says (NULL: the error's own text). */
 static void ch_attempt_failed(jet_call_t *call, int err, const char *why)
@@ -680,6 +734,11 @@ static void ch_attempt_failed(jet_call_t *call, int err, const char *why)
         JET_DEBUG("retry call to %s after %s", call->channel->name, jet_strerror(err));
         ch_retry(call);
         return;
+    }
+    /* The failure of a backup request drops only that attempt. */
+    if (call->other_sock && err != -JET_ECLOSE && jet_now_us() < call->deadline_us) {
+        ch_deadline_disarm(call);
+        if (ch_back_to_first(call)) return;
     }
     int code = -err;
     char text[320];
@@ -714,7 +773,9 @@ static void ch_backup_send(jet_call_t *call, uint64_t cid, uint64_t next)
     }
     call->cid = next;
     if (call->backoff_armed) {
-        /* Claimed in a retry's wait: the retry goes now. */
+        /* Claimed in a retry's wait: the retry goes now (the wait's id, held
+         * by the claim, was on no connection). */
+        jet__cid_drop_held(next);
         ch_backoff_end(call);
         ch_issue(call);
         return;
@@ -729,7 +790,8 @@ static void ch_backup_send(jet_call_t *call, uint64_t cid, uint64_t next)
     }
     /* Off its connection while the backup is made (a connect, packing, a
      * credential): a failure of that connection meanwhile need not wait
-     * for this thread. ch_issue puts it back, or drops it if it failed. */
+     * for this thread. ch_issue puts it back, or drops it if it failed. Its
+     * answer meanwhile is parked (the claim holds it) and runs then. */
     conn_unlink(call->sock->owner, ch_link(call));
     call->other_sock = call->sock;
     call->sock = NULL;
@@ -745,7 +807,7 @@ static void ch_backup_task(jet_task_t *t)
     ch_backup_t *b = (ch_backup_t *)((char *)t - offsetof(ch_backup_t, task));
     uint64_t cid, next;
     bool live;
-    jet_call_t *call = jet__cid_claim_issue(b->token, true, &cid, &next, &live);
+    jet_call_t *call = jet__cid_claim_issue(b->token, true, true, &cid, &next, &live);
     /* The issue goes on but its attempt is not out yet, or is being
      * retried: looked at again shortly (the timer keeps its reference). */
     if (!call && live &&
@@ -941,8 +1003,10 @@ static void ch_issue(jet_call_t *call)
         if (odead) {
             ch_put_socket(ch, call->other_sock, false);
             call->other_sock = NULL;
+            jet__cid_drop_held(cid);
         }
     }
+    jet_cid_parked_t *parked = NULL;
     pthread_mutex_lock(&conn->lock);
     bool dead = conn->dead;
     int armed = 0;
@@ -963,12 +1027,15 @@ static void ch_issue(jet_call_t *call)
         } else if (call->other_sock) {
             /* A backup request: from here an answer to either attempt
              * ends the call (the other one's connection may be this one). */
-            jet__cid_set_alt(cid, ch_other_link(call)->cid,
-                             ((cli_conn_t *)call->other_sock->owner)->tag);
             call->backup_sent = true;
+            jet__cid_set_alt(cid, ch_other_link(call)->cid,
+                             ((cli_conn_t *)call->other_sock->owner)->tag, &parked);
         }
     }
     pthread_mutex_unlock(&conn->lock);
+    /* The earlier attempt's answer that came while this backup was being
+     * made: it ends the call now, unless the backup's came first. */
+    if (parked) cli_parked_run(parked);
     if (!dead && armed >= 0 && jet__cid_cancelled(token)) {
         /* Cancelled while this attempt was being set up: unless its
          * canceller claimed it already, it ends here, unsent. */
@@ -1216,6 +1283,77 @@ void jet_call_join(jet_call_t *call)
 
 /* ---- connection events ------------------------------------------------------ */
 
+static void cli_handle_response(jet_socket_t *s, jet_baidu_frame_t *f, int bad_att);
+
+/* An answer to an attempt held while its backup request is made: packed
+ * again (a frame is never moved), run when the hold ends. */
+typedef struct cli_parked {
+    jet_cid_parked_t head;
+    jet_socket_t *s;
+    jet_iobuf_t frame;
+} cli_parked_t;
+
+static void cli_parked_drop(jet_cid_parked_t *p)
+{
+    cli_parked_t *cp = (cli_parked_t *)p;
+    jet_iobuf_fini(&cp->frame);
+    jet__socket_unref(cp->s);
+    free(cp);
+}
+
+/* The answer, as if it came now: it claims as any answer does. */
+static void cli_parked_run(jet_cid_parked_t *p)
+{
+    cli_parked_t *cp = (cli_parked_t *)p;
+    jet_baidu_frame_t f;
+    jet__baidu_frame_init(&f);
+    int bad_att = 0;
+    /* Our own packing of a frame that parsed: it parses, unless memory ran out. */
+    if (jet__baidu_cut(&cp->frame, UINT32_MAX, &f, &bad_att) == JET_PARSE_OK)
+        cli_handle_response(cp->s, &f, bad_att);
+    else
+        JET_WARN("%s: dropped a response kept during a backup request (no memory)", cp->s->peer);
+    jet__baidu_frame_fini(&f);
+    cli_parked_drop(p);
+}
+
+/* An answer to cid that no claim accepted: true when it was taken (parked
+ * for the hold of its attempt, or run again as the hold just ended);
+ * false: its attempt is not held, the answer is stale. */
+static bool cli_park(jet_socket_t *s, jet_baidu_frame_t *f, uint64_t cid)
+{
+    cli_conn_t *conn = s->owner;
+    if (jet__cid_park(cid, conn->tag, NULL) != JET_CID_PARKED) return false;
+    cli_parked_t *cp = malloc(sizeof *cp);
+    if (!cp) {
+        JET_WARN("%s: dropped a response that came during a backup request (no memory)", s->peer);
+        return true;
+    }
+    cp->head.drop = cli_parked_drop;
+    jet_iobuf_init(&cp->frame);
+    if (jet__baidu_pack(&cp->frame, f->meta, &f->body, &f->attachment) < 0) {
+        JET_WARN("%s: dropped a response that came during a backup request (no memory)", s->peer);
+        jet_iobuf_fini(&cp->frame);
+        free(cp);
+        return true;
+    }
+    jet__socket_ref(s);
+    cp->s = s;
+    switch (jet__cid_park(cid, conn->tag, &cp->head)) {
+    case JET_CID_PARKED:
+        break;
+    case JET_CID_AGAIN:
+        cli_parked_run(&cp->head);
+        break;
+    default:
+        JET_DEBUG("%s: dropped a response with stale correlation_id=%llu", s->peer,
+                  (unsigned long long)cid);
+        cli_parked_drop(&cp->head);
+        break;
+    }
+    return true;
+}
+
 static void cli_handle_response(jet_socket_t *s, jet_baidu_frame_t *f, int bad_att)
 {
     cli_conn_t *conn = s->owner;
@@ -1240,6 +1378,9 @@ static void cli_handle_response(jet_socket_t *s, jet_baidu_frame_t *f, int bad_a
         return;
     }
     if (!call) {
+        /* The earlier attempt of a call whose backup request is being made
+         * (or retried): kept until it is out. */
+        if (meta->has_correlation_id && cli_park(s, f, cid)) return;
         JET_DEBUG("%s: dropped a response with unknown correlation_id=%llu", s->peer,
                   (unsigned long long)cid);
         return;

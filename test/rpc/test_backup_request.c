@@ -12,6 +12,10 @@
  *   - a backup answered with a retriable error (ELOGOFF), or whose
  *     connection the server closes, leaves the call waiting for the first
  *     attempt's answer;
+ *   - a first answer that comes while the backup is being made (a slow
+ *     credential for its new connection) is kept and ends the call;
+ *   - a backup whose connection fails with no retry left leaves the call
+ *     waiting for the first attempt, which answers;
  *   - a cancel or the deadline ends a call with both attempts out;
  *   - calls whose backup goes out at once (0 ms) race their two answers:
  *     each ends once, with its own answer.
@@ -33,6 +37,7 @@
 #include "testutil_codec.h"
 #include "testutil_net.h"
 #include "testutil_rpc.h"
+#include "event/loop.h"
 
 #define GUARD_US (20 * 1000000LL)
 
@@ -309,12 +314,79 @@ static void test_backup_refused_no_wait(void)
     }
 }
 
+/* An authenticator whose credential for the backup's new connection (its
+ * second credential) takes 400 ms: the first attempt's answer, 100 ms
+ * after it, comes while the backup is being made. */
+static _Atomic int creds_made;
+
+static int slow_backup_credential(void *arg, uint8_t **data_p, size_t *len_p)
+{
+    (void)arg;
+    if (atomic_fetch_add(&creds_made, 1) == 1) jt_sleep_us(400000);
+    *data_p = malloc(4);
+    if (!*data_p) return -ENOMEM;
+    memcpy(*data_p, "cred", 4);
+    *len_p = 4;
+    return 0;
+}
+
+/* The next connection goes to the loop after the first one, where the
+ * backup is made for a new call: its answer is read meanwhile. */
+static void next_connection_off_loop0(void)
+{
+    JT_REQUIRE(jet_loops_count() == 2);
+    while (jet_loop_pick() != jet_loop_at(0)) {
+    }
+}
+
+static void test_first_answer_while_backup_is_made(void)
+{
+    static const jet_authenticator_t auth = {.generate_credential = slow_backup_credential};
+    for (int t = JET_CONNECTION_POOLED; t <= JET_CONNECTION_SHORT; t++) {
+        for (int async = 0; async < 2; async++) {
+            bk_plan(100, 0, false);
+            atomic_store(&creds_made, 0);
+            jet_channel_options_t o;
+            jet_channel_options_init(&o);
+            o.connection_type = t;
+            o.timeout_ms = 5000;
+            o.max_retry = 1;
+            o.backup_request_ms = 30;
+            o.auth = &auth;
+            char addr[64];
+            snprintf(addr, sizeof addr, "127.0.0.1:%d", port);
+            jet_channel_t *ch = NULL;
+            JT_REQUIRE(jet_channel_create(addr, &o, &ch) == 0);
+            jet_call_t *call = jet_call_create();
+            next_connection_off_loop0();
+            run_call(ch, call, "bk", async);
+            fprintf(stderr, "  %s %s: %s after %lld us\n", type_name(t), async ? "async" : "sync",
+                    jt_echo_resp_message(call) ? jt_echo_resp_message(call) : "-",
+                    (long long)jet_call_latency_us(call));
+            JT_CHECK(jt_echo_resp_is(call, "first"));
+            JT_CHECK_EQ(jet_call_attempts(call), 2);
+            JT_CHECK(jet_call_has_backup_request(call));
+            JT_CHECK(jet_call_latency_us(call) >= 400000);
+            JT_CHECK_EQ(atomic_load(&creds_made), 2);
+            jet_call_destroy(call);
+            check_still_serving(ch);
+            /* The backup is written after the kept answer ended the call,
+             * on a connection that ending closed (it owes an answer): the
+             * server may or may not have read it. */
+            JT_CHECK(atomic_load(&bk.seen) >= 1 && atomic_load(&bk.seen) <= 2);
+            jet_channel_destroy(ch);
+        }
+    }
+}
+
 /* A raw server for pooled connections: once the second connection (the
  * backup's) brought its request, the first one is closed, and the backup
- * answered "second" 300 ms later. */
+ * answered "second" 300 ms later; with close_backup, the backup's is
+ * closed, and the first answered "first" 300 ms later. */
 typedef struct raw_srv {
     pthread_t t;
     int lfd, port;
+    bool close_backup;
     bool ok;
 } raw_srv_t;
 
@@ -333,23 +405,25 @@ static void *raw_srv_main(void *arg)
     if (fd < 0) goto out_a;
     jt_conn_init(&b, fd);
     int got = jt_conn_frame(&b, 5000, &fb, NULL, NULL);
-    jt_conn_close(&a);
+    jt_conn_t *dead = r->close_backup ? &b : &a, *live = r->close_backup ? &a : &b;
+    jet_baidu_frame_t *req = r->close_backup ? &fa : &fb;
+    jt_conn_close(dead);
     if (got != 1) goto out_b;
     jt_sleep_us(300000);
     Example__EchoResponse resp = EXAMPLE__ECHO_RESPONSE__INIT;
-    resp.message = "second";
+    resp.message = r->close_backup ? "first" : "second";
     uint8_t msg[64];
     size_t mlen = example__echo_response__pack(&resp, msg);
     Brpc__Policy__RpcMeta meta = BRPC__POLICY__RPC_META__INIT;
     Brpc__Policy__RpcResponseMeta rm = BRPC__POLICY__RPC_RESPONSE_META__INIT;
     meta.response = &rm;
     meta.has_correlation_id = true;
-    meta.correlation_id = fb.meta->correlation_id;
+    meta.correlation_id = req->meta->correlation_id;
     jt_bytes_t out = {0};
     jt_bytes_frame(&out, &meta, msg, mlen, NULL, 0);
-    r->ok = jt_conn_write(&b, out.p, out.len) == 0;
+    r->ok = jt_conn_write(live, out.p, out.len) == 0;
     free(out.p);
-    jt_conn_wait_closed(&b, 5000);
+    jt_conn_wait_closed(live, 5000);
 out_b:
     jt_conn_close(&b);
 out_a:
@@ -373,6 +447,36 @@ static void test_first_connection_fails_backup_kept(void)
         JT_CHECK(jt_echo_resp_is(call, "second"));
         JT_CHECK_EQ(jet_call_attempts(call), 2);
         JT_CHECK(jet_call_has_backup_request(call));
+        jet_call_destroy(call);
+        jet_channel_destroy(ch);
+        pthread_join(r.t, NULL);
+        JT_CHECK(r.ok);
+        close(r.lfd);
+    }
+}
+
+/* The backup's connection fails and no retry is left: the call waits for
+ * the first attempt, still out, and gets its answer. */
+static void test_backup_connection_fails_first_kept(void)
+{
+    for (int async = 0; async < 2; async++) {
+        raw_srv_t r = {.close_backup = true};
+        r.lfd = jt_tcp_listen(8, &r.port);
+        JT_REQUIRE(r.lfd >= 0);
+        JT_REQUIRE(pthread_create(&r.t, NULL, raw_srv_main, &r) == 0);
+        jet_channel_t *ch = open_channel(r.port, JET_CONNECTION_POOLED, 5000, 1, 30);
+        JT_REQUIRE(ch);
+        jet_call_t *call = jet_call_create();
+        run_call(ch, call, "bk", async);
+        fprintf(stderr, "  %s: %s (%d %s) after %lld us\n", async ? "async" : "sync",
+                jt_echo_resp_message(call) ? jt_echo_resp_message(call) : "-",
+                jet_call_error_code(call),
+                jet_call_error_text(call) ? jet_call_error_text(call) : "",
+                (long long)jet_call_latency_us(call));
+        JT_CHECK(jt_echo_resp_is(call, "first"));
+        JT_CHECK_EQ(jet_call_attempts(call), 2);
+        JT_CHECK(jet_call_has_backup_request(call));
+        JT_CHECK(jet_call_latency_us(call) >= 300000);
         jet_call_destroy(call);
         jet_channel_destroy(ch);
         pthread_join(r.t, NULL);
@@ -547,6 +651,9 @@ static void test_failure_races_the_other_answer(void)
 
 int main(void)
 {
+    /* Two loops, whatever the machine: test_first_answer_while_backup_is_made
+     * puts the first connection on the other loop than the backup's. */
+    if (jet_loops_start(2) < 0) return 1;
     jt_echo_opts_t eo = {.hook = bk_hook};
     jt_echo_service_init(&svc, &eo);
     srv = jt_echo_server_start_port(&svc, 0, NULL, &port);
@@ -558,6 +665,8 @@ int main(void)
     JT_RUN(test_backup_refused_retried);
     JT_RUN(test_backup_refused_no_wait);
     JT_RUN(test_first_connection_fails_backup_kept);
+    JT_RUN(test_first_answer_while_backup_is_made);
+    JT_RUN(test_backup_connection_fails_first_kept);
     JT_RUN(test_deadline_and_cancel_with_both_out);
     JT_RUN(test_racing_answers);
     JT_RUN(test_failure_races_the_other_answer);
