@@ -994,17 +994,14 @@ static void ch_issue(jet_call_t *call)
     jet__socket_ref(s);
     if (call->other_sock) {
         /* A backup request: its earlier attempt goes back on its
-         * connection (ch_backup_send took it off), unless that failed. */
+         * connection (ch_backup_send took it off), unless that failed: then
+         * it stays the other attempt all the same, for the answer that came
+         * before the failure and was kept (none comes later), and is
+         * dropped with the call's end. */
         cli_conn_t *oc = call->other_sock->owner;
         pthread_mutex_lock(&oc->lock);
-        bool odead = oc->dead;
-        if (!odead && !ch_other_link(call)->linked) conn_link_locked(oc, ch_other_link(call));
+        if (!oc->dead && !ch_other_link(call)->linked) conn_link_locked(oc, ch_other_link(call));
         pthread_mutex_unlock(&oc->lock);
-        if (odead) {
-            ch_put_socket(ch, call->other_sock, false);
-            call->other_sock = NULL;
-            jet__cid_drop_held(cid);
-        }
     }
     jet_cid_parked_t *parked = NULL;
     pthread_mutex_lock(&conn->lock);

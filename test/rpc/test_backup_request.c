@@ -16,6 +16,9 @@
  *     credential for its new connection) is kept and ends the call;
  *   - a backup whose connection fails with no retry left leaves the call
  *     waiting for the first attempt, which answers;
+ *   - a first connection that ends while the backup is being made: the
+ *     backup still goes out (and is reported), or the answer that came
+ *     just before the end is kept;
  *   - a cancel or the deadline ends a call with both attempts out;
  *   - calls whose backup goes out at once (0 ms) race their two answers:
  *     each ends once, with its own answer.
@@ -387,8 +390,28 @@ typedef struct raw_srv {
     pthread_t t;
     int lfd, port;
     bool close_backup;
+    bool answer_first; /* raw_first_dies_main */
     bool ok;
 } raw_srv_t;
+
+/* Writes the echo answer msg to the request req on c. */
+static bool raw_answer(jt_conn_t *c, const jet_baidu_frame_t *req, const char *msg)
+{
+    Example__EchoResponse resp = EXAMPLE__ECHO_RESPONSE__INIT;
+    resp.message = (char *)msg;
+    uint8_t body[64];
+    size_t mlen = example__echo_response__pack(&resp, body);
+    Brpc__Policy__RpcMeta meta = BRPC__POLICY__RPC_META__INIT;
+    Brpc__Policy__RpcResponseMeta rm = BRPC__POLICY__RPC_RESPONSE_META__INIT;
+    meta.response = &rm;
+    meta.has_correlation_id = true;
+    meta.correlation_id = req->meta->correlation_id;
+    jt_bytes_t out = {0};
+    jt_bytes_frame(&out, &meta, body, mlen, NULL, 0);
+    bool ok = jt_conn_write(c, out.p, out.len) == 0;
+    free(out.p);
+    return ok;
+}
 
 static void *raw_srv_main(void *arg)
 {
@@ -410,19 +433,7 @@ static void *raw_srv_main(void *arg)
     jt_conn_close(dead);
     if (got != 1) goto out_b;
     jt_sleep_us(300000);
-    Example__EchoResponse resp = EXAMPLE__ECHO_RESPONSE__INIT;
-    resp.message = r->close_backup ? "first" : "second";
-    uint8_t msg[64];
-    size_t mlen = example__echo_response__pack(&resp, msg);
-    Brpc__Policy__RpcMeta meta = BRPC__POLICY__RPC_META__INIT;
-    Brpc__Policy__RpcResponseMeta rm = BRPC__POLICY__RPC_RESPONSE_META__INIT;
-    meta.response = &rm;
-    meta.has_correlation_id = true;
-    meta.correlation_id = req->meta->correlation_id;
-    jt_bytes_t out = {0};
-    jt_bytes_frame(&out, &meta, msg, mlen, NULL, 0);
-    r->ok = jt_conn_write(live, out.p, out.len) == 0;
-    free(out.p);
+    r->ok = raw_answer(live, req, r->close_backup ? "first" : "second");
     jt_conn_wait_closed(live, 5000);
 out_b:
     jt_conn_close(&b);
@@ -452,6 +463,82 @@ static void test_first_connection_fails_backup_kept(void)
         pthread_join(r.t, NULL);
         JT_CHECK(r.ok);
         close(r.lfd);
+    }
+}
+
+/* A raw server whose first connection ends 100 ms after its request came
+ * (answered "first" just before with answer_first), while the client makes
+ * the backup (a slow credential); the backup is answered "second". */
+static void *raw_first_dies_main(void *arg)
+{
+    raw_srv_t *r = arg;
+    jt_conn_t a, b;
+    jet_baidu_frame_t fa, fb;
+    jet__baidu_frame_init(&fa);
+    jet__baidu_frame_init(&fb);
+    int fd = jt_tcp_accept(r->lfd, 5000);
+    if (fd < 0) return NULL;
+    jt_conn_init(&a, fd);
+    if (jt_conn_frame(&a, 5000, &fa, NULL, NULL) != 1) goto out_a;
+    jt_sleep_us(100000);
+    if (r->answer_first && !raw_answer(&a, &fa, "first")) goto out_a;
+    jt_conn_close(&a);
+    fd = jt_tcp_accept(r->lfd, 5000);
+    if (fd < 0) goto out_a;
+    jt_conn_init(&b, fd);
+    if (jt_conn_frame(&b, 5000, &fb, NULL, NULL) != 1) goto out_b;
+    r->ok = raw_answer(&b, &fb, "second");
+    jt_conn_wait_closed(&b, 5000);
+out_b:
+    jt_conn_close(&b);
+out_a:
+    jt_conn_close(&a);
+    jet__baidu_frame_fini(&fa);
+    jet__baidu_frame_fini(&fb);
+    return NULL;
+}
+
+/* The first attempt's connection ends while the backup is being made: the
+ * backup goes out all the same (and says so), and ends the call; or the
+ * answer that came just before the end does. */
+static void test_first_dies_while_backup_is_made(void)
+{
+    static const jet_authenticator_t auth = {.generate_credential = slow_backup_credential};
+    for (int answer_first = 0; answer_first < 2; answer_first++) {
+        for (int async = 0; async < 2; async++) {
+            raw_srv_t r = {.answer_first = answer_first};
+            r.lfd = jt_tcp_listen(8, &r.port);
+            JT_REQUIRE(r.lfd >= 0);
+            JT_REQUIRE(pthread_create(&r.t, NULL, raw_first_dies_main, &r) == 0);
+            atomic_store(&creds_made, 0);
+            jet_channel_options_t o;
+            jet_channel_options_init(&o);
+            o.connection_type = JET_CONNECTION_POOLED;
+            o.timeout_ms = 5000;
+            o.max_retry = 1;
+            o.backup_request_ms = 30;
+            o.auth = &auth;
+            char addr[64];
+            snprintf(addr, sizeof addr, "127.0.0.1:%d", r.port);
+            jet_channel_t *ch = NULL;
+            JT_REQUIRE(jet_channel_create(addr, &o, &ch) == 0);
+            jet_call_t *call = jet_call_create();
+            next_connection_off_loop0();
+            run_call(ch, call, "bk", async);
+            fprintf(stderr, "  %s %s: %s (%d) after %lld us\n",
+                    answer_first ? "answered, then closed" : "closed", async ? "async" : "sync",
+                    jt_echo_resp_message(call) ? jt_echo_resp_message(call) : "-",
+                    jet_call_error_code(call), (long long)jet_call_latency_us(call));
+            JT_CHECK(jt_echo_resp_is(call, answer_first ? "first" : "second"));
+            JT_CHECK_EQ(jet_call_attempts(call), 2);
+            JT_CHECK(jet_call_has_backup_request(call));
+            JT_CHECK(jet_call_latency_us(call) >= 400000);
+            jet_call_destroy(call);
+            jet_channel_destroy(ch);
+            pthread_join(r.t, NULL);
+            JT_CHECK(r.ok || answer_first);
+            close(r.lfd);
+        }
     }
 }
 
@@ -667,6 +754,7 @@ int main(void)
     JT_RUN(test_first_connection_fails_backup_kept);
     JT_RUN(test_first_answer_while_backup_is_made);
     JT_RUN(test_backup_connection_fails_first_kept);
+    JT_RUN(test_first_dies_while_backup_is_made);
     JT_RUN(test_deadline_and_cancel_with_both_out);
     JT_RUN(test_racing_answers);
     JT_RUN(test_failure_races_the_other_answer);
