@@ -272,11 +272,15 @@ int jet__cid_park(uint64_t cid, uint32_t owner, jet_cid_parked_t *p)
         idx >= atomic_load_explicit(&cid_reg.nslots, memory_order_acquire))
         return JET_CID_STALE;
     cid_slot_t *slot = cid_slot(idx);
+    if (!slot) return JET_CID_STALE;
     uint64_t held = ver | CID_HELD;
-    if (!slot || atomic_load_explicit(&slot->vers, memory_order_seq_cst) >> 32 != held ||
-        atomic_load_explicit(&slot->alt_owner, memory_order_acquire) !=
-            ((uint64_t)ver << 32 | owner))
+    uint64_t vers = atomic_load_explicit(&slot->vers, memory_order_seq_cst);
+    /* Accepted again since the claim failed (the hold ended). */
+    if (cid_accepts(vers, ver)) return JET_CID_AGAIN;
+    if (vers >> 32 != held || atomic_load_explicit(&slot->alt_owner, memory_order_acquire) !=
+                                  ((uint64_t)ver << 32 | owner))
         return JET_CID_STALE;
+    if (!p) return JET_CID_PARKED;
     jet_cid_parked_t *none = NULL;
     if (!atomic_compare_exchange_strong_explicit(&slot->parked, &none, p, memory_order_seq_cst,
                                                  memory_order_relaxed))
@@ -285,13 +289,13 @@ int jet__cid_park(uint64_t cid, uint32_t owner, jet_cid_parked_t *p)
      * vers on, then takes the parked answer): either this thread sees the
      * hold still on, and its owner will find the answer, or it takes the
      * answer back itself and claims again. */
-    if (atomic_load_explicit(&slot->vers, memory_order_seq_cst) >> 32 == held)
-        return JET_CID_PARKED;
+    vers = atomic_load_explicit(&slot->vers, memory_order_seq_cst);
+    if (vers >> 32 == held) return JET_CID_PARKED;
     jet_cid_parked_t *mine = p;
-    if (atomic_compare_exchange_strong_explicit(&slot->parked, &mine, NULL, memory_order_seq_cst,
-                                                memory_order_relaxed))
-        return JET_CID_AGAIN;
-    return JET_CID_PARKED; /* taken by the hold's end meanwhile */
+    if (!atomic_compare_exchange_strong_explicit(&slot->parked, &mine, NULL, memory_order_seq_cst,
+                                                 memory_order_relaxed))
+        return JET_CID_PARKED; /* taken by the hold's end meanwhile */
+    return cid_accepts(vers, ver) ? JET_CID_AGAIN : JET_CID_STALE;
 }
 
 void jet__cid_drop_held(uint64_t cid)
@@ -309,17 +313,28 @@ void jet__cid_drop_held(uint64_t cid)
     if (p) p->drop(p);
 }
 
-jet_cid_parked_t *jet__cid_reinstate(uint64_t cid, uint64_t alt_cid)
+bool jet__cid_reinstate(uint64_t cid, uint64_t alt_cid, jet_cid_parked_t **parked_p)
 {
+    *parked_p = NULL;
     uint32_t idx = (uint32_t)(cid >> 32);
-    if (idx >= atomic_load_explicit(&cid_reg.nslots, memory_order_acquire)) return NULL;
+    if (idx >= atomic_load_explicit(&cid_reg.nslots, memory_order_acquire)) return false;
     cid_slot_t *slot = cid_slot(idx);
-    if (!slot) return NULL;
+    if (!slot) return false;
     uint64_t expected = (uint64_t)((uint32_t)alt_cid | CID_HELD) << 32 | (uint32_t)cid;
     if (!atomic_compare_exchange_strong_explicit(&slot->vers, &expected, (uint32_t)alt_cid,
                                                  memory_order_seq_cst, memory_order_relaxed))
-        return NULL;
-    return cid_unpark(slot);
+        return false;
+    *parked_p = cid_unpark(slot);
+    return true;
+}
+
+bool jet__cid_held(uint64_t cid, uint64_t alt_cid)
+{
+    uint32_t idx = (uint32_t)(cid >> 32);
+    if (idx >= atomic_load_explicit(&cid_reg.nslots, memory_order_acquire)) return false;
+    cid_slot_t *slot = cid_slot(idx);
+    return slot && atomic_load_explicit(&slot->vers, memory_order_acquire) >> 32 ==
+                       ((uint32_t)alt_cid | CID_HELD);
 }
 
 bool jet__cid_set_alt(uint64_t cid, uint64_t alt_cid, uint32_t alt_owner,
@@ -332,19 +347,16 @@ bool jet__cid_set_alt(uint64_t cid, uint64_t alt_cid, uint32_t alt_owner,
     if (!slot) return false;
     atomic_store_explicit(&slot->alt_owner, (uint64_t)(uint32_t)alt_cid << 32 | alt_owner,
                           memory_order_release);
-    /* Only while nobody claimed cid since: a claim moved the version on.
-     * The earlier attempt is held (its answer parked meanwhile), or was
-     * not (a backup request on a SINGLE connection made by hand). */
+    /* Only while nobody claimed cid since (a claim moved the version on)
+     * and the earlier attempt is held (not dropped by an error answer):
+     * its answer may have been parked meanwhile. */
     uint64_t to = (uint64_t)(uint32_t)alt_cid << 32 | (uint32_t)cid;
     uint64_t expected = (uint64_t)((uint32_t)alt_cid | CID_HELD) << 32 | (uint32_t)cid;
-    if (atomic_compare_exchange_strong_explicit(&slot->vers, &expected, to, memory_order_seq_cst,
-                                                memory_order_relaxed)) {
-        *parked_p = cid_unpark(slot);
-        return true;
-    }
-    expected = (uint32_t)cid;
-    return atomic_compare_exchange_strong_explicit(&slot->vers, &expected, to, memory_order_acq_rel,
-                                                   memory_order_relaxed);
+    if (!atomic_compare_exchange_strong_explicit(&slot->vers, &expected, to, memory_order_seq_cst,
+                                                 memory_order_relaxed))
+        return false;
+    *parked_p = cid_unpark(slot);
+    return true;
 }
 
 jet_call_t *jet__cid_fail_from(uint64_t cid, uint32_t owner, uint64_t *next_cid_p, bool *dropped_p)
@@ -474,9 +486,15 @@ jet_call_t *jet__cid_claim_issue(uint64_t token, bool not_last, bool hold, uint6
      * attempt was written on: named before the hold, as the answer may come
      * as soon as it starts; only while that attempt is the only one out
      * (otherwise the hold fails), whose alt_owner nothing reads. */
-    if (cid && hold && atomic_load_explicit(&slot->vers, memory_order_acquire) == (uint32_t)cid)
-        atomic_store_explicit(&slot->alt_owner, owner & ~(uint64_t)JET_CID_OWNER_LAST,
-                              memory_order_release);
+    if (cid && hold) {
+        /* Compared with what it was before the look at vers: a store of the
+         * slot's next call (taken meanwhile) is not overwritten. */
+        uint64_t was = atomic_load_explicit(&slot->alt_owner, memory_order_acquire);
+        if (atomic_load_explicit(&slot->vers, memory_order_acquire) == (uint32_t)cid)
+            atomic_compare_exchange_strong_explicit(&slot->alt_owner, &was,
+                                                    owner & ~(uint64_t)JET_CID_OWNER_LAST,
+                                                    memory_order_acq_rel, memory_order_relaxed);
+    }
     jet_call_t *call = cid ? cid_claim(cid, next_cid_p, hold) : NULL;
     if (call) {
         *cid_p = cid;

@@ -176,26 +176,30 @@ struct jet_cid_parked {
 /* A backup request: the call's attempt cid (current, held by its owner
  * since its claim, not yet written) goes out while its earlier attempt
  * alt_cid, written on the connection tagged alt_owner, is still out (held
- * since the claim, or not). From here a claim of either succeeds, once,
- * and refuses the other from then on. false when cid was claimed since (a
- * cancel): alt_cid is not accepted. *parked_p: an answer to alt_cid parked
- * during the hold (NULL: none), which the caller runs once it no longer
- * touches the call. */
+ * since the claim). From here a claim of either succeeds, once, and
+ * refuses the other from then on. false when cid was claimed since (a
+ * cancel) or alt_cid is not held (an error answer dropped it): alt_cid is
+ * not accepted. *parked_p: an answer to alt_cid parked during the hold
+ * (NULL: none), which the caller runs once it no longer touches the call. */
 bool jet__cid_set_alt(uint64_t cid, uint64_t alt_cid, uint32_t alt_owner,
                       jet_cid_parked_t **parked_p);
 /* The held attempt alt_cid, whose backup failed, is again the only one the
  * slot accepts (its owner, the caller, claimed cid, the slot's current
- * version, which no connection has). The answer parked meanwhile (NULL:
- * none), to run as jet__cid_set_alt's. Nothing if alt_cid is not held. */
-jet_cid_parked_t *jet__cid_reinstate(uint64_t cid, uint64_t alt_cid);
+ * version, which no connection has); *parked_p: the answer parked meanwhile
+ * (NULL: none), to run as jet__cid_set_alt's. false, and nothing changed,
+ * when alt_cid is not held (dropped). */
+bool jet__cid_reinstate(uint64_t cid, uint64_t alt_cid, jet_cid_parked_t **parked_p);
+/* alt_cid is held in cid's slot (for its owner, who alone ends a hold). */
+bool jet__cid_held(uint64_t cid, uint64_t alt_cid);
 /* The owner of the call with cid's slot ends it: a held attempt is no
  * longer accepted, and its parked answer, if any, is dropped. */
 void jet__cid_drop_held(uint64_t cid);
 /* An answer to cid, which came on the connection tagged owner, that no
  * claim accepted (jet__cid_claim_from, jet__cid_fail_from).
- * JET_CID_PARKED: its attempt is held, and p is kept for the hold's end;
- * JET_CID_AGAIN: the hold ended meanwhile, claim again; JET_CID_STALE:
- * dropped (an unknown, ended or answered attempt). */
+ * JET_CID_PARKED: its attempt is held, and p is kept for the hold's end
+ * (p NULL: only says so); JET_CID_AGAIN: cid is accepted again (the hold
+ * ended meanwhile), claim again (p is not kept); JET_CID_STALE: dropped
+ * (an unknown, ended or answered attempt, or another answer is parked). */
 enum { JET_CID_STALE = 0, JET_CID_PARKED = 1, JET_CID_AGAIN = 2 };
 int jet__cid_park(uint64_t cid, uint32_t owner, jet_cid_parked_t *p);
 /* A slot for a server call: the handle its handler gets as closure_data,

@@ -664,25 +664,29 @@ static bool ch_back_to_first(jet_call_t *call)
     uint64_t held_by = call->cid, first = ch_other_link(call)->cid;
     uint64_t token = atomic_load_explicit(&call->join_token, memory_order_relaxed);
     jet_cid_parked_t *parked = NULL;
+    int armed = 0;
     pthread_mutex_lock(&oc->lock);
     bool ok = !oc->dead;
     if (ok) {
+        /* Set before the first attempt is accepted again: its claimer
+         * reads them. */
         call->other_sock = NULL;
         call->sock = os;
         call->cur ^= 1;
         call->cid = first;
-        jet_call_link_t *l = ch_link(call);
-        if (!l->linked) conn_link_locked(oc, l);
-        jet__cid_set_owner(first, oc->tag | JET_CID_OWNER_LAST);
-        /* Armed under the lock, as ch_issue does: an answer ends the call
-         * only after it unlinked it under this lock. */
-        ok = ch_deadline_arm(call) == 0;
+        ok = jet__cid_reinstate(held_by, first, &parked);
         if (ok) {
             JET_DEBUG("call to %s: its backup request failed; it waits for its first attempt",
                       call->channel->name);
-            parked = jet__cid_reinstate(held_by, first);
+            /* From here a claimer (its answer, its deadline, a cancel)
+             * ends the call once it unlinked it under this lock: linked
+             * and armed before, as ch_issue does. */
+            jet_call_link_t *l = ch_link(call);
+            if (!l->linked) conn_link_locked(oc, l);
+            jet__cid_set_owner(first, oc->tag | JET_CID_OWNER_LAST);
+            armed = ch_deadline_arm(call);
         } else {
-            conn_unlink_locked(oc, l);
+            /* Not held: an error answer dropped it. */
             call->other_sock = os;
             call->sock = NULL;
             call->cur ^= 1;
@@ -691,11 +695,16 @@ static bool ch_back_to_first(jet_call_t *call)
     }
     pthread_mutex_unlock(&oc->lock);
     if (!ok) return false;
+    if (armed < 0) {
+        /* No deadline (no memory): the call ends here unless claimed since. */
+        if (jet__cid_claim(first, NULL) == call) ch_end_claimed(call, -armed, NULL);
+        if (parked) parked->drop(parked);
+        return true;
+    }
     /* A cancel that came before its owner was named again claimed nothing:
      * the call ends here unless someone claimed it since. */
     if (jet__cid_cancelled(token) && jet__cid_claim(first, NULL) == call) {
-        conn_unlink(oc, ch_link(call));
-        ch_complete(call, ECANCELED, CH_CANCELED_TEXT);
+        ch_end_claimed(call, ECANCELED, CH_CANCELED_TEXT);
         if (parked) parked->drop(parked);
         return true;
     }
@@ -992,12 +1001,13 @@ static void ch_issue(jet_call_t *call)
     jet_loop_t *loop = s->loop;
     size_t frame_len = jet_iobuf_len(&frame);
     jet__socket_ref(s);
-    if (call->other_sock) {
+    if (call->other_sock && jet__cid_held(cid, ch_other_link(call)->cid)) {
         /* A backup request: its earlier attempt goes back on its
          * connection (ch_backup_send took it off), unless that failed: then
          * it stays the other attempt all the same, for the answer that came
-         * before the failure and was kept (none comes later), and is
-         * dropped with the call's end. */
+         * before the failure and was kept (none comes later). Not held, an
+         * error answer dropped it: it stays off, and is not accepted again.
+         * Either way it goes with the call's end. */
         cli_conn_t *oc = call->other_sock->owner;
         pthread_mutex_lock(&oc->lock);
         if (!oc->dead && !ch_other_link(call)->linked) conn_link_locked(oc, ch_other_link(call));
@@ -1314,17 +1324,19 @@ static void cli_parked_run(jet_cid_parked_t *p)
     cli_parked_drop(p);
 }
 
-/* An answer to cid that no claim accepted: true when it was taken (parked
- * for the hold of its attempt, or run again as the hold just ended);
- * false: its attempt is not held, the answer is stale. */
-static bool cli_park(jet_socket_t *s, jet_baidu_frame_t *f, uint64_t cid)
+/* An answer to cid that no claim accepted: JET_CID_PARKED when it was
+ * taken (parked for the hold of its attempt, or run again as the hold just
+ * ended); JET_CID_AGAIN: cid is accepted again, f untouched, to claim
+ * again; JET_CID_STALE: f untouched, the answer is stale. */
+static int cli_park(jet_socket_t *s, jet_baidu_frame_t *f, uint64_t cid)
 {
     cli_conn_t *conn = s->owner;
-    if (jet__cid_park(cid, conn->tag, NULL) != JET_CID_PARKED) return false;
+    int r = jet__cid_park(cid, conn->tag, NULL);
+    if (r != JET_CID_PARKED) return r;
     cli_parked_t *cp = malloc(sizeof *cp);
     if (!cp) {
         JET_WARN("%s: dropped a response that came during a backup request (no memory)", s->peer);
-        return true;
+        return JET_CID_PARKED;
     }
     cp->head.drop = cli_parked_drop;
     jet_iobuf_init(&cp->frame);
@@ -1332,7 +1344,7 @@ static bool cli_park(jet_socket_t *s, jet_baidu_frame_t *f, uint64_t cid)
         JET_WARN("%s: dropped a response that came during a backup request (no memory)", s->peer);
         jet_iobuf_fini(&cp->frame);
         free(cp);
-        return true;
+        return JET_CID_PARKED;
     }
     jet__socket_ref(s);
     cp->s = s;
@@ -1348,7 +1360,7 @@ static bool cli_park(jet_socket_t *s, jet_baidu_frame_t *f, uint64_t cid)
         cli_parked_drop(&cp->head);
         break;
     }
-    return true;
+    return JET_CID_PARKED;
 }
 
 static void cli_handle_response(jet_socket_t *s, jet_baidu_frame_t *f, int bad_att)
@@ -1362,12 +1374,20 @@ static void cli_handle_response(jet_socket_t *s, jet_baidu_frame_t *f, int bad_a
     Brpc__Policy__RpcResponseMeta *rm0 = meta->response;
     bool dropped = false;
     jet_call_t *call = NULL;
-    if (!meta->has_correlation_id)
-        call = NULL;
-    else if (rm0 && rm0->has_error_code && rm0->error_code != 0)
-        call = jet__cid_fail_from(cid, conn->tag, &next, &dropped);
-    else
-        call = jet__cid_claim_from(cid, conn->tag, &next);
+    for (;;) {
+        if (!meta->has_correlation_id)
+            call = NULL;
+        else if (rm0 && rm0->has_error_code && rm0->error_code != 0)
+            call = jet__cid_fail_from(cid, conn->tag, &next, &dropped);
+        else
+            call = jet__cid_claim_from(cid, conn->tag, &next);
+        if (call || dropped || !meta->has_correlation_id) break;
+        /* The earlier attempt of a call whose backup request is being made
+         * (or retried): kept until it is out; or accepted again since. */
+        int r = cli_park(s, f, cid);
+        if (r == JET_CID_PARKED) return;
+        if (r == JET_CID_STALE) break;
+    }
     if (dropped) {
         /* An error answer to the earlier attempt of a backup request: as
          * brpc, the call waits for the backup's outcome. */
@@ -1375,9 +1395,6 @@ static void cli_handle_response(jet_socket_t *s, jet_baidu_frame_t *f, int bad_a
         return;
     }
     if (!call) {
-        /* The earlier attempt of a call whose backup request is being made
-         * (or retried): kept until it is out. */
-        if (meta->has_correlation_id && cli_park(s, f, cid)) return;
         JET_DEBUG("%s: dropped a response with unknown correlation_id=%llu", s->peer,
                   (unsigned long long)cid);
         return;

@@ -16,6 +16,10 @@
  *     credential for its new connection) is kept and ends the call;
  *   - a backup whose connection fails with no retry left leaves the call
  *     waiting for the first attempt, which answers;
+ *   - a backup that cannot be made (its credential fails) after the first
+ *     attempt's answer came: that answer ends the call;
+ *   - a first attempt answered with an error (dropped), then a backup that
+ *     fails with no retry left: the call fails at once;
  *   - a first connection that ends while the backup is being made: the
  *     backup still goes out (and is reported), or the answer that came
  *     just before the end is kept;
@@ -333,6 +337,17 @@ static int slow_backup_credential(void *arg, uint8_t **data_p, size_t *len_p)
     return 0;
 }
 
+/* The same, and then the credential fails: the backup cannot go out. */
+static int failing_backup_credential(void *arg, uint8_t **data_p, size_t *len_p)
+{
+    if (atomic_load(&creds_made) == 1) {
+        atomic_fetch_add(&creds_made, 1);
+        jt_sleep_us(400000);
+        return -EACCES;
+    }
+    return slow_backup_credential(arg, data_p, len_p);
+}
+
 /* The next connection goes to the loop after the first one, where the
  * backup is made for a new call: its answer is read meanwhile. */
 static void next_connection_off_loop0(void)
@@ -379,6 +394,45 @@ static void test_first_answer_while_backup_is_made(void)
             JT_CHECK(atomic_load(&bk.seen) >= 1 && atomic_load(&bk.seen) <= 2);
             jet_channel_destroy(ch);
         }
+    }
+}
+
+/* The backup cannot be made (its credential fails) after the first
+ * attempt's answer came: with no retry left, the call goes back to its
+ * first attempt, whose kept answer ends it. */
+static void test_backup_not_made_first_answer_kept(void)
+{
+    static const jet_authenticator_t auth = {.generate_credential = failing_backup_credential};
+    for (int async = 0; async < 2; async++) {
+        bk_plan(100, 0, false);
+        atomic_store(&creds_made, 0);
+        jet_channel_options_t o;
+        jet_channel_options_init(&o);
+        o.connection_type = JET_CONNECTION_POOLED;
+        o.timeout_ms = 3000;
+        o.max_retry = 1;
+        o.backup_request_ms = 30;
+        o.auth = &auth;
+        char addr[64];
+        snprintf(addr, sizeof addr, "127.0.0.1:%d", port);
+        jet_channel_t *ch = NULL;
+        JT_REQUIRE(jet_channel_create(addr, &o, &ch) == 0);
+        jet_call_t *call = jet_call_create();
+        next_connection_off_loop0();
+        run_call(ch, call, "bk", async);
+        fprintf(stderr, "  %s: %s (%d %s) after %lld us\n", async ? "async" : "sync",
+                jt_echo_resp_message(call) ? jt_echo_resp_message(call) : "-",
+                jet_call_error_code(call),
+                jet_call_error_text(call) ? jet_call_error_text(call) : "",
+                (long long)jet_call_latency_us(call));
+        JT_CHECK(jt_echo_resp_is(call, "first"));
+        JT_CHECK_EQ(jet_call_attempts(call), 2);
+        JT_CHECK(jet_call_latency_us(call) >= 400000 && jet_call_latency_us(call) < 2000000);
+        JT_CHECK_EQ(atomic_load(&creds_made), 2);
+        jet_call_destroy(call);
+        check_still_serving(ch);
+        JT_CHECK_EQ(atomic_load(&bk.seen), 1);
+        jet_channel_destroy(ch);
     }
 }
 
@@ -496,6 +550,76 @@ out_a:
     jet__baidu_frame_fini(&fa);
     jet__baidu_frame_fini(&fb);
     return NULL;
+}
+
+/* A raw server: once the backup's request came, the first one is answered
+ * with an error (which the call drops, waiting for the backup), then the
+ * backup's connection is closed. */
+static void *raw_first_error_main(void *arg)
+{
+    raw_srv_t *r = arg;
+    jt_conn_t a, b;
+    jet_baidu_frame_t fa, fb;
+    jet__baidu_frame_init(&fa);
+    jet__baidu_frame_init(&fb);
+    int fd = jt_tcp_accept(r->lfd, 5000);
+    if (fd < 0) return NULL;
+    jt_conn_init(&a, fd);
+    if (jt_conn_frame(&a, 5000, &fa, NULL, NULL) != 1) goto out_a;
+    fd = jt_tcp_accept(r->lfd, 5000);
+    if (fd < 0) goto out_a;
+    jt_conn_init(&b, fd);
+    if (jt_conn_frame(&b, 5000, &fb, NULL, NULL) != 1) goto out_b;
+    Brpc__Policy__RpcMeta meta = BRPC__POLICY__RPC_META__INIT;
+    Brpc__Policy__RpcResponseMeta rm = BRPC__POLICY__RPC_RESPONSE_META__INIT;
+    rm.has_error_code = true;
+    rm.error_code = JET_EINTERNAL;
+    rm.error_text = "first fails";
+    meta.response = &rm;
+    meta.has_correlation_id = true;
+    meta.correlation_id = fa.meta->correlation_id;
+    jt_bytes_t out = {0};
+    jt_bytes_frame(&out, &meta, NULL, 0, NULL, 0);
+    r->ok = jt_conn_write(&a, out.p, out.len) == 0;
+    free(out.p);
+    jt_sleep_us(100000);
+    jt_conn_close(&b);
+    jt_conn_wait_closed(&a, 8000);
+out_b:
+    jt_conn_close(&b);
+out_a:
+    jt_conn_close(&a);
+    jet__baidu_frame_fini(&fa);
+    jet__baidu_frame_fini(&fb);
+    return NULL;
+}
+
+/* The first attempt was answered with an error (dropped), then the backup
+ * fails with no retry left: the call fails at once with the backup's
+ * error; it does not wait for the dropped attempt. */
+static void test_first_dropped_then_backup_fails(void)
+{
+    for (int async = 0; async < 2; async++) {
+        raw_srv_t r = {0};
+        r.lfd = jt_tcp_listen(8, &r.port);
+        JT_REQUIRE(r.lfd >= 0);
+        JT_REQUIRE(pthread_create(&r.t, NULL, raw_first_error_main, &r) == 0);
+        jet_channel_t *ch = open_channel(r.port, JET_CONNECTION_POOLED, 5000, 1, 30);
+        JT_REQUIRE(ch);
+        jet_call_t *call = jet_call_create();
+        run_call(ch, call, "bk", async);
+        fprintf(stderr, "  %s: %d %s after %lld us\n", async ? "async" : "sync",
+                jet_call_error_code(call),
+                jet_call_error_text(call) ? jet_call_error_text(call) : "",
+                (long long)jet_call_latency_us(call));
+        JT_CHECK_EQ(jet_call_error_code(call), JET_EEOF);
+        JT_CHECK(jet_call_latency_us(call) < 2000000);
+        jet_call_destroy(call);
+        jet_channel_destroy(ch);
+        pthread_join(r.t, NULL);
+        JT_CHECK(r.ok);
+        close(r.lfd);
+    }
 }
 
 /* The first attempt's connection ends while the backup is being made: the
@@ -755,6 +879,8 @@ int main(void)
     JT_RUN(test_first_answer_while_backup_is_made);
     JT_RUN(test_backup_connection_fails_first_kept);
     JT_RUN(test_first_dies_while_backup_is_made);
+    JT_RUN(test_backup_not_made_first_answer_kept);
+    JT_RUN(test_first_dropped_then_backup_fails);
     JT_RUN(test_deadline_and_cancel_with_both_out);
     JT_RUN(test_racing_answers);
     JT_RUN(test_failure_races_the_other_answer);
