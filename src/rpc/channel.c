@@ -532,8 +532,13 @@ static void ch_complete(jet_call_t *call, int code, const char *text)
     ch_deadline_disarm(call);
     ch_backoff_end(call);
     ch_backup_disarm(call);
-    ch_drop_other(call);
-    jet__cid_drop_held(call->cid);
+    if (call->other_sock) {
+        /* A held earlier attempt goes too (one held with no other attempt
+         * left, by a backup that found nothing to back up, goes with the
+         * slot's free). */
+        ch_drop_other(call);
+        jet__cid_drop_held(call->cid);
+    }
     if (call->sock) {
         ch_put_socket(call->channel, call->sock, call->answered);
         call->sock = NULL;
