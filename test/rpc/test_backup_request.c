@@ -157,8 +157,9 @@ static jt_echo_service_t svc;
 static jet_server_t *srv;
 static int port;
 
-static jet_channel_t *open_channel(int p, jet_connection_type_t type, int32_t timeout_ms,
-                                   int32_t max_retry, int32_t backup_ms)
+static jet_channel_t *open_channel_auth(int p, jet_connection_type_t type, int32_t timeout_ms,
+                                        int32_t max_retry, int32_t backup_ms,
+                                        const jet_authenticator_t *auth)
 {
     jet_channel_options_t o;
     jet_channel_options_init(&o);
@@ -166,10 +167,17 @@ static jet_channel_t *open_channel(int p, jet_connection_type_t type, int32_t ti
     o.timeout_ms = timeout_ms;
     o.max_retry = max_retry;
     o.backup_request_ms = backup_ms;
+    o.auth = auth;
     char addr[64];
     snprintf(addr, sizeof addr, "127.0.0.1:%d", p);
     jet_channel_t *ch = NULL;
     return jet_channel_create(addr, &o, &ch) == 0 ? ch : NULL;
+}
+
+static jet_channel_t *open_channel(int p, jet_connection_type_t type, int32_t timeout_ms,
+                                   int32_t max_retry, int32_t backup_ms)
+{
+    return open_channel_auth(p, type, timeout_ms, max_retry, backup_ms, NULL);
 }
 
 static const char *type_name(jet_connection_type_t t)
@@ -364,17 +372,8 @@ static void test_first_answer_while_backup_is_made(void)
         for (int async = 0; async < 2; async++) {
             bk_plan(100, 0, false);
             atomic_store(&creds_made, 0);
-            jet_channel_options_t o;
-            jet_channel_options_init(&o);
-            o.connection_type = t;
-            o.timeout_ms = 5000;
-            o.max_retry = 1;
-            o.backup_request_ms = 30;
-            o.auth = &auth;
-            char addr[64];
-            snprintf(addr, sizeof addr, "127.0.0.1:%d", port);
-            jet_channel_t *ch = NULL;
-            JT_REQUIRE(jet_channel_create(addr, &o, &ch) == 0);
+            jet_channel_t *ch = open_channel_auth(port, t, 5000, 1, 30, &auth);
+            JT_REQUIRE(ch);
             jet_call_t *call = jet_call_create();
             next_connection_off_loop0();
             run_call(ch, call, "bk", async);
@@ -406,17 +405,8 @@ static void test_backup_not_made_first_answer_kept(void)
     for (int async = 0; async < 2; async++) {
         bk_plan(100, 0, false);
         atomic_store(&creds_made, 0);
-        jet_channel_options_t o;
-        jet_channel_options_init(&o);
-        o.connection_type = JET_CONNECTION_POOLED;
-        o.timeout_ms = 3000;
-        o.max_retry = 1;
-        o.backup_request_ms = 30;
-        o.auth = &auth;
-        char addr[64];
-        snprintf(addr, sizeof addr, "127.0.0.1:%d", port);
-        jet_channel_t *ch = NULL;
-        JT_REQUIRE(jet_channel_create(addr, &o, &ch) == 0);
+        jet_channel_t *ch = open_channel_auth(port, JET_CONNECTION_POOLED, 3000, 1, 30, &auth);
+        JT_REQUIRE(ch);
         jet_call_t *call = jet_call_create();
         next_connection_off_loop0();
         run_call(ch, call, "bk", async);
@@ -467,31 +457,35 @@ static bool raw_answer(jt_conn_t *c, const jet_baidu_frame_t *req, const char *m
     return ok;
 }
 
+/* The next connection on lfd into c, and its first request into f: 1, or
+ * 0 (no request), or -1 (no connection: c stays closed). */
+static int raw_take(int lfd, jt_conn_t *c, jet_baidu_frame_t *f)
+{
+    int fd = jt_tcp_accept(lfd, 5000);
+    if (fd < 0) return -1;
+    jt_conn_init(c, fd);
+    return jt_conn_frame(c, 5000, f, NULL, NULL) == 1 ? 1 : 0;
+}
+
 static void *raw_srv_main(void *arg)
 {
     raw_srv_t *r = arg;
-    jt_conn_t a, b;
+    jt_conn_t a = {.fd = -1}, b = {.fd = -1};
     jet_baidu_frame_t fa, fb;
     jet__baidu_frame_init(&fa);
     jet__baidu_frame_init(&fb);
-    int fd = jt_tcp_accept(r->lfd, 5000);
-    if (fd < 0) return NULL;
-    jt_conn_init(&a, fd);
-    if (jt_conn_frame(&a, 5000, &fa, NULL, NULL) != 1) goto out_a;
-    fd = jt_tcp_accept(r->lfd, 5000);
-    if (fd < 0) goto out_a;
-    jt_conn_init(&b, fd);
-    int got = jt_conn_frame(&b, 5000, &fb, NULL, NULL);
+    if (raw_take(r->lfd, &a, &fa) != 1) goto out;
+    int got = raw_take(r->lfd, &b, &fb);
+    if (got < 0) goto out;
     jt_conn_t *dead = r->close_backup ? &b : &a, *live = r->close_backup ? &a : &b;
     jet_baidu_frame_t *req = r->close_backup ? &fa : &fb;
     jt_conn_close(dead);
-    if (got != 1) goto out_b;
+    if (got != 1) goto out;
     jt_sleep_us(300000);
     r->ok = raw_answer(live, req, r->close_backup ? "first" : "second");
     jt_conn_wait_closed(live, 5000);
-out_b:
+out:
     jt_conn_close(&b);
-out_a:
     jt_conn_close(&a);
     jet__baidu_frame_fini(&fa);
     jet__baidu_frame_fini(&fb);
@@ -526,26 +520,19 @@ static void test_first_connection_fails_backup_kept(void)
 static void *raw_first_dies_main(void *arg)
 {
     raw_srv_t *r = arg;
-    jt_conn_t a, b;
+    jt_conn_t a = {.fd = -1}, b = {.fd = -1};
     jet_baidu_frame_t fa, fb;
     jet__baidu_frame_init(&fa);
     jet__baidu_frame_init(&fb);
-    int fd = jt_tcp_accept(r->lfd, 5000);
-    if (fd < 0) return NULL;
-    jt_conn_init(&a, fd);
-    if (jt_conn_frame(&a, 5000, &fa, NULL, NULL) != 1) goto out_a;
+    if (raw_take(r->lfd, &a, &fa) != 1) goto out;
     jt_sleep_us(100000);
-    if (r->answer_first && !raw_answer(&a, &fa, "first")) goto out_a;
+    if (r->answer_first && !raw_answer(&a, &fa, "first")) goto out;
     jt_conn_close(&a);
-    fd = jt_tcp_accept(r->lfd, 5000);
-    if (fd < 0) goto out_a;
-    jt_conn_init(&b, fd);
-    if (jt_conn_frame(&b, 5000, &fb, NULL, NULL) != 1) goto out_b;
+    if (raw_take(r->lfd, &b, &fb) != 1) goto out;
     r->ok = raw_answer(&b, &fb, "second");
     jt_conn_wait_closed(&b, 5000);
-out_b:
+out:
     jt_conn_close(&b);
-out_a:
     jt_conn_close(&a);
     jet__baidu_frame_fini(&fa);
     jet__baidu_frame_fini(&fb);
@@ -558,18 +545,11 @@ out_a:
 static void *raw_first_error_main(void *arg)
 {
     raw_srv_t *r = arg;
-    jt_conn_t a, b;
+    jt_conn_t a = {.fd = -1}, b = {.fd = -1};
     jet_baidu_frame_t fa, fb;
     jet__baidu_frame_init(&fa);
     jet__baidu_frame_init(&fb);
-    int fd = jt_tcp_accept(r->lfd, 5000);
-    if (fd < 0) return NULL;
-    jt_conn_init(&a, fd);
-    if (jt_conn_frame(&a, 5000, &fa, NULL, NULL) != 1) goto out_a;
-    fd = jt_tcp_accept(r->lfd, 5000);
-    if (fd < 0) goto out_a;
-    jt_conn_init(&b, fd);
-    if (jt_conn_frame(&b, 5000, &fb, NULL, NULL) != 1) goto out_b;
+    if (raw_take(r->lfd, &a, &fa) != 1 || raw_take(r->lfd, &b, &fb) != 1) goto out;
     Brpc__Policy__RpcMeta meta = BRPC__POLICY__RPC_META__INIT;
     Brpc__Policy__RpcResponseMeta rm = BRPC__POLICY__RPC_RESPONSE_META__INIT;
     rm.has_error_code = true;
@@ -585,9 +565,8 @@ static void *raw_first_error_main(void *arg)
     jt_sleep_us(100000);
     jt_conn_close(&b);
     jt_conn_wait_closed(&a, 8000);
-out_b:
+out:
     jt_conn_close(&b);
-out_a:
     jt_conn_close(&a);
     jet__baidu_frame_fini(&fa);
     jet__baidu_frame_fini(&fb);
@@ -635,17 +614,9 @@ static void test_first_dies_while_backup_is_made(void)
             JT_REQUIRE(r.lfd >= 0);
             JT_REQUIRE(pthread_create(&r.t, NULL, raw_first_dies_main, &r) == 0);
             atomic_store(&creds_made, 0);
-            jet_channel_options_t o;
-            jet_channel_options_init(&o);
-            o.connection_type = JET_CONNECTION_POOLED;
-            o.timeout_ms = 5000;
-            o.max_retry = 1;
-            o.backup_request_ms = 30;
-            o.auth = &auth;
-            char addr[64];
-            snprintf(addr, sizeof addr, "127.0.0.1:%d", r.port);
-            jet_channel_t *ch = NULL;
-            JT_REQUIRE(jet_channel_create(addr, &o, &ch) == 0);
+            jet_channel_t *ch =
+                open_channel_auth(r.port, JET_CONNECTION_POOLED, 5000, 1, 30, &auth);
+            JT_REQUIRE(ch);
             jet_call_t *call = jet_call_create();
             next_connection_off_loop0();
             run_call(ch, call, "bk", async);
