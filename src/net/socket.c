@@ -128,13 +128,16 @@ int jet__socket_connect(const jet_addr_t *addr, int mode, const jet_socket_handl
         sock_discard(s);
         return rc;
     }
-    int cerr = 0;
-    if (connect(fd, &addr->u.sa, addr->len) < 0 && errno != EINPROGRESS) cerr = -errno;
-    if (!s->loop) s->loop = jet_loop_pick(); /* init may have chosen one */
+    /* Picked before the connect (init may have chosen one): a peer in this
+     * process picks for its side once it accepts, which must not change
+     * which loop this side gets. */
+    if (!s->loop) s->loop = jet_loop_pick();
     if (!s->loop) {
         sock_discard(s);
         return -ENOMEM;
     }
+    int cerr = 0;
+    if (connect(fd, &addr->u.sa, addr->len) < 0 && errno != EINPROGRESS) cerr = -errno;
     jet__socket_ref(s); /* the loop's reference, dropped by the fail task */
     if (cerr) {
         /* Never registered: a writable fd would look connected to the loop. */

@@ -337,6 +337,16 @@ bool jet__cid_held(uint64_t cid, uint64_t alt_cid)
                        ((uint32_t)alt_cid | CID_HELD);
 }
 
+bool jet__cid_answer_kept(uint64_t cid, uint64_t alt_cid)
+{
+    uint32_t idx = (uint32_t)(cid >> 32);
+    if (idx >= atomic_load_explicit(&cid_reg.nslots, memory_order_acquire)) return false;
+    cid_slot_t *slot = cid_slot(idx);
+    uint64_t held = (uint64_t)((uint32_t)alt_cid | CID_HELD) << 32 | (uint32_t)cid;
+    return slot && atomic_load_explicit(&slot->vers, memory_order_seq_cst) == held &&
+           atomic_load_explicit(&slot->parked, memory_order_seq_cst) != NULL;
+}
+
 bool jet__cid_set_alt(uint64_t cid, uint64_t alt_cid, uint32_t alt_owner,
                       jet_cid_parked_t **parked_p)
 {
@@ -359,7 +369,8 @@ bool jet__cid_set_alt(uint64_t cid, uint64_t alt_cid, uint32_t alt_owner,
     return true;
 }
 
-jet_call_t *jet__cid_fail_from(uint64_t cid, uint32_t owner, uint64_t *next_cid_p, bool *dropped_p)
+jet_call_t *jet__cid_fail_from(uint64_t cid, uint32_t owner, bool unsent, uint64_t *next_cid_p,
+                               bool *dropped_p)
 {
     *dropped_p = false;
     uint32_t idx = (uint32_t)(cid >> 32), ver = (uint32_t)cid;
@@ -372,7 +383,12 @@ jet_call_t *jet__cid_fail_from(uint64_t cid, uint32_t owner, uint64_t *next_cid_
     uint64_t vers = atomic_load_explicit(&slot->vers, memory_order_acquire);
     for (;;) {
         uint64_t to;
-        bool drop = (uint32_t)(vers >> 32) == ver;
+        /* Held (a backup request is being made): an answer is parked
+         * instead, and a connection failure leaves it to the hold's end,
+         * as an answer may have been parked; an attempt that never went
+         * out gets none, and goes now. */
+        bool drop =
+            (uint32_t)(vers >> 32) == ver || (unsent && (uint32_t)(vers >> 32) == (ver | CID_HELD));
         if (drop) {
             /* The earlier attempt: only its version goes; the current one
              * stays accepted as it was. */
@@ -390,6 +406,10 @@ jet_call_t *jet__cid_fail_from(uint64_t cid, uint32_t owner, uint64_t *next_cid_
                                                   memory_order_acquire)) {
             if (drop) {
                 *dropped_p = true;
+                if ((vers >> 32) & CID_HELD) {
+                    jet_cid_parked_t *p = cid_unpark(slot);
+                    if (p) p->drop(p);
+                }
                 return NULL;
             }
             if (next_cid_p) *next_cid_p = ((uint64_t)idx << 32) | (uint32_t)to;

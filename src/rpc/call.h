@@ -191,6 +191,10 @@ bool jet__cid_set_alt(uint64_t cid, uint64_t alt_cid, uint32_t alt_owner,
 bool jet__cid_reinstate(uint64_t cid, uint64_t alt_cid, jet_cid_parked_t **parked_p);
 /* alt_cid is held in cid's slot (for its owner, who alone ends a hold). */
 bool jet__cid_held(uint64_t cid, uint64_t alt_cid);
+/* alt_cid is held in cid's slot (cid its current version) and an answer to
+ * it is parked: it stays so until the owner ends the hold, or the attempt
+ * is dropped as unsent (jet__cid_fail_from). */
+bool jet__cid_answer_kept(uint64_t cid, uint64_t alt_cid);
 /* The owner of the call with cid's slot ends it: a held attempt is no
  * longer accepted, and its parked answer, if any, is dropped. */
 void jet__cid_drop_held(uint64_t cid);
@@ -231,8 +235,12 @@ void jet__cid_publish_wait(uint64_t cid, uint64_t was);
  * current one stays, and the call waits for it): *dropped_p, NULL, and the
  * caller takes the attempt off that connection's pending list; the
  * current attempt is claimed as jet__cid_claim_from does (the call, next
- * version in *next_cid_p); otherwise NULL (claimed or ended elsewhere). */
-jet_call_t *jet__cid_fail_from(uint64_t cid, uint32_t owner, uint64_t *next_cid_p, bool *dropped_p);
+ * version in *next_cid_p); otherwise NULL (claimed or ended elsewhere).
+ * unsent: nothing of the attempt went out (its write was refused whole),
+ * so that a held attempt is dropped too (its parked answer with it); held
+ * otherwise, it is left to the hold's end (NULL). */
+jet_call_t *jet__cid_fail_from(uint64_t cid, uint32_t owner, bool unsent, uint64_t *next_cid_p,
+                               bool *dropped_p);
 /* jet__cid_claim for an answer that came on the connection tagged owner:
  * NULL unless the attempt cid was written there, so that a peer answering
  * with the id of a call sent elsewhere cannot end that call. */

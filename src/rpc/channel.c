@@ -657,11 +657,13 @@ static void ch_retry(jet_call_t *call)
 }
 
 /* The caller owns the call, whose backup request (or a retry of it) failed
- * with no retry left while its earlier attempt is still out, held: that
- * attempt is the call's only one again, and the call waits for its answer
- * (the one that came meanwhile runs now) or its deadline. false, the call
- * untouched but for its socket, when that attempt's connection failed
- * meanwhile. */
+ * with no retry left, or is not sent as the answer it was for came, while
+ * its earlier attempt is still out, held: that attempt is the call's only
+ * one again, and the call waits for its answer (the one that came
+ * meanwhile runs now) or its deadline. false, the call untouched but for
+ * its socket, when that attempt's connection failed meanwhile with no
+ * answer kept, or the attempt was dropped (an error answer, a refused
+ * write). */
 static bool ch_back_to_first(jet_call_t *call)
 {
     jet_socket_t *os = call->other_sock;
@@ -670,8 +672,10 @@ static bool ch_back_to_first(jet_call_t *call)
     uint64_t token = atomic_load_explicit(&call->join_token, memory_order_relaxed);
     jet_cid_parked_t *parked = NULL;
     int armed = 0;
+    /* An answer kept while held stays until the hold ends (here). */
+    bool kept = jet__cid_answer_kept(held_by, first);
     pthread_mutex_lock(&oc->lock);
-    bool ok = !oc->dead;
+    bool ok = !oc->dead || kept;
     if (ok) {
         /* Set before the first attempt is accepted again: its claimer
          * reads them. */
@@ -681,17 +685,18 @@ static bool ch_back_to_first(jet_call_t *call)
         call->cid = first;
         ok = jet__cid_reinstate(held_by, first, &parked);
         if (ok) {
-            JET_DEBUG("call to %s: its backup request failed; it waits for its first attempt",
-                      call->channel->name);
+            JET_DEBUG("call to %s: no backup request; it %s its first attempt", call->channel->name,
+                      kept ? "ends with the answer to" : "waits for");
             /* From here a claimer (its answer, its deadline, a cancel)
              * ends the call once it unlinked it under this lock: linked
-             * and armed before, as ch_issue does. */
+             * and armed before, as ch_issue does (not on a failed
+             * connection: only its kept answer may come). */
             jet_call_link_t *l = ch_link(call);
-            if (!l->linked) conn_link_locked(oc, l);
+            if (!l->linked && !oc->dead) conn_link_locked(oc, l);
             jet__cid_set_owner(first, oc->tag | JET_CID_OWNER_LAST);
             armed = ch_deadline_arm(call);
         } else {
-            /* Not held: an error answer dropped it. */
+            /* Not held: dropped (an error answer, a refused write). */
             call->other_sock = os;
             call->sock = NULL;
             call->cur ^= 1;
@@ -997,6 +1002,18 @@ static void ch_issue(jet_call_t *call)
             call, rc, rc == -JET_ERPCAUTH ? "Fail to authenticate: no credential was made" : NULL);
         return;
     }
+    if (call->other_sock && jet__cid_answer_kept(call->cid, ch_other_link(call)->cid)) {
+        /* The earlier attempt's answer came while this backup was being
+         * made: the backup is not sent (the server runs the request once)
+         * nor counted, and its connection, which carried none of it, goes
+         * back as it was; that answer ends the call. */
+        jet_iobuf_fini(&frame);
+        call->sock = NULL;
+        call->attempts--;
+        ch_put_socket(ch, s, true);
+        if (!ch_back_to_first(call)) ch_issue(call); /* dropped since: sent after all */
+        return;
+    }
     /* From the unlock below the attempt may end on another thread (its
      * answer, its deadline, a connection failure and its retry) and the call
      * and the call's reference to s with it: what this thread uses after it
@@ -1046,8 +1063,16 @@ static void ch_issue(jet_call_t *call)
     }
     pthread_mutex_unlock(&conn->lock);
     /* The earlier attempt's answer that came while this backup was being
-     * made: it ends the call now, unless the backup's came first. */
-    if (parked) cli_parked_run(parked);
+     * made, just now: it ends the call now, unless the backup's came first;
+     * the backup then does not go out. */
+    if (parked) {
+        cli_parked_run(parked);
+        if (!jet__cid_peek(cid)) {
+            jet_iobuf_fini(&frame);
+            jet__socket_unref(s);
+            return;
+        }
+    }
     if (!dead && armed >= 0 && jet__cid_cancelled(token)) {
         /* Cancelled while this attempt was being set up: unless its
          * canceller claimed it already, it ends here, unsent. */
@@ -1084,7 +1109,7 @@ static void ch_issue(jet_call_t *call)
          * than the transport ever carries): end this attempt. */
         uint64_t next;
         bool dropped;
-        jet_call_t *mine = jet__cid_fail_from(cid, conn->tag, &next, &dropped);
+        jet_call_t *mine = jet__cid_fail_from(cid, conn->tag, true, &next, &dropped);
         if (dropped) {
             /* The earlier attempt of a backup request that went out
              * meanwhile: the call waits for the backup. */
@@ -1383,7 +1408,7 @@ static void cli_handle_response(jet_socket_t *s, jet_baidu_frame_t *f, int bad_a
         if (!meta->has_correlation_id)
             call = NULL;
         else if (rm0 && rm0->has_error_code && rm0->error_code != 0)
-            call = jet__cid_fail_from(cid, conn->tag, &next, &dropped);
+            call = jet__cid_fail_from(cid, conn->tag, false, &next, &dropped);
         else
             call = jet__cid_claim_from(cid, conn->tag, &next);
         if (call || dropped || !meta->has_correlation_id) break;
@@ -1523,7 +1548,7 @@ static void cli_on_refused(jet_socket_t *s, jet_iobuf_t *msg)
     jet__baidu_frame_fini(&f);
     cli_conn_t *conn = s->owner;
     bool dropped;
-    jet_call_t *call = jet__cid_fail_from(cid, conn->tag, &next, &dropped);
+    jet_call_t *call = jet__cid_fail_from(cid, conn->tag, true, &next, &dropped);
     if (dropped) conn_unlink_cid(conn, cid); /* a backup request is out */
     if (!call) return; /* already ended (deadline), or the call waits for its backup */
     ch_take_attempt(call, cid);
@@ -1555,7 +1580,7 @@ static void cli_on_failed(jet_socket_t *s, int err)
         for (size_t i = 0; i < n; i++) {
             uint64_t next;
             bool dropped;
-            jet_call_t *call = jet__cid_fail_from(cids[i], conn->tag, &next, &dropped);
+            jet_call_t *call = jet__cid_fail_from(cids[i], conn->tag, false, &next, &dropped);
             if (dropped) {
                 /* The earlier attempt of a backup request: the call waits
                  * for the backup's outcome. */
