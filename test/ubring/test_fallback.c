@@ -79,6 +79,17 @@ static void test_ubring_channel_closing_server(void)
     JT_CHECK_EQ(jt_async_batch(ch, 50, 1000, 3, GUARD_US, NULL), 0);
     JT_CHECK_EQ(atomic_load(&c.hellos), 2);
     jet_channel_destroy(ch);
+    /* A pooled channel's concurrent calls each open a connection with a
+     * hello before any refusal is known: each refused one moves its call to
+     * TCP (no attempt counted), and the pool's connections stay on TCP. */
+    ch = ubt_channel(f.port, JET_SOCKET_MODE_UBRING, 20000, JET_CONNECTION_POOLED, 0);
+    JT_REQUIRE(ch);
+    JT_CHECK_EQ(jt_async_batch(ch, 20, 1000, 3, GUARD_US, NULL), 0);
+    int hellos = atomic_load(&c.hellos);
+    JT_CHECK(hellos > 2);
+    JT_CHECK_EQ(jt_async_batch(ch, 20, 1000, 3, GUARD_US, NULL), 0);
+    JT_CHECK_EQ(atomic_load(&c.hellos), hellos);
+    jet_channel_destroy(ch);
     jt_fake_stop(&f);
     jet_server_destroy(srv);
     JT_CHECK(ubt_maps_wait_none(20000000));
