@@ -51,7 +51,8 @@ struct jet_urma_ep {
     uint32_t peer_jetty;
     bool peer_eid_known;  /* a jetrpc peer: its hello's EID is its jetty's */
     uint8_t peer_eid[16];
-    uint32_t local_cap;  /* data WRs we may have outstanding */
+    uint32_t sq_cap;     /* data WRs in our send queue at most */
+    uint32_t rq_cap;     /* data WRs uncredited in the peer's receives at most */
     uint32_t remote_cap; /* data WRs the peer may have outstanding toward us */
     uint32_t credit_batch; /* credits owed past this go at once (brpc's way) */
     uint32_t peer_buf;   /* most bytes per WR toward the peer */
@@ -390,7 +391,14 @@ void jet__urma_ep_connect_peer(jet_urma_ep_t *ep, const jet_urma_hello_t *peer,
     ep->peer_eid_known = peer->jet_caps != 0;
     memcpy(ep->peer_eid, peer->eid, 16);
     uint32_t peer_rq = peer->recv_buffer_cnt + 1;
-    ep->local_cap = (ep->sq < peer_rq ? ep->sq : peer_rq) - EP_RESERVED;
+    /* Two windows, each the size of what it guards: our SQ, whose slots our
+     * own completions give back, and the peer's receives, which its credits
+     * give back (3 of each kept for credit messages). brpc takes min(sq,
+     * peer rq) - 3 for both, which stalls against a peer that credits back
+     * only past half its larger RQ (brpc's rule): a data window past that
+     * half always reaches it. */
+    ep->sq_cap = ep->sq - EP_RESERVED;
+    ep->rq_cap = peer_rq - EP_RESERVED;
     /* The peer can fill at most min(its SQ, our RQ) - 3 of our receives, and
      * credits must go back before that many pile up. A jetrpc peer says its
      * SQ depth; brpc does not (and assumes it equals its own RQ depth, which
@@ -410,20 +418,17 @@ void jet__urma_ep_connect_peer(jet_urma_ep_t *ep, const jet_urma_hello_t *peer,
         uint32_t least = (ep->rq < EP_PEER_MIN_SQ ? ep->rq : EP_PEER_MIN_SQ) - EP_RESERVED;
         if (least - 1 < ep->credit_batch) ep->credit_batch = least - 1;
     }
-    if (!peer->jet_caps && ep->local_cap <= (peer_rq - EP_RESERVED) / 2)
-        JET_LOG_ONCE(JET_LOG_WARN,
-                     "URMA: %s returns credits only after %u receives, more than "
-                     "this side's window of %u sends: set urma_sq_size >= %u or it may stall",
-                     ep->s ? ep->s->peer : "a brpc peer", (peer_rq - EP_RESERVED) / 2 + 1,
-                     ep->local_cap, peer_rq);
     uint64_t pb = peer->buffer_size;
     if (pb > ep->ctx->max_msg_size) pb = ep->ctx->max_msg_size;
     if (pb > (1u << 30)) pb = 1u << 30;
     ep->peer_buf = (uint32_t)pb;
-    ep->sig_every = ep->local_cap / 4 ? ep->local_cap / 4 : 1;
+    /* Every (smaller window / 4)-th WR is signalled (brpc's RDMA signals a
+     * quarter of its one window). */
+    uint32_t win = ep->sq_cap < ep->rq_cap ? ep->sq_cap : ep->rq_cap;
+    ep->sig_every = win / 4 ? win / 4 : 1;
     ep->piggyback = (peer->jet_caps & JET_URMA_CAP_PIGGYBACK) && ep->ext;
-    atomic_store(&ep->sq_window, (int32_t)ep->local_cap);
-    atomic_store(&ep->rq_window, (int32_t)ep->local_cap);
+    atomic_store(&ep->sq_window, (int32_t)ep->sq_cap);
+    atomic_store(&ep->rq_window, (int32_t)ep->rq_cap);
     atomic_store(&ep->imm_slots, EP_RESERVED);
     ep->connected = true;
 }
@@ -874,7 +879,7 @@ static void ep_recv_block(jet_urma_ep_t *ep, const urma_cr_t *cr, uint32_t slot,
         uint64_t imm = ep->piggyback ? (uint32_t)cr->imm_data : cr->imm_data;
         if (imm > 0) {
             int32_t old = atomic_load_explicit(&ep->rq_window, memory_order_relaxed);
-            if (imm > ep->local_cap || (uint64_t)old + imm > ep->local_cap) {
+            if (imm > ep->rq_cap || (uint64_t)old + imm > ep->rq_cap) {
                 ep_drop(ep, b);
                 ep_fail(ep, -EPROTO, "the peer returned more credits than it was owed", -1);
                 return;
@@ -1304,9 +1309,10 @@ int jet__urma_ep_debug(const jet_urma_ep_t *ep, char *buf, size_t len)
 {
     return snprintf(buf, len,
                     "jetty=%u peer_jetty=%u sq_win=%d rq_win=%d imm=%d credits=%u posted=%u "
-                    "inflight=%u cap=%u/%u piggyback=%d",
-                    ep->js ? ep->js->jetty->jetty_id.id : 0, ep->peer_jetty, atomic_load(&ep->sq_window),
-                    atomic_load(&ep->rq_window), atomic_load(&ep->imm_slots),
-                    atomic_load(&ep->credits), ep->posted, atomic_load(&ep->head) - ep->tail,
-                    ep->local_cap, ep->remote_cap, ep->piggyback);
+                    "inflight=%u cap=%u/%u/%u piggyback=%d",
+                    ep->js ? ep->js->jetty->jetty_id.id : 0, ep->peer_jetty,
+                    atomic_load(&ep->sq_window), atomic_load(&ep->rq_window),
+                    atomic_load(&ep->imm_slots), atomic_load(&ep->credits), ep->posted,
+                    atomic_load(&ep->head) - ep->tail, ep->sq_cap, ep->rq_cap, ep->remote_cap,
+                    ep->piggyback);
 }

@@ -973,6 +973,48 @@ static void test_server_brpc_client_datapath(void)
     JT_CHECK(JT_WAIT_UNTIL(srv_open() == open0, 10000000));
 }
 
+/* A server whose send queue is shallower than the brpc client's credit
+ * threshold: brpc credits its receives back only once more than
+ * (its rq - 3) / 2 = 30 are owed, whatever the sender's SQ depth. With
+ * urma_sq_size 16 the server's SQ holds 13 data WRs; its window on the
+ * client's receives is still 61 (the client's rq - 3), so it sends past the
+ * threshold as its own sends complete, and the answers flow. (A window of
+ * min(sq, peer rq) - 3 = 13, as brpc computes it, stalls here for good.) */
+static void test_server_small_sq_brpc_client(void)
+{
+    uint64_t open0 = srv_open();
+    char old[32];
+    snprintf(old, sizeof old, "%lld", (long long)JET_FLAG(urma_sq_size));
+    JT_REQUIRE(jet_flag_set("urma_sq_size", "16") == 0);
+    bclient_t b;
+    bool opened = bc_open(&b, true);
+    JT_CHECK_EQ(jet_flag_set("urma_sq_size", old), 0);
+    JT_REQUIRE(opened);
+    /* 40 requests at once, each answered in 3 WRs (2500-byte attachments,
+     * 1024-byte buffers advertised): 120 WRs toward the client. */
+    int ok = 0;
+    char msg[32];
+    for (int round = 0; round < 3; round++) {
+        for (int i = 0; i < 40; i++) {
+            int64_t id = 10 + round * 40 + i;
+            snprintf(msg, sizeof msg, "sq-%lld", (long long)id);
+            if (!bc_request(&b, id, msg, g_att, 2500)) break;
+        }
+        for (int i = 0; i < 40; i++) {
+            int64_t id = 10 + round * 40 + i;
+            snprintf(msg, sizeof msg, "sq-%lld", (long long)id);
+            ok += bc_response(&b, id, msg, g_att, 2500);
+        }
+    }
+    JT_CHECK_EQ(ok, 120);
+    /* Past the threshold, never past the credits. */
+    JT_CHECK(b.max_outstanding > BC_CAP / 2);
+    JT_CHECK(b.max_outstanding <= BC_CAP);
+    JT_CHECK_EQ(b.bad_msgs + b.recv_errors + b.send_errors, 0);
+    bc_close(&b);
+    JT_CHECK(JT_WAIT_UNTIL(srv_open() == open0, 10000000));
+}
+
 /* brpc's RDMA case 26 (v2_server_drains_tail_then_reads_ack), URMA shape:
  * a v2 hello whose msg_len is longer than its 86 bytes (8 zero bytes more,
  * and the longest, 4096), then ACK 1. The server drains the tail (else it
@@ -1963,6 +2005,7 @@ int main(int argc, char **argv)
     JT_RUN(test_tcp_server_declines_urma);
     JT_RUN(test_server_rdma_hellos);
     JT_RUN(test_server_brpc_client_datapath);
+    JT_RUN(test_server_small_sq_brpc_client);
     JT_RUN(test_server_long_v2_hello_ack1);
     JT_RUN(test_server_brpc_client_violations);
     JT_RUN(test_server_memory_not_exposed);
