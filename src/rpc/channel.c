@@ -255,15 +255,17 @@ static int ch_connect(jet_channel_t *ch, jet_socket_t **s_p)
     return rc;
 }
 
-/* The server closed on the transport's hello (a TCP-only brpc server): the
- * channel uses TCP for transport_reprobe_s. Said once per such stretch. */
+/* The server closed on the transport's hello (a TCP-only brpc server), or
+ * its hello could not be used and it is not one that takes a "no" on the
+ * same connection (a brpc URMA server): the channel uses TCP for
+ * transport_reprobe_s. Said once per such stretch. */
 static void ch_note_refused(jet_channel_t *ch)
 {
     int32_t again_s = JET_FLAG(transport_reprobe_s);
     int64_t until = again_s > 0 ? jet_now_us() + (int64_t)again_s * 1000000 : INT64_MAX;
     int64_t was = atomic_exchange(&ch->tcp_until_us, until);
     if (was == 0 || jet_now_us() >= was)
-        JET_WARN("channel to %s: the server closed on the %s hello; using TCP%s", ch->name,
+        JET_WARN("channel to %s: no %s with the server; using TCP%s", ch->name,
                  jet_socket_mode_name(ch->opts.socket_mode), again_s > 0 ? " for a while" : "");
 }
 

@@ -5,6 +5,7 @@
 #include <stdlib.h>
 
 #include "base/log.h"
+#include "base/status.h"
 #include "jetrpc/errors.h"
 #include "net/hello_transport.h"
 #include "net/socket.h"
@@ -183,13 +184,36 @@ static bool ut_import_arrived(jet_urma_import_t *job, bool *ok_p)
     return true;
 }
 
+/* The client cannot use the server's valid hello (its jetty does not
+ * import, or it is this connection's own). A jetrpc server (its hello has
+ * caps) takes ACK 0 and goes on over TCP on this connection. A brpc server's
+ * own clients never send ACK 0 (URMA-TRANSPORT.md §4), so its way on after
+ * one is untried and may leave the request unread (its D5): the connection
+ * is closed instead, as by a server that refuses the hello, and the call
+ * goes again over a new TCP connection. */
+static void ut_client_no(jet_socket_t *s, jet_hello_ts_t *hts, const jet_urma_hello_t *srv)
+{
+    if (srv->jet_caps) {
+        JET_INFO_PEER("URMA with %s could not be set up: this connection uses TCP", s->peer);
+        jet__hello_client_finish(s, hts, false);
+        return;
+    }
+    JET_INFO_PEER("URMA with %s could not be set up: closed, the channel retries over TCP",
+                  s->peer);
+    jet__socket_set_failed(s, -JET__EHELLO_REFUSED);
+}
+
 static void ut_client_imported(jet_urma_import_t *job)
 {
     jet_socket_t *s = job->s;
     bool on;
     if (!ut_import_arrived(job, &on)) return;
-    if (!on) JET_INFO_PEER("URMA with %s could not be set up: this connection uses TCP", s->peer);
-    jet__hello_client_finish(s, &((urma_ts_t *)s->tstate)->h, on);
+    urma_ts_t *ts = s->tstate;
+    if (on) {
+        jet__hello_client_finish(s, &ts->h, true);
+    } else {
+        ut_client_no(s, &ts->h, &job->peer);
+    }
     jet__urma_import_free(job); /* last: its reference keeps s alive until here */
 }
 
@@ -224,14 +248,13 @@ static void ut_client_step(jet_socket_t *s, jet_hello_ts_t *hts)
         jet_iobuf_pop_front(&hts->hs_buf, used);
         if (jet__urma_ep_is_own(ts->ep, &h)) {
             JET_WARN_PEER("URMA: %s advertises this connection's own jetty %u (a peer on another "
-                          "fabric, or a forged hello): this connection uses TCP",
+                          "fabric, or a forged hello): not imported",
                           s->peer, h.jetty_id);
-            jet__hello_client_finish(s, hts, false);
+            ut_client_no(s, hts, &h);
             return;
         }
         if (jet__urma_import_start(s, ts->ep, &h, ut_client_imported) < 0) {
-            JET_INFO_PEER("URMA with %s could not be set up: this connection uses TCP", s->peer);
-            jet__hello_client_finish(s, hts, false);
+            ut_client_no(s, hts, &h);
             return;
         }
         hts->hs = JET_HELLO_HS_PENDING;
@@ -260,6 +283,12 @@ static void ut_server_accept(jet_socket_t *s, urma_ts_t *ts, const jet_urma_hell
     jet_urma_hello_t h;
     uint8_t buf[UT_HELLO_MAX];
     jet__urma_ep_hello(ts->ep, peer->version, &h);
+    if (!peer->jet_caps) {
+        /* A brpc client (or one with the extensions off) gets brpc's bytes
+         * only: zero pad, no fields past 11. */
+        h.jet_caps = 0;
+        h.jet_sq = 0;
+    }
     int n = jet__urma_hello_pack(&h, buf, sizeof buf);
     int rc = n < 0 ? n : jet__hello_send(s, buf, (size_t)n);
     if (rc < 0) {

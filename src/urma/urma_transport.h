@@ -13,11 +13,16 @@
  * Client (connect slot; returns 1 and ends with jet__socket_connected):
  * URMA unavailable or no jetty → no hello, OFF at once; else post the
  * receive queue, send the hello (version urma_client_handshake_version),
- * wait for the server's. A declining or unusable server hello → ACK 0, OFF;
- * a valid one → import, ACK 1, ON (the ACK is always sent: brpc's client
- * sends none when it falls back, which a server that waits for it misreads).
+ * wait for the server's. A declining server hello → ACK 0, OFF; a valid one
+ * → import, ACK 1, ON (an ACK is sent whenever the connection is kept:
+ * brpc's client sends none when it falls back, which a server that waits
+ * for it misreads). A valid hello that cannot be used (its import fails, or
+ * it names this connection's own jetty) → ACK 0, OFF from a server whose
+ * hello has jetrpc caps; from one without (brpc, which never gets ACK 0
+ * from its own clients) the socket fails with JET__EHELLO_REFUSED instead.
  * EOF before any answer (brpc TCP-only servers close on a URMA hello) fails
  * the socket with JET__EHELLO_REFUSED: the channel retries over TCP.
+ * The server's hello to a client whose hello has caps 0 carries none.
  * Garbage or a broken frame → EPROTO.
  *
  * Server (first input bytes): not a hello prefix → OFF, the bytes go to the

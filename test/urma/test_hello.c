@@ -187,6 +187,7 @@ static bool server_closes_on(const void *bytes, size_t n, bool then_close_oursel
 
 typedef enum script {
     SC_VALID_ACK0,      /* valid hello, expect a valid answer, ACK 0 */
+    SC_VALID_CAPS_ACK0, /* the same with jetrpc's caps (a jetrpc client) */
     SC_DECLINED_ACK0,   /* invalid fields, expect a decline, ACK 0 */
     SC_DECLINED_NO_ACK, /* as brpc's client: decline, then the request at once */
     SC_VALID_NO_ACK,    /* valid hello, no ACK, the request at once */
@@ -213,6 +214,7 @@ static void proxy_fn(int fd, int index, void *arg)
     fake_hello(pa->version, &h);
     if (pa->sc == SC_DECLINED_ACK0 || pa->sc == SC_DECLINED_NO_ACK) h.recv_buffer_cnt = 2;
     if (pa->sc == SC_BAD_JETTY_ACK0) h.jetty_id = 0x7ffff0;
+    if (pa->sc == SC_VALID_CAPS_ACK0) h.jet_caps = JET_URMA_CAPS, h.jet_sq = 64;
     size_t n = pack(&h, buf);
     if (pa->sc == SC_LONG_V2_ACK0) {
         memset(buf + n, 0, 8);
@@ -254,11 +256,17 @@ static void run_proxy(script_t sc, int version, proxy_arg_t *pa)
     JT_CHECK(atomic_load(&pa->ok));
 }
 
+/* A valid hello answered, then ACK 0: TCP on the same connection. A
+ * client hello without jetrpc's caps (brpc's) gets brpc's bytes only (zero
+ * pad, no field past 11); one with them gets the server's caps and SQ
+ * depth. */
 static void test_server_valid_hello_then_ack0(void)
 {
-    for (int v = 2; v <= 3; v++) {
+    for (int k = 0; k < 4; k++) {
+        int v = 2 + k % 2;
+        bool caps = k >= 2;
         proxy_arg_t pa;
-        run_proxy(SC_VALID_ACK0, v, &pa);
+        run_proxy(caps ? SC_VALID_CAPS_ACK0 : SC_VALID_ACK0, v, &pa);
         JT_CHECK(atomic_load(&pa.answered_valid));
         jet_urma_hello_t a;
         size_t used;
@@ -268,14 +276,22 @@ static void test_server_valid_hello_then_ack0(void)
         JT_CHECK_EQ(a.recv_buffer_cnt, (uint32_t)JET_FLAG(urma_rq_size) - 1);
         JT_CHECK(a.jetty_id != 0 && a.seg_va != 0 && a.seg_len != 0);
         JT_CHECK_EQ(a.tp_type, 1);
-        JT_CHECK_EQ(a.jet_caps, JET_URMA_CAPS);
-        JT_CHECK_EQ(a.jet_sq, 128);
+        JT_CHECK_EQ(a.jet_caps, caps ? JET_URMA_CAPS : 0);
+        JT_CHECK_EQ(a.jet_sq, caps ? 128 : 0);
         JT_CHECK(memcmp(a.eid, fj.c->uctx->eid.raw, 16) == 0);
         if (v == 2) {
             JT_CHECK(memcmp(pa.answer, "URMA\x00\x56\x00\x02\x00\x01", 10) == 0);
             JT_CHECK_EQ(pa.answer_len, 86);
+            if (!caps) JT_CHECK(!pa.answer[43] && !pa.answer[44] && !pa.answer[45]);
         } else {
             JT_CHECK(memcmp(pa.answer, "URM3", 4) == 0);
+            /* Fields 1000 and 1001 (caps 1, SQ 128) take 7 bytes:
+             * c0 3e 01 c8 3e 80 01. */
+            jet_urma_hello_t bare = a;
+            bare.jet_caps = 0, bare.jet_sq = 0;
+            uint8_t b[4200];
+            size_t bl = pack(&bare, b);
+            JT_CHECK_EQ(pa.answer_len, caps ? bl + 7 : bl);
         }
     }
     proxy_arg_t pa;
@@ -854,6 +870,8 @@ static bool bc_connect_tail(bclient_t *b, bool auto_credit, bool ack, size_t tai
     if (!jt_send_all(b->fd, buf, n)) return false;
     if (read_hello(b->fd, &b->srv, ans, &alen) != JET_URMA_HELLO_OK || b->srv.version != 2)
         return false;
+    /* brpc's bytes only: the pad (43-45) zero, as brpc writes it. */
+    if (alen < JET_URMA_V2_LEN || ans[43] || ans[44] || ans[45] || b->srv.jet_caps) return false;
     if (jet__urma_import_peer(b->c, &b->srv, "the server", NULL, &b->tseg, &b->tjetty) < 0)
         return false;
     uint32_t peer_rq = b->srv.recv_buffer_cnt + 1;
@@ -1650,8 +1668,10 @@ typedef enum sscript {
     SS_VALID_THEN_CLOSE,
     SS_VALID_THEN_TCP_BYTE,
     SS_MIRROR,
-    SS_BAD_FIELD, /* valid versions, field sa->bad out of range; after the ACK the
-                     TCP server at sa->real_port serves the connection */
+    SS_MIRROR_BRPC, /* SS_MIRROR without jetrpc's caps, as a brpc server's hello;
+                       a plain TCP connection then goes to sa->real_port */
+    SS_BAD_FIELD,   /* valid versions, field sa->bad out of range; after the ACK the
+                       TCP server at sa->real_port serves the connection */
 } sscript_t;
 
 /* The fields a client checks in the server's hello (brpc's ValidHello). */
@@ -1717,6 +1737,18 @@ static void server_fn(int fd, int index, void *arg)
     size_t len;
     uint8_t raw[sizeof sa->hello];
     jet_urma_hello_result_t r = read_hello(fd, &h, raw, &len);
+    if (r == JET_URMA_HELLO_NOT_HELLO && sa->real_port) {
+        /* A client on TCP: its first 8 bytes, then the rest, to the real
+         * server. */
+        int up = jt_tcp_connect(sa->real_port, 0);
+        if (up >= 0 && jt_send_all(up, raw, 8)) {
+            jt_pump(fd, up, 0);
+        } else {
+            if (up >= 0) close(up);
+            close(fd);
+        }
+        return;
+    }
     if (r != JET_URMA_HELLO_OK) {
         close(fd);
         return;
@@ -1775,7 +1807,9 @@ static void server_fn(int fd, int index, void *arg)
         jt_send_all(fd, b, n);
         break;
     case SS_MIRROR:
+    case SS_MIRROR_BRPC:
         /* The client's own hello back: its EID and jetty id. */
+        if (sa->sc == SS_MIRROR_BRPC) h.jet_caps = 0, h.jet_sq = 0;
         n = pack(&h, b);
         jt_send_all(fd, b, n);
         break;
@@ -1800,7 +1834,7 @@ static void server_fn(int fd, int index, void *arg)
     }
     }
     if (sa->sc == SS_DECLINE || sa->sc == SS_VALID || sa->sc == SS_VALID_THEN_CLOSE ||
-        sa->sc == SS_VALID_THEN_TCP_BYTE || sa->sc == SS_MIRROR) {
+        sa->sc == SS_VALID_THEN_TCP_BYTE || sa->sc == SS_MIRROR || sa->sc == SS_MIRROR_BRPC) {
         uint8_t ack[4];
         if (jt_read_n(fd, ack, 4, 5000) == 4)
             atomic_store(&sa->ack, (int)jet__urma_ack_parse(ack) + 1);
@@ -1979,6 +2013,22 @@ static void test_client_ack_rules(void)
      * "succeeds" with no server. */
     JT_CHECK_EQ(client_against(SS_MIRROR, &sa, ACK_CASE_MS), JET_ERPCTIMEDOUT);
     JT_CHECK_EQ(atomic_load(&sa.ack), 0 + 1);
+    /* The same from a server without jetrpc's caps (brpc, whose own clients
+     * never send ACK 0): no ACK, the connection closed, and the call goes
+     * again over a new TCP connection (max_retry 0: not counted). */
+    int real = 0;
+    jet_server_t *ts = ut_server_start(JET_SOCKET_MODE_TCP, &real);
+    JT_REQUIRE(ts);
+    memset(&sa, 0, sizeof sa);
+    sa.sc = SS_MIRROR_BRPC;
+    sa.real_port = real;
+    JT_CHECK_EQ(client_run(&sa, 5000), 0);
+    JT_CHECK_EQ(atomic_load(&sa.hellos), 1);
+    JT_CHECK_EQ(atomic_load(&sa.ack), 0); /* none read: EOF */
+    jet_server_stats_t st;
+    jet_server_get_stats(ts, &st);
+    JT_CHECK_EQ(st.connections_accepted, 1);
+    jet_server_destroy(ts);
 }
 
 int main(int argc, char **argv)
