@@ -369,7 +369,7 @@ bool jet__cid_set_alt(uint64_t cid, uint64_t alt_cid, uint32_t alt_owner,
     return true;
 }
 
-jet_call_t *jet__cid_fail_from(uint64_t cid, uint32_t owner, bool unsent, uint64_t *next_cid_p,
+jet_call_t *jet__cid_fail_from(uint64_t cid, uint32_t owner, bool drop_held, uint64_t *next_cid_p,
                                bool *dropped_p)
 {
     *dropped_p = false;
@@ -383,12 +383,12 @@ jet_call_t *jet__cid_fail_from(uint64_t cid, uint32_t owner, bool unsent, uint64
     uint64_t vers = atomic_load_explicit(&slot->vers, memory_order_acquire);
     for (;;) {
         uint64_t to;
-        /* Held (a backup request is being made): an answer is parked
-         * instead, and a connection failure leaves it to the hold's end,
-         * as an answer may have been parked; an attempt that never went
-         * out gets none, and goes now. */
-        bool drop =
-            (uint32_t)(vers >> 32) == ver || (unsent && (uint32_t)(vers >> 32) == (ver | CID_HELD));
+        /* Held (a backup request is being made): a connection failure
+         * leaves it to the hold's end, as an answer may have been parked;
+         * an attempt that never went out gets none, and one answered with
+         * an error has had its one answer: they go now. */
+        bool drop = (uint32_t)(vers >> 32) == ver ||
+                    (drop_held && (uint32_t)(vers >> 32) == (ver | CID_HELD));
         if (drop) {
             /* The earlier attempt: only its version goes; the current one
              * stays accepted as it was. */

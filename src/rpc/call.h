@@ -193,7 +193,7 @@ bool jet__cid_reinstate(uint64_t cid, uint64_t alt_cid, jet_cid_parked_t **parke
 bool jet__cid_held(uint64_t cid, uint64_t alt_cid);
 /* alt_cid is held in cid's slot (cid its current version) and an answer to
  * it is parked: it stays so until the owner ends the hold, or the attempt
- * is dropped as unsent (jet__cid_fail_from). */
+ * is dropped (jet__cid_fail_from with drop_held). */
 bool jet__cid_answer_kept(uint64_t cid, uint64_t alt_cid);
 /* The owner of the call with cid's slot ends it: a held attempt is no
  * longer accepted, and its parked answer, if any, is dropped. */
@@ -236,10 +236,12 @@ void jet__cid_publish_wait(uint64_t cid, uint64_t was);
  * caller takes the attempt off that connection's pending list; the
  * current attempt is claimed as jet__cid_claim_from does (the call, next
  * version in *next_cid_p); otherwise NULL (claimed or ended elsewhere).
- * unsent: nothing of the attempt went out (its write was refused whole),
- * so that a held attempt is dropped too (its parked answer with it); held
- * otherwise, it is left to the hold's end (NULL). */
-jet_call_t *jet__cid_fail_from(uint64_t cid, uint32_t owner, bool unsent, uint64_t *next_cid_p,
+ * drop_held: an attempt held while its backup is made is dropped too (its
+ * parked answer with it), for a failure that is the attempt's end: its
+ * write was refused whole, or its answer is an error. Otherwise (its
+ * connection failed) a held attempt is left to the hold's end (NULL): an
+ * answer may have been parked before. */
+jet_call_t *jet__cid_fail_from(uint64_t cid, uint32_t owner, bool drop_held, uint64_t *next_cid_p,
                                bool *dropped_p);
 /* jet__cid_claim for an answer that came on the connection tagged owner:
  * NULL unless the attempt cid was written there, so that a peer answering

@@ -1025,16 +1025,21 @@ static void ch_issue(jet_call_t *call)
     jet_loop_t *loop = s->loop;
     size_t frame_len = jet_iobuf_len(&frame);
     jet__socket_ref(s);
-    if (call->other_sock && jet__cid_held(cid, ch_other_link(call)->cid)) {
+    if (call->other_sock) {
         /* A backup request: its earlier attempt goes back on its
          * connection (ch_backup_send took it off), unless that failed: then
          * it stays the other attempt all the same, for the answer that came
          * before the failure and was kept (none comes later). Not held, an
-         * error answer dropped it: it stays off, and is not accepted again.
-         * Either way it goes with the call's end. */
+         * error answer or a refused write dropped it: it stays off, and is
+         * not accepted again. Either way it goes with the call's end. The
+         * hold is looked at under the connection's lock, which a drop takes
+         * after it to unlink the attempt: a drop either comes first and is
+         * seen here, or unlinks what this links. */
         cli_conn_t *oc = call->other_sock->owner;
         pthread_mutex_lock(&oc->lock);
-        if (!oc->dead && !ch_other_link(call)->linked) conn_link_locked(oc, ch_other_link(call));
+        if (!oc->dead && !ch_other_link(call)->linked &&
+            jet__cid_held(cid, ch_other_link(call)->cid))
+            conn_link_locked(oc, ch_other_link(call));
         pthread_mutex_unlock(&oc->lock);
     }
     jet_cid_parked_t *parked = NULL;
@@ -1410,7 +1415,10 @@ static void cli_handle_response(jet_socket_t *s, jet_baidu_frame_t *f, int bad_a
         if (!meta->has_correlation_id)
             call = NULL;
         else if (rm0 && rm0->has_error_code && rm0->error_code != 0)
-            call = jet__cid_fail_from(cid, conn->tag, false, &next, &dropped);
+            /* An error answer to an attempt held while its backup is made
+             * drops it at once, as it does one whose backup is out: the
+             * backup goes, and the call waits for it. */
+            call = jet__cid_fail_from(cid, conn->tag, true, &next, &dropped);
         else
             call = jet__cid_claim_from(cid, conn->tag, &next);
         if (call || dropped || !meta->has_correlation_id) break;

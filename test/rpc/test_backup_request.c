@@ -78,9 +78,11 @@ static void bk_plan(int first_ms, int second_ms, bool second_fails)
     bk_plan3(first_ms, false, second_ms, second_fails, second_ms, second_fails);
 }
 
+static int fail_code = JET_ELOGOFF; /* what bk's failing answers say */
+
 static void fail_now(Example__EchoResponse_Closure closure, void *closure_data)
 {
-    jet_call_set_failed(jet_server_call(closure_data), JET_ELOGOFF, "stopping (test)");
+    jet_call_set_failed(jet_server_call(closure_data), fail_code, "failing (test)");
     closure(NULL, closure_data);
 }
 
@@ -420,6 +422,36 @@ static void test_first_answer_while_backup_is_made(void)
             jet_channel_destroy(ch);
         }
     }
+}
+
+/* An error answer to the first attempt (not retriable) comes while the
+ * backup is being made: as when the backup is out, that attempt is dropped
+ * and the call waits for the backup, which goes out and answers. */
+static void test_error_answer_while_backup_is_made(void)
+{
+    static const jet_authenticator_t auth = {.generate_credential = slow_backup_credential};
+    fail_code = JET_EINTERNAL;
+    for (int async = 0; async < 2; async++) {
+        bk_plan3(100, true, 400, false, 400, false);
+        atomic_store(&creds_made, 0);
+        jet_channel_t *ch = open_channel_auth(port, JET_CONNECTION_POOLED, 5000, 1, 30, &auth);
+        JT_REQUIRE(ch);
+        jet_call_t *call = jet_call_create();
+        next_connection_off_loop0();
+        run_call(ch, call, "bk", async);
+        fprintf(stderr, "  %s: %s (%d) after %lld us\n", async ? "async" : "sync",
+                jt_echo_resp_message(call) ? jt_echo_resp_message(call) : "-",
+                jet_call_error_code(call), (long long)jet_call_latency_us(call));
+        JT_CHECK(jt_echo_resp_is(call, "second"));
+        JT_CHECK_EQ(jet_call_attempts(call), 2);
+        JT_CHECK(jet_call_has_backup_request(call));
+        jet_call_destroy(call);
+        JT_CHECK(JT_WAIT_UNTIL(atomic_load(&bk_failing) == 0, GUARD_US));
+        check_still_serving(ch);
+        JT_CHECK_EQ(atomic_load(&bk.seen), 2);
+        jet_channel_destroy(ch);
+    }
+    fail_code = JET_ELOGOFF;
 }
 
 /* The backup cannot be made (its credential fails) after the first
@@ -941,6 +973,7 @@ int main(void)
     JT_RUN(test_backup_not_made_first_answer_kept);
     JT_RUN(test_first_dropped_then_backup_fails);
     JT_RUN(test_held_attempt_refused_unsent);
+    JT_RUN(test_error_answer_while_backup_is_made);
     JT_RUN(test_deadline_and_cancel_with_both_out);
     JT_RUN(test_racing_answers);
     JT_RUN(test_failure_races_the_other_answer);
