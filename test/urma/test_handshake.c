@@ -1,5 +1,5 @@
 /* The URMA hello and ACK codec against brpc's byte layout (v2 binary, v3
- * protobuf): round trips, the captured v2 bytes, every prefix, the
+ * protobuf): round trips, the captured v2 bytes, a v3 hello written by hand, every prefix, the
  * negotiation rules and the framing errors. */
 #include <errno.h>
 #include <string.h>
@@ -69,6 +69,43 @@ static void test_v2_captured_bytes(void)
     uint8_t buf[JET_URMA_V2_LEN];
     JT_REQUIRE(jet__urma_hello_pack(&h, buf, sizeof buf) == JET_URMA_V2_LEN);
     JT_CHECK(memcmp(buf, cap, sizeof cap) == 0);
+}
+
+/* A v3 hello written out by hand from brpc's UrmaHello (fields 1-11,
+ * proto2, in field order, as protobuf writes them), not by our encoder:
+ * our parser reads every field, and our encoder writes the same bytes. */
+static void test_v3_hand_written_bytes(void)
+{
+    /* clang-format off */
+    static const uint8_t pb[] = {
+        0x08, 0xe0, 0x3f,                               /* 1 buffer_size 8160 */
+        0x10, 0x7f,                                     /* 2 recv_buffer_cnt 127 */
+        0x18, 0x08,                                     /* 3 jetty_id 8 */
+        0x22, 0x10, 0x01, 0x02, 0x03, 0x04, 0x05, 0x06, /* 4 eid, 16 bytes */
+        0x07, 0x08, 0x09, 0x0a, 0x0b, 0x0c, 0x0d, 0x0e, 0x0f, 0x10,
+        0x28, 0x84, 0x86, 0x88, 0x08,                   /* 5 uasid 0x01020304 */
+        0x30, 0x01,                                     /* 6 tp_type 1 (CTP) */
+        0x3a, 0x10, 0x01, 0x00, 0x00, 0x00, 0x00, 0x00, /* 7 seg_eid, 16 bytes */
+        0x00, 0x00, 0x00, 0x00, 0x00, 0x00, 0x00, 0x00, 0x00, 0x00,
+        0x40, 0x8d, 0x98, 0xac, 0x50,                   /* 8 seg_uasid 0x0a0b0c0d */
+        0x48, 0x80, 0x80, 0xd8, 0xa2, 0xa3, 0xe2, 0x1f, /* 9 seg_va 0x7f1234560000 */
+        0x50, 0x80, 0x80, 0x80, 0x80, 0x02,             /* 10 seg_len 512 MiB */
+        0x58, 0xaa, 0xab, 0x01,                         /* 11 seg_token_id 0x55aa */
+    };
+    /* clang-format on */
+    uint8_t wire[8 + sizeof pb];
+    memcpy(wire, "URM3", 4);
+    wire[4] = wire[5] = wire[6] = 0;
+    wire[7] = (uint8_t)sizeof pb;
+    memcpy(wire + 8, pb, sizeof pb);
+    jet_urma_hello_t got, want = sample_hello(3);
+    size_t used = 0;
+    JT_REQUIRE(jet__urma_hello_parse(wire, sizeof wire, &got, &used) == JET_URMA_HELLO_OK);
+    JT_CHECK_EQ(used, sizeof wire);
+    JT_CHECK(memcmp(&got, &want, sizeof want) == 0);
+    uint8_t buf[512];
+    JT_REQUIRE(jet__urma_hello_pack(&want, buf, sizeof buf) == (int)sizeof wire);
+    JT_CHECK(memcmp(buf, wire, sizeof wire) == 0);
 }
 
 static void test_v2_field_offsets(void)
@@ -243,6 +280,7 @@ int main(void)
     JT_RUN(test_v2_roundtrip);
     JT_RUN(test_v3_roundtrip);
     JT_RUN(test_v2_captured_bytes);
+    JT_RUN(test_v3_hand_written_bytes);
     JT_RUN(test_v2_field_offsets);
     JT_RUN(test_negotiation_rules);
     JT_RUN(test_decline_packets);
