@@ -1,6 +1,6 @@
 /* The URMA hello and ACK codec against brpc's byte layout (v2 binary, v3
- * protobuf): round trips, the captured v2 bytes, a v3 hello written by hand, every prefix, the
- * negotiation rules and the framing errors. */
+ * protobuf): round trips, the captured v2 bytes, a v3 hello written by
+ * hand, every prefix, the negotiation rules and the framing errors. */
 #include <errno.h>
 #include <string.h>
 
