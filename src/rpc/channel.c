@@ -375,11 +375,14 @@ static void conn_unlink_locked(cli_conn_t *conn, jet_call_link_t *l)
     l->linked = false;
 }
 
-static void conn_unlink(cli_conn_t *conn, jet_call_link_t *l)
+/* true when l was linked. */
+static bool conn_unlink(cli_conn_t *conn, jet_call_link_t *l)
 {
     pthread_mutex_lock(&conn->lock);
+    bool was = l->linked;
     conn_unlink_locked(conn, l);
     pthread_mutex_unlock(&conn->lock);
+    return was;
 }
 
 /* Takes the attempt cid off conn's pending list, if it is there (its call
@@ -497,13 +500,17 @@ static void ch_backup_disarm(jet_call_t *call)
 }
 
 /* The caller owns the call. The other attempt (a backup request's) gets no
- * answer any more: off its connection, which a pooled call closes (its
- * answer may still come). */
+ * answer any more: off its connection, which a pooled call closes while
+ * that answer may still come. */
 static void ch_drop_other(jet_call_t *call)
 {
     if (!call->other_sock) return;
-    conn_unlink(call->other_sock->owner, ch_other_link(call));
-    ch_put_socket(call->channel, call->other_sock, false);
+    /* Its connection owes an answer while the attempt is linked there (out)
+     * or held (taken off while a backup is made); dropped (an error answer,
+     * a write refused whole), it owes none and a pooled one stays. */
+    jet_call_link_t *l = ch_other_link(call);
+    bool owes = conn_unlink(call->other_sock->owner, l) || jet__cid_held(call->cid, l->cid);
+    ch_put_socket(call->channel, call->other_sock, !owes);
     call->other_sock = NULL;
 }
 

@@ -449,6 +449,9 @@ static void test_error_answer_while_backup_is_made(void)
         JT_CHECK(JT_WAIT_UNTIL(atomic_load(&bk_failing) == 0, GUARD_US));
         check_still_serving(ch);
         JT_CHECK_EQ(atomic_load(&bk.seen), 2);
+        /* The first connection owes nothing after its error answer: both
+         * stay in the pool. */
+        check_pool_keeps_two(ch);
         jet_channel_destroy(ch);
     }
     fail_code = JET_ELOGOFF;
