@@ -394,6 +394,21 @@ static void next_connection_off_loop0(void)
     }
 }
 
+/* A "bk" call on ch whose backup's connection goes to the loop after the
+ * first one; what it ended with is printed under the label what. */
+static jet_call_t *bk_call_off_loop0(jet_channel_t *ch, bool async, const char *what)
+{
+    jet_call_t *call = jet_call_create();
+    if (!call) abort();
+    next_connection_off_loop0();
+    run_call(ch, call, "bk", async);
+    fprintf(stderr, "  %s%s%s: %s (%d %s) after %lld us\n", what, *what ? " " : "",
+            async ? "async" : "sync", jt_echo_resp_message(call) ? jt_echo_resp_message(call) : "-",
+            jet_call_error_code(call), jet_call_error_text(call) ? jet_call_error_text(call) : "",
+            (long long)jet_call_latency_us(call));
+    return call;
+}
+
 static void test_first_answer_while_backup_is_made(void)
 {
     static const jet_authenticator_t auth = {.generate_credential = slow_backup_credential};
@@ -403,12 +418,7 @@ static void test_first_answer_while_backup_is_made(void)
             atomic_store(&creds_made, 0);
             jet_channel_t *ch = open_channel_auth(port, t, 5000, 1, 30, &auth);
             JT_REQUIRE(ch);
-            jet_call_t *call = jet_call_create();
-            next_connection_off_loop0();
-            run_call(ch, call, "bk", async);
-            fprintf(stderr, "  %s %s: %s after %lld us\n", type_name(t), async ? "async" : "sync",
-                    jt_echo_resp_message(call) ? jt_echo_resp_message(call) : "-",
-                    (long long)jet_call_latency_us(call));
+            jet_call_t *call = bk_call_off_loop0(ch, async, type_name(t));
             JT_CHECK(jt_echo_resp_is(call, "first"));
             /* The backup was made, not sent: the server ran the request once. */
             JT_CHECK_EQ(jet_call_attempts(call), 1);
@@ -436,12 +446,7 @@ static void test_error_answer_while_backup_is_made(void)
         atomic_store(&creds_made, 0);
         jet_channel_t *ch = open_channel_auth(port, JET_CONNECTION_POOLED, 5000, 1, 30, &auth);
         JT_REQUIRE(ch);
-        jet_call_t *call = jet_call_create();
-        next_connection_off_loop0();
-        run_call(ch, call, "bk", async);
-        fprintf(stderr, "  %s: %s (%d) after %lld us\n", async ? "async" : "sync",
-                jt_echo_resp_message(call) ? jt_echo_resp_message(call) : "-",
-                jet_call_error_code(call), (long long)jet_call_latency_us(call));
+        jet_call_t *call = bk_call_off_loop0(ch, async, "");
         JT_CHECK(jt_echo_resp_is(call, "second"));
         JT_CHECK_EQ(jet_call_attempts(call), 2);
         JT_CHECK(jet_call_has_backup_request(call));
@@ -468,14 +473,7 @@ static void test_backup_not_made_first_answer_kept(void)
         atomic_store(&creds_made, 0);
         jet_channel_t *ch = open_channel_auth(port, JET_CONNECTION_POOLED, 3000, 1, 30, &auth);
         JT_REQUIRE(ch);
-        jet_call_t *call = jet_call_create();
-        next_connection_off_loop0();
-        run_call(ch, call, "bk", async);
-        fprintf(stderr, "  %s: %s (%d %s) after %lld us\n", async ? "async" : "sync",
-                jt_echo_resp_message(call) ? jt_echo_resp_message(call) : "-",
-                jet_call_error_code(call),
-                jet_call_error_text(call) ? jet_call_error_text(call) : "",
-                (long long)jet_call_latency_us(call));
+        jet_call_t *call = bk_call_off_loop0(ch, async, "");
         JT_CHECK(jt_echo_resp_is(call, "first"));
         JT_CHECK_EQ(jet_call_attempts(call), 2);
         JT_CHECK(jet_call_latency_us(call) >= 400000 && jet_call_latency_us(call) < 2000000);
@@ -685,13 +683,8 @@ static void test_first_dies_while_backup_is_made(void)
             jet_channel_t *ch =
                 open_channel_auth(r.port, JET_CONNECTION_POOLED, 5000, 1, 30, &auth);
             JT_REQUIRE(ch);
-            jet_call_t *call = jet_call_create();
-            next_connection_off_loop0();
-            run_call(ch, call, "bk", async);
-            fprintf(stderr, "  %s %s: %s (%d) after %lld us\n",
-                    answer_first ? "answered, then closed" : "closed", async ? "async" : "sync",
-                    jt_echo_resp_message(call) ? jt_echo_resp_message(call) : "-",
-                    jet_call_error_code(call), (long long)jet_call_latency_us(call));
+            jet_call_t *call =
+                bk_call_off_loop0(ch, async, answer_first ? "answered, then closed" : "closed");
             JT_CHECK(jt_echo_resp_is(call, answer_first ? "first" : "second"));
             /* Answered, the backup is made but not sent. */
             JT_CHECK_EQ(jet_call_attempts(call), answer_first ? 1 : 2);

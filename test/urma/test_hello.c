@@ -924,6 +924,30 @@ static bool bc_call(bclient_t *b, int64_t id, const char *msg, const uint8_t *at
     return bc_request(b, id, msg, att, alen) && bc_response(b, id, msg, att, alen);
 }
 
+/* rounds of per requests sent at once, then their answers checked: ids
+ * base, base + 1, ..., messages "<prefix>-<id>", attachments of att bytes
+ * (0: a length that varies with the id, under 4000). The answers that
+ * came right. */
+static int bc_rounds(bclient_t *b, int rounds, int per, int64_t base, const char *prefix,
+                     size_t att)
+{
+    int ok = 0;
+    char msg[32];
+    for (int round = 0; round < rounds; round++) {
+        for (int i = 0; i < per; i++) {
+            int64_t id = base + round * per + i;
+            snprintf(msg, sizeof msg, "%s-%lld", prefix, (long long)id);
+            if (!bc_request(b, id, msg, g_att, att ? att : (size_t)(id * 37) % 4000)) break;
+        }
+        for (int i = 0; i < per; i++) {
+            int64_t id = base + round * per + i;
+            snprintf(msg, sizeof msg, "%s-%lld", prefix, (long long)id);
+            ok += bc_response(b, id, msg, g_att, att ? att : (size_t)(id * 37) % 4000);
+        }
+    }
+    return ok;
+}
+
 /* Audit gap 2: an independent brpc-like peer on the URMA server's data path. */
 static void test_server_brpc_client_datapath(void)
 {
@@ -936,21 +960,7 @@ static void test_server_brpc_client_datapath(void)
     JT_CHECK(b.data_in >= 3);
     /* 120 more, 24 in flight at a time: 121 requests and some 300 answer WRs
      * are more than a window (61) each way, so they need both sides' credits. */
-    int ok = 0;
-    char msg[32];
-    for (int round = 0; round < 5; round++) {
-        for (int i = 0; i < 24; i++) {
-            int64_t id = 100 + round * 24 + i;
-            snprintf(msg, sizeof msg, "brpc-%lld", (long long)id);
-            if (!bc_request(&b, id, msg, g_att, (size_t)(id * 37) % 4000)) break;
-        }
-        for (int i = 0; i < 24; i++) {
-            int64_t id = 100 + round * 24 + i;
-            snprintf(msg, sizeof msg, "brpc-%lld", (long long)id);
-            ok += bc_response(&b, id, msg, g_att, (size_t)(id * 37) % 4000);
-        }
-    }
-    JT_CHECK_EQ(ok, 120);
+    JT_CHECK_EQ(bc_rounds(&b, 5, 24, 100, "brpc", 0), 120);
     JT_CHECK_EQ(b.data_out, 121);
     /* Credits: zero-length SEND_IMMs, imm a host-order count, sent once more
      * than BC_SRV_BATCH are owed; never more than we sent, and at most
@@ -972,7 +982,7 @@ static void test_server_brpc_client_datapath(void)
     JT_CHECK_EQ(b.data_in - data0, BC_CAP);
     JT_CHECK(bc_credit(&b));
     b.auto_credit = true;
-    ok = 0;
+    int ok = 0;
     for (int i = 0; i < 20; i++)
         ok += bc_response(&b, 1000 + i, "held", g_att, 4000);
     JT_CHECK_EQ(ok, 20);
@@ -1010,21 +1020,7 @@ static void test_server_small_sq_brpc_client(void)
     JT_REQUIRE(opened);
     /* 40 requests at once, each answered in 3 WRs (2500-byte attachments,
      * 1024-byte buffers advertised): 120 WRs toward the client. */
-    int ok = 0;
-    char msg[32];
-    for (int round = 0; round < 3; round++) {
-        for (int i = 0; i < 40; i++) {
-            int64_t id = 10 + round * 40 + i;
-            snprintf(msg, sizeof msg, "sq-%lld", (long long)id);
-            if (!bc_request(&b, id, msg, g_att, 2500)) break;
-        }
-        for (int i = 0; i < 40; i++) {
-            int64_t id = 10 + round * 40 + i;
-            snprintf(msg, sizeof msg, "sq-%lld", (long long)id);
-            ok += bc_response(&b, id, msg, g_att, 2500);
-        }
-    }
-    JT_CHECK_EQ(ok, 120);
+    JT_CHECK_EQ(bc_rounds(&b, 3, 40, 10, "sq", 2500), 120);
     /* Past the threshold, never past the credits. */
     JT_CHECK(b.max_outstanding > BC_CAP / 2);
     JT_CHECK(b.max_outstanding <= BC_CAP);
