@@ -399,9 +399,11 @@ void jet__urma_ep_connect_peer(jet_urma_ep_t *ep, const jet_urma_hello_t *peer,
      * half always reaches it. */
     ep->sq_cap = ep->sq - EP_RESERVED;
     ep->rq_cap = peer_rq - EP_RESERVED;
-    /* The peer can fill at most min(its SQ, our RQ) - 3 of our receives, and
-     * credits must go back before that many pile up. A jetrpc peer says its
-     * SQ depth; brpc does not (and assumes it equals its own RQ depth, which
+    /* A brpc peer fills at most min(its SQ, our RQ) - 3 of our receives,
+     * and credits must go back before that many pile up; a jetrpc peer's
+     * data window is our RQ - 3 (two windows), so credits sized by its SQ
+     * only go back earlier than it needs. A jetrpc peer says its SQ depth;
+     * brpc does not (and assumes it equals its own RQ depth, which
      * deadlocks when the two sides differ): guess the peer's RQ depth, since
      * brpc configurations keep both equal. */
     bool knows_sq = ep->ext && peer->jet_caps && peer->jet_sq >= 16;
