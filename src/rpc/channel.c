@@ -1076,17 +1076,11 @@ static void ch_issue(jet_call_t *call)
         }
     }
     pthread_mutex_unlock(&conn->lock);
-    /* The earlier attempt's answer that came while this backup was being
-     * made, just now: it ends the call now, unless the backup's came first;
-     * the backup then does not go out. */
-    if (parked) {
-        cli_parked_run(parked);
-        if (!jet__cid_peek(cid)) {
-            jet_iobuf_fini(&frame);
-            jet__socket_unref(s);
-            return;
-        }
-    }
+    /* parked: the earlier attempt's answer came in the instant between the
+     * look for a kept answer above and the backup's publication. The backup
+     * was decided and is counted: it goes out, and that answer runs after
+     * the write as if it came just then (it ends the call unless the
+     * backup's came first). */
     if (!dead && armed >= 0 && jet__cid_cancelled(token)) {
         /* Cancelled while this attempt was being set up: unless its
          * canceller claimed it already, it ends here, unsent. */
@@ -1097,6 +1091,7 @@ static void ch_issue(jet_call_t *call)
             call->answered = true; /* nothing went out: the connection stays usable */
             ch_complete(call, ECANCELED, CH_CANCELED_TEXT);
         }
+        if (parked) parked->drop(parked); /* the call ended cancelled */
         jet__socket_unref(s);
         return;
     }
@@ -1118,6 +1113,7 @@ static void ch_issue(jet_call_t *call)
     /* Nobody waits on the loop for this answer: an undriven busy-poll loop
      * must poll for it now, not after its parked thread's next look. */
     if (async) jet_loop_kick(loop);
+    if (parked) cli_parked_run(parked);
     if (rc < 0 && !jet__socket_failed(s)) {
         /* Refused without failing the connection (overcrowded, or larger
          * than the transport ever carries): end this attempt. */
@@ -1341,6 +1337,7 @@ static void cli_handle_response(jet_socket_t *s, jet_baidu_frame_t *f, int bad_a
 typedef struct cli_parked {
     jet_cid_parked_t head;
     jet_socket_t *s;
+    uint64_t cid;
     jet_iobuf_t frame;
 } cli_parked_t;
 
@@ -1350,6 +1347,30 @@ static void cli_parked_drop(jet_cid_parked_t *p)
     jet_iobuf_fini(&cp->frame);
     jet__socket_unref(cp->s);
     free(cp);
+}
+
+/* An answer to cid that came on s and could not be kept or run again (no
+ * memory): its attempt ends as an error answer ends it, so that nothing
+ * waits for an answer that is gone. The earlier attempt of a backup request
+ * (held or out) is dropped and the call waits for the backup; the call's
+ * only attempt ends the call with ENOMEM. */
+static void cli_answer_lost(jet_socket_t *s, uint64_t cid)
+{
+    cli_conn_t *conn = s->owner;
+    JET_WARN("%s: dropped the response to a call with a backup request (no memory to keep it)",
+             s->peer);
+    uint64_t next;
+    bool dropped;
+    jet_call_t *call = jet__cid_fail_from(cid, conn->tag, true, &next, &dropped);
+    if (dropped) {
+        conn_unlink_cid(conn, cid);
+        return;
+    }
+    if (!call) return; /* ended or claimed elsewhere */
+    ch_take_attempt(call, cid);
+    conn_unlink(conn, ch_link(call));
+    call->answered = true; /* the answer was read whole: the connection is fine */
+    ch_complete(call, ENOMEM, "no memory for the response");
 }
 
 /* The answer, as if it came now: it claims as any answer does. */
@@ -1363,15 +1384,15 @@ static void cli_parked_run(jet_cid_parked_t *p)
     if (jet__baidu_cut(&cp->frame, UINT32_MAX, &f, &bad_att) == JET_PARSE_OK)
         cli_handle_response(cp->s, &f, bad_att);
     else
-        JET_WARN("%s: dropped a response kept during a backup request (no memory)", cp->s->peer);
+        cli_answer_lost(cp->s, cp->cid);
     jet__baidu_frame_fini(&f);
     cli_parked_drop(p);
 }
 
 /* An answer to cid that no claim accepted: JET_CID_PARKED when it was
- * taken (parked for the hold of its attempt, or run again as the hold just
- * ended); JET_CID_AGAIN: cid is accepted again, f untouched, to claim
- * again; JET_CID_STALE: f untouched, the answer is stale. */
+ * taken (parked for the hold of its attempt, run again as the hold just
+ * ended, or lost for want of memory: cli_answer_lost); JET_CID_AGAIN: cid is accepted again, f
+ * untouched, to claim again; JET_CID_STALE: f untouched, the answer is stale. */
 static int cli_park(jet_socket_t *s, jet_baidu_frame_t *f, uint64_t cid)
 {
     cli_conn_t *conn = s->owner;
@@ -1379,19 +1400,20 @@ static int cli_park(jet_socket_t *s, jet_baidu_frame_t *f, uint64_t cid)
     if (r != JET_CID_PARKED) return r;
     cli_parked_t *cp = malloc(sizeof *cp);
     if (!cp) {
-        JET_WARN("%s: dropped a response that came during a backup request (no memory)", s->peer);
+        cli_answer_lost(s, cid);
         return JET_CID_PARKED;
     }
     cp->head.drop = cli_parked_drop;
     jet_iobuf_init(&cp->frame);
     if (jet__baidu_pack(&cp->frame, f->meta, &f->body, &f->attachment) < 0) {
-        JET_WARN("%s: dropped a response that came during a backup request (no memory)", s->peer);
         jet_iobuf_fini(&cp->frame);
         free(cp);
+        cli_answer_lost(s, cid);
         return JET_CID_PARKED;
     }
     jet__socket_ref(s);
     cp->s = s;
+    cp->cid = cid;
     switch (jet__cid_park(cid, conn->tag, &cp->head)) {
     case JET_CID_PARKED:
         break;

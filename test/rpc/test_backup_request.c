@@ -18,7 +18,8 @@
  *   - a backup whose connection fails with no retry left leaves the call
  *     waiting for the first attempt, which answers;
  *   - a backup that cannot be made (its credential fails) after the first
- *     attempt's answer came: that answer ends the call;
+ *     attempt's answer came: that answer ends the call; with no memory to
+ *     keep that answer, the call fails at once with the backup's error;
  *   - a first attempt answered with an error (dropped), then a backup that
  *     fails with no retry left: the call fails at once;
  *   - the same for a first attempt whose write is refused whole while the
@@ -476,6 +477,61 @@ static void test_backup_not_made_first_answer_kept(void)
         jet_call_t *call = bk_call_off_loop0(ch, async, "");
         JT_CHECK(jt_echo_resp_is(call, "first"));
         JT_CHECK_EQ(jet_call_attempts(call), 2);
+        JT_CHECK(jet_call_latency_us(call) >= 400000 && jet_call_latency_us(call) < 2000000);
+        JT_CHECK_EQ(atomic_load(&creds_made), 2);
+        jet_call_destroy(call);
+        check_still_serving(ch);
+        JT_CHECK_EQ(atomic_load(&bk.seen), 1);
+        jet_channel_destroy(ch);
+    }
+}
+
+/* Allocation failures: this test's link wraps malloc (test/CMakeLists.txt).
+ * While fail_size is set, the next malloc of that size made on an event
+ * loop's thread fails, once. The size is that of the channel's record of a parked
+ * answer (the four fields below): a change of that record makes the case
+ * below fail, not pass. */
+void *__real_malloc(size_t n);
+void *__wrap_malloc(size_t n);
+static _Atomic size_t fail_size;
+static _Atomic int fails_left;
+
+void *__wrap_malloc(size_t n)
+{
+    if (atomic_load_explicit(&fail_size, memory_order_relaxed) == n &&
+        (jet_loop_in_thread(jet_loop_at(0)) || jet_loop_in_thread(jet_loop_at(1)))) {
+        int left = atomic_load(&fails_left);
+        while (left > 0)
+            if (atomic_compare_exchange_weak(&fails_left, &left, left - 1)) return NULL;
+    }
+    return __real_malloc(n);
+}
+
+typedef struct parked_record {
+    void *drop, *socket;
+    uint64_t cid;
+    jet_iobuf_t frame;
+} parked_record_t;
+
+/* The first attempt's answer comes while the backup is being made, and
+ * there is no memory to keep it; then the backup cannot be made (its
+ * credential fails). That attempt ends as an error answer would: the call
+ * fails at once with the backup's error, instead of waiting to its deadline
+ * for an answer that is gone. */
+static void test_answer_lost_for_want_of_memory(void)
+{
+    static const jet_authenticator_t auth = {.generate_credential = failing_backup_credential};
+    for (int async = 0; async < 2; async++) {
+        bk_plan(100, 0, false);
+        atomic_store(&creds_made, 0);
+        jet_channel_t *ch = open_channel_auth(port, JET_CONNECTION_POOLED, 3000, 1, 30, &auth);
+        JT_REQUIRE(ch);
+        atomic_store(&fails_left, 1);
+        atomic_store(&fail_size, sizeof(parked_record_t));
+        jet_call_t *call = bk_call_off_loop0(ch, async, "");
+        atomic_store(&fail_size, 0);
+        JT_CHECK_EQ(atomic_load(&fails_left), 0);
+        JT_CHECK_EQ(jet_call_error_code(call), JET_ERPCAUTH);
         JT_CHECK(jet_call_latency_us(call) >= 400000 && jet_call_latency_us(call) < 2000000);
         JT_CHECK_EQ(atomic_load(&creds_made), 2);
         jet_call_destroy(call);
@@ -967,6 +1023,7 @@ int main(void)
     JT_RUN(test_backup_connection_fails_first_kept);
     JT_RUN(test_first_dies_while_backup_is_made);
     JT_RUN(test_backup_not_made_first_answer_kept);
+    JT_RUN(test_answer_lost_for_want_of_memory);
     JT_RUN(test_first_dropped_then_backup_fails);
     JT_RUN(test_held_attempt_refused_unsent);
     JT_RUN(test_error_answer_while_backup_is_made);
