@@ -139,8 +139,7 @@ typedef struct jet_channel_options {
      * that comes while the backup, or a retry of it, is being made (a
      * connect, packing, a credential) is kept and ends the call once that
      * is done; the backup is then not sent (nor counted), and its pooled
-     * connection stays open; one that comes once the backup is decided
-     * runs just after the backup went out. An error answer in that time
+     * connection stays open. An error answer in that time
      * is dropped as when the backup is out: the backup goes, and the call
      * waits for it; so is an answer there is no memory to keep. A backup due during a retry's wait (retry_backoff_ms) sends
      * that retry at once. < 0 (default -1): none. For idempotent methods

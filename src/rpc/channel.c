@@ -1076,11 +1076,18 @@ static void ch_issue(jet_call_t *call)
         }
     }
     pthread_mutex_unlock(&conn->lock);
-    /* parked: the earlier attempt's answer came in the instant between the
-     * look for a kept answer above and the backup's publication. The backup
-     * was decided and is counted: it goes out, and that answer runs after
-     * the write as if it came just then (it ends the call unless the
-     * backup's came first). */
+    /* The earlier attempt's answer that came while this backup was being
+     * made, just now: it ends the call now, unless the backup's came first;
+     * the backup then does not go out. */
+    if (parked) {
+        cli_parked_run(parked);
+        if (!jet__cid_peek(cid)) {
+            jet_iobuf_fini(&frame);
+            jet__socket_unref(s);
+            return;
+        }
+        parked = NULL;
+    }
     if (!dead && armed >= 0 && jet__cid_cancelled(token)) {
         /* Cancelled while this attempt was being set up: unless its
          * canceller claimed it already, it ends here, unsent. */
@@ -1091,7 +1098,6 @@ static void ch_issue(jet_call_t *call)
             call->answered = true; /* nothing went out: the connection stays usable */
             ch_complete(call, ECANCELED, CH_CANCELED_TEXT);
         }
-        if (parked) parked->drop(parked); /* the call ended cancelled */
         jet__socket_unref(s);
         return;
     }
@@ -1113,7 +1119,6 @@ static void ch_issue(jet_call_t *call)
     /* Nobody waits on the loop for this answer: an undriven busy-poll loop
      * must poll for it now, not after its parked thread's next look. */
     if (async) jet_loop_kick(loop);
-    if (parked) cli_parked_run(parked);
     if (rc < 0 && !jet__socket_failed(s)) {
         /* Refused without failing the connection (overcrowded, or larger
          * than the transport ever carries): end this attempt. */
@@ -1361,7 +1366,13 @@ static void cli_answer_lost(jet_socket_t *s, uint64_t cid)
              s->peer);
     uint64_t next;
     bool dropped;
-    jet_call_t *call = jet__cid_fail_from(cid, conn->tag, true, &next, &dropped);
+    jet_call_t *call;
+    /* A hold that is ending (ch_back_to_first names the attempt's owner
+     * only after accepting it again) refuses the claim for an instant: as
+     * cli_handle_response, claim again while the attempt is accepted. */
+    do {
+        call = jet__cid_fail_from(cid, conn->tag, true, &next, &dropped);
+    } while (!call && !dropped && jet__cid_park(cid, conn->tag, NULL) == JET_CID_AGAIN);
     if (dropped) {
         conn_unlink_cid(conn, cid);
         return;
