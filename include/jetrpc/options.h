@@ -139,11 +139,12 @@ typedef struct jet_channel_options {
      * that comes while the backup, or a retry of it, is being made (a
      * connect, packing, a credential) is kept and ends the call once that
      * is done; the backup is then not sent (nor counted), and its pooled
-     * connection stays open. An error answer in that time
-     * is dropped as when the backup is out: the backup goes, and the call
-     * waits for it; so is an answer there is no memory to keep. A backup due during a retry's wait (retry_backoff_ms) sends
-     * that retry at once. < 0 (default -1): none. For idempotent methods
-     * only: the server may run the request twice. */
+     * connection stays open. An error answer in that time is dropped as
+     * when the backup is out: the backup goes, and the call waits for it;
+     * so is an answer there is no memory to keep. A backup due during a
+     * retry's wait (retry_backoff_ms) sends that retry at once. < 0
+     * (default -1): none. For idempotent methods only: the server may run
+     * the request twice. */
     int32_t backup_request_ms;
 } jet_channel_options_t;
 

@@ -1086,7 +1086,6 @@ static void ch_issue(jet_call_t *call)
             jet__socket_unref(s);
             return;
         }
-        parked = NULL;
     }
     if (!dead && armed >= 0 && jet__cid_cancelled(token)) {
         /* Cancelled while this attempt was being set up: unless its
@@ -1402,8 +1401,9 @@ static void cli_parked_run(jet_cid_parked_t *p)
 
 /* An answer to cid that no claim accepted: JET_CID_PARKED when it was
  * taken (parked for the hold of its attempt, run again as the hold just
- * ended, or lost for want of memory: cli_answer_lost); JET_CID_AGAIN: cid is accepted again, f
- * untouched, to claim again; JET_CID_STALE: f untouched, the answer is stale. */
+ * ended, or lost for want of memory: cli_answer_lost); JET_CID_AGAIN: cid
+ * is accepted again, f untouched, to claim again; JET_CID_STALE: f
+ * untouched, the answer is stale. */
 static int cli_park(jet_socket_t *s, jet_baidu_frame_t *f, uint64_t cid)
 {
     cli_conn_t *conn = s->owner;
