@@ -88,7 +88,11 @@ int jet_call_cancel(uint64_t id);
  * came: a key may repeat, and a lookup gives its last value. Keys and values
  * are C strings: a peer's value with a NUL byte ends there. Returned strings
  * stay valid until the set changes, the call is reset or destroyed, or (a
- * server call) its closure is called. */
+ * server call) its closure is called. A meta over 1 MiB, fields included,
+ * is never sent, as jetrpc decodes none larger (brpc has no such limit): a
+ * call whose request fields make one fails at once with EREQUEST, unsent;
+ * response fields that would make one are dropped, and the call fails with
+ * ERESPONSE unless its handler failed it. */
 /* 0; -EINVAL (a server call for the request's, a client call for the
  * response's; NULL call or key), -EBUSY, -ENOMEM. A NULL value is "". */
 int jet_call_set_request_user_field(jet_call_t *call, const char *key, const char *value);

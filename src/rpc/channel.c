@@ -1007,8 +1007,15 @@ static void ch_issue(jet_call_t *call)
         call->max_attempts = call->attempts; /* not a connection problem: no retry */
         ch_put_socket(ch, s, true);          /* nothing went out on it */
         call->sock = NULL;
-        ch_attempt_failed(
-            call, rc, rc == -JET_ERPCAUTH ? "Fail to authenticate: no credential was made" : NULL);
+        const char *why = NULL;
+        if (rc == -JET_ERPCAUTH) {
+            why = "Fail to authenticate: no credential was made";
+        } else if (rc == -EOVERFLOW) {
+            rc = -JET_EREQUEST;
+            why = "the request's RpcMeta (its user fields, its credential) is over 1 MiB, "
+                  "more than a jetrpc server decodes: not sent";
+        }
+        ch_attempt_failed(call, rc, why);
         return;
     }
     if (call->other_sock && jet__cid_answer_kept(call->cid, ch_other_link(call)->cid)) {

@@ -407,8 +407,10 @@ int jet__baidu_pack(jet_iobuf_t *out, const Brpc__Policy__RpcMeta *meta, jet_iob
     size_t meta_size = fast ? fast : protobuf_c_message_get_packed_size(&meta->base);
     size_t blen = body ? jet_iobuf_len(body) : 0;
     size_t alen = attachment ? jet_iobuf_len(attachment) : 0;
-    if (meta_size > UINT32_MAX || blen > UINT32_MAX || alen > UINT32_MAX ||
-        meta_size + blen + alen > UINT32_MAX)
+    /* No jetrpc peer would decode it (jet__baidu_cut): refused here, where
+     * the sender can still say why. */
+    if (meta_size > JET_BAIDU_META_MAX) return -EOVERFLOW;
+    if (blen > UINT32_MAX || alen > UINT32_MAX || meta_size + blen + alen > UINT32_MAX)
         return -EMSGSIZE;
 
     size_t orig_len = jet_iobuf_len(out);

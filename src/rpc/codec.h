@@ -78,7 +78,9 @@ jet_parse_result_t jet__baidu_cut(jet_iobuf_t *in, uint32_t max_body_size, jet_b
 /* Appends one frame to out: header, packed meta (attachment_size is taken
  * from meta as given: the caller sets it), then body and attachment, which
  * are moved (left empty). body and attachment may be NULL. 0 or -ENOMEM,
- * -EMSGSIZE when the frame would exceed 4 GiB. */
+ * -EMSGSIZE when the frame would exceed 4 GiB, -EOVERFLOW when the meta is
+ * over JET_BAIDU_META_MAX (its user fields, mostly), which jetrpc's parser
+ * refuses. The other packers below return the same. */
 int jet__baidu_pack(jet_iobuf_t *out, const Brpc__Policy__RpcMeta *meta, jet_iobuf_t *body,
                     jet_iobuf_t *attachment);
 

@@ -466,6 +466,23 @@ static void srv_send_response(jet_call_t *call, const ProtobufCMessage *output)
         frame_len = jet_iobuf_len(&frame);
     }
     free(uf_tmp);
+    if (rc == -EOVERFLOW && call->resp_uf.n > 0) {
+        /* The handler's user fields make a meta no jetrpc client decodes:
+         * the answer goes without them, as an error that says so (the
+         * handler's own error, if it failed, stands). */
+        JET_WARN_PEER("cannot answer %s with %u user fields: the RpcMeta would be over 1 MiB; "
+                      "they are dropped",
+                      s->peer, call->resp_uf.n);
+        jet__uf_clear(&call->resp_uf);
+        if (!call->error_code)
+            jet_call_set_failed(call, JET_ERESPONSE,
+                                "the response's user fields make its RpcMeta over 1 MiB, more "
+                                "than a jetrpc client decodes: not sent");
+        srv_send_response(call, NULL);
+        jet_iobuf_fini(&body);
+        jet_iobuf_fini(&frame);
+        return;
+    }
     if (rc == 0) rc = jet__socket_write_answer(s, &frame);
     if (rc == -EMSGSIZE && !call->error_code && !jet__socket_failed(s)) {
         /* Larger than the connection ever carries: the client gets an error

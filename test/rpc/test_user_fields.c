@@ -8,12 +8,14 @@
  *     key or a value;
  *   - a raw client's request with 20000 fields (a key repeated) is served,
  *     the handler seeing all of them and the key's last value;
- *   - the setters refuse the wrong side, a NULL key, and a call in flight.
+ *   - the setters refuse the wrong side, a NULL key, and a call in flight;
+ *   - fields that would make a meta over 1 MiB are not sent, either way.
  *
  * The handler (a hook of the shared echo service) answers "uf" with the
  * message "uf <count>" and sets, for each request field k=v, "re-k" = v;
  * "uf-fail" sets "why" = "asked" and fails the call (1003); "uf-count"
- * answers "count <n> last <value of key 'dup'>". */
+ * answers "count <n> last <value of key 'dup'>"; "uf-big" sets a 1.5 MiB
+ * field, "uf-big-fail" too and fails the call (1003). */
 #include <errno.h>
 #include <stdint.h>
 #include <stdio.h>
@@ -56,6 +58,26 @@ static bool uf_hook(const Example__EchoRequest *req, Example__EchoResponse_Closu
         if (jet_call_set_response_user_field(call, "why", "asked") != 0) abort();
         jet_call_set_failed(call, 1003, "asked to fail");
         closure(NULL, closure_data);
+        return true;
+    }
+    if (strcmp(req->message, "uf-big") == 0 || strcmp(req->message, "uf-big-fail") == 0) {
+        /* Fields a jetrpc client cannot decode: the answer goes without. */
+        size_t n = (size_t)3 << 19;
+        char *big = malloc(n + 1);
+        if (!big) abort();
+        memset(big, 'b', n);
+        big[n] = '\0';
+        if (jet_call_set_response_user_field(call, "small", "x") != 0 ||
+            jet_call_set_response_user_field(call, "big", big) != 0)
+            abort();
+        free(big);
+        if (req->message[6] == '-') {
+            jet_call_set_failed(call, 1003, "asked to fail");
+            closure(NULL, closure_data);
+        } else {
+            snprintf(text, sizeof text, "big");
+            closure(&resp, closure_data);
+        }
         return true;
     }
     if (strcmp(req->message, "uf-count") == 0) {
@@ -307,6 +329,63 @@ static void test_replaced_values_do_not_pile_up(void)
     jet_call_destroy(call);
 }
 
+/* A meta over 1 MiB is never sent: jetrpc's parser refuses one (a client
+ * drops such an answer, a server closes the connection), so a call whose
+ * request fields are that large fails at once with EREQUEST, not sent, and a
+ * handler's response fields that large are dropped, the call failing with
+ * ERESPONSE (or the handler's own error). Just under the limit both ways
+ * works. The connection serves on throughout; no timeout is reached (the
+ * calls have none). */
+static void test_meta_over_the_limit(void)
+{
+    int port;
+    jet_server_t *srv = start_server(&port);
+    JT_REQUIRE(srv);
+    jet_channel_t *ch = jt_channel_open_port(port, JET_CONNECTION_SINGLE, -1, 3);
+    JT_REQUIRE(ch);
+    jet_call_t *call = jet_call_create();
+
+    int64_t t0 = jt_now_ms();
+    JT_CHECK_EQ(jt_echo_call(ch, call, "uf-big", NULL, NULL), 0);
+    JT_CHECK_EQ(jet_call_error_code(call), JET_ERESPONSE);
+    JT_CHECK(strstr(jet_call_error_text(call), "over 1 MiB") != NULL);
+    JT_CHECK_EQ(jet_call_response_user_field_count(call), 0);
+    JT_CHECK_EQ(jt_echo_call(ch, call, "uf-big-fail", NULL, NULL), 0);
+    JT_CHECK_EQ(jet_call_error_code(call), 1003);
+    JT_CHECK(strstr(jet_call_error_text(call), "asked to fail") != NULL);
+    JT_CHECK_EQ(jet_call_response_user_field_count(call), 0);
+
+    size_t n = (size_t)3 << 19;
+    char *value = malloc(n + 1);
+    JT_REQUIRE(value);
+    memset(value, 'v', n);
+    value[n] = '\0';
+    JT_CHECK_EQ(jet_call_set_request_user_field(call, "big", value), 0);
+    JT_CHECK_EQ(jt_echo_call(ch, call, "uf", NULL, NULL), 0);
+    JT_CHECK_EQ(jet_call_error_code(call), JET_EREQUEST);
+    JT_CHECK(strstr(jet_call_error_text(call), "over 1 MiB") != NULL);
+    JT_CHECK_EQ(jet_call_attempts(call), 1);
+    JT_CHECK(jt_now_ms() - t0 < 3000);
+
+    /* Just under: the field goes, and comes back as "re-big". */
+    jet_call_reset(call);
+    n = ((size_t)1 << 20) - 4096;
+    value[n] = '\0';
+    JT_CHECK_EQ(jet_call_set_request_user_field(call, "big", value), 0);
+    JT_CHECK_EQ(jt_echo_call(ch, call, "uf", NULL, NULL), 0);
+    JT_CHECK(jt_echo_resp_is(call, "uf 1"));
+    const char *back = jet_call_response_user_field(call, "re-big");
+    JT_CHECK(back && strlen(back) == n && back[0] == 'v' && back[n - 1] == 'v');
+    free(value);
+
+    jet_call_reset(call);
+    JT_CHECK_EQ(jt_echo_call(ch, call, "plain", NULL, NULL), 0);
+    JT_CHECK(jt_echo_resp_is(call, "plain"));
+    jet_call_destroy(call);
+    jet_channel_destroy(ch);
+    jt_server_stop(srv);
+}
+
 int main(void)
 {
     JT_RUN(test_round_trip);
@@ -314,5 +393,6 @@ int main(void)
     JT_RUN(test_many_fields_from_a_peer);
     JT_RUN(test_setters_refuse_misuse);
     JT_RUN(test_replaced_values_do_not_pile_up);
+    JT_RUN(test_meta_over_the_limit);
     return jt_finish();
 }
