@@ -53,8 +53,10 @@ typedef struct jet_channel jet_channel_t;
 /* opts may be NULL. 0, -EINVAL (bad address or options: a socket mode or
  * connection type outside its enum, a negative max_retry), -ENOMEM,
  * -EPROTONOSUPPORT (a socket mode not built in, i.e. RDMA; a protocol other
- * than baidu_std; SSL), or the transport's own set-up error (URMA without
- * a device, ...). */
+ * than baidu_std; SSL), or the error of starting the event loops (-EAGAIN,
+ * -EMFILE: no thread or epoll to be had). URMA or UBRing that cannot run
+ * here (no provider, no device) is not an error: the channel's connections
+ * use TCP, and one log line says why. */
 int jet_channel_create(const char *addr, const jet_channel_options_t *opts, jet_channel_t **ch_p);
 void jet_channel_destroy(jet_channel_t *ch);
 
