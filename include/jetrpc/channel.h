@@ -14,12 +14,20 @@
  * is complete. With done, it returns at once and done(call, arg) runs exactly
  * once when the call completes, on an event-loop thread (or on the deadline
  * timer's thread for a timeout; or inside jet_channel_call when the call
- * fails before anything was sent). Every call completes: with the response,
- * with the server's error, with ERPCTIMEDOUT at its deadline, or with the
- * connection's error (EEOF, ECONNREFUSED...) once max_retry retries on new
- * connections are used up. As in brpc's retry policy, a server's answer
- * ELOGOFF, ELIMIT or EOVERCROWDED is retried too, within max_retry and the
- * deadline.
+ * fails before anything was sent): never on a thread that runs a loop only
+ * while it waits for a call of its own (a synchronous jet_channel_call or a
+ * jet_call_join may run its connection's loop meanwhile: flag
+ * event_guest_drive), which hands such callbacks, and server handlers run
+ * on the loop, to the loop's own thread. Like any code run on a loop, a done
+ * callback must not block: a lock that a thread holds while it waits for a
+ * call is not to be taken there (that call's answer may have to be read by
+ * the very loop it would block; the call then ends only at its deadline).
+ *
+ * Every call completes: with the response, with the server's error, with
+ * ERPCTIMEDOUT at its deadline, or with the connection's error (EEOF,
+ * ECONNREFUSED...) once max_retry retries on new connections are used up.
+ * As in brpc's retry policy, a server's answer ELOGOFF, ELIMIT or
+ * EOVERCROWDED is retried too, within max_retry and the deadline.
  *
  * A synchronous call waits on the calling thread; made on the thread of the
  * event loop that serves its connection (in a done callback, or in a server

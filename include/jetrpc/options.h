@@ -88,7 +88,9 @@ typedef struct jet_authenticator {
 typedef struct jet_server_options {
     jet_socket_mode_t socket_mode; /* default TCP */
     /* Handlers run on the connection's event-loop thread (false, default) or on a
-     * pool of worker threads (true: for handlers that block). */
+     * pool of worker threads (true: for handlers that block); never on a
+     * user's thread that runs the loop while it waits for a call (see
+     * jetrpc/channel.h). */
     bool usercode_in_pool;
     int num_workers;            /* worker threads when usercode_in_pool; 0 or less = cores */
     int max_concurrency;        /* in-flight requests; over it ELIMIT. 0 or less = unlimited */

@@ -111,6 +111,10 @@ struct jet_loop {
     int64_t last_epoll_us; /* busy-poll: when the fds were last looked at */
     uint32_t idle_passes; /* busy-poll passes in a row that found no work */
     int64_t now_us;        /* the current iteration's clock */
+    /* Tasks for the loop's own thread (jet_loop_post_thread), in order:
+     * touched only by whoever holds the loop, which a guest leaves once
+     * there is one. */
+    jet_mpsc_node_t *thread_first, *thread_last;
     int64_t guest_until_us; /* a blocking guest's deadline (its epoll waits end by then) */
 
     /* Written by posters, read by the loop: kept away from the loop-private
@@ -139,6 +143,7 @@ struct jet_loop {
 };
 
 static __thread jet_loop_t *loop_tls_current;
+static __thread bool loop_tls_guest; /* loop_tls_current is driven as a guest */
 /* jet_loop_defer_*: the scope depth and the loop whose wake-up is owed. */
 static __thread int loop_tls_defer_depth;
 static __thread jet_loop_t *loop_tls_deferred;
@@ -415,6 +420,39 @@ static void loop_wake(jet_loop_t *loop)
 
 void jet_loop_interrupt(jet_loop_t *loop) { loop_wake(loop); }
 
+void jet_loop_post_thread(jet_loop_t *loop, jet_task_t *task)
+{
+    LOOP_ASSERT_OWNER(loop);
+    atomic_store_explicit(&task->node.next, NULL, memory_order_relaxed);
+    if (loop->thread_last)
+        atomic_store_explicit(&loop->thread_last->next, &task->node, memory_order_relaxed);
+    else
+        loop->thread_first = &task->node;
+    loop->thread_last = &task->node;
+}
+
+bool jet_loop_guest_here(void)
+{
+    return loop_tls_guest;
+}
+
+/* The thread's own tasks, those posted before this call: a task that posts
+ * another leaves it for the next iteration. */
+static int loop_run_thread_tasks(jet_loop_t *loop)
+{
+    jet_mpsc_node_t *node = loop->thread_first;
+    loop->thread_first = loop->thread_last = NULL;
+    int n = 0;
+    while (node) {
+        jet_mpsc_node_t *next = atomic_load_explicit(&node->next, memory_order_relaxed);
+        jet_task_t *task = (jet_task_t *)((char *)node - offsetof(jet_task_t, node));
+        task->fn(task);
+        node = next;
+        n++;
+    }
+    return n;
+}
+
 static int loop_run_tasks(jet_loop_t *loop, int limit)
 {
     int n = 0;
@@ -593,6 +631,7 @@ static void loop_iterate(jet_loop_t *loop, bool guest)
                       : jet_now_us();
     loop->now_us = now;
     int work = loop_run_timers(loop, now);
+    if (!guest && loop->thread_first) work += loop_run_thread_tasks(loop);
     int ran = loop_run_tasks(loop, LOOP_TASK_BATCH);
     work += ran;
 
@@ -905,18 +944,21 @@ static bool loop_drive(jet_loop_t *loop, bool (*done)(void *arg), void *arg, int
         return false; /* another guest drives it */
     }
     loop_tls_current = loop;
+    loop_tls_guest = true;
     *drove = true;
     loop->guest_until_us = until_us;
     /* Our timers are ours to run while we drive (see the exit below). */
     atomic_store_explicit(&loop->timer_due_us, INT64_MAX, memory_order_relaxed);
     /* A busy-poll pass reads the clock itself; its last reading, however old, is not past. */
     if (!poll) loop->now_us = jet_now_us();
-    while (!done(arg) && loop->now_us < until_us &&
+    /* It leaves as soon as there is work for the thread. */
+    while (!done(arg) && loop->now_us < until_us && !loop->thread_first &&
            !atomic_load_explicit(&loop->stop, memory_order_acquire) &&
            (atomic_load_explicit(&loop->npollers, memory_order_relaxed) > 0) == poll &&
            (poll || loop_blocking_guest_ok(loop)))
         loop_iterate(loop, true);
     loop_tls_current = NULL;
+    loop_tls_guest = false;
     /* Leaving the loop undriven. From now on a post must wake the parked
      * thread (Dekker with jet_loop_post: it pushes, fences, reads
      * `sleeping`; we raise it, fence, then look at the inbox, which is still
@@ -933,7 +975,7 @@ static bool loop_drive(jet_loop_t *loop, bool (*done)(void *arg), void *arg, int
     atomic_store_explicit(&loop->timer_due_us, due, memory_order_relaxed);
     atomic_store_explicit(&loop->sleeping, 1, memory_order_relaxed);
     atomic_thread_fence(memory_order_seq_cst);
-    if (!jet__mpsc_empty(&loop->inbox))
+    if (!jet__mpsc_empty(&loop->inbox) || loop->thread_first)
         atomic_store_explicit(&loop->want_thread, true, memory_order_relaxed);
     atomic_store_explicit(&loop->baton, LOOP_IDLE, memory_order_seq_cst);
     atomic_thread_fence(memory_order_seq_cst);
@@ -978,8 +1020,10 @@ static void *loop_main(void *arg)
 
     /* Run what was posted before stop; pop() may return NULL while a post is
      * half done, so go on until the inbox is really empty. */
-    while (!jet__mpsc_empty(&loop->inbox))
+    while (!jet__mpsc_empty(&loop->inbox) || loop->thread_first) {
+        loop_run_thread_tasks(loop);
         loop_run_tasks(loop, INT_MAX);
+    }
     loop_tls_current = NULL;
     return NULL;
 }

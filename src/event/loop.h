@@ -116,6 +116,18 @@ int jet_loop_io_del(jet_io_t *io);
 
 void jet_loop_post(jet_loop_t *loop, jet_task_t *task);
 
+/* True while this thread drives a loop as a guest (jet_loop_drive): a
+ * user's thread that waits for a call and runs the loop meanwhile. */
+bool jet_loop_guest_here(void);
+/* Queues task for the loop's own thread, which runs it at the start of its
+ * next iteration; a guest driving the loop leaves it after the current
+ * iteration, so that the thread takes the loop back at once. For user code
+ * (done callbacks, handlers) that must not run on a guest, whose thread may
+ * hold what that code takes. Only by whoever runs the loop
+ * (jet_loop_in_thread(loop)); tasks queued when the loop stops run as its
+ * thread ends. */
+void jet_loop_post_thread(jet_loop_t *loop, jet_task_t *task);
+
 /* Deferred wake-ups, for a thread that is about to drive the loop itself (a
  * synchronous call that writes, then waits). Between jet_loop_defer_begin()
  * and jet_loop_defer_end() on one thread, jet_loop_post_deferred() queues

@@ -120,7 +120,7 @@ struct jet_call {
     ProtobufCMessage *srv_input;
     int64_t srv_cid;
     uint64_t srv_handle; /* the handler's closure_data (0: none taken) */
-    jet_task_t srv_task; /* runs the handler on a worker */
+    jet_task_t srv_task; /* runs the handler on a worker, or on the loop's thread */
 
     /* Last: call_init clears everything before it. The decoded response
      * (client) or request (server) is allocated here; freed with its pa. */

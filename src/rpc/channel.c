@@ -452,7 +452,7 @@ static void ch_deadline_disarm(jet_call_t *call)
  * none): a join of it from there would wait for itself. */
 static __thread uint64_t ch_tls_done_token;
 
-static void ch_notify(jet_call_t *call)
+static void ch_notify_now(jet_call_t *call)
 {
     uint32_t slot = call->slot;
     bool joinable = call->joinable;
@@ -465,6 +465,24 @@ static void ch_notify(jet_call_t *call)
     }
     if (joinable) jet__cid_free(slot);
     ch_unref(ch); /* the call's */
+}
+
+static void ch_notify_task(jet_task_t *t)
+{
+    ch_notify_now((jet_call_t *)((char *)t - offsetof(jet_call_t, srv_task)));
+}
+
+/* Ends a completed call: its done callback, then its joiners. A thread that
+ * waits for a call of its own and runs the loop meanwhile (a guest) leaves
+ * the done callback to the loop's thread (see jetrpc/channel.h). */
+static void ch_notify(jet_call_t *call)
+{
+    if (call->done && jet_loop_guest_here()) {
+        call->srv_task.fn = ch_notify_task; /* a client call's is free */
+        jet_loop_post_thread(jet_loop_current(), &call->srv_task);
+        return;
+    }
+    ch_notify_now(call);
 }
 
 #define CH_CANCELED_TEXT "Canceled by jet_call_cancel"

@@ -710,6 +710,11 @@ static void srv_process(jet_socket_t *s, jet_baidu_frame_t *f, int bad_att)
     if (srv->workers) {
         call->srv_task.fn = srv_worker_task;
         jet__worker_pool_post(srv->workers, &call->srv_task);
+    } else if (jet_loop_guest_here()) {
+        /* A thread waiting for a call of its own runs the loop: the
+         * handler is for the loop's thread (see jetrpc/options.h). */
+        call->srv_task.fn = srv_worker_task;
+        jet_loop_post_thread(s->loop, &call->srv_task);
     } else {
         srv_invoke(call);
     }

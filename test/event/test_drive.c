@@ -5,7 +5,8 @@
  * the blocking guest of a loop without pollers, which sleeps in the loop's
  * epoll itself (hand-over from the thread's epoll, fd events, posts,
  * interrupts, kicks, its deadline, refusal when the loop is not solitary,
- * callbacks outside the caller's defer scope). */
+ * callbacks outside the caller's defer scope); work queued for the loop's
+ * own thread makes either guest leave, and runs on that thread. */
 #include <fcntl.h>
 #include <pthread.h>
 #include <sys/epoll.h>
@@ -961,6 +962,68 @@ static void test_guest_callbacks_outside_defer_scope(void)
     jt_loop_down(loop);
 }
 
+/* A task the guest runs queues work for the loop's thread
+ * (jet_loop_post_thread), as done callbacks and handlers met by a waiting
+ * caller are: the guest leaves after that iteration, although its wait is
+ * not over, and the work runs on the loop thread, not as a guest. */
+typedef struct thread_work {
+    jet_task_t task;       /* jet_loop_post: run by the guest */
+    jet_task_t for_thread; /* queued by it with jet_loop_post_thread */
+    pthread_t guest;
+    _Atomic int queued_on_guest, ran, ran_on_guest, ran_as_guest;
+} thread_work_t;
+
+static void for_thread_fn(jet_task_t *t)
+{
+    thread_work_t *w = (thread_work_t *)((char *)t - offsetof(thread_work_t, for_thread));
+    if (!jet_loop_in_thread(loop)) abort();
+    if (pthread_equal(w->guest, pthread_self())) atomic_store(&w->ran_on_guest, 1);
+    if (jet_loop_guest_here()) atomic_store(&w->ran_as_guest, 1);
+    atomic_store(&w->ran, 1);
+}
+
+static void queue_for_thread_fn(jet_task_t *t)
+{
+    thread_work_t *w = (thread_work_t *)t;
+    if (jet_loop_guest_here() && pthread_equal(w->guest, pthread_self()))
+        atomic_store(&w->queued_on_guest, 1);
+    w->for_thread.fn = for_thread_fn;
+    jet_loop_post_thread(loop, &w->for_thread);
+}
+
+static void test_work_for_the_thread(void)
+{
+    JT_REQUIRE(jt_loop_up(&loop) == 0);
+    JT_CHECK(!jet_loop_guest_here());
+    /* A busy-poll guest, then a blocking one (the loop asleep in epoll). */
+    for (int poll = 1; poll >= 0; poll--) {
+        who_poller_t p = {.p.poll = who_poll};
+        if (poll) {
+            jt_loop_run_on(loop, add_poller, &p.p);
+            JT_CHECK(jt_wait_at_least(&p.runs, 100, GUARD_US));
+        } else {
+            usleep(20 * 1000);
+        }
+        static thread_work_t w;
+        w = (thread_work_t){.task.fn = queue_for_thread_fn, .guest = pthread_self()};
+        later_t l;
+        later_start(&l, 30, -1, &w.task, NULL);
+        _Atomic int none = 0;
+        until_t u = {&none, 1, NULL};
+        int64_t t0 = jt_now_ms();
+        JT_CHECK(!jet_loop_drive(loop, guest_reached, &u, (int64_t)jt_now_us() + GUARD_US));
+        JT_CHECK(jt_now_ms() - t0 < 2000);
+        pthread_join(l.t, NULL);
+        JT_CHECK(!jet_loop_guest_here());
+        JT_CHECK_EQ(atomic_load(&w.queued_on_guest), 1);
+        JT_CHECK(jt_wait_at_least(&w.ran, 1, GUARD_US));
+        JT_CHECK_EQ(atomic_load(&w.ran_on_guest), 0);
+        JT_CHECK_EQ(atomic_load(&w.ran_as_guest), 0);
+        if (poll) jt_loop_run_on(loop, del_poller, &p.p);
+    }
+    jt_loop_down(loop);
+}
+
 /* A guest sleeping in the epoll of a loop that is stopped leaves. */
 static void *stop_later(void *arg)
 {
@@ -1000,5 +1063,6 @@ int main(void)
     JT_RUN(test_blocking_guest);
     JT_RUN(test_guest_callbacks_outside_defer_scope);
     JT_RUN(test_blocking_guest_and_stop);
+    JT_RUN(test_work_for_the_thread);
     return jt_finish();
 }

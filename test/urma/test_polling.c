@@ -3,8 +3,10 @@
  * byte-exact, many calls in flight, several connections on the one polling
  * loop (urma_poller_num=1), the yielding poller, the poller going away
  * when its loop has no URMA connection left, and a synchronous caller that
- * finds the loop driven by another (its answer still comes at once). */
+ * finds the loop driven by another (its answer still comes at once); done
+ * callbacks and handlers of the loop never run on a waiting caller's thread. */
 #include "urma/urma_context.h"
+#include "testutil_rpc.h"
 #include "urma_test.h"
 
 JET_FLAG_DECLARE_INT32(urma_cqe_poll_once);
@@ -282,6 +284,79 @@ static void test_deferred_reposts_return(void)
     JT_CHECK_EQ(jt_child_stop(&c), 0);
 }
 
+typedef struct done_rec {
+    pthread_t thread;
+    _Atomic int ran;
+    int code;
+} done_rec_t;
+
+static void done_rec(jet_call_t *call, void *arg)
+{
+    done_rec_t *d = arg;
+    d->thread = pthread_self();
+    d->code = jet_call_error_code(call);
+    atomic_store(&d->ran, 1);
+}
+
+/* A synchronous caller runs the polled loop while it waits, and reads there
+ * the answer to an asynchronous call it made before: that call's done
+ * callback runs on the loop's thread, never inside the caller's
+ * jet_channel_call (where it would take, say, a lock the caller holds). The
+ * server answers the 30 ms call before the 60 ms one it reads after it. */
+static void test_done_not_on_the_waiting_thread(void)
+{
+    jt_child_t c;
+    jet_channel_t *ch = polled_channel(&c);
+    JT_REQUIRE(ch);
+    for (int round = 0; round < 3; round++) {
+        done_rec_t d = {0};
+        jet_call_t *a = jet_call_create(), *b = jet_call_create();
+        JT_REQUIRE(a && b);
+        JT_CHECK_EQ(jt_echo_call(ch, a, "sleep:30", done_rec, &d), 0);
+        JT_CHECK_EQ(jt_echo_call(ch, b, "sleep:60", NULL, NULL), 0);
+        JT_CHECK_EQ(jet_call_error_code(b), 0);
+        JT_CHECK(JT_WAIT_UNTIL(atomic_load(&d.ran), GUARD_US));
+        JT_CHECK_EQ(d.code, 0);
+        JT_CHECK(!pthread_equal(d.thread, pthread_self()));
+        jet_call_destroy(a);
+        jet_call_destroy(b);
+    }
+    jet_channel_destroy(ch);
+    JT_CHECK_EQ(jt_child_stop(&c), 0);
+}
+
+/* A server in this process whose connections share the one polling loop
+ * with the client's (urma_poller_num=1): while a synchronous caller runs
+ * that loop, the handlers run on the loop's thread, not the caller's. */
+static void test_handler_not_on_the_waiting_thread(void)
+{
+    jt_echo_service_t svc;
+    jt_echo_service_init(&svc, NULL);
+    jet_server_options_t so;
+    jet_server_options_init(&so);
+    so.socket_mode = JET_SOCKET_MODE_URMA;
+    int port = 0;
+    jet_server_t *srv = jt_echo_server_start_port(&svc, 0, &so, &port);
+    JT_REQUIRE(srv);
+    jet_channel_t *ch = ut_channel(port, JET_SOCKET_MODE_URMA, 30000, JET_CONNECTION_SINGLE);
+    JT_REQUIRE(ch);
+    ut_urma_mark_t m = ut_urma_mark();
+    char me[16] = "";
+    pthread_getname_np(pthread_self(), me, sizeof me);
+    for (int i = 0; i < 20; i++) {
+        jet_call_t *call = jet_call_create();
+        JT_REQUIRE(call);
+        JT_CHECK_EQ(jt_echo_call(ch, call, "thread", NULL, NULL), 0);
+        const char *ran_on = jt_echo_resp_message(call);
+        JT_CHECK(ran_on && strncmp(ran_on, "jet_loop", 8) == 0 && strcmp(ran_on, me) != 0);
+        if (i == 0) fprintf(stderr, "  the handler ran on %s\n", ran_on ? ran_on : "(none)");
+        jet_call_destroy(call);
+    }
+    ut_expect_urma(m, 40, -1); /* requests and answers, both in this process */
+    jet_channel_destroy(ch);
+    jt_server_stop(srv);
+}
+
 /* urma_cqe_poll_once has the range [1, 64]: a value outside is refused from
  * the command line, and one that code stores still polls (clamped into it),
  * on both sides; 0 or less polled no completion at all, so every polled
@@ -327,5 +402,7 @@ int main(int argc, char **argv)
     JT_RUN(test_deferred_reposts_return);
     JT_RUN(test_sync_deadline_while_driving);
     JT_RUN(test_poll_once_out_of_range);
+    JT_RUN(test_done_not_on_the_waiting_thread);
+    JT_RUN(test_handler_not_on_the_waiting_thread);
     return jt_finish();
 }
