@@ -347,7 +347,8 @@ static void codec_sink_flush(codec_sink_t *s)
 static void codec_sink_append(ProtobufCBuffer *b, size_t len, const uint8_t *data)
 {
     codec_sink_t *s = (codec_sink_t *)b;
-    if (s->err) return;
+    /* protobuf-c hands empty bytes fields over as (0, NULL). */
+    if (s->err || len == 0) return;
     if (len <= sizeof(s->buf) - s->n) {
         memcpy(s->buf + s->n, data, len);
         s->n += len;

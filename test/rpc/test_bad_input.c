@@ -763,6 +763,15 @@ static void test_unknown_service_and_method(void)
     r.req.method_name = "";
     send_with_meta(fd, &r, msg, n, NULL, 0);
     JT_CHECK(expect_answer(fd, 114, JET_ENOSERVICE, NULL));
+    /* An answer whose meta (its error text) is over the 256 bytes packed on
+     * the stack goes through protobuf-c's sink, empty fields included. */
+    static char long_name[603];
+    memcpy(long_name, "x.", 2);
+    memset(long_name + 2, 'a', 600);
+    req_meta_init(&r, 115);
+    r.req.service_name = long_name;
+    send_with_meta(fd, &r, msg, n, NULL, 0);
+    JT_CHECK(expect_answer(fd, 115, JET_ENOMETHOD, "Fail to find method=x.aaaa"));
     free(msg);
     JT_CHECK(raw_still_served(fd, 119));
     close(fd);
