@@ -453,16 +453,33 @@ static int loop_run_thread_tasks(jet_loop_t *loop)
     return n;
 }
 
+/* Up to limit tasks, of those queued when it starts: one posted meanwhile,
+ * such as a connection's read that spent its budget and goes on later,
+ * waits for the next iteration, after the fds and pollers had their turn
+ * (run at once, a connection that always had more to read kept every other
+ * fd of its loop, the listener included, waiting for as long as it sent). */
 static int loop_run_tasks(jet_loop_t *loop, int limit)
 {
+    jet_mpsc_node_t *first = NULL, *last = NULL;
     int n = 0;
     while (n < limit) {
         jet_mpsc_node_t *node = jet__mpsc_pop(&loop->inbox);
         if (!node) break;
-        jet_task_t *task = (jet_task_t *)((char *)node - offsetof(jet_task_t, node));
-        /* The task may free itself: nothing touches it after fn. */
-        task->fn(task);
+        /* Out of the queue: its link is ours until the task runs. */
+        atomic_store_explicit(&node->next, NULL, memory_order_relaxed);
+        if (last)
+            atomic_store_explicit(&last->next, node, memory_order_relaxed);
+        else
+            first = node;
+        last = node;
         n++;
+    }
+    while (first) {
+        jet_mpsc_node_t *next = atomic_load_explicit(&first->next, memory_order_relaxed);
+        jet_task_t *task = (jet_task_t *)((char *)first - offsetof(jet_task_t, node));
+        /* The task may free itself, or post itself again: nothing touches it after fn. */
+        task->fn(task);
+        first = next;
     }
     return n;
 }

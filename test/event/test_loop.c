@@ -1,9 +1,11 @@
 /* Event loop: io readiness (edge-triggered), io_mod, io_del inside a batch,
- * the cross-thread task inbox and its wake-up, stop and destroy. */
+ * the cross-thread task inbox and its wake-up, a task that posts itself
+ * again not starving the fds, stop and destroy. */
 #include <errno.h>
 #include <fcntl.h>
 #include <pthread.h>
 #include <stdatomic.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/epoll.h>
@@ -381,6 +383,63 @@ static void test_stop_runs_queued_tasks(void)
 }
 
 /* Tests create and destroy many loops: no fd or memory may leak. */
+/* A task that posts itself again each time it runs, a millisecond each
+ * (as a connection's read that always finds more spends its budget and
+ * goes on later): the loop's fds still get their turn between two of its
+ * runs, not after a whole batch of them (1024 runs: a second). */
+typedef struct reposting {
+    jet_task_t task;
+    jet_loop_t *loop;
+    _Atomic int runs;
+    _Atomic bool stop;
+} reposting_t;
+
+static void reposting_fn(jet_task_t *t)
+{
+    reposting_t *r = (reposting_t *)t;
+    atomic_fetch_add(&r->runs, 1);
+    int64_t until = (int64_t)jt_now_us() + 1000;
+    while ((int64_t)jt_now_us() < until) {
+    }
+    if (!atomic_load(&r->stop)) jet_loop_post(r->loop, &r->task);
+}
+
+static void test_reposting_task_lets_fds_in(void)
+{
+    jet_loop_t *loop;
+    JT_REQUIRE(jt_loop_up(&loop) == 0);
+    int p[2];
+    make_pipe(p);
+    counting_io_t c = {.io = {.fd = p[0], .events = EPOLLIN, .cb = counting_cb}};
+    JT_CHECK_EQ(jet_loop_io_add(loop, &c.io), 0);
+    static reposting_t r;
+    r = (reposting_t){.task.fn = reposting_fn, .loop = loop};
+    jet_loop_post(loop, &r.task);
+    JT_CHECK(jt_wait_at_least(&r.runs, 5, GUARD_US));
+    int64_t worst = 0;
+    for (int i = 0; i < 5; i++) {
+        int before = atomic_load(&c.calls);
+        int64_t t0 = jt_now_ms();
+        char b = 'x';
+        JT_CHECK_EQ(write(p[1], &b, 1), 1);
+        JT_CHECK(jt_wait_at_least(&c.calls, before + 1, GUARD_US));
+        int64_t took = jt_now_ms() - t0;
+        if (took > worst) worst = took;
+        char drain[16];
+        while (read(p[0], drain, sizeof drain) > 0) {
+        }
+    }
+    fprintf(stderr, "  an fd event waited at most %lld ms behind the reposting task\n",
+            (long long)worst);
+    /* A few runs at most (1 ms each), not a batch of 1024. */
+    JT_CHECK(worst < 300);
+    atomic_store(&r.stop, true);
+    jt_loop_run_on(loop, io_del_fn, &c.io);
+    jt_loop_down(loop);
+    close(p[0]);
+    close(p[1]);
+}
+
 static void test_create_destroy_many(void)
 {
     int probe = dup(0);
@@ -412,6 +471,7 @@ int main(void)
     JT_RUN(test_post_wakes_sleeping_loop);
     JT_RUN(test_post_ping_pong);
     JT_RUN(test_stop_runs_queued_tasks);
+    JT_RUN(test_reposting_task_lets_fds_in);
     JT_RUN(test_create_destroy_many);
     return jt_finish();
 }
