@@ -433,7 +433,10 @@ static int sock_write(jet_socket_t *s, jet_iobuf_t *data, bool bounded)
         !jet_loop_in_thread(s->loop)) {
         sock_writer_run(s, false);
     } else if (jet_loop_in_thread(s->loop)) {
-        sock_write_task(&s->write_task);
+        if (s->corked)
+            s->cork_owed = true; /* the uncork writes */
+        else
+            sock_write_task(&s->write_task);
     } else {
         jet_loop_post(s->loop, &s->write_task);
     }
@@ -553,6 +556,14 @@ static void sock_writer_run(jet_socket_t *s, bool on_loop)
             return;
         }
     }
+}
+
+void jet__socket_cork(jet_socket_t *s, bool on)
+{
+    s->corked = on;
+    if (on || !s->cork_owed) return;
+    s->cork_owed = false;
+    sock_write_task(&s->write_task);
 }
 
 /* Loop thread: the write side was handed to the loop. */

@@ -119,6 +119,8 @@ struct jet_socket {
     jet_task_t write_task;                 /* hands the write side to the loop */
     bool wait_ready;                       /* writer waits for READY (loop thread) */
     bool wait_out;                         /* writer waits for jet__socket_writable */
+    bool corked;                           /* jet__socket_cork (loop thread) */
+    bool cork_owed;                        /* a write was queued while corked: the uncork writes */
     _Atomic bool writable_posted;
 
     jet_task_t fail_task;
@@ -166,6 +168,12 @@ int jet__socket_write_answer(jet_socket_t *s, jet_iobuf_t *data);
  * message ("request", "response"). */
 void jet__socket_size_error(jet_socket_t *s, const char *what, size_t len, char *buf,
                             size_t size);
+
+/* Loop thread: while corked, what the loop writes on s is queued, not yet
+ * written; the uncork (on false) writes all of it, so that answers to
+ * requests that came together leave together (one system call for the
+ * batch, not one each). Writes of other threads are not held. */
+void jet__socket_cork(jet_socket_t *s, bool on);
 
 /* Marks the socket failed with err (negative); first call wins. Any thread. */
 void jet__socket_set_failed(jet_socket_t *s, int err);

@@ -799,7 +799,20 @@ bad:
     return false;
 }
 
+static void srv_read_frames(jet_socket_t *s);
+
+/* The answers to requests that came together go out together: each one
+ * whose request has another request's bytes behind it is held (corked)
+ * until the last one, or the end of the bytes read (a peer pipelining many
+ * small requests got a system call per answer). A lone request's answer
+ * goes at once. */
 static void srv_on_read(jet_socket_t *s)
+{
+    srv_read_frames(s);
+    jet__socket_cork(s, false);
+}
+
+static void srv_read_frames(jet_socket_t *s)
 {
     srv_conn_t *c = s->owner;
     jet_server_t *srv = c->srv;
@@ -838,6 +851,7 @@ static void srv_on_read(jet_socket_t *s)
         switch (r) {
         case JET_PARSE_OK:
             c->hello = SRV_HELLO_DONE;
+            jet__socket_cork(s, !jet_iobuf_empty(&s->read_buf));
             srv_process(s, &f, bad_att);
             jet__baidu_frame_fini(&f);
             if (jet__socket_failed(s)) return;

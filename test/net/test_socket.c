@@ -4,7 +4,8 @@
  * EPOLLOUT hand-over), reads of bursts larger than one read call, peer close
  * (on_failed once with EEOF; later writes fail and free their data), connect
  * refused and timed out, the reference count (on_release once, only after
- * the last unref), and EOVERCROWDED with recovery.
+ * the last unref), EOVERCROWDED with recovery, and corking (nothing written
+ * until the uncork, then all of it in order).
  *
  * Peers are either jet sockets (a listener whose accept callback wraps every
  * fd with jet__socket_accept) or plain blocking sockets driven by the test
@@ -28,6 +29,7 @@
 #include "net/listener.h"
 #include "net/socket.h"
 #include "testutil.h"
+#include "testutil_loop.h"
 #include "testutil_net.h"
 
 JET_FLAG_DECLARE_INT64(socket_max_unwritten_bytes);
@@ -267,6 +269,59 @@ static void test_connect_ready(void)
     JT_CHECK(WAIT_UNTIL(atomic_load(&sc->failed) == 1));
     JT_CHECK_EQ(atomic_load(&sc->err), -JET_EEOF);
     JT_CHECK_EQ(atomic_load(&c->ready), 1);
+    JT_CHECK(jt_ep_close(c));
+    JT_CHECK(jt_srv_stop(srv));
+}
+
+/* A corked socket (jet__socket_cork, as a server holds its answers to
+ * requests that came together) writes nothing of what its loop writes,
+ * nor of what another thread writes behind it, until the uncork: then all
+ * of it, in order. */
+typedef struct cork_job {
+    jet_task_t task;
+    jet_socket_t *s;
+    jt_ep_t *peer;
+    _Atomic int step; /* 1: corked writes made; 2: the other thread wrote */
+    _Atomic int64_t seen_while_corked;
+} cork_job_t;
+
+static void cork_task(jet_task_t *t)
+{
+    cork_job_t *j = (cork_job_t *)t;
+    jet__socket_cork(j->s, true);
+    if (write_bytes(j->s, "ab", 2) != 0 || write_bytes(j->s, "cd", 2) != 0) abort();
+    atomic_store(&j->step, 1);
+    if (!jt_wait_at_least(&j->step, 2, GUARD_US)) abort();
+    jt_sleep_us(50 * 1000); /* anything written would reach the peer meanwhile */
+    atomic_store(&j->seen_while_corked, atomic_load(&j->peer->nbytes));
+    jet__socket_cork(j->s, false);
+}
+
+static void test_cork(void)
+{
+    jt_srv_t *srv = srv_start("127.0.0.1:0", JT_EP_COLLECT, 0);
+    JT_REQUIRE(srv != NULL);
+    jt_ep_t *c = client_connect(&srv->addr, JT_EP_COLLECT, -1, NULL);
+    JT_REQUIRE(c != NULL);
+    JT_CHECK(WAIT_UNTIL(atomic_load(&c->ready) == 1));
+    JT_CHECK_EQ(write_bytes(c->s, "x", 1), 0);
+    jt_ep_t *sc = jt_srv_conn(srv, 0);
+    JT_REQUIRE(sc != NULL);
+    static cork_job_t j;
+    j = (cork_job_t){.task.fn = cork_task, .s = sc->s, .peer = c};
+    jet_loop_post(sc->s->loop, &j.task);
+    JT_CHECK(jt_wait_at_least(&j.step, 1, GUARD_US));
+    JT_CHECK_EQ(write_bytes(sc->s, "ef", 2), 0); /* this thread: queued behind */
+    atomic_store(&j.step, 2);
+    JT_CHECK(WAIT_UNTIL(atomic_load(&c->nbytes) == 6));
+    JT_CHECK_EQ(atomic_load(&j.seen_while_corked), 0);
+    char buf[16] = {0};
+    JT_CHECK_EQ(jt_ep_got_copy(c, buf, sizeof buf), 6);
+    JT_CHECK(memcmp(buf, "abcdef", 6) == 0);
+    /* Uncorked: the loop's writes go at once again. */
+    JT_CHECK(jt_loop_run_on(sc->s->loop, NULL, NULL));
+    JT_CHECK_EQ(write_bytes(sc->s, "g", 1), 0);
+    JT_CHECK(WAIT_UNTIL(atomic_load(&c->nbytes) == 7));
     JT_CHECK(jt_ep_close(c));
     JT_CHECK(jt_srv_stop(srv));
 }
@@ -1064,6 +1119,7 @@ int main(int argc, char **argv)
      * must not raise it. */
     RUN(test_connect_ready);
     RUN(test_connect_timeout_not_hit);
+    RUN(test_cork);
     RUN(test_write_before_ready);
     RUN(test_write_ordering);
     RUN(test_big_write_slow_reader);
