@@ -87,6 +87,13 @@ enum { SUB_OBJ_DEAD = 0, SUB_OBJ_LIVE = 1 };
 enum { SUB_SEG_FREE = 0, SUB_SEG_REG = 1 };
 enum { SUB_MEM_PVM = 0, SUB_MEM_FD = 1 }; /* how peers reach a segment's bytes */
 enum { SUB_ARM_NONE = 0, SUB_ARM_ALL = 1, SUB_ARM_SOLICITED = 2 };
+/* `armed` while a producer of another process that disarmed the JFC for
+ * its CR's event has not claimed that event's slot yet: this flag | its
+ * pid. Killed in between, it leaves the JFC disarmed with no event and no
+ * slot claimed, which no later CR would fire: the owner's progress thread
+ * fires the event for it (softub__jfce_holes_check). Disarmed, for every
+ * other purpose. */
+#define SUB_ARM_FIRING 0x80000000u
 
 /* ------------------------------------------------------------------------ */
 /* Shared memory layouts (host order, same host only)                        */
@@ -378,6 +385,7 @@ enum {
     SUB_DIE_CR_MARKED = 4,     /* WR marked, before the CR is written */
     SUB_DIE_EVENT_CLAIMED = 5, /* its JFCE event slot claimed (and recorded), not written */
     SUB_DIE_EVENT_WRITTEN = 6, /* its JFCE event written, not yet counted on the eventfd */
+    SUB_DIE_DISARMED = 7,      /* the owner's armed JFC disarmed, its event's slot not claimed */
 };
 extern __thread int softub__fault_step;
 extern __thread int softub__fault_stops;

@@ -65,22 +65,42 @@ static struct sub_ring *jfc_ring(struct sub_peer *p, uint64_t off)
 /* Producing CRs and events                                                  */
 /* ------------------------------------------------------------------------ */
 
-static void jfc_fire(struct sub_peer *p, struct sub_sjfc *sj)
+/* A producer that disarmed sj with `firing` (SUB_ARM_FIRING | its pid; 0:
+ * NONE) has claimed and recorded its event's slot, from where a dead
+ * producer's event is written for it, or gives up: plain NONE now, unless
+ * the owner armed the JFC again meanwhile. */
+static void jfc_fired(struct sub_sjfc *sj, uint32_t firing)
 {
-    if (sj->jfce_off == 0)
-        return;
+    if (firing != 0) (void)atomic_compare_exchange_strong(&sj->armed, &firing, SUB_ARM_NONE);
+}
+
+static struct sub_ring *jfc_event_ring(struct sub_peer *p, struct sub_sjfc *sj,
+                                       struct sub_sjfce **se_p)
+{
+    if (sj->jfce_off == 0) return NULL;
     struct sub_sjfce *se = softub__peer_ptr(p, sj->jfce_off, sizeof(*se));
-    if (se == NULL || atomic_load(&se->h.state) != SUB_OBJ_LIVE)
+    if (se == NULL || atomic_load(&se->h.state) != SUB_OBJ_LIVE) return NULL;
+    *se_p = se;
+    return jfc_ring(p, se->ring_off);
+}
+
+/* Queues sj's event and counts it on the owner's eventfd; sj was disarmed
+ * with `firing` (jfc_fired). */
+static void jfc_fire_as(struct sub_peer *p, struct sub_sjfc *sj, uint32_t firing)
+{
+    struct sub_sjfce *se = NULL;
+    struct sub_ring *er = jfc_event_ring(p, sj, &se);
+    if (er == NULL) {
+        jfc_fired(sj, firing);
         return;
-    struct sub_ring *er = jfc_ring(p, se->ring_off);
-    if (er == NULL)
-        return;
+    }
     uint64_t pos;
     /* The record names the JFC (its id and the low half of its uid): a
      * consumer that finds the slot never written writes it from there. */
     uint64_t note = (uint64_t)(uint32_t)sj->uid << 32 | sj->h.id;
     struct sub_evt *ev =
         sub_ring_enq_begin_noted(er, &pos, (uint32_t)softub__g.self->pid, note);
+    jfc_fired(sj, firing);
     if (ev == NULL) {
         SUB_WARN("JFCE event queue full: event of JFC %u dropped\n", sj->h.id);
         return;
@@ -92,6 +112,16 @@ static void jfc_fire(struct sub_peer *p, struct sub_sjfc *sj)
     sub_ring_enq_commit(er, pos);
     softub__fault_at(SUB_DIE_EVENT_WRITTEN);
     (void)softub__peer_signal(p, sj->jfce_off, se->h.gen, se->efd, &se->pending_signals);
+}
+
+static void jfc_fire(struct sub_peer *p, struct sub_sjfc *sj)
+{
+    jfc_fire_as(p, sj, 0);
+}
+
+static bool jfc_arm_fires(uint32_t a, int solicited)
+{
+    return a == SUB_ARM_ALL || (a == SUB_ARM_SOLICITED && solicited);
 }
 
 static void jfc_notify(struct sub_peer *p, struct sub_sjfc *sj, int solicited)
@@ -106,11 +136,13 @@ static void jfc_notify(struct sub_peer *p, struct sub_sjfc *sj, int solicited)
      * or not: jfc_solicited_waiting) and fires itself, or this load sees the
      * arm. */
     uint32_t a = atomic_load_explicit(&sj->armed, memory_order_seq_cst);
-    if (a == SUB_ARM_NONE || (a == SUB_ARM_SOLICITED && !solicited))
-        return;
-    if (!atomic_compare_exchange_strong(&sj->armed, &a, SUB_ARM_NONE))
-        return;
-    jfc_fire(p, sj);
+    if (!jfc_arm_fires(a, solicited)) return;
+    /* In another process's JFC the disarm names us until our event's slot
+     * is claimed: killed in between, we are known to its owner. */
+    uint32_t firing = p->self ? 0 : SUB_ARM_FIRING | (uint32_t)softub__g.self->pid;
+    if (!atomic_compare_exchange_strong(&sj->armed, &a, firing ? firing : SUB_ARM_NONE)) return;
+    softub__fault_at(SUB_DIE_DISARMED);
+    jfc_fire_as(p, sj, firing);
 }
 
 int softub__cq_claim(struct sub_peer *p, struct sub_sjfc *sj, uint64_t note,
@@ -601,9 +633,10 @@ static void jfc_refire_all(struct sub_jfce *ce, bool g_locked)
         if (o == NULL || o->kind != SUB_T_JFC)
             continue;
         struct sub_jfc *j = (struct sub_jfc *)((char *)o - offsetof(struct sub_jfc, obj));
+        uint32_t a = atomic_load(&j->sh->armed);
         if (j->magic == SUB_MAGIC_JFC && j->jfce == ce &&
             atomic_load(&j->sh->h.state) == SUB_OBJ_LIVE &&
-            atomic_load(&j->sh->armed) == SUB_ARM_NONE)
+            (a == SUB_ARM_NONE || (a & SUB_ARM_FIRING)))
             jfc_fire(softub__g.self, j->sh);
     }
     if (!g_locked)
@@ -698,11 +731,36 @@ static void jfc_evt_uncounted(struct sub_jfce *ce)
     SUB_WARN("JFCE: an event its producer did not count (died or stopped) is counted for it\n");
 }
 
+/* Under softub__g.lock: each JFC of ours with an event queue that a
+ * producer of another process disarmed and died before it claimed its
+ * event's slot (SUB_ARM_FIRING and its pid) gets that event now. Its owner,
+ * asleep on the queue's fd, would never wake for the JFC again: no later CR
+ * fires a disarmed JFC. */
+static void jfc_firing_lost(void)
+{
+    for (uint32_t id = 0; id < SUB_MAX_QIDS; id++) {
+        struct sub_obj *o = atomic_load_explicit(&softub__g.objs[id], memory_order_acquire);
+        if (o == NULL || o->kind != SUB_T_JFC) continue;
+        struct sub_jfc *j = (struct sub_jfc *)((char *)o - offsetof(struct sub_jfc, obj));
+        if (j->magic != SUB_MAGIC_JFC || j->jfce == NULL ||
+            atomic_load(&j->sh->h.state) != SUB_OBJ_LIVE)
+            continue;
+        uint32_t a = atomic_load(&j->sh->armed);
+        if (!(a & SUB_ARM_FIRING) || !softub__pid_gone(a & ~SUB_ARM_FIRING)) continue;
+        if (!atomic_compare_exchange_strong(&j->sh->armed, &a, SUB_ARM_NONE)) continue;
+        SUB_WARN("JFC %u: disarmed by process %u, dead before its event: the event is fired "
+                 "for it\n",
+                 j->sh->h.id, a & ~SUB_ARM_FIRING);
+        jfc_fire(softub__g.self, j->sh);
+    }
+}
+
 int softub__jfce_holes_check(void)
 {
     struct sub_global *g = &softub__g;
     int left = 0;
     pthread_mutex_lock(&g->lock);
+    if (g->jfces != NULL) jfc_firing_lost();
     for (struct sub_jfce *j = g->jfces; j != NULL; j = j->next) {
         uint64_t pos;
         jfc_evt_uncounted(j);

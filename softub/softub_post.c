@@ -281,7 +281,7 @@ void softub__fault_hit(void)
 static int post_push_step(const struct sub_wr *w, uint64_t base)
 {
     if (base == 0 || w->opcode != URMA_OPC_SEND_IMM || w->imm < base + SUB_DIE_CR_CLAIMED ||
-        w->imm > base + SUB_DIE_EVENT_WRITTEN)
+        w->imm > base + SUB_DIE_DISARMED)
         return -1;
     return (int)(w->imm - base);
 }

@@ -609,10 +609,11 @@ enum {
     TK_DIE_AT_CLAIM = 2,  /* claimed the slot, before it marked it as its own */
     /* In its CR's push (the owner's JFC is left with a slot claimed and
      * never written, before every later CR): */
-    TK_DIE_CR_CLAIMED = 3, /* claimed (and recorded) the CR slot, WR not yet marked */
-    TK_DIE_CR_MARKED = 4,  /* marked the WR as completed, before the CR */
-    TK_DIE_EVENT = 5,      /* after its CR, claimed (and recorded) a JFCE event slot */
+    TK_DIE_CR_CLAIMED = 3,    /* claimed (and recorded) the CR slot, WR not yet marked */
+    TK_DIE_CR_MARKED = 4,     /* marked the WR as completed, before the CR */
+    TK_DIE_EVENT = 5,         /* after its CR, claimed (and recorded) a JFCE event slot */
     TK_DIE_EVENT_WRITTEN = 6, /* wrote that event, before counting it on the eventfd */
+    TK_DIE_DISARMED = 7,      /* after its CR, disarmed the JFC, before claiming an event slot */
 };
 
 /* The peer of a taker case: one SEND_IMM of a->len bytes (filled with seed
@@ -961,6 +962,41 @@ static void taker_killed_at_event(void)
     uint64_t t0 = cf_now_ms();
     int n = cf.urma_wait_jfc(s.ep.jfce, 16, CF_WAIT_MS, jfcs);
     fprintf(stderr, "  the dead sender's event came after %llu ms\n",
+            (unsigned long long)(cf_now_ms() - t0));
+    JT_CHECK_EQ(n, 1);
+    if (n == 1) {
+        JT_CHECK(jfcs[0] == s.ep.jfc);
+        cf.urma_ack_jfc(jfcs, &one, 1);
+    }
+    urma_cr_t cr;
+    JT_REQUIRE(cf_poll(s.ep.jfc, &cr, 1, CF_WAIT_MS) == 1); /* its CR was written */
+    JT_CHECK_EQ(cr.user_ctx, 0u);
+    JT_CHECK_EQ(cr.completion_len, 3000u);
+    tk_events_go_on(&d, &s);
+}
+
+/* A sender that dies after its CR, having disarmed the owner's armed JFC
+ * for that CR's event and before claiming the event's slot: no event, no
+ * slot claimed, and the JFC disarmed, so no later CR would fire it either;
+ * an owner asleep on the JFCE's fd (an event loop) would never wake for it
+ * again. Its wait, with nothing else sent, must still report the event
+ * (fired for the dead sender by the owner's progress thread), and the queue
+ * goes on. */
+static void taker_killed_at_disarm(void)
+{
+    taker_arg_t ta = {.len = 3000, .imm = DIE_IMM + TK_DIE_DISARMED};
+    cf_peer_t p;
+    cf_dev_t d;
+    cf_side_t s;
+    if (tk_start(&p, taker_sends, &ta, &d, &s, true) != 0) return;
+    JT_CHECK_EQ(cf_peer_wait(&p, CF_WAIT_MS), 128 + SIGKILL);
+    urma_jfc_t *jfcs[16];
+    uint32_t one = 1;
+    uint64_t t0 = cf_now_ms();
+    struct pollfd pfd = {.fd = s.ep.jfce->fd, .events = POLLIN};
+    JT_CHECK_EQ(poll(&pfd, 1, CF_WAIT_MS), 1); /* as an event loop waits */
+    int n = cf.urma_wait_jfc(s.ep.jfce, 16, 0, jfcs);
+    fprintf(stderr, "  the dead sender's event was fired for it after %llu ms\n",
             (unsigned long long)(cf_now_ms() - t0));
     JT_CHECK_EQ(n, 1);
     if (n == 1) {
@@ -1446,6 +1482,7 @@ int main(int argc, char **argv)
     CF_RUN(taker_killed_cr_marked);
     CF_RUN(taker_killed_at_event);
     CF_RUN(taker_killed_after_event);
+    CF_RUN(taker_killed_at_disarm);
     CF_RUN(taker_stopped_in_push);
     CF_RUN(taker_stopped_at_event);
     CF_RUN(taker_killed_then_reset_small);
