@@ -10,6 +10,7 @@
  * the close protocol both ways, acknowledged or not (UBRING.md §8).
  * The raw client is written from UBRING.md, not from the implementation.
  * Every case ends with nothing mapped and no UBRING_* name left behind. */
+#include <dirent.h>
 #include <sys/resource.h>
 
 #include "ubring_test.h"
@@ -149,18 +150,38 @@ static void test_client_killed(void)
  * with a connection error well before its 60 s deadline. Exit codes: 0 ok,
  * 10 the first call failed, 20 the call succeeded, 21 it timed out, 22 it
  * failed too late, 23 another error. */
-/* True once /proc/<pid>/stat shows the process stopped (state T). */
-static bool ubt_proc_stopped(pid_t pid)
+/* The thread whose stat file this is shows stopped (state T). */
+static bool ubt_thread_stopped(const char *stat_path)
 {
-    char path[64], buf[512];
-    snprintf(path, sizeof path, "/proc/%d/stat", (int)pid);
-    FILE *f = fopen(path, "r");
+    char buf[512];
+    FILE *f = fopen(stat_path, "r");
     if (!f) return false;
     size_t n = fread(buf, 1, sizeof buf - 1, f);
     fclose(f);
     buf[n] = 0;
     const char *rp = strrchr(buf, ')'); /* the command name may hold anything */
     return rp && rp[1] == ' ' && (rp[2] == 'T' || rp[2] == 't');
+}
+
+/* Every thread of pid is stopped: /proc/<pid>/stat tells the main thread's
+ * state only, and another thread (the peer's are Python threads) may still
+ * run for a while after it stopped, and answer. */
+static bool ubt_proc_stopped(pid_t pid)
+{
+    char path[300];
+    snprintf(path, sizeof path, "/proc/%d/task", (int)pid);
+    DIR *d = opendir(path);
+    if (!d) return false;
+    bool all = true;
+    int seen = 0;
+    for (struct dirent *e; all && (e = readdir(d));) {
+        if (e->d_name[0] == '.') continue;
+        snprintf(path, sizeof path, "/proc/%d/task/%.20s/stat", (int)pid, e->d_name);
+        all = ubt_thread_stopped(path);
+        seen++;
+    }
+    closedir(d);
+    return all && seen > 0;
 }
 
 /* A role's "port=<p> pid=<peer pid>" arguments. */

@@ -265,6 +265,11 @@ static UBT_UNUSED int ubt_peer_spawn(ubt_peer_t *p, const char *const *args)
         return -1;
     }
     if (pid == 0) {
+        /* A process group of its own: a stopped peer (the faults cases stop
+         * it) in the test's group gets SIGHUP and SIGCONT from the kernel
+         * when that group is orphaned (the suite run from a shell that has
+         * gone), and it answered then, "stopped" as it was. */
+        setpgid(0, 0);
         dup2(fd, 1);
         dup2(fd, 2);
         int nul = open("/dev/null", O_RDONLY);
