@@ -69,12 +69,16 @@ typedef struct jet_auth_context {
 
 typedef struct jet_authenticator {
     /* Client: a credential, malloc'd, in *data_p (the library frees it) of
-     * *len_p bytes; runs on the thread that issues the request. 0, or a
+     * *len_p bytes; runs on the thread that issues the request: the
+     * caller's, or for a retry or a backup request an event-loop thread,
+     * which may be a thread waiting for a call of its own (jetrpc/channel.h):
+     * it must not block. 0, or a
      * negative errno: the call then fails with ERPCAUTH and sends nothing. */
     int (*generate_credential)(void *arg, uint8_t **data_p, size_t *len_p);
     /* Server: 0 accepts the connection whose first request carried data
      * (len bytes; 0 and NULL when it carried none), from peer ("ip:port").
-     * Runs on the connection's event-loop thread. NULL refuses all. */
+     * Runs on the connection's event-loop thread (never on a thread that
+     * waits for a call of its own). NULL refuses all. */
     int (*verify_credential)(void *arg, const uint8_t *data, size_t len, const char *peer);
     void *arg;
     /* Server, instead of verify_credential when set: the same, and on

@@ -49,6 +49,11 @@ typedef struct srv_conn {
     bool refused;
     jet_timer_t refuse_timer;
     jet_socket_t *refused_s; /* the timer's reference */
+    /* Input met by a guest (a user's thread that runs the loop while it
+     * waits for a call of its own) is served by the loop's thread: serving
+     * runs user code (the authenticator, handlers run on the loop). */
+    jet_task_t guest_task;
+    jet_socket_t *guest_s; /* the task's reference */
 } srv_conn_t;
 
 /* How long a connection whose credential was refused stays open after the
@@ -710,11 +715,6 @@ static void srv_process(jet_socket_t *s, jet_baidu_frame_t *f, int bad_att)
     if (srv->workers) {
         call->srv_task.fn = srv_worker_task;
         jet__worker_pool_post(srv->workers, &call->srv_task);
-    } else if (jet_loop_guest_here()) {
-        /* A thread waiting for a call of its own runs the loop: the
-         * handler is for the loop's thread (see jetrpc/options.h). */
-        call->srv_task.fn = srv_worker_task;
-        jet_loop_post_thread(s->loop, &call->srv_task);
     } else {
         srv_invoke(call);
     }
@@ -806,8 +806,29 @@ static void srv_read_frames(jet_socket_t *s);
  * until the last one, or the end of the bytes read (a peer pipelining many
  * small requests got a system call per answer). A lone request's answer
  * goes at once. */
+static void srv_guest_task(jet_task_t *t)
+{
+    srv_conn_t *c = (srv_conn_t *)((char *)t - offsetof(srv_conn_t, guest_task));
+    jet_socket_t *s = c->guest_s;
+    c->guest_s = NULL;
+    if (!jet__socket_failed(s)) srv_on_read(s);
+    jet__socket_unref(s);
+}
+
 static void srv_on_read(jet_socket_t *s)
 {
+    srv_conn_t *c = s->owner;
+    if (jet_loop_guest_here()) {
+        /* The bytes wait in the read buffer for the loop's thread, which
+         * the guest leaves the loop to after this iteration. */
+        if (!c->guest_s) {
+            c->guest_s = s;
+            jet__socket_ref(s);
+            c->guest_task.fn = srv_guest_task;
+            jet_loop_post_thread(s->loop, &c->guest_task);
+        }
+        return;
+    }
     srv_read_frames(s);
     jet__socket_cork(s, false);
 }

@@ -325,16 +325,36 @@ static void test_done_not_on_the_waiting_thread(void)
     JT_CHECK_EQ(jt_child_stop(&c), 0);
 }
 
+/* The authenticator's runs on a thread of this process's own, counted. */
+static char g_test_thread[16];
+static _Atomic int g_verified, g_verified_on_caller;
+
+static int verify_on_loop(void *arg, const uint8_t *data, size_t len, const char *peer)
+{
+    (void)arg, (void)data, (void)len, (void)peer;
+    char name[16] = "";
+    pthread_getname_np(pthread_self(), name, sizeof name);
+    if (strcmp(name, g_test_thread) == 0) atomic_fetch_add(&g_verified_on_caller, 1);
+    atomic_fetch_add(&g_verified, 1);
+    return 0;
+}
+
 /* A server in this process whose connections share the one polling loop
  * with the client's (urma_poller_num=1): while a synchronous caller runs
- * that loop, the handlers run on the loop's thread, not the caller's. */
+ * that loop, the handlers and the authenticator (each new connection's
+ * first request) run on the loop's thread, not the caller's. */
 static void test_handler_not_on_the_waiting_thread(void)
 {
     jt_echo_service_t svc;
     jt_echo_service_init(&svc, NULL);
+    pthread_getname_np(pthread_self(), g_test_thread, sizeof g_test_thread);
+    atomic_store(&g_verified, 0);
+    atomic_store(&g_verified_on_caller, 0);
+    static const jet_authenticator_t auth = {.verify_credential = verify_on_loop};
     jet_server_options_t so;
     jet_server_options_init(&so);
     so.socket_mode = JET_SOCKET_MODE_URMA;
+    so.auth = &auth;
     int port = 0;
     jet_server_t *srv = jt_echo_server_start_port(&svc, 0, &so, &port);
     JT_REQUIRE(srv);
@@ -354,6 +374,21 @@ static void test_handler_not_on_the_waiting_thread(void)
     }
     ut_expect_urma(m, 40, -1); /* requests and answers, both in this process */
     jet_channel_destroy(ch);
+    /* New connections, each verified once. */
+    for (int i = 0; i < 10; i++) {
+        ch = ut_channel(port, JET_SOCKET_MODE_URMA, 30000, JET_CONNECTION_SINGLE);
+        JT_REQUIRE(ch);
+        jet_call_t *call = jet_call_create();
+        JT_REQUIRE(call);
+        JT_CHECK_EQ(jt_echo_call(ch, call, "x", NULL, NULL), 0);
+        JT_CHECK(jt_echo_resp_is(call, "x"));
+        jet_call_destroy(call);
+        jet_channel_destroy(ch);
+    }
+    fprintf(stderr, "  %d connections verified, %d of them on the waiting thread\n",
+            atomic_load(&g_verified), atomic_load(&g_verified_on_caller));
+    JT_CHECK_EQ(atomic_load(&g_verified), 11);
+    JT_CHECK_EQ(atomic_load(&g_verified_on_caller), 0);
     jt_server_stop(srv);
 }
 
