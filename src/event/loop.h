@@ -200,7 +200,8 @@ void jet_loop_poller_del(jet_loop_t *loop, jet_poller_t *p);
  * else blocking until an event, a post, a timer or until_us, the caller's
  * deadline, INT64_MAX for none; callbacks see jet_loop_in_thread(loop)
  * true) until done(arg) holds, until_us passes, the loop stops or stops
- * being drivable that way, and returns done(arg). done is called between
+ * being drivable that way, or work for the loop's own thread was queued
+ * (jet_loop_post_thread), and returns done(arg). done is called between
  * iterations and must be cheap and thread-safe; whatever makes it true on
  * another thread must call jet_loop_interrupt(loop), which ends a blocking
  * guest's epoll wait. The loop thread takes the loop back within event_guest_park_us after the

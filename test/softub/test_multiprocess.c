@@ -975,16 +975,13 @@ static void taker_killed_at_event(void)
     tk_events_go_on(&d, &s);
 }
 
-/* A sender that dies after its CR, having disarmed the owner's armed JFC
- * for that CR's event and before claiming the event's slot: no event, no
- * slot claimed, and the JFC disarmed, so no later CR would fire it either;
- * an owner asleep on the JFCE's fd (an event loop) would never wake for it
- * again. Its wait, with nothing else sent, must still report the event
- * (fired for the dead sender by the owner's progress thread), and the queue
- * goes on. */
-static void taker_killed_at_disarm(void)
+/* A sender killed at `step` of its CR's push, for which the owner's fd (as
+ * an event loop waits on it) must still become readable and its wait
+ * report the event: then its CR is there, and the queue goes on. `what`
+ * says how the event was made good, for the log. */
+static void tk_dead_sender_event_reported(int step, const char *what)
 {
-    taker_arg_t ta = {.len = 3000, .imm = DIE_IMM + TK_DIE_DISARMED};
+    taker_arg_t ta = {.len = 3000, .imm = DIE_IMM + (uint64_t)step};
     cf_peer_t p;
     cf_dev_t d;
     cf_side_t s;
@@ -994,9 +991,9 @@ static void taker_killed_at_disarm(void)
     uint32_t one = 1;
     uint64_t t0 = cf_now_ms();
     struct pollfd pfd = {.fd = s.ep.jfce->fd, .events = POLLIN};
-    JT_CHECK_EQ(poll(&pfd, 1, CF_WAIT_MS), 1); /* as an event loop waits */
+    JT_CHECK_EQ(poll(&pfd, 1, CF_WAIT_MS), 1);
     int n = cf.urma_wait_jfc(s.ep.jfce, 16, 0, jfcs);
-    fprintf(stderr, "  the dead sender's event was fired for it after %llu ms\n",
+    fprintf(stderr, "  the dead sender's event was %s after %llu ms\n", what,
             (unsigned long long)(cf_now_ms() - t0));
     JT_CHECK_EQ(n, 1);
     if (n == 1) {
@@ -1010,38 +1007,26 @@ static void taker_killed_at_disarm(void)
     tk_events_go_on(&d, &s);
 }
 
+/* A sender that dies after its CR, having disarmed the owner's armed JFC
+ * for that CR's event and before claiming the event's slot: no event, no
+ * slot claimed, and the JFC disarmed, so no later CR would fire it either;
+ * an owner asleep on the JFCE's fd (an event loop) would never wake for it
+ * again. The event is fired for the dead sender by the owner's progress
+ * thread. */
+static void taker_killed_at_disarm(void)
+{
+    tk_dead_sender_event_reported(TK_DIE_DISARMED, "fired for it");
+}
+
 /* A sender that dies after writing the event of its CR into the owner's
  * JFCE and before counting it on the owner's eventfd (the first signal to
  * a process opens that eventfd through pidfd_getfd: system calls): the
  * JFC is disarmed and the event queued, so without its count an owner
  * sleeping on the fd (an event loop) would never wake again for that JFC.
- * The owner's wait must still report it, and the queue goes on. */
+ * The count is written for the dead sender. */
 static void taker_killed_after_event(void)
 {
-    taker_arg_t ta = {.len = 3000, .imm = DIE_IMM + TK_DIE_EVENT_WRITTEN};
-    cf_peer_t p;
-    cf_dev_t d;
-    cf_side_t s;
-    if (tk_start(&p, taker_sends, &ta, &d, &s, true) != 0) return;
-    JT_CHECK_EQ(cf_peer_wait(&p, CF_WAIT_MS), 128 + SIGKILL);
-    urma_jfc_t *jfcs[16];
-    uint32_t one = 1;
-    uint64_t t0 = cf_now_ms();
-    struct pollfd pfd = {.fd = s.ep.jfce->fd, .events = POLLIN};
-    JT_CHECK_EQ(poll(&pfd, 1, CF_WAIT_MS), 1); /* as an event loop waits */
-    int n = cf.urma_wait_jfc(s.ep.jfce, 16, 0, jfcs);
-    fprintf(stderr, "  the dead sender's event was counted after %llu ms\n",
-            (unsigned long long)(cf_now_ms() - t0));
-    JT_CHECK_EQ(n, 1);
-    if (n == 1) {
-        JT_CHECK(jfcs[0] == s.ep.jfc);
-        cf.urma_ack_jfc(jfcs, &one, 1);
-    }
-    urma_cr_t cr;
-    JT_REQUIRE(cf_poll(s.ep.jfc, &cr, 1, CF_WAIT_MS) == 1);
-    JT_CHECK_EQ(cr.user_ctx, 0u);
-    JT_CHECK_EQ(cr.completion_len, 3000u);
-    tk_events_go_on(&d, &s);
+    tk_dead_sender_event_reported(TK_DIE_EVENT_WRITTEN, "counted");
 }
 
 /* A sender stopped (SIGSTOP) while it holds a claimed CR slot in the
