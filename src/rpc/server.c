@@ -801,11 +801,6 @@ bad:
 
 static void srv_read_frames(jet_socket_t *s);
 
-/* The answers to requests that came together go out together: each one
- * whose request has another request's bytes behind it is held (corked)
- * until the last one, or the end of the bytes read (a peer pipelining many
- * small requests got a system call per answer). A lone request's answer
- * goes at once. */
 static void srv_guest_task(jet_task_t *t)
 {
     srv_conn_t *c = (srv_conn_t *)((char *)t - offsetof(srv_conn_t, guest_task));
@@ -815,6 +810,11 @@ static void srv_guest_task(jet_task_t *t)
     jet__socket_unref(s);
 }
 
+/* The answers to requests that came together go out together: each one
+ * whose request has another request's bytes behind it is held (corked)
+ * until the last one, or the end of the bytes read (a peer pipelining many
+ * small requests got a system call per answer). A lone request's answer
+ * goes at once. */
 static void srv_on_read(jet_socket_t *s)
 {
     srv_conn_t *c = s->owner;
