@@ -46,6 +46,9 @@
  *                          refused with URMA_ENOMEM, as by a full queue.
  * SOFTUB_RECV_FULL_AFTER   those refusals start only after the process
  *                          has posted this many receive WRs (0: at once).
+ * SOFTUB_LOSE_EVENT        the first this many events the process would
+ *                          fire for another process's armed JFC are lost:
+ *                          the JFC is disarmed and nothing is queued.
  * SOFTUB_NO_PIDFD          1: never duplicate a peer's eventfd with
  *                          pidfd_getfd; wake its progress thread through the
  *                          region doorbell instead (the fallback used when
@@ -118,6 +121,7 @@ static void fault_load_once(void)
     atomic_store(&f->jfc_fail_after, (uint32_t)fault_u64("SOFTUB_JFC_FAIL_AFTER", 0, 1000000));
     atomic_store(&f->recv_full, (uint32_t)fault_u64("SOFTUB_RECV_FULL", 0, 1000000));
     atomic_store(&f->recv_full_after, (uint32_t)fault_u64("SOFTUB_RECV_FULL_AFTER", 0, 1000000));
+    atomic_store(&f->lose_event, (uint32_t)fault_u64("SOFTUB_LOSE_EVENT", 0, 1000000));
     f->no_pidfd = fault_u64("SOFTUB_NO_PIDFD", 0, 1) != 0;
     f->ptracer_any = fault_u64("SOFTUB_PTRACER_ANY", 1, 1) != 0;
     uint64_t mb = fault_u64("SOFTUB_REGION_MB", SUB_REGION_DEFAULT >> 20, 1ull << 20);

@@ -356,6 +356,7 @@ struct sub_fault {
     _Atomic uint32_t jfc_fail_after; /* create_jfc calls to let through before those */
     _Atomic uint32_t recv_full; /* receive WRs left to refuse as by a full queue */
     _Atomic uint32_t recv_full_after; /* receive WRs to let through before those */
+    _Atomic uint32_t lose_event;      /* events for other processes' JFCs left to lose */
     int no_pidfd;
     int ptracer_any;
     uint64_t region_size;

@@ -142,6 +142,12 @@ static void jfc_notify(struct sub_peer *p, struct sub_sjfc *sj, int solicited)
     uint32_t firing = p->self ? 0 : SUB_ARM_FIRING | (uint32_t)softub__g.self->pid;
     if (!atomic_compare_exchange_strong(&sj->armed, &a, firing ? firing : SUB_ARM_NONE)) return;
     softub__fault_at(SUB_DIE_DISARMED);
+    if (firing && softub__fault_take(&softub__fault.lose_event)) {
+        /* SOFTUB_LOSE_EVENT: disarmed, and no event, as a provider that
+         * loses one. */
+        jfc_fired(sj, firing);
+        return;
+    }
     jfc_fire_as(p, sj, firing);
 }
 

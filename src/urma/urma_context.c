@@ -1,6 +1,7 @@
 #include "urma/urma_context.h"
 
 #include <errno.h>
+#include <poll.h>
 #include <pthread.h>
 #include <sched.h>
 #include <stdio.h>
@@ -123,6 +124,10 @@ JET_FLAG_DEFINE_INT32_RANGE(urma_jfc_idle_ms, 30000, 0, INT32_MAX,
 
 #define CTX_MAX_LOOPS    1024
 #define CTX_EVENT_BUDGET 4096 /* completions per JFCE event before other work runs */
+/* Event mode, while the loop has connections: it polls its JFCs this often
+ * even without an event, so that completions whose event the provider lost
+ * are not left unpolled for good. */
+#define CTX_LOOK_US 1000000
 /* A spell of polling on a crowded machine ends at the first empty poll this
  * long after the last completion (and a failed arm is retried this often). */
 #define CTX_CROWDED_GAP_US 20
@@ -433,6 +438,8 @@ struct jet_urma_loop {
     uint32_t nmade;   /* of them made */
     uint32_t cq_next; /* the JFC polled first by the next drain */
     jet_timer_t cq_timer; /* deletes added JFCs idle for urma_jfc_idle_ms */
+    jet_timer_t look_timer; /* event mode: CTX_LOOK_US */
+    uint64_t looks_found;
     jet_io_t io;
     jet_poller_t poller;
     bool polling;
@@ -1265,6 +1272,28 @@ static void ul_event_cb(jet_io_t *io, uint32_t events)
         ul->slept_us = jet_now_us();
 }
 
+/* Event mode, once a second while the loop has connections: completions
+ * with no event on its way (the JFCE's fd not readable) are drained, and
+ * the JFCs armed again, as after an event. A provider that lost an event
+ * left them, and every later one of the JFC, unpolled: the loop sleeps on
+ * the event fd only. */
+static void ul_look_timer_cb(jet_timer_t *t)
+{
+    jet_urma_loop_t *ul = (jet_urma_loop_t *)((char *)t - offsetof(jet_urma_loop_t, look_timer));
+    if (ul->nattached == 0) return; /* the next attach starts it again */
+    jet_loop_timer_start(ul->loop, t, jet_loop_now_us(ul->loop) + CTX_LOOK_US);
+    if (ul->spinning || !ul->jfce || ul->nmade == 0) return;
+    struct pollfd pfd = {.fd = ul->jfce->fd, .events = POLLIN};
+    if (poll(&pfd, 1, 0) != 0) return; /* an event is there: ul_event_cb runs */
+    if (ul_drain(ul, CTX_EVENT_BUDGET) == 0) return;
+    ul->looks_found++;
+    JET_LOG_ONCE(JET_LOG_WARN,
+                 "URMA: event loop %d found completions that no completion event announced "
+                 "(the provider lost one); it looks for such every second",
+                 jet_loop_index(ul->loop));
+    if (!ul_rearm(ul)) ul_spin_start(ul);
+}
+
 /* The re-posts left by the previous poller pass. */
 static void ul_run_deferred(jet_urma_loop_t *ul)
 {
@@ -2027,6 +2056,7 @@ static jet_urma_loop_t *ul_create(jet_loop_t *loop, const jet_urma_ctx_t *c)
         ul->cq[0].used = d; /* every receive can complete once, into cq[0] */
     }
     jet_timer_init(&ul->cq_timer, ul_cq_timer_cb);
+    jet_timer_init(&ul->look_timer, ul_look_timer_cb);
     ul->gap_us = INT64_MAX / 8; /* no spin before short gaps were seen */
     ul->poller.poll = ul_poll_cb;
     ul->poller.arg = ul;
@@ -2155,6 +2185,8 @@ int jet__urma_loop_attach(jet_urma_loop_t *ul, struct jet_urma_ep *ep, uint32_t 
     ul->nattached++;
     ul->attaches++;
     ul_poller_sync(ul);
+    if (!ul->polling && !jet_timer_armed(&ul->look_timer))
+        jet_loop_timer_start(ul->loop, &ul->look_timer, jet_loop_now_us(ul->loop) + CTX_LOOK_US);
     *index_p = idx;
     *gen_p = ul->gens[idx];
     *js_p = js;
@@ -2211,6 +2243,7 @@ void jet__urma_loop_stats(jet_urma_loop_t *ul, jet_urma_loop_stats_t *out)
     out->completions = ul->completions;
     out->events = ul->events;
     out->spins = ul->spins;
+    out->looks_found = ul->looks_found;
     out->spinning = ul->spinning;
     out->deferred = ul->ndeferred;
     out->srq_depth = ul->srq_depth;

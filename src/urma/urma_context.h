@@ -251,6 +251,7 @@ typedef struct jet_urma_loop_stats {
     uint64_t completions;
     uint64_t events;  /* completion events taken from the JFCE (event mode) */
     uint64_t spins;   /* event mode: spells of polling after an event */
+    uint64_t looks_found; /* event mode: the once-a-second looks that found completions */
     bool spinning;    /* in one now (the JFC is not armed) */
     uint32_t deferred;  /* endpoints whose receives wait for the next poller pass */
     uint32_t recv_held; /* receives taken and not posted again yet */

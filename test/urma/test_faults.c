@@ -1696,6 +1696,35 @@ static void test_abandoned_import_quiet(void)
     JT_CHECK_EQ(jt_child_stop(&c), 0);
 }
 
+/* A provider that loses a completion event: the server child loses the
+ * first event it would raise into another process's armed JFC
+ * (SOFTUB_LOSE_EVENT), that of an answer's receive completion here. An
+ * event-mode loop still polls its JFCs once a second while it has
+ * connections, so that answer is found, late, where the call waited for
+ * its deadline (10 s) before; the connection goes on. */
+static void test_lost_event_found(void)
+{
+    const char *envs[] = {"SOFTUB_LOSE_EVENT=1", NULL};
+    jt_child_t c;
+    JT_REQUIRE(jt_child_start(&c, NULL, envs) == 0);
+    jet_channel_t *ch = ut_channel(c.port, JET_SOCKET_MODE_URMA, 10000, JET_CONNECTION_SINGLE);
+    JT_REQUIRE(ch);
+    ut_urma_mark_t m = ut_urma_mark();
+    uint64_t found = ut_urma_totals(NULL).looks_found;
+    int64_t t0 = jt_now_ms(), worst = 0;
+    for (int i = 0; i < 20; i++) {
+        int64_t t1 = jt_now_ms();
+        JT_CHECK_EQ(jt_echo_bytes(ch, 1000, (uint64_t)i + 1, "lost"), 0);
+        if (jt_now_ms() - t1 > worst) worst = jt_now_ms() - t1;
+    }
+    fprintf(stderr, "  20 calls, one answer's event lost: %lld ms in all, the slowest %lld ms\n",
+            (long long)(jt_now_ms() - t0), (long long)worst);
+    JT_CHECK_EQ(ut_urma_totals(NULL).looks_found, found + 1);
+    ut_expect_urma(m, 20, 1);
+    jet_channel_destroy(ch);
+    JT_CHECK_EQ(jt_child_stop(&c), 0);
+}
+
 int main(int argc, char **argv)
 {
     jt_urma_main_setup(&argc, &argv, "faults");
@@ -1734,5 +1763,6 @@ int main(int argc, char **argv)
     JT_RUN(test_churn_across_queues);
     JT_RUN(test_jfc_creation_fails);
     JT_RUN(test_extensions_flag_changed_mid_handshake);
+    JT_RUN(test_lost_event_found);
     return jt_finish();
 }

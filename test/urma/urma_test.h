@@ -403,6 +403,7 @@ static UT_UNUSED jet_urma_loop_stats_t ut_urma_totals(int *spinning_p)
         sum.completions += p.st.completions;
         sum.events += p.st.events;
         sum.spins += p.st.spins;
+        sum.looks_found += p.st.looks_found;
         spinning += p.st.spinning;
         sum.c.recv_zerocopy += p.st.c.recv_zerocopy;
         sum.c.recv_copied += p.st.c.recv_copied;
