@@ -88,6 +88,9 @@ typedef struct jet_server_stats {
     uint64_t requests;
     uint64_t requests_failed;
     uint64_t in_flight;
+    /* Connections closed, holding part of a request from a silent peer, to
+     * free memory for another connection's input (server_shed_stalled_ms). */
+    uint64_t connections_shed;
 } jet_server_stats_t;
 void jet_server_get_stats(const jet_server_t *srv, jet_server_stats_t *out);
 

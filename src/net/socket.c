@@ -35,6 +35,7 @@ static void sock_writable_task(jet_task_t *t);
 static void sock_read_task(jet_task_t *t);
 static void sock_resume_task(jet_task_t *t);
 static void sock_connect_timer(jet_timer_t *t);
+static void sock_nomem_timer(jet_timer_t *t);
 static void sock_writer_run(jet_socket_t *s, bool on_loop);
 
 /* Takes src's references without allocating; src is left empty. */
@@ -61,6 +62,7 @@ static jet_socket_t *sock_new(int fd, int mode, const jet_socket_handler_t *hand
     s->write_task.fn = sock_write_task;
     s->fail_task.fn = sock_fail_task;
     jet_timer_init(&s->connect_timer, sock_connect_timer);
+    jet_timer_init(&s->nomem_timer, sock_nomem_timer);
     s->io.fd = fd;
     s->io.cb = sock_io_cb;
     s->io.arg = s;
@@ -220,6 +222,7 @@ static void sock_fail_task(jet_task_t *t)
     jet_socket_t *s = (jet_socket_t *)((char *)t - offsetof(jet_socket_t, fail_task));
     jet_loop_io_del(&s->io);
     jet_loop_timer_stop(s->loop, &s->connect_timer);
+    jet_loop_timer_stop(s->loop, &s->nomem_timer);
     int err = atomic_load(&s->error);
     if (s->ops->close) s->ops->close(s);
     if (s->handler && s->handler->on_failed) s->handler->on_failed(s, err);
@@ -309,6 +312,39 @@ void jet__socket_post_read(jet_socket_t *s)
     jet_loop_post(s->loop, &s->read_task);
 }
 
+/* ---- input without memory ------------------------------------------------ */
+
+/* A read that found no memory after the owner closed a connection to free
+ * some tries again this often, this many times: the closed connection gives
+ * its blocks back on its own loop thread, within microseconds unless that
+ * thread is busy. The owner is asked again every SOCK_NOMEM_ASK_EVERY
+ * retries, not at each: what it closed may not have given its memory back
+ * yet, and one closing is often enough. */
+#define SOCK_NOMEM_RETRY_US  1000
+#define SOCK_NOMEM_TRIES     200
+#define SOCK_NOMEM_ASK_EVERY 10
+
+bool jet__socket_read_nomem(jet_socket_t *s)
+{
+    if (jet_timer_armed(&s->nomem_timer)) return true;
+    bool freed = s->nomem_tries % SOCK_NOMEM_ASK_EVERY == 0 && s->handler && s->handler->on_nomem &&
+                 s->handler->on_nomem(s);
+    if (!freed && s->nomem_tries == 0) return false;
+    if (++s->nomem_tries > SOCK_NOMEM_TRIES) {
+        JET_WARN("%s: no memory for its input in %d ms after closing other connections", s->peer,
+                 SOCK_NOMEM_TRIES * SOCK_NOMEM_RETRY_US / 1000);
+        return false;
+    }
+    jet_loop_timer_start(s->loop, &s->nomem_timer, jet_now_us() + SOCK_NOMEM_RETRY_US);
+    return true;
+}
+
+static void sock_nomem_timer(jet_timer_t *t)
+{
+    jet_socket_t *s = (jet_socket_t *)((char *)t - offsetof(jet_socket_t, nomem_timer));
+    if (!jet__socket_failed(s) && !jet__socket_read_paused(s)) s->ops->on_input(s, EPOLLIN);
+}
+
 /* ---- input flow control -------------------------------------------------- */
 
 /* Where a paused input goes on: half the limit; at once when the limit was
@@ -367,6 +403,7 @@ static void sock_unwritten_sub(jet_socket_t *s, int64_t n)
 void jet__socket_deliver(jet_socket_t *s)
 {
     if (s->handler && s->handler->on_read && !jet__socket_failed(s)) s->handler->on_read(s);
+    atomic_store_explicit(&s->read_held, jet_iobuf_len(&s->read_buf), memory_order_relaxed);
 }
 
 /* ---- write side ---------------------------------------------------------- */

@@ -62,6 +62,11 @@ typedef struct jet_socket_handler {
      * thread, which may be the caller's. May be NULL: the socket fails with
      * -EMSGSIZE instead. */
     void (*on_refused)(jet_socket_t *s, jet_iobuf_t *msg);
+    /* A read found no memory for s's input (the iobuf cap is reached): the
+     * owner may free some by closing other connections. True when it closed
+     * one, and a read may then succeed: the socket tries again shortly
+     * instead of failing with -ENOMEM. Loop thread. May be NULL. */
+    bool (*on_nomem)(jet_socket_t *s);
 } jet_socket_handler_t;
 
 typedef struct jet_addr {
@@ -110,6 +115,11 @@ struct jet_socket {
     _Atomic bool read_paused;   /* jet__socket_pause_read */
     _Atomic bool resume_posted; /* resume_task is on its way */
     jet_task_t resume_task;
+    /* Bytes on_read left in read_buf (part of a message), for an owner
+     * that looks for memory to free from another thread. */
+    _Atomic size_t read_held;
+    jet_timer_t nomem_timer; /* reads again after jet__socket_read_nomem */
+    uint32_t nomem_tries;    /* such retries since the last read that got memory */
 
     /* write side */
     _Atomic(jet_write_req_t *) write_head; /* newest request; NULL = no writer */
@@ -186,6 +196,19 @@ void jet__socket_connected(jet_socket_t *s, int err); /* loop thread */
 /* Loop thread: the transport stopped reading with bytes possibly left (its
  * read budget ran out); on_input(s, EPOLLIN) runs again after other work. */
 void jet__socket_post_read(jet_socket_t *s);
+
+/* Loop thread: a read of the transport found no memory for input, and took
+ * nothing from the peer. True when the socket reads again shortly
+ * (on_input(s, EPOLLIN) on a timer) because the owner's on_nomem freed
+ * memory, or a retry after such a freeing is still due; false when the
+ * transport is to fail the socket with -ENOMEM (no owner freed any, or
+ * memory stayed short through SOCK_NOMEM_TRIES retries). A read that gets
+ * memory calls jet__socket_read_got_memory. */
+bool jet__socket_read_nomem(jet_socket_t *s);
+static inline void jet__socket_read_got_memory(jet_socket_t *s)
+{
+    s->nomem_tries = 0;
+}
 
 /* Input flow control, for a server whose peer sends requests and does not
  * read the answers: without it the answers would queue without limit.

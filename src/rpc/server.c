@@ -74,7 +74,7 @@ struct jet_server {
     _Atomic int64_t in_flight;
     pthread_mutex_t lock;
     srv_conn_t conns; /* list head */
-    _Atomic uint64_t n_accepted, n_open, n_requests, n_failed;
+    _Atomic uint64_t n_accepted, n_open, n_requests, n_failed, n_shed;
     pthread_t idle_thread; /* closes idle connections when idle_timeout_sec > 0 */
     bool idle_thread_started;
     pthread_cond_t idle_cond;
@@ -83,12 +83,20 @@ struct jet_server {
 static void srv_on_read(jet_socket_t *s);
 static void srv_on_failed(jet_socket_t *s, int err);
 static void srv_on_release(jet_socket_t *s);
+static bool srv_on_nomem(jet_socket_t *s);
 
 static const jet_socket_handler_t srv_handler = {
     .on_read = srv_on_read,
     .on_failed = srv_on_failed,
     .on_release = srv_on_release,
+    .on_nomem = srv_on_nomem,
 };
+
+JET_FLAG_DEFINE_INT32_RANGE(
+    server_shed_stalled_ms, 1000, 0, INT32_MAX,
+    "When a server's read finds no memory (iobuf_max_mb reached), it closes the connection "
+    "holding the most bytes of an unfinished request whose peer has sent nothing for this many "
+    "milliseconds, and reads again, instead of failing the connection it reads (0: never)");
 
 int jet_server_create(const jet_server_options_t *opts, jet_server_t **srv_p)
 {
@@ -346,6 +354,7 @@ void jet_server_get_stats(const jet_server_t *srv, jet_server_stats_t *out)
 {
     out->connections_accepted = atomic_load(&srv->n_accepted);
     out->connections_open = atomic_load(&srv->n_open);
+    out->connections_shed = atomic_load(&srv->n_shed);
     out->requests = atomic_load(&srv->n_requests);
     out->requests_failed = atomic_load(&srv->n_failed);
     out->in_flight = (uint64_t)atomic_load(&srv->in_flight);
@@ -361,6 +370,44 @@ static void srv_on_failed(jet_socket_t *s, int err)
     pthread_mutex_unlock(&srv->lock);
     atomic_fetch_sub(&srv->n_open, 1);
     jet__socket_unref(s); /* the list's reference; c lives until release */
+}
+
+/* Loop thread of s, whose read found no memory: the connection holding the
+ * most memory in part of a request whose peer has gone silent (a stalled
+ * or hostile upload) is closed rather than s, which is being served. Not
+ * one whose reading we paused ourselves (its peer is waiting for us). */
+static bool srv_on_nomem(jet_socket_t *s)
+{
+    int64_t quiet_us = (int64_t)JET_FLAG(server_shed_stalled_ms) * 1000;
+    if (quiet_us <= 0) return false;
+    srv_conn_t *me = s->owner;
+    jet_server_t *srv = me->srv;
+    int64_t now = jet_now_coarse_us();
+    jet_socket_t *victim = NULL;
+    size_t most = 0;
+    int64_t quiet_for = 0;
+    pthread_mutex_lock(&srv->lock);
+    for (srv_conn_t *c = srv->conns.next; c != &srv->conns; c = c->next) {
+        jet_socket_t *o = c->s;
+        if (!o || o == s || jet__socket_failed(o) || jet__socket_read_paused(o)) continue;
+        size_t held = atomic_load_explicit(&o->read_held, memory_order_relaxed);
+        int64_t quiet = now - atomic_load_explicit(&o->last_active_us, memory_order_relaxed);
+        if (held > most && quiet >= quiet_us) {
+            victim = o;
+            most = held;
+            quiet_for = quiet;
+        }
+    }
+    if (victim) jet__socket_ref(victim);
+    pthread_mutex_unlock(&srv->lock);
+    if (!victim) return false;
+    JET_WARN_PEER("close %s: out of memory for the input of %s, and it holds %zu bytes of an "
+                  "unfinished request, its peer silent for %lld ms",
+                  victim->peer, s->peer, most, (long long)(quiet_for / 1000));
+    atomic_fetch_add(&srv->n_shed, 1);
+    jet__socket_set_failed(victim, -ENOMEM);
+    jet__socket_unref(victim);
+    return true;
 }
 
 static void srv_actx_clear(jet_auth_context_t *a)

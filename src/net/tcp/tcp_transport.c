@@ -107,6 +107,7 @@ void jet__tcp_read(jet_socket_t *s)
         size_t offered;
         ssize_t r = jet__iobuf_read_fd(&s->read_buf, s->fd, room, &offered);
         if (r > 0) {
+            jet__socket_read_got_memory(s);
             jet__socket_deliver(s);
             if (jet__socket_failed(s)) return;
             /* A read shorter than what it offered drained the kernel: the
@@ -123,6 +124,9 @@ void jet__tcp_read(jet_socket_t *s)
         }
         if (r == -EAGAIN) return;
         if (r == -EINTR) continue;
+        /* Nothing was taken from the kernel: the bytes wait there (and the
+         * peer with them) while the owner frees memory. */
+        if (r == -ENOMEM && jet__socket_read_nomem(s)) return;
         jet__socket_set_failed(s, r == -ECONNRESET ? -JET_EEOF : (int)r);
         return;
     }
