@@ -222,6 +222,12 @@ static inline void jet__socket_read_got_memory(jet_socket_t *s)
  * holds, then on_input(s, EPOLLIN). Returns true when it paused, false when
  * the socket is not that far behind (or the limit is 0: none). */
 bool jet__socket_pause_read(jet_socket_t *s);
+/* Loop thread, from on_read: the owner has taken its share of this loop
+ * pass and leaves the rest of read_buf (and of the peer's input) for a
+ * later one, after the loop's other connections. A pause that the socket
+ * resumes by itself in the next pass (read_resumed, on_read, on_input),
+ * unless jet__socket_pause_read's limit holds it longer. */
+void jet__socket_yield_read(jet_socket_t *s);
 static inline bool jet__socket_read_paused(const jet_socket_t *s)
 {
     return atomic_load_explicit(&s->read_paused, memory_order_relaxed);

@@ -11,6 +11,7 @@
  * jettest.NodeService/Depth answers "depth <levels>" for a Node (a type that
  * contains itself, test/proto/nest.proto). */
 #include <errno.h>
+#include <pthread.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -911,6 +912,89 @@ static void test_unread_answers_bounded(void)
     check_healthy();
 }
 
+/* ---- one client's flood against the others ------------------------------------- */
+
+static _Atomic uint64_t g_mark_at; /* requests the server had taken when "mark" came */
+
+/* The service's hook: notes when a "mark" request is served, and lets the
+ * echo answer it. */
+static bool mark_hook(const Example__EchoRequest *req, Example__EchoResponse_Closure closure,
+                      void *closure_data)
+{
+    (void)closure;
+    (void)closure_data;
+    if (req->message && strcmp(req->message, "mark") == 0) {
+        jet_server_stats_t st;
+        jet_server_get_stats(g_srv, &st);
+        atomic_store(&g_mark_at, st.requests);
+    }
+    return false;
+}
+
+typedef struct flood {
+    int fd;
+    jt_bytes_t b;
+    bool sent;
+} flood_t;
+
+static void *flood_main(void *arg)
+{
+    flood_t *f = arg;
+    f->sent = send_buf(f->fd, &f->b);
+    return NULL;
+}
+
+/* A client that pipelines small requests faster than the server serves
+ * them (60,000 in one stream) gets the loop, which the server shares with
+ * every other connection, for a turn of a few dozen requests at a time: a
+ * call of the good client made in the middle of the flood is served after
+ * a turn or two of it, not after the flood's whole read budget (up to 1.8 MB
+ * of requests per turn: tens of thousands, tens of milliseconds). Counted
+ * in requests the server served meanwhile, not in time. */
+static void test_pipelining_flood_shares_the_loop(void)
+{
+    enum { N = 60000, BEFORE = 2000, BOUND = 1000 };
+    flood_t f = {.fd = raw_connect()};
+    for (int i = 0; i < N; i++)
+        buf_good_request(&f.b, 1 + i);
+    jet_server_stats_t st0, st;
+    jet_server_get_stats(g_srv, &st0);
+    pthread_t th;
+    JT_REQUIRE(pthread_create(&th, NULL, flood_main, &f) == 0);
+    /* Well into the flood. */
+    bool into = false;
+    for (int64_t end = jt_now_ms() + WAIT_LIMIT_US / 1000; !into && jt_now_ms() < end;) {
+        jet_server_get_stats(g_srv, &st);
+        into = st.requests - st0.requests >= BEFORE;
+        if (!into) usleep(100);
+    }
+    JT_CHECK(into);
+    jet_server_get_stats(g_srv, &st);
+    atomic_store(&g_mark_at, 0);
+    jet_call_t *call = jet_call_create();
+    JT_REQUIRE(call);
+    JT_CHECK_EQ(jt_echo_call(g_good, call, "mark", NULL, NULL), 0);
+    JT_CHECK(!jet_call_failed(call));
+    uint64_t at = atomic_load(&g_mark_at);
+    uint64_t between = at > st.requests ? at - st.requests - 1 : 0;
+    fprintf(
+        stderr,
+        "  flood requests served between the good call's send and its service: %llu (%llu of %d "
+        "served before it)\n",
+        (unsigned long long)between, (unsigned long long)(st.requests - st0.requests), N);
+    JT_CHECK(at > st.requests);
+    JT_CHECK(between <= BOUND);
+    jet_call_destroy(call);
+    /* The flood is served whole. */
+    JT_CHECK(JT_WAIT_UNTIL((jet_server_get_stats(g_srv, &st), st.requests - st0.requests >= N + 1),
+                           WAIT_LIMIT_US));
+    pthread_join(th, NULL);
+    JT_CHECK(f.sent);
+    free(f.b.p);
+    close(f.fd);
+    check_healthy();
+}
+
 static void test_many_bad_clients_at_once(void)
 {
     /* Every kind of bad input on its own connection, all open together, then
@@ -992,7 +1076,7 @@ int main(void)
     jet_server_options_t so;
     jet_server_options_init(&so);
     so.max_body_size = MAX_BODY;
-    jt_echo_service_init(&g_service, &(jt_echo_opts_t){.answer_lengths = true});
+    jt_echo_service_init(&g_service, &(jt_echo_opts_t){.answer_lengths = true, .hook = mark_hook});
     g_srv = NULL;
     if (jet_server_create(&so, &g_srv) < 0 ||
         jet_server_add_service(g_srv, &g_service.base.base) < 0 ||
@@ -1030,6 +1114,7 @@ int main(void)
     RUN(test_attachment_size_too_big);
     RUN(test_checksum);
     RUN(test_unknown_service_and_method);
+    RUN(test_pipelining_flood_shares_the_loop);
     RUN(test_many_bad_clients_at_once);
     RUN(test_garbage_flood_log_bounded);
     RUN(test_nested_too_deep);
