@@ -265,6 +265,16 @@ static jet_cid_parked_t *cid_unpark(cid_slot_t *slot)
     return atomic_exchange_explicit(&slot->parked, NULL, memory_order_seq_cst);
 }
 
+/* The attempt named by want (its version << 32 | a connection's tag) is
+ * this connection's: as its current attempt, or as the earlier attempt of
+ * a backup request. */
+static bool cid_owned(cid_slot_t *slot, uint64_t want)
+{
+    return (atomic_load_explicit(&slot->owner, memory_order_acquire) &
+            ~(uint64_t)JET_CID_OWNER_LAST) == want ||
+           atomic_load_explicit(&slot->alt_owner, memory_order_acquire) == want;
+}
+
 int jet__cid_park(uint64_t cid, uint32_t owner, jet_cid_parked_t *p)
 {
     uint32_t idx = (uint32_t)(cid >> 32), ver = (uint32_t)cid;
@@ -274,11 +284,14 @@ int jet__cid_park(uint64_t cid, uint32_t owner, jet_cid_parked_t *p)
     cid_slot_t *slot = cid_slot(idx);
     if (!slot) return JET_CID_STALE;
     uint64_t held = ver | CID_HELD;
+    uint64_t want = (uint64_t)ver << 32 | owner;
     uint64_t vers = atomic_load_explicit(&slot->vers, memory_order_seq_cst);
-    /* Accepted again since the claim failed (the hold ended). */
-    if (cid_accepts(vers, ver)) return JET_CID_AGAIN;
-    if (vers >> 32 != held || atomic_load_explicit(&slot->alt_owner, memory_order_acquire) !=
-                                  ((uint64_t)ver << 32 | owner))
+    /* Accepted again since the claim failed (the hold ended): claim again,
+     * if the attempt is this connection's. An answer with the id of another
+     * connection's call (a server's error, or a guess) is stale here, or
+     * its reader would claim and park in turn until that call ended. */
+    if (cid_accepts(vers, ver)) return cid_owned(slot, want) ? JET_CID_AGAIN : JET_CID_STALE;
+    if (vers >> 32 != held || atomic_load_explicit(&slot->alt_owner, memory_order_acquire) != want)
         return JET_CID_STALE;
     if (!p) return JET_CID_PARKED;
     jet_cid_parked_t *none = NULL;
@@ -295,7 +308,7 @@ int jet__cid_park(uint64_t cid, uint32_t owner, jet_cid_parked_t *p)
     if (!atomic_compare_exchange_strong_explicit(&slot->parked, &mine, NULL, memory_order_seq_cst,
                                                  memory_order_relaxed))
         return JET_CID_PARKED; /* taken by the hold's end meanwhile */
-    return cid_accepts(vers, ver) ? JET_CID_AGAIN : JET_CID_STALE;
+    return cid_accepts(vers, ver) && cid_owned(slot, want) ? JET_CID_AGAIN : JET_CID_STALE;
 }
 
 void jet__cid_drop_held(uint64_t cid)

@@ -202,8 +202,9 @@ void jet__cid_drop_held(uint64_t cid);
  * claim accepted (jet__cid_claim_from, jet__cid_fail_from).
  * JET_CID_PARKED: its attempt is held, and p is kept for the hold's end
  * (p NULL: only says so); JET_CID_AGAIN: cid is accepted again (the hold
- * ended meanwhile), claim again (p is not kept); JET_CID_STALE: dropped
- * (an unknown, ended or answered attempt, or another answer is parked). */
+ * ended meanwhile) and its attempt is owner's, claim again (p is not
+ * kept); JET_CID_STALE: dropped (an unknown, ended or answered attempt, an
+ * attempt of another connection, or another answer is parked). */
 enum { JET_CID_STALE = 0, JET_CID_PARKED = 1, JET_CID_AGAIN = 2 };
 int jet__cid_park(uint64_t cid, uint32_t owner, jet_cid_parked_t *p);
 /* A slot for a server call: the handle its handler gets as closure_data,

@@ -1138,20 +1138,33 @@ static void test_reissue_on_destroyed_channel(void)
 }
 
 /* A baidu_std response to correlation id cid, with message msg, on c. */
-static void answer_on(jt_conn_t *c, uint64_t cid, const char *msg)
+/* An answer to cid on c: message msg, or with error_code code (not 0) and
+ * msg as its text. */
+static void answer_code_on(jt_conn_t *c, uint64_t cid, int32_t code, const char *msg)
 {
     Brpc__Policy__RpcMeta meta = BRPC__POLICY__RPC_META__INIT;
     Brpc__Policy__RpcResponseMeta rm = BRPC__POLICY__RPC_RESPONSE_META__INIT;
     meta.response = &rm;
     meta.has_correlation_id = true;
     meta.correlation_id = (int64_t)cid;
+    if (code != 0) {
+        rm.has_error_code = true;
+        rm.error_code = code;
+        rm.error_text = (char *)msg;
+    }
     size_t len = 0;
-    uint8_t *body = jt_echo_request_bytes(msg, &len); /* EchoResponse has the same shape */
+    uint8_t *body =
+        code != 0 ? NULL : jt_echo_request_bytes(msg, &len); /* EchoResponse has the same shape */
     jt_bytes_t b = {0};
     jt_bytes_frame(&b, &meta, body, len, NULL, 0);
     JT_CHECK_EQ(jt_conn_write(c, b.p, b.len), 0);
     free(b.p);
     free(body);
+}
+
+static void answer_on(jt_conn_t *c, uint64_t cid, const char *msg)
+{
+    answer_code_on(c, cid, 0, msg);
 }
 
 /* The correlation id of the next request on c (0: none came). */
@@ -1167,9 +1180,10 @@ static uint64_t request_cid(jt_conn_t *c)
 }
 
 /* A server that answers on one connection with the correlation id of a call
- * waiting on another connection (to it or to another server): the answer is
- * dropped like an unknown id. That call still gets its own answer, and both
- * connections' calls end normally. */
+ * waiting on another connection (to it or to another server), with a
+ * message or an error: the answer is dropped like an unknown id, and the
+ * connection's own answers go on at once. That call still gets its own
+ * answer, and both connections' calls end normally. */
 static void test_answer_on_the_wrong_connection(void)
 {
     int port = 0;
@@ -1194,10 +1208,17 @@ static void test_answer_on_the_wrong_connection(void)
     JT_REQUIRE(cid_x != 0 && cid_y != 0);
 
     answer_on(&c2, cid_x, "from the wrong connection");
+    answer_code_on(&c2, cid_x, 1003, "an error from the wrong connection");
     usleep(100 * 1000);
     JT_CHECK_EQ(atomic_load(&done.n), 0);
-    answer_on(&c1, cid_x, "x-ok");
+    /* The wrong answer is dropped, not retried: the connection's next
+     * answer is read at once, while x is still out (its reader had claimed
+     * and parked that answer in turn until x ended). */
     answer_on(&c2, cid_y, "y-ok");
+    JT_CHECK(wait_count(&done, 1));
+    JT_CHECK(jt_echo_resp_is(y, "y-ok"));
+    JT_CHECK(!jet_call_failed(y));
+    answer_on(&c1, cid_x, "x-ok");
     JT_CHECK(wait_count(&done, 2));
     JT_CHECK(jt_echo_resp_is(x, "x-ok"));
     JT_CHECK(jt_echo_resp_is(y, "y-ok"));
