@@ -788,7 +788,17 @@ static void ch_attempt_failed(jet_call_t *call, int err, const char *why)
     }
     int code = -err;
     char text[320];
-    snprintf(text, sizeof text, "[%s] %s", call->channel->name, why ? why : jet_strerror(err));
+    if (err == -ETIMEDOUT && jet_now_us() >= call->deadline_us) {
+        /* The connection's connect or hello timer (connect_timeout_ms, by
+         * default the call's timeout) fired with the call's deadline, or
+         * just before its timer: the call timed out, as that timer says. */
+        code = JET_ERPCTIMEDOUT;
+        snprintf(text, sizeof text, "Reached timeout=%dms @%s (connecting: %s)",
+                 (int)((call->deadline_us - call->start_us) / 1000), call->channel->name,
+                 why ? why : jet_strerror(err));
+    } else {
+        snprintf(text, sizeof text, "[%s] %s", call->channel->name, why ? why : jet_strerror(err));
+    }
     ch_complete(call, code, text);
 }
 
