@@ -35,6 +35,7 @@ static void sock_writable_task(jet_task_t *t);
 static void sock_read_task(jet_task_t *t);
 void jet__socket_yield_read(jet_socket_t *s)
 {
+    s->read_yielded = true;
     atomic_store_explicit(&s->read_paused, true, memory_order_seq_cst);
     if (!atomic_exchange_explicit(&s->resume_posted, true, memory_order_seq_cst)) {
         jet__socket_ref(s);
@@ -234,6 +235,11 @@ static void sock_fail_task(jet_task_t *t)
     jet_loop_timer_stop(s->loop, &s->nomem_timer);
     int err = atomic_load(&s->error);
     if (s->ops->close) s->ops->close(s);
+    /* The read side is over: what it held (part of a message) goes now, not
+     * with the last reference, which calls still being served may keep for
+     * long (the memory may be what a server closed this connection for). */
+    jet_iobuf_clear(&s->read_buf);
+    atomic_store_explicit(&s->read_held, 0, memory_order_relaxed);
     if (s->handler && s->handler->on_failed) s->handler->on_failed(s, err);
     /* A write side parked on the loop drops its requests now. */
     if (s->wait_out || s->wait_ready) {
@@ -384,10 +390,16 @@ static void sock_resume_task(jet_task_t *t)
 {
     jet_socket_t *s = (jet_socket_t *)((char *)t - offsetof(jet_socket_t, resume_task));
     atomic_store_explicit(&s->resume_posted, false, memory_order_seq_cst);
-    /* Behind again since the post (more answers queued): the next drain
-     * posts again. */
+    /* A yield goes on unless the limit itself holds (as jet__socket_pause_read
+     * would pause now: past the limit, not past half of it); a pause for the
+     * limit, once half of it is left. Behind again since the post (more
+     * answers queued): it stays paused for the limit, and the next drain
+     * posts again (it sees read_paused: resume_posted was cleared first). */
+    int64_t limit = JET_FLAG(socket_max_unwritten_bytes);
+    int64_t go_at = s->read_yielded ? (limit > 0 ? limit : INT64_MAX) : sock_resume_below();
+    s->read_yielded = false;
     if (atomic_load_explicit(&s->read_paused, memory_order_relaxed) && !jet__socket_failed(s) &&
-        atomic_load_explicit(&s->unwritten, memory_order_seq_cst) <= sock_resume_below()) {
+        atomic_load_explicit(&s->unwritten, memory_order_seq_cst) <= go_at) {
         atomic_store_explicit(&s->read_paused, false, memory_order_relaxed);
         if (s->ops->read_resumed) s->ops->read_resumed(s);
         if (!jet_iobuf_empty(&s->read_buf)) jet__socket_deliver(s);

@@ -115,6 +115,7 @@ struct jet_socket {
     _Atomic bool read_paused;   /* jet__socket_pause_read */
     _Atomic bool resume_posted; /* resume_task is on its way */
     jet_task_t resume_task;
+    bool read_yielded; /* the pause is jet__socket_yield_read's (loop thread) */
     /* Bytes on_read left in read_buf (part of a message), for an owner
      * that looks for memory to free from another thread. */
     _Atomic size_t read_held;

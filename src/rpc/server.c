@@ -95,8 +95,9 @@ static const jet_socket_handler_t srv_handler = {
 JET_FLAG_DEFINE_INT32_RANGE(
     server_shed_stalled_ms, 1000, 0, INT32_MAX,
     "When a server's read finds no memory (iobuf_max_mb reached), it closes the connection "
-    "holding the most bytes of an unfinished request whose peer has sent nothing for this many "
-    "milliseconds, and reads again, instead of failing the connection it reads (0: never)");
+    "holding the most bytes of an unfinished request that has been idle (nothing read or "
+    "written) for this many milliseconds, and reads again, instead of failing the connection it "
+    "reads (0: never)");
 
 int jet_server_create(const jet_server_options_t *opts, jet_server_t **srv_p)
 {
@@ -373,9 +374,11 @@ static void srv_on_failed(jet_socket_t *s, int err)
 }
 
 /* Loop thread of s, whose read found no memory: the connection holding the
- * most memory in part of a request whose peer has gone silent (a stalled
- * or hostile upload) is closed rather than s, which is being served. Not
- * one whose reading we paused ourselves (its peer is waiting for us). */
+ * most memory in part of a request and idle (nothing read or written: a
+ * stalled or hostile upload) is closed rather than s, which is being
+ * served. Not one whose reading we paused ourselves (its peer is waiting
+ * for us, or its turn will come). True also while a connection closed
+ * earlier has yet to free its input: s reads again shortly. */
 static bool srv_on_nomem(jet_socket_t *s)
 {
     int64_t quiet_us = (int64_t)JET_FLAG(server_shed_stalled_ms) * 1000;
@@ -386,11 +389,20 @@ static bool srv_on_nomem(jet_socket_t *s)
     jet_socket_t *victim = NULL;
     size_t most = 0;
     int64_t quiet_for = 0;
+    bool pending = false;
     pthread_mutex_lock(&srv->lock);
     for (srv_conn_t *c = srv->conns.next; c != &srv->conns; c = c->next) {
         jet_socket_t *o = c->s;
-        if (!o || o == s || jet__socket_failed(o) || jet__socket_read_paused(o)) continue;
+        if (!o || o == s) continue;
         size_t held = atomic_load_explicit(&o->read_held, memory_order_relaxed);
+        /* Failed, and its loop has not freed its input yet (it does so
+         * before the connection leaves this list): that memory is coming,
+         * no other connection is closed meanwhile. */
+        if (jet__socket_failed(o)) {
+            pending |= held > 0;
+            continue;
+        }
+        if (jet__socket_read_paused(o)) continue;
         int64_t quiet = now - atomic_load_explicit(&o->last_active_us, memory_order_relaxed);
         if (held > most && quiet >= quiet_us) {
             victim = o;
@@ -398,8 +410,10 @@ static bool srv_on_nomem(jet_socket_t *s)
             quiet_for = quiet;
         }
     }
+    if (pending) victim = NULL;
     if (victim) jet__socket_ref(victim);
     pthread_mutex_unlock(&srv->lock);
+    if (pending) return true;
     if (!victim) return false;
     JET_WARN_PEER("close %s: out of memory for the input of %s, and it holds %zu bytes of an "
                   "unfinished request, its peer silent for %lld ms",
@@ -853,7 +867,7 @@ static void srv_guest_task(jet_task_t *t)
     srv_conn_t *c = (srv_conn_t *)((char *)t - offsetof(srv_conn_t, guest_task));
     jet_socket_t *s = c->guest_s;
     c->guest_s = NULL;
-    if (!jet__socket_failed(s)) srv_on_read(s);
+    jet__socket_deliver(s); /* srv_on_read, then what it left is published */
     jet__socket_unref(s);
 }
 

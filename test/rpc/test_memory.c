@@ -1,13 +1,22 @@
-/* A server whose iobuf memory runs out (iobuf_max_mb) while peers hold
- * unfinished requests and went silent (stalled or hostile uploads): the
- * server closes the silent peer holding the most memory, not the
- * connection it is reading, whose call then succeeds
- * (server_shed_stalled_ms). A peer silent for less than that long is not
- * closed, and with the flag 0 nothing is: the reading connection fails, as
- * it did before shedding existed.
+/* A server's memory limits, against peers that hold its memory:
+ *  - its iobuf memory runs out (iobuf_max_mb) while peers hold unfinished
+ *    requests and went silent (stalled or hostile uploads): the server
+ *    closes the silent peer holding the most memory, not the connection it
+ *    is reading, whose call then succeeds (server_shed_stalled_ms), also
+ *    when that peer has a call in flight (its input is freed when it is
+ *    closed, not when its last call ends). A peer silent for less than that
+ *    long is not closed, and with the flag 0 nothing is: the reading
+ *    connection fails, as it did before shedding existed;
+ *  - a client that writes all its requests before it reads any answer is
+ *    read to the end while its answers stay under socket_max_unwritten_bytes,
+ *    although the server gives its loop to other connections between turns
+ *    of its requests (a turn's end is no pause for the limit).
  *
- * The server runs in a child (this executable, role=server) with a small
- * cap of its own; the silent peers are raw TCP sockets of this process. */
+ * The server runs in a child (this executable, role=server) with limits of
+ * its own; the peers are raw TCP sockets of this process. */
+#include <sys/un.h>
+#include <pthread.h>
+#include <stdatomic.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -29,14 +38,19 @@
 #define CHILD_CAP_MB "24"
 #define GOOD_ATT     (6 * MiB) /* the good call's attachment */
 
-static int server_role(void)
+/* role=server [unix=<path>]: on a free TCP port, or on the Unix socket
+ * path (then it prints 1 for its port). */
+static int server_role(int argc, char **argv)
 {
     jt_echo_service_t svc;
     jt_echo_service_init(&svc, NULL);
+    char addr[128] = "127.0.0.1:0";
+    if (argc > 2 && strncmp(argv[2], "unix=", 5) == 0)
+        snprintf(addr, sizeof addr, "unix:%s", argv[2] + 5);
     int port = 0;
-    jet_server_t *srv = jt_echo_server_start(&svc, "127.0.0.1:0", NULL, &port);
+    jet_server_t *srv = jt_echo_server_start(&svc, addr, NULL, &port);
     if (!srv) return 4;
-    return jt_serve_until_stdin_closes(srv, port);
+    return jt_serve_until_stdin_closes(srv, addr[0] == 'u' ? 1 : port);
 }
 
 static int child_start(jt_child_t *c, const char *shed_ms)
@@ -53,26 +67,63 @@ static int child_start(jt_child_t *c, const char *shed_ms)
     return jt_child_start(c, args, envs);
 }
 
-/* A peer that announces a 16 MiB request, sends `bytes` of it and stops.
+/* A complete Echo request: message msg, att_len bytes of attachment. */
+static void add_request(jt_bytes_t *b, int64_t cid, const char *msg, size_t att_len)
+{
+    Brpc__Policy__RpcMeta m = BRPC__POLICY__RPC_META__INIT;
+    Brpc__Policy__RpcRequestMeta q = BRPC__POLICY__RPC_REQUEST_META__INIT;
+    q.service_name = "example.EchoService";
+    q.method_name = "Echo";
+    m.request = &q;
+    m.has_correlation_id = true;
+    m.correlation_id = cid;
+    m.has_attachment_size = att_len > 0;
+    m.attachment_size = (int32_t)att_len;
+    uint8_t *att = att_len ? calloc(1, att_len) : NULL;
+    size_t n;
+    uint8_t *p = jt_echo_request_bytes(msg, &n);
+    jt_bytes_frame(b, &m, p, n, att, att_len);
+    free(p);
+    free(att);
+}
+
+/* A server child on the Unix socket path, whose answers may wait
+ * unwritten up to limit bytes. */
+static int child_start_unwritten(jt_child_t *c, const char *path, size_t limit)
+{
+    char lim[64], arg[128];
+    snprintf(lim, sizeof lim, "JETRPC_SOCKET_MAX_UNWRITTEN_BYTES=%zu", limit);
+    snprintf(arg, sizeof arg, "unix=%s", path);
+    const char *envs[] = {lim, NULL};
+    const char *args[] = {arg, NULL};
+    return jt_child_start(c, args, envs);
+}
+
+/* A peer that sends a complete request with message first_msg (NULL:
+ * none), then announces a 16 MiB request, sends `bytes` of it and stops.
  * The fd, or -1. */
-static int silent_upload(int port, size_t bytes)
+static int silent_upload_after(int port, size_t bytes, const char *first_msg)
 {
     int fd = jt_tcp_connect(port, 0);
     if (fd < 0) return -1;
-    uint8_t head[12] = {'P', 'R', 'P', 'C'};
-    uint32_t body = (uint32_t)(16 * MiB), meta = 10;
-    for (int i = 0; i < 4; i++) {
-        head[4 + i] = (uint8_t)(body >> (24 - 8 * i));
-        head[8 + i] = (uint8_t)(meta >> (24 - 8 * i));
-    }
+    jt_bytes_t b = {0};
+    if (first_msg) add_request(&b, 7, first_msg, 0);
+    jt_bytes_header(&b, (uint32_t)(16 * MiB), 10);
     uint8_t *zeros = calloc(1, bytes);
-    bool ok = zeros && jt_send_all(fd, head, sizeof head) && jt_send_all(fd, zeros, bytes);
+    if (zeros) jt_bytes_add(&b, zeros, bytes);
+    bool ok = zeros && jt_send_all(fd, b.p, b.len);
     free(zeros);
+    free(b.p);
     if (!ok) {
         close(fd);
         return -1;
     }
     return fd;
+}
+
+static int silent_upload(int port, size_t bytes)
+{
+    return silent_upload_after(port, bytes, NULL);
 }
 
 /* Echo with a GOOD_ATT attachment over a fresh channel: 0, or the call's
@@ -99,6 +150,27 @@ static void test_silent_upload_closed_for_a_served_call(void)
     JT_CHECK_EQ(good_call(c.port), 0);
     JT_CHECK(jt_wait_eof(big, 5000));
     JT_CHECK(!jt_wait_eof(small, 200)); /* the smaller one was not needed */
+    close(big);
+    close(small);
+    JT_CHECK_EQ(jt_child_stop(&c), 0);
+}
+
+/* As above, but the larger silent peer has a call in flight (answered
+ * 3 s later from another thread): closing it frees its input at once, not
+ * when that call ends, so it alone is closed and the good call succeeds
+ * (before, its memory stayed until the answer, every 10 ms another
+ * connection was closed, and the good call failed all the same). */
+static void test_silent_upload_with_a_call_in_flight(void)
+{
+    jt_child_t c;
+    JT_REQUIRE(child_start(&c, "200") == 0);
+    int big = silent_upload_after(c.port, 10 * MiB, "later:3000");
+    int small = silent_upload(c.port, 9 * MiB);
+    JT_REQUIRE(big >= 0 && small >= 0);
+    usleep(400 * 1000);
+    JT_CHECK_EQ(good_call(c.port), 0);
+    JT_CHECK(jt_wait_eof(big, 5000));
+    JT_CHECK(!jt_wait_eof(small, 200));
     close(big);
     close(small);
     JT_CHECK_EQ(jt_child_stop(&c), 0);
@@ -137,12 +209,82 @@ static void test_shedding_off(void)
     JT_CHECK_EQ(jt_child_stop(&c), 0);
 }
 
+/* ---- answers nobody reads yet ------------------------------------------------ */
+
+typedef struct writer {
+    int fd;
+    jt_bytes_t b;
+    _Atomic int done;
+} writer_t;
+
+static void *writer_main(void *arg)
+{
+    writer_t *w = arg;
+    (void)jt_send_all(w->fd, w->b.p, w->b.len);
+    atomic_store(&w->done, 1);
+    return NULL;
+}
+
+/* A client writes all its requests (small ones: many a turn, so that the
+ * server yields its loop between turns), then reads the answers: nine
+ * tenths of the limit in all. The server must take every request, as
+ * answers under the limit never pause its reading. A turn's end used to
+ * resume only once half the limit was left, as a pause for the limit does:
+ * with more than half the limit unwritten the server stopped reading, the
+ * client's writes blocked once the kernel's buffers were full, and neither
+ * side moved again. Over a Unix socket, whose buffers are small and fixed
+ * (TCP's grow to tens of MiB on loopback). */
+static void test_writes_all_then_reads(void)
+{
+    const size_t limit = 8 * MiB;
+    char path[108];
+    snprintf(path, sizeof path, "/tmp/jt-rpc-memory-%d.sock", (int)getpid());
+    jt_child_t c;
+    JT_REQUIRE(child_start_unwritten(&c, path, limit) == 0);
+    enum { ATT = 256 };
+    writer_t w = {.fd = socket(AF_UNIX, SOCK_STREAM, 0)};
+    JT_REQUIRE(w.fd >= 0);
+    struct sockaddr_un sa = {.sun_family = AF_UNIX};
+    snprintf(sa.sun_path, sizeof sa.sun_path, "%s", path);
+    JT_REQUIRE(connect(w.fd, (struct sockaddr *)&sa, sizeof sa) == 0);
+    size_t n = 0;
+    while (w.b.len < limit / 10 * 9)
+        add_request(&w.b, (int64_t)++n, "x", ATT);
+    pthread_t th;
+    JT_REQUIRE(pthread_create(&th, NULL, writer_main, &w) == 0);
+    bool all = JT_WAIT_UNTIL(atomic_load(&w.done), 15 * 1000 * 1000);
+    fprintf(stderr, "  %zu requests (%zu bytes) with the limit at %zu: %s\n", n, w.b.len, limit,
+            all ? "all written" : "writer blocked");
+    JT_CHECK(all);
+    /* Then every answer comes (ending the writer when it was blocked). */
+    size_t got = 0;
+    jt_conn_t conn;
+    jt_conn_init(&conn, w.fd);
+    for (; got < n; got++) {
+        jet_baidu_frame_t f;
+        jet__baidu_frame_init(&f);
+        int r = jt_conn_frame(&conn, 10000, &f, NULL, NULL);
+        bool ok = r == 1 && f.meta->has_correlation_id &&
+                  f.meta->correlation_id == (int64_t)got + 1 && jet_iobuf_len(&f.attachment) == ATT;
+        jet__baidu_frame_fini(&f);
+        if (!ok) break;
+    }
+    JT_CHECK_EQ(got, n);
+    pthread_join(th, NULL);
+    free(w.b.p);
+    jt_conn_close(&conn);
+    JT_CHECK_EQ(jt_child_stop(&c), 0);
+    unlink(path);
+}
+
 int main(int argc, char **argv)
 {
     jt_self_init();
-    if (argc > 1 && strcmp(argv[1], "role=server") == 0) return server_role();
+    if (argc > 1 && strcmp(argv[1], "role=server") == 0) return server_role(argc, argv);
     JT_RUN(test_silent_upload_closed_for_a_served_call);
+    JT_RUN(test_silent_upload_with_a_call_in_flight);
     JT_RUN(test_recent_upload_kept);
     JT_RUN(test_shedding_off);
+    JT_RUN(test_writes_all_then_reads);
     return jt_finish();
 }
