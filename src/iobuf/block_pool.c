@@ -313,6 +313,9 @@ typedef struct bp_tcache {
     _Atomic uint32_t n;
     bool linked;
     bool off;
+    /* The thread's shared block (jet__block_share), with a reference of its
+     * own; read by statistics from other threads. */
+    jet_block_t *_Atomic shared;
     struct bp_tcache *prev, *next;
 } bp_tcache_t;
 
@@ -342,6 +345,8 @@ static void bp_tc_exit(void *arg)
 {
     bp_tcache_t *tc = arg;
     tc->off = true;
+    jet_block_t *shared = atomic_exchange_explicit(&tc->shared, NULL, memory_order_relaxed);
+    if (shared) jet__block_unref(shared);
     bp_tc_flush(tc, 0);
     pthread_mutex_lock(&bp_tc_lock);
     tc->prev->next = tc->next;
@@ -553,6 +558,35 @@ void jet__block_pool_clear_registrar(void)
     pthread_mutex_unlock(&bp_grow_lock);
 }
 
+jet_block_t *jet__block_share(uint32_t len, uint32_t *off_p)
+{
+    bp_tcache_t *tc = &bp_tc;
+    jet_block_t *b = atomic_load_explicit(&tc->shared, memory_order_relaxed);
+    if (b) {
+        /* Another buffer ending at `used` may claim in between: the CAS
+         * decides, as between any two claimers (iobuf.c). */
+        uint32_t u = atomic_load_explicit(&b->used, memory_order_relaxed);
+        if (u <= b->cap && b->cap - u >= len &&
+            atomic_compare_exchange_strong_explicit(&b->used, &u, u + len, memory_order_relaxed,
+                                                    memory_order_relaxed)) {
+            jet__block_ref(b);
+            *off_p = u;
+            return b;
+        }
+    }
+    jet_block_t *fresh = jet__block_alloc(JET_BLOCK_SIZE_8K);
+    if (!fresh) return NULL;
+    atomic_store_explicit(&fresh->used, len, memory_order_relaxed);
+    *off_p = 0;
+    /* A thread without a cache (exited, or no key) shares nothing: its
+     * exit would not give the block back. */
+    if (!bp_tc_ready(tc)) return fresh;
+    jet__block_ref(fresh); /* the thread's */
+    atomic_store_explicit(&tc->shared, fresh, memory_order_relaxed);
+    if (b) jet__block_unref(b);
+    return fresh;
+}
+
 /* ---- statistics ----------------------------------------------------- */
 
 void jet__block_pool_stats(jet_block_pool_stats_t *out)
@@ -570,7 +604,8 @@ void jet__block_pool_stats(jet_block_pool_stats_t *out)
         if (cls == JET_BLOCK_CLASS_8K) {
             pthread_mutex_lock(&bp_tc_lock);
             for (bp_tcache_t *tc = bp_tc_list.next; tc != &bp_tc_list; tc = tc->next)
-                idle += atomic_load_explicit(&tc->n, memory_order_relaxed);
+                idle += atomic_load_explicit(&tc->n, memory_order_relaxed) +
+                        (atomic_load_explicit(&tc->shared, memory_order_relaxed) != NULL);
             pthread_mutex_unlock(&bp_tc_lock);
         }
         pthread_mutex_unlock(&c->lock);

@@ -81,6 +81,13 @@ typedef struct jet_registrar {
 jet_block_t *jet__block_alloc(size_t size);
 /* A block of the default class (8 KiB). */
 jet_block_t *jet__block_alloc_default(void);
+/* len bytes (at most 8 KiB) claimed for the caller in the calling thread's
+ * shared block: the block with one reference for the caller, the bytes at
+ * *off_p (used is past them). The thread's next small pieces go to the same
+ * block until it is full, and a fresh one then takes its place: a message
+ * of a few dozen bytes does not hold a block of its own (as brpc's IOBuf
+ * shares a thread-local block). NULL when memory is out. */
+jet_block_t *jet__block_share(uint32_t len, uint32_t *off_p);
 static inline void jet__block_ref(jet_block_t *b)
 {
     atomic_fetch_add_explicit(&b->refcnt, 1, memory_order_relaxed);

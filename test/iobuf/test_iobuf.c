@@ -19,6 +19,7 @@
 #include "testutil.h"
 
 JET_FLAG_DECLARE_INT32(iobuf_max_mb);
+JET_FLAG_DECLARE_INT32(iobuf_share_max);
 
 #define KiB ((size_t)1 << 10)
 #define MiB ((size_t)1 << 20)
@@ -542,6 +543,87 @@ static void test_share_append_threads(void)
     JT_CHECK(all_idle());
 }
 
+/* Small appends of many buffers share the thread's block: a queue of a
+ * thousand 30-byte messages holds a handful of 8 KiB blocks, not a
+ * thousand. Each message's bytes are its own; a buffer whose end is no
+ * longer the block's (another buffer appended since) continues in a new
+ * piece, and one whose end still is extends in place. */
+static void test_small_appends_share_a_block(void)
+{
+    enum { N = 1000, M = 30 };
+    jet_iobuf_t *q = calloc(N, sizeof *q);
+    JT_REQUIRE(q);
+    char msg[M];
+    for (int i = 0; i < N; i++) {
+        memset(msg, 'a' + i % 26, M);
+        jet_iobuf_init(&q[i]);
+        JT_CHECK_EQ(jet_iobuf_append(&q[i], msg, M), 0);
+    }
+    jet_block_pool_stats_t s;
+    jet__block_pool_stats(&s);
+    /* In use: the full shared blocks, the first of them begun by earlier
+     * appends (the current one counts as idle). */
+    const size_t most = N * M / JET_BLOCK_SIZE_8K + 2;
+    JT_CHECK(s.blocks_in_use[0] <= most);
+    size_t distinct = 1;
+    for (int i = 1; i < N; i++)
+        distinct += ref_at(&q[i], 0)->block != ref_at(&q[i - 1], 0)->block;
+    JT_CHECK(distinct <= most);
+    for (int i = 0; i < N; i++) {
+        memset(msg, 'a' + i % 26, M);
+        JT_CHECK_EQ(jet_iobuf_equals(&q[i], msg, M), 0);
+    }
+    /* The last two share the current block: the older one's end is not
+     * the block's any more. */
+    jet_iobuf_t *x = &q[N - 2], *y = &q[N - 1];
+    JT_REQUIRE(ref_at(x, 0)->block == ref_at(y, 0)->block);
+    JT_CHECK_EQ(jet_iobuf_append(x, "+x", 2), 0);
+    JT_CHECK_EQ(jet_iobuf_nref(x), 2);
+    JT_CHECK_EQ(jet_iobuf_append(x, "!", 1), 0); /* its end is the block's again */
+    JT_CHECK_EQ(jet_iobuf_nref(x), 2);
+    memset(msg, 'a' + (N - 2) % 26, M);
+    JT_CHECK_EQ(jet_iobuf_copy_to(x, msg, M, 0), M);
+    char tail[3];
+    JT_CHECK_EQ(jet_iobuf_copy_to(x, tail, 3, M), 3);
+    JT_CHECK(memcmp(tail, "+x!", 3) == 0);
+    for (int i = 0; i < N; i++)
+        JT_CHECK(structure_ok(&q[i]));
+    for (int i = 0; i < N; i++)
+        jet_iobuf_fini(&q[i]);
+    free(q);
+    JT_CHECK(all_idle());
+}
+
+static void *small_append_main(void *arg)
+{
+    jet_iobuf_t *out = arg;
+    jet_iobuf_t mine;
+    jet_iobuf_init(&mine);
+    (void)jet_iobuf_append(&mine, "dropped", 7);
+    jet_iobuf_fini(&mine);
+    (void)jet_iobuf_append(out, "kept", 4);
+    return NULL;
+}
+
+/* A thread's shared block is given back when the thread ends: what its
+ * buffers still reference stays (a buffer handed to another thread), the
+ * rest returns to the pool. */
+static void test_shared_block_at_thread_exit(void)
+{
+    jet_iobuf_t out;
+    jet_iobuf_init(&out);
+    pthread_t th;
+    JT_REQUIRE(pthread_create(&th, NULL, small_append_main, &out) == 0);
+    pthread_join(th, NULL);
+    JT_CHECK_EQ(jet_iobuf_equals(&out, "kept", 4), 0);
+    JT_CHECK_EQ(atomic_load(&ref_at(&out, 0)->block->refcnt), 1); /* out's only */
+    jet_block_pool_stats_t s;
+    jet__block_pool_stats(&s);
+    JT_CHECK_EQ(s.blocks_in_use[0], 1);
+    jet_iobuf_fini(&out);
+    JT_CHECK(all_idle());
+}
+
 /* ---- user blocks --------------------------------------------------------- */
 
 static _Atomic int cb_count;
@@ -1044,12 +1126,25 @@ static void test_enomem(void)
     JT_CHECK(all_idle());
 }
 
+/* Cases that look at where appends put their bytes (offsets, block counts,
+ * reference counts) run with blocks of their own for every append, as
+ * buffers had before the thread's shared block (iobuf_share_max 0). */
+#define JT_RUN_PRIVATE(fn)                                                                         \
+    do {                                                                                           \
+        int32_t share_ = JET_FLAG(iobuf_share_max);                                                \
+        JET_FLAG_STORE(iobuf_share_max, 0);                                                        \
+        JT_RUN(fn);                                                                                \
+        JET_FLAG_STORE(iobuf_share_max, share_);                                                   \
+    } while (0)
+
 int main(void)
 {
     JT_RUN(test_empty_and_small);
-    JT_RUN(test_block_choice_and_merge);
-    JT_RUN(test_share_then_append);
+    JT_RUN_PRIVATE(test_block_choice_and_merge);
+    JT_RUN_PRIVATE(test_share_then_append);
     JT_RUN(test_share_append_threads);
+    JT_RUN(test_small_appends_share_a_block);
+    JT_RUN(test_shared_block_at_thread_exit);
     JT_RUN(test_user_blocks);
     JT_RUN(test_user_block_huge);
     JT_RUN(test_ref_array);
@@ -1057,8 +1152,8 @@ int main(void)
     JT_RUN(test_pipe_large);
     JT_RUN(test_read_without_limit);
     JT_RUN(test_socketpair_nonblocking);
-    JT_RUN(test_read_into_tail);
+    JT_RUN_PRIVATE(test_read_into_tail);
     JT_RUN(test_fd_limits_and_errors);
-    JT_RUN(test_enomem);
+    JT_RUN_PRIVATE(test_enomem);
     return jt_finish();
 }
