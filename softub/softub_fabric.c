@@ -865,9 +865,13 @@ struct sub_peer *softub__peer_get(int slot, uint32_t slot_gen)
      * at its peers once a second (their deaths, the event slots they left). */
     softub__doorbell_ring(g->self);
     if (old != NULL && !old->self) {
-        /* Its process is gone (the slot was reused): data-path threads may
-         * still hold the pointer, so the struct is kept until leave. */
+        /* Its process is gone (the slot was reused): imports and data-path
+         * threads may still hold the pointer, so the struct is kept until
+         * the progress thread finds it unused (softub__peers_release_dead).
+         * Released before it is listed: that thread destroys the lock of a
+         * listed peer, which this one must no longer be holding. */
         softub__peer_mark_dead(old);
+        fab_peer_release(old);
         struct sub_old_peer *o = malloc(sizeof(*o));
         if (o != NULL) {
             o->p = old;
@@ -876,7 +880,6 @@ struct sub_peer *softub__peer_get(int slot, uint32_t slot_gen)
             fab_old_peers = o;
             pthread_mutex_unlock(&fab_old_lock);
         }
-        fab_peer_release(old);
     }
     return p;
 }
@@ -1086,7 +1089,7 @@ int softub__pid_gone(uint32_t pid)
 }
 
 /* Tears down a dead peer's mappings once no data-path operation is inside
- * it; the struct itself stays (pointers to it may live on). */
+ * it; the struct itself stays while pointers to it may live on. */
 static void fab_peer_release(struct sub_peer *p)
 {
     if (p->self || !atomic_load(&p->dead) || atomic_load(&p->released) ||
@@ -1123,8 +1126,23 @@ void softub__peers_release_dead(void)
             fab_peer_release(p);
     }
     pthread_mutex_lock(&fab_old_lock);
-    for (struct sub_old_peer *o = fab_old_peers; o != NULL; o = o->next)
+    for (struct sub_old_peer **pp = &fab_old_peers; *pp != NULL;) {
+        struct sub_old_peer *o = *pp;
         fab_peer_release(o->p);
+        /* Out of softub__g.peers, so no new import finds it; released with
+         * no operation inside it and no import naming it: only a thread
+         * that read the pointer just before may still look at it, which the
+         * graveyard's grace period outlasts. */
+        if (!atomic_load(&o->p->released) || atomic_load(&o->p->users) != 0 ||
+            atomic_load(&o->p->imports) != 0) {
+            pp = &o->next;
+            continue;
+        }
+        *pp = o->next;
+        pthread_mutex_destroy(&o->p->lock);
+        softub__grave(o->p);
+        free(o);
+    }
     pthread_mutex_unlock(&fab_old_lock);
 }
 

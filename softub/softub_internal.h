@@ -414,8 +414,10 @@ struct sub_pmap {
 #define SUB_PEER_MAPS 256
 #define SUB_PEER_EFDS 64
 
-/* Another process on the fabric (or this one, self = 1). Never freed once
- * published: data-path threads may hold a pointer after it died. */
+/* Another process on the fabric (or this one, self = 1). Data-path threads
+ * may hold a pointer after it died: one whose slot was reused is freed
+ * through the graveyard once released, unused and imported by nothing
+ * (softub__peers_release_dead), any other at leave. */
 struct sub_peer {
     int slot;
     uint32_t gen;
@@ -427,6 +429,7 @@ struct sub_peer {
     _Atomic int dead;
     _Atomic int users;    /* data-path operations in flight against this peer */
     _Atomic int released; /* mappings torn down after death */
+    _Atomic int imports;  /* target jetties and segments naming it */
     pthread_mutex_t lock; /* maps (writers), efd cache */
     _Atomic int nmaps;
     struct sub_pmap maps[SUB_PEER_MAPS];

@@ -733,6 +733,7 @@ static urma_target_jetty_t *q_import(struct sub_ctx *c, const urma_jetty_id_t *r
     t->magic = SUB_MAGIC_TJ;
     t->ctx = c;
     t->peer = p;
+    atomic_fetch_add(&p->imports, 1);
     t->obj_off = e.off;
     t->obj_gen = e.obj_gen;
     t->obj_type = want;
@@ -852,6 +853,9 @@ static urma_status_t q_unimport(urma_target_jetty_t *tj)
     atomic_fetch_sub(&tj->urma_ctx->ref, 1);
     /* Atomic: a queued WR's retry reads it without the lock. */
     __atomic_store_n(&t->magic, SUB_MAGIC_DEAD, __ATOMIC_RELEASE);
+    /* After the magic: a retry that finds it dead reads no more of the peer,
+     * which may be freed once no import names it. */
+    atomic_fetch_sub(&t->peer->imports, 1);
     tj->handle = 0;
     pthread_mutex_unlock(&softub__g.lock);
     softub__grave_pinned(t, &t->pins);

@@ -562,6 +562,7 @@ SUB_API urma_target_seg_t *urma_import_seg(urma_context_t *ctx, urma_seg_t *seg,
     uint32_t idx = 0, gen = 0;
     if (seg_resolve(seg, &p, &idx, &gen) == 0) {
         t->peer = p;
+        atomic_fetch_add(&p->imports, 1);
         t->seg_idx = idx;
         t->seg_gen = gen;
         /* Map the backing file now, so the data path never has to. */
@@ -612,6 +613,8 @@ SUB_API urma_status_t urma_unimport_seg(urma_target_seg_t *tseg)
     pthread_mutex_lock(&softub__g.lock);
     atomic_fetch_sub(&tseg->urma_ctx->ref, 1);
     __atomic_store_n(&t->magic, SUB_MAGIC_DEAD, __ATOMIC_RELEASE);
+    /* After the magic, as urma_unimport_jetty. */
+    if (t->peer != NULL) atomic_fetch_sub(&t->peer->imports, 1);
     tseg->handle = 0;
     pthread_mutex_unlock(&softub__g.lock);
     softub__grave_pinned(t, &t->pins);

@@ -7,6 +7,7 @@
  * processes, a peer killed with WRs outstanding, UM loss injection, and many
  * processes creating jetties on a fresh fabric at once. */
 #include <fcntl.h>
+#include <malloc.h>
 #include <sys/epoll.h>
 #include <sys/resource.h>
 
@@ -1442,6 +1443,154 @@ static void many_processes_distinct_ids(void)
         JT_CHECK_EQ(cf_peer_wait(&p[i], CF_WAIT_MS * 2), 0);
 }
 
+/* ------------------------------------------------------------------------ */
+/* A long-lived process that sees many short-lived peers                     */
+/* ------------------------------------------------------------------------ */
+
+#define SHORT_PEERS  45
+#define SHORT_WARMUP 5
+/* Heap growth tolerated over the peers after the warm-up: what a process
+ * keeps for every peer it ever saw must come back (softub kept 9.9 KB). */
+#define SHORT_GROWTH_MAX (64 * 1024)
+/* softub frees what a racing thread may still read 2 s after it let it go. */
+#define SHORT_SETTLE_MS 3000
+#define SHORT_WAIT_MS   10000
+
+#if defined(__SANITIZE_ADDRESS__) || defined(__SANITIZE_THREAD__)
+/* A sanitizer's allocator keeps malloc's statistics (declared here: GCC
+ * ships no sanitizer/allocator_interface.h). */
+size_t __sanitizer_get_current_allocated_bytes(void);
+#endif
+
+/* Bytes of heap in use in this process, the provider's included. */
+static size_t short_heap_bytes(void)
+{
+#if defined(__SANITIZE_ADDRESS__) || defined(__SANITIZE_THREAD__)
+    return __sanitizer_get_current_allocated_bytes();
+#else
+    struct mallinfo2 mi = mallinfo2();
+    return mi.uordblks + mi.hblkhd;
+#endif
+}
+
+/* The heap in use after a JFC is deleted: softub frees what is past its
+ * grace period when it lets go of something else. */
+static size_t short_heap_reaped(urma_context_t *ctx)
+{
+    urma_jfc_t *jfc = cf_jfc(ctx, 16, NULL);
+    if (jfc) JT_CHECK_EQ(cf.urma_delete_jfc(jfc), URMA_SUCCESS);
+    return short_heap_bytes();
+}
+
+/* One short-lived peer: connected (its jetty and memfd segment imported
+ * by the case, the case's here), it waits for T_EXIT and goes. */
+static int short_peer(int fd)
+{
+    cf_dev_t d;
+    cf_side_t s;
+    cf_wire_t peer;
+    cf_ep_opts_t o = cf_ep_defaults(URMA_TM_RM);
+    if (mp_connect(&d, &s, &peer, fd, &o, 4096, CF_MEM_MEMFD, 0x8008)) return -1;
+    if (cf_sync(fd, T_EXIT)) return -1;
+    mp_disconnect(&s, false);
+    return 0;
+}
+
+/* Forks the short-lived peers one after the other from a process that
+ * makes no URMA call (§4.14): a T_GO of 1 starts one on this socket and
+ * sends its exit status as T_DONE once it is gone; a T_GO of 0 ends. */
+static int short_spawner(int fd, void *arg)
+{
+    (void)arg;
+    for (;;) {
+        uint32_t more;
+        if (cf_msg_recv(fd, T_GO, &more, sizeof more, CF_CASE_TIMEOUT_MS)) return -1;
+        if (!more) return 0;
+        fflush(stdout);
+        fflush(stderr);
+        pid_t pid = fork();
+        if (pid < 0) return -1;
+        if (pid == 0) {
+            int rc = short_peer(fd);
+            fflush(stdout);
+            fflush(stderr);
+            exit(rc == 0 && !jt_case_failed ? 0 : 1);
+        }
+        int st = 0;
+        if (waitpid(pid, &st, 0) != pid) return -1;
+        uint32_t code = WIFEXITED(st) ? (uint32_t)WEXITSTATUS(st) : 128u + (uint32_t)WTERMSIG(st);
+        if (cf_msg_send(fd, T_DONE, &code, sizeof code)) return -1;
+    }
+}
+
+/* Peer i of the case: started, connected (one WRITE into its memory maps
+ * it here), gone, then let go of as a server lets go of a closed
+ * connection (its imports). 0 or -1. */
+static int short_round(cf_peer_t *sp, cf_side_t *s, int i)
+{
+    uint32_t one = 1, code = 0;
+    cf_wire_t me, peer;
+    cf_side_describe(s, &me);
+    if (cf_msg_send(sp->fd, T_GO, &one, sizeof one)) return -1;
+    if (cf_msg_send(sp->fd, T_WIRE, &me, sizeof me)) return -1;
+    if (cf_msg_recv(sp->fd, T_WIRE, &peer, sizeof peer, CF_CASE_TIMEOUT_MS)) return -1;
+    if (cf_side_import(s, &peer) || cf_sync(sp->fd, T_READY)) return -1;
+    urma_sge_t l, r;
+    urma_jfs_wr_t wr;
+    cf_sge(&l, s->mem.buf, 64, s->mem.tseg);
+    cf_rsge(&r, peer.seg_va, 64, s->rseg);
+    cf_wr_rw(&wr, URMA_OPC_WRITE, s->tj, &l, 1, &r, 1, 0, (uint64_t)i);
+    if (cf_post(s->ep.jetty, &wr) ||
+        cf_expect_cr(s->ep.jfc, URMA_CR_SUCCESS, (uint64_t)i, "WRITE to a short-lived peer"))
+        return -1;
+    if (cf_sync(sp->fd, T_EXIT)) return -1;
+    if (cf_msg_recv(sp->fd, T_DONE, &code, sizeof code, CF_CASE_TIMEOUT_MS)) return -1;
+    JT_CHECK_EQ(code, 0u);
+    JT_CHECK_EQ(cf.urma_unimport_jetty(s->tj), URMA_SUCCESS);
+    JT_CHECK_EQ(cf.urma_unimport_seg(s->rseg), URMA_SUCCESS);
+    s->tj = NULL;
+    s->rseg = NULL;
+    return 0;
+}
+
+/* A long-lived process (a server) that sees peers come, connect and go one
+ * after the other keeps no memory for each: softub kept every dead peer's
+ * 9.9 KB struct while the process lived, once a new process took its slot. */
+static void short_lived_peers_freed(void)
+{
+    cf_peer_t sp;
+    JT_REQUIRE(cf_peer_fork(&sp, short_spawner, NULL) == 0);
+    cf_dev_t d;
+    cf_side_t s;
+    cf_ep_opts_t o = cf_ep_defaults(URMA_TM_RM);
+    JT_REQUIRE(cf_open(&d) == 0);
+    JT_REQUIRE(cf_side_open(&s, &d, NULL, &o, 4096, CF_MEM_MEMALIGN, 0x9009) == 0);
+    size_t base = 0, now = 0;
+    int i;
+    for (i = 0; i < SHORT_PEERS && !jt_case_failed; i++) {
+        if (short_round(&sp, &s, i)) break;
+        if (i + 1 == SHORT_WARMUP) {
+            cf_sleep_ms(SHORT_SETTLE_MS);
+            base = short_heap_reaped(s.ctx);
+        }
+    }
+    JT_CHECK_EQ(i, SHORT_PEERS);
+    uint64_t deadline = cf_now_ms() + SHORT_WAIT_MS;
+    do {
+        cf_sleep_ms(250);
+        now = short_heap_reaped(s.ctx);
+    } while (now > base + SHORT_GROWTH_MAX && cf_now_ms() < deadline);
+    printf("  heap %zu bytes after %d peers, %zu after %d (%ld per peer)\n", base, SHORT_WARMUP,
+           now, SHORT_PEERS, ((long)now - (long)base) / (SHORT_PEERS - SHORT_WARMUP));
+    if (now > base + SHORT_GROWTH_MAX)
+        CF_FAILF("the heap grew by %zu bytes over %d short-lived peers", now - base,
+                 SHORT_PEERS - SHORT_WARMUP);
+    uint32_t zero = 0;
+    cf_msg_send(sp.fd, T_GO, &zero, sizeof zero);
+    JT_CHECK_EQ(cf_peer_wait(&sp, CF_WAIT_MS), 0);
+    mp_disconnect(&s, false);
+}
+
 int main(int argc, char **argv)
 {
     /* Before softub reads its knobs (one process-wide value; only a SEND_IMM
@@ -1478,5 +1627,6 @@ int main(int argc, char **argv)
     CF_RUN(atomics_owner_and_peer);
     CF_RUN(um_loss_injection);
     CF_RUN(many_processes_distinct_ids);
+    CF_RUN(short_lived_peers_freed);
     return jt_finish();
 }
