@@ -582,7 +582,7 @@ jet_block_t *jet__block_share(uint32_t len, uint32_t *off_p)
      * exit would not give the block back. */
     if (!bp_tc_ready(tc)) return fresh;
     jet__block_ref(fresh); /* the thread's */
-    atomic_store_explicit(&tc->shared, fresh, memory_order_relaxed);
+    atomic_store_explicit(&tc->shared, fresh, memory_order_release);
     if (b) jet__block_unref(b);
     return fresh;
 }
@@ -603,9 +603,15 @@ void jet__block_pool_stats(jet_block_pool_stats_t *out)
         size_t total = c->ntotal;
         if (cls == JET_BLOCK_CLASS_8K) {
             pthread_mutex_lock(&bp_tc_lock);
-            for (bp_tcache_t *tc = bp_tc_list.next; tc != &bp_tc_list; tc = tc->next)
-                idle += atomic_load_explicit(&tc->n, memory_order_relaxed) +
-                        (atomic_load_explicit(&tc->shared, memory_order_relaxed) != NULL);
+            for (bp_tcache_t *tc = bp_tc_list.next; tc != &bp_tc_list; tc = tc->next) {
+                idle += atomic_load_explicit(&tc->n, memory_order_relaxed);
+                /* A shared block that only its thread references is idle;
+                 * one a buffer still references is in use, so that a leaked
+                 * small buffer shows. (Descriptors are never freed: reading
+                 * one the thread has just replaced is safe, if stale.) */
+                jet_block_t *s = atomic_load_explicit(&tc->shared, memory_order_acquire);
+                idle += s && atomic_load_explicit(&s->refcnt, memory_order_relaxed) == 1;
+            }
             pthread_mutex_unlock(&bp_tc_lock);
         }
         pthread_mutex_unlock(&c->lock);

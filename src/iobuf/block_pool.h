@@ -110,7 +110,8 @@ const jet_region_t *jet__block_pool_find(const void *addr);
  * read of all of them does not look like a drained fd. */
 ssize_t jet__iobuf_read_fd(jet_iobuf_t *buf, int fd, size_t max, size_t *offered_p);
 
-/* Statistics for tests and /status. */
+/* Statistics for tests and /status. blocks_in_use does not count a thread's
+ * shared block (jet__block_share) that no buffer references. */
 typedef struct jet_block_pool_stats {
     size_t regions;
     size_t bytes_mapped;
