@@ -135,6 +135,29 @@ uint8_t *jt_echo_request_bytes(const char *message, size_t *len_p)
     return p;
 }
 
+void jt_bytes_echo_request(jt_bytes_t *b, int64_t cid, const char *msg, const void *att,
+                           size_t alen)
+{
+    Brpc__Policy__RpcMeta m = BRPC__POLICY__RPC_META__INIT;
+    Brpc__Policy__RpcRequestMeta q = BRPC__POLICY__RPC_REQUEST_META__INIT;
+    q.service_name = "example.EchoService";
+    q.method_name = "Echo";
+    m.request = &q;
+    m.has_correlation_id = true;
+    m.correlation_id = cid;
+    if (alen) {
+        m.has_attachment_size = true;
+        m.attachment_size = (int32_t)alen;
+    }
+    uint8_t *zeros = att || !alen ? NULL : calloc(1, alen);
+    if (alen && !att && !zeros) abort();
+    size_t n;
+    uint8_t *body = jt_echo_request_bytes(msg, &n);
+    jt_bytes_frame(b, &m, body, n, att ? att : zeros, alen);
+    free(body);
+    free(zeros);
+}
+
 /* Writes the varint v just before *pos (building from the end). */
 static void tc_varint_before(uint8_t *buf, size_t *pos, uint64_t v)
 {

@@ -72,6 +72,11 @@ void jt_bytes_frame(jt_bytes_t *b, const Brpc__Policy__RpcMeta *meta, const void
 
 /* Packed EchoRequest{message}: malloc'd (one spare byte). */
 uint8_t *jt_echo_request_bytes(const char *message, size_t *len_p);
+/* Appends a whole example.EchoService/Echo request frame: message msg,
+ * attachment att[0..alen) (att NULL with alen > 0: zero bytes), correlation
+ * id cid. */
+void jt_bytes_echo_request(jt_bytes_t *b, int64_t cid, const char *msg, const void *att,
+                           size_t alen);
 /* A packed jettest.Node (test/proto/nest.proto) nested `depth` levels deep
  * through its `child` field: the top node is level 0, the node at level
  * `depth` holds value = depth. malloc'd. */

@@ -67,26 +67,6 @@ static int child_start(jt_child_t *c, const char *shed_ms)
     return jt_child_start(c, args, envs);
 }
 
-/* A complete Echo request: message msg, att_len bytes of attachment. */
-static void add_request(jt_bytes_t *b, int64_t cid, const char *msg, size_t att_len)
-{
-    Brpc__Policy__RpcMeta m = BRPC__POLICY__RPC_META__INIT;
-    Brpc__Policy__RpcRequestMeta q = BRPC__POLICY__RPC_REQUEST_META__INIT;
-    q.service_name = "example.EchoService";
-    q.method_name = "Echo";
-    m.request = &q;
-    m.has_correlation_id = true;
-    m.correlation_id = cid;
-    m.has_attachment_size = att_len > 0;
-    m.attachment_size = (int32_t)att_len;
-    uint8_t *att = att_len ? calloc(1, att_len) : NULL;
-    size_t n;
-    uint8_t *p = jt_echo_request_bytes(msg, &n);
-    jt_bytes_frame(b, &m, p, n, att, att_len);
-    free(p);
-    free(att);
-}
-
 /* A server child on the Unix socket path, whose answers may wait
  * unwritten up to limit bytes. */
 static int child_start_unwritten(jt_child_t *c, const char *path, size_t limit)
@@ -107,7 +87,7 @@ static int silent_upload_after(int port, size_t bytes, const char *first_msg)
     int fd = jt_tcp_connect(port, 0);
     if (fd < 0) return -1;
     jt_bytes_t b = {0};
-    if (first_msg) add_request(&b, 7, first_msg, 0);
+    if (first_msg) jt_bytes_echo_request(&b, 7, first_msg, NULL, 0);
     jt_bytes_header(&b, (uint32_t)(16 * MiB), 10);
     uint8_t *zeros = calloc(1, bytes);
     if (zeros) jt_bytes_add(&b, zeros, bytes);
@@ -249,7 +229,7 @@ static void test_writes_all_then_reads(void)
     JT_REQUIRE(connect(w.fd, (struct sockaddr *)&sa, sizeof sa) == 0);
     size_t n = 0;
     while (w.b.len < limit / 10 * 9)
-        add_request(&w.b, (int64_t)++n, "x", ATT);
+        jt_bytes_echo_request(&w.b, (int64_t)++n, "x", NULL, ATT);
     pthread_t th;
     JT_REQUIRE(pthread_create(&th, NULL, writer_main, &w) == 0);
     bool all = JT_WAIT_UNTIL(atomic_load(&w.done), 15 * 1000 * 1000);

@@ -361,22 +361,8 @@ static UBT_UNUSED int ubt_peer_wait(ubt_peer_t *p, int guard_ms)
 static UBT_UNUSED uint8_t *ubt_request_frame(int64_t cid, const char *msg, const void *att,
                                              size_t alen, size_t *len_p)
 {
-    Brpc__Policy__RpcMeta m = BRPC__POLICY__RPC_META__INIT;
-    Brpc__Policy__RpcRequestMeta q = BRPC__POLICY__RPC_REQUEST_META__INIT;
-    q.service_name = "example.EchoService";
-    q.method_name = "Echo";
-    m.request = &q;
-    m.has_correlation_id = true;
-    m.correlation_id = cid;
-    if (alen) {
-        m.has_attachment_size = true;
-        m.attachment_size = (int32_t)alen;
-    }
-    size_t n;
-    uint8_t *body = jt_echo_request_bytes(msg, &n);
     jt_bytes_t b = {0};
-    jt_bytes_frame(&b, &m, body, n, att, alen);
-    free(body);
+    jt_bytes_echo_request(&b, cid, msg, att, alen);
     *len_p = b.len;
     return b.p;
 }
