@@ -33,16 +33,6 @@ static void sock_fail_task(jet_task_t *t);
 static void sock_write_task(jet_task_t *t);
 static void sock_writable_task(jet_task_t *t);
 static void sock_read_task(jet_task_t *t);
-void jet__socket_yield_read(jet_socket_t *s)
-{
-    s->read_yielded = true;
-    atomic_store_explicit(&s->read_paused, true, memory_order_seq_cst);
-    if (!atomic_exchange_explicit(&s->resume_posted, true, memory_order_seq_cst)) {
-        jet__socket_ref(s);
-        jet_loop_post(s->loop, &s->resume_task);
-    }
-}
-
 static void sock_resume_task(jet_task_t *t);
 static void sock_connect_timer(jet_timer_t *t);
 static void sock_nomem_timer(jet_timer_t *t);
@@ -384,6 +374,16 @@ bool jet__socket_pause_read(jet_socket_t *s)
         return false;
     }
     return true;
+}
+
+void jet__socket_yield_read(jet_socket_t *s)
+{
+    s->read_yielded = true;
+    atomic_store_explicit(&s->read_paused, true, memory_order_seq_cst);
+    if (!atomic_exchange_explicit(&s->resume_posted, true, memory_order_seq_cst)) {
+        jet__socket_ref(s);
+        jet_loop_post(s->loop, &s->resume_task);
+    }
 }
 
 static void sock_resume_task(jet_task_t *t)

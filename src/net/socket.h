@@ -64,8 +64,9 @@ typedef struct jet_socket_handler {
     void (*on_refused)(jet_socket_t *s, jet_iobuf_t *msg);
     /* A read found no memory for s's input (the iobuf cap is reached): the
      * owner may free some by closing other connections. True when it closed
-     * one, and a read may then succeed: the socket tries again shortly
-     * instead of failing with -ENOMEM. Loop thread. May be NULL. */
+     * one, or one it closed before has yet to give its memory back, so that
+     * a read may soon succeed: the socket tries again shortly instead of
+     * failing with -ENOMEM. Loop thread. May be NULL. */
     bool (*on_nomem)(jet_socket_t *s);
 } jet_socket_handler_t;
 

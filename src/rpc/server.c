@@ -416,7 +416,7 @@ static bool srv_on_nomem(jet_socket_t *s)
     if (pending) return true;
     if (!victim) return false;
     JET_WARN_PEER("close %s: out of memory for the input of %s, and it holds %zu bytes of an "
-                  "unfinished request, its peer silent for %lld ms",
+                  "unfinished request, idle for %lld ms",
                   victim->peer, s->peer, most, (long long)(quiet_for / 1000));
     atomic_fetch_add(&srv->n_shed, 1);
     jet__socket_set_failed(victim, -ENOMEM);
