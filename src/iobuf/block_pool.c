@@ -313,9 +313,12 @@ typedef struct bp_tcache {
     _Atomic uint32_t n;
     bool linked;
     bool off;
-    /* The thread's shared block (jet__block_share), with a reference of its
-     * own; read by statistics from other threads. */
+    /* The thread's shared block (jet__block_share), and the references to
+     * it the thread holds to hand out (taken when the block became shared,
+     * one per byte it could hand out); both read by statistics from other
+     * threads. */
     jet_block_t *_Atomic shared;
+    _Atomic uint32_t shared_refs;
     struct bp_tcache *prev, *next;
 } bp_tcache_t;
 
@@ -338,6 +341,8 @@ static void bp_tc_flush(bp_tcache_t *tc, uint32_t keep)
     pthread_mutex_unlock(&c->lock);
 }
 
+static void bp_share_end(bp_tcache_t *tc);
+
 /* Runs at thread exit (pthread key destructor). The cache is switched off
  * for good: blocks freed by later destructors of this thread go straight to
  * the global list, and the list of caches never points into exited TLS. */
@@ -345,8 +350,7 @@ static void bp_tc_exit(void *arg)
 {
     bp_tcache_t *tc = arg;
     tc->off = true;
-    jet_block_t *shared = atomic_exchange_explicit(&tc->shared, NULL, memory_order_relaxed);
-    if (shared) jet__block_unref(shared);
+    bp_share_end(tc);
     bp_tc_flush(tc, 0);
     pthread_mutex_lock(&bp_tc_lock);
     tc->prev->next = tc->next;
@@ -435,6 +439,7 @@ jet_block_t *jet__block_alloc(size_t size)
     if (!b) return NULL;
     atomic_store_explicit(&b->refcnt, 1, memory_order_relaxed);
     atomic_store_explicit(&b->used, 0, memory_order_relaxed);
+    atomic_store_explicit(&b->owned, 0, memory_order_relaxed);
     b->next_free = NULL;
     return b;
 }
@@ -477,9 +482,9 @@ jet_block_t *jet__block_wrap_user(void *data, size_t len, jet_iobuf_free_cb_t cb
     return b;
 }
 
-void jet__block_unref(jet_block_t *b)
+static void bp_unref_n(jet_block_t *b, uint32_t n)
 {
-    if (atomic_fetch_sub_explicit(&b->refcnt, 1, memory_order_release) != 1) return;
+    if (atomic_fetch_sub_explicit(&b->refcnt, n, memory_order_release) != n) return;
     /* Every other holder's accesses to the block happen before its reuse:
      * the load reads our decrement, the end of each holder's release
      * sequence. A load rather than a fence, which ThreadSanitizer cannot see. */
@@ -500,6 +505,11 @@ void jet__block_unref(jet_block_t *b)
         bp_tc_put(b);
     else
         bp_put_global(b);
+}
+
+void jet__block_unref(jet_block_t *b)
+{
+    bp_unref_n(b, 1);
 }
 
 /* ---- registrar ------------------------------------------------------ */
@@ -558,18 +568,33 @@ void jet__block_pool_clear_registrar(void)
     pthread_mutex_unlock(&bp_grow_lock);
 }
 
+/* The thread gives up its shared block: buffers may claim its tail again
+ * (they see the last `used` once they see it unowned), and the references
+ * the thread did not hand out are dropped. */
+static void bp_share_end(bp_tcache_t *tc)
+{
+    jet_block_t *b = atomic_load_explicit(&tc->shared, memory_order_relaxed);
+    if (!b) return;
+    uint32_t refs = atomic_load_explicit(&tc->shared_refs, memory_order_relaxed);
+    atomic_store_explicit(&tc->shared, NULL, memory_order_relaxed);
+    atomic_store_explicit(&tc->shared_refs, 0, memory_order_relaxed);
+    atomic_store_explicit(&b->owned, 0, memory_order_release);
+    bp_unref_n(b, refs);
+}
+
 jet_block_t *jet__block_share(uint32_t len, uint32_t *off_p)
 {
     bp_tcache_t *tc = &bp_tc;
     jet_block_t *b = atomic_load_explicit(&tc->shared, memory_order_relaxed);
     if (b) {
-        /* Another buffer ending at `used` may claim in between: the CAS
-         * decides, as between any two claimers (iobuf.c). */
+        /* Owned: nobody else moves `used` on; every piece is at least a
+         * byte, so the references taken in advance do not run out. */
         uint32_t u = atomic_load_explicit(&b->used, memory_order_relaxed);
-        if (u <= b->cap && b->cap - u >= len &&
-            atomic_compare_exchange_strong_explicit(&b->used, &u, u + len, memory_order_relaxed,
-                                                    memory_order_relaxed)) {
-            jet__block_ref(b);
+        if (b->cap - u >= len) {
+            atomic_store_explicit(&b->used, u + len, memory_order_relaxed);
+            atomic_store_explicit(&tc->shared_refs,
+                                  atomic_load_explicit(&tc->shared_refs, memory_order_relaxed) - 1,
+                                  memory_order_relaxed);
             *off_p = u;
             return b;
         }
@@ -581,9 +606,13 @@ jet_block_t *jet__block_share(uint32_t len, uint32_t *off_p)
     /* A thread without a cache (exited, or no key) shares nothing: its
      * exit would not give the block back. */
     if (!bp_tc_ready(tc)) return fresh;
-    jet__block_ref(fresh); /* the thread's */
+    bp_share_end(tc);
+    /* The caller's reference, and one for each byte left to hand out. */
+    uint32_t refs = fresh->cap - len;
+    atomic_store_explicit(&fresh->refcnt, 1 + refs, memory_order_relaxed);
+    atomic_store_explicit(&fresh->owned, 1, memory_order_relaxed);
+    atomic_store_explicit(&tc->shared_refs, refs, memory_order_relaxed);
     atomic_store_explicit(&tc->shared, fresh, memory_order_release);
-    if (b) jet__block_unref(b);
     return fresh;
 }
 
@@ -605,12 +634,14 @@ void jet__block_pool_stats(jet_block_pool_stats_t *out)
             pthread_mutex_lock(&bp_tc_lock);
             for (bp_tcache_t *tc = bp_tc_list.next; tc != &bp_tc_list; tc = tc->next) {
                 idle += atomic_load_explicit(&tc->n, memory_order_relaxed);
-                /* A shared block that only its thread references is idle;
-                 * one a buffer still references is in use, so that a leaked
-                 * small buffer shows. (Descriptors are never freed: reading
-                 * one the thread has just replaced is safe, if stale.) */
+                /* A shared block that only its thread references (the
+                 * references it holds to hand out) is idle; one a buffer
+                 * still references is in use, so that a leaked small buffer
+                 * shows. (Descriptors are never freed: reading one the
+                 * thread has just replaced is safe, if stale.) */
                 jet_block_t *s = atomic_load_explicit(&tc->shared, memory_order_acquire);
-                idle += s && atomic_load_explicit(&s->refcnt, memory_order_relaxed) == 1;
+                idle += s && atomic_load_explicit(&s->refcnt, memory_order_relaxed) ==
+                                 atomic_load_explicit(&tc->shared_refs, memory_order_relaxed);
             }
             pthread_mutex_unlock(&bp_tc_lock);
         }

@@ -47,7 +47,10 @@ typedef struct jet_block {
     _Atomic uint32_t used; /* bytes written from data[0]; appenders claim space by CAS */
     uint32_t cap;
     uint8_t cls;
-    uint8_t pad_[3];
+    /* A thread's shared block (jet__block_share): only that thread moves
+     * `used` on, and buffers do not claim its tail (iobuf.c). */
+    _Atomic uint8_t owned;
+    uint8_t pad_[2];
     char *data;
     struct jet_region *region; /* NULL for user blocks */
     jet_iobuf_free_cb_t free_cb; /* user blocks */
@@ -81,12 +84,15 @@ typedef struct jet_registrar {
 jet_block_t *jet__block_alloc(size_t size);
 /* A block of the default class (8 KiB). */
 jet_block_t *jet__block_alloc_default(void);
-/* len bytes (at most 8 KiB) claimed for the caller in the calling thread's
- * shared block: the block with one reference for the caller, the bytes at
- * *off_p (used is past them). The thread's next small pieces go to the same
- * block until it is full, and a fresh one then takes its place: a message
- * of a few dozen bytes does not hold a block of its own (as brpc's IOBuf
- * shares a thread-local block). NULL when memory is out. */
+/* len bytes (1 to 8 KiB) for the caller in the calling thread's shared
+ * block: the block with one reference for the caller, the bytes at *off_p
+ * (used is past them). The thread's next small pieces go to the same block
+ * until it is full, and a fresh one then takes its place: a message of a
+ * few dozen bytes does not hold a block of its own (as brpc's IOBuf shares
+ * a thread-local block). While it is the thread's, the block is `owned`:
+ * no buffer claims its tail, so that the thread hands out its bytes, and
+ * the references it took for them in advance, with no atomic operation.
+ * NULL when memory is out. */
 jet_block_t *jet__block_share(uint32_t len, uint32_t *off_p);
 static inline void jet__block_ref(jet_block_t *b)
 {

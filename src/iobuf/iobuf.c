@@ -7,8 +7,9 @@
  * end up unused are given back by a CAS in the other direction, which can only
  * succeed while nobody claimed after us; bytes that were ever referenced are
  * never given back (pop_back does not lower `used`: another buffer may share
- * them). A thread's shared block (jet__block_share) hands its free bytes to
- * small appends of any buffer by the same CAS. */
+ * them). A thread's shared block (jet__block_share) is the exception: while
+ * it is the thread's, only that thread hands out its bytes, to small
+ * appends of any buffer, and no buffer claims its tail. */
 #include "jetrpc/iobuf.h"
 
 #include <errno.h>
@@ -152,7 +153,9 @@ static uint32_t iob_claim_tail(jet_iobuf_t *buf, size_t want, uint32_t *off_p)
     if (!buf->nref || want == 0) return 0;
     jet_iobuf_ref_t *t = iob_ref(buf, buf->nref - 1);
     jet_block_t *b = t->block;
-    if (!b->region) return 0;
+    /* A thread's shared block hands out its bytes itself (acquire: once it
+     * is given up, its last `used` is seen). */
+    if (!b->region || atomic_load_explicit(&b->owned, memory_order_acquire)) return 0;
     uint32_t u = atomic_load_explicit(&b->used, memory_order_relaxed);
     if (u != t->off + t->len || u >= b->cap) return 0;
     uint32_t k = (uint32_t)iob_min(want, b->cap - u);
