@@ -314,9 +314,9 @@ typedef struct bp_tcache {
     bool linked;
     bool off;
     /* The thread's shared block (jet__block_share), and the references to
-     * it the thread holds to hand out (taken when the block became shared,
-     * one per byte it could hand out); both read by statistics from other
-     * threads. */
+     * it the thread holds: one of its own, which keeps the block while it
+     * is shared, and one per byte it could still hand out (taken when the
+     * block became shared); both read by statistics from other threads. */
     jet_block_t *_Atomic shared;
     _Atomic uint32_t shared_refs;
     struct bp_tcache *prev, *next;
@@ -588,7 +588,8 @@ jet_block_t *jet__block_share(uint32_t len, uint32_t *off_p)
     jet_block_t *b = atomic_load_explicit(&tc->shared, memory_order_relaxed);
     if (b) {
         /* Owned: nobody else moves `used` on; every piece is at least a
-         * byte, so the references taken in advance do not run out. */
+         * byte, so the references taken in advance do not run out and the
+         * thread's own one always stays. */
         uint32_t u = atomic_load_explicit(&b->used, memory_order_relaxed);
         if (b->cap - u >= len) {
             atomic_store_explicit(&b->used, u + len, memory_order_relaxed);
@@ -607,13 +608,25 @@ jet_block_t *jet__block_share(uint32_t len, uint32_t *off_p)
      * exit would not give the block back. */
     if (!bp_tc_ready(tc)) return fresh;
     bp_share_end(tc);
-    /* The caller's reference, and one for each byte left to hand out. */
-    uint32_t refs = fresh->cap - len;
+    /* The caller's reference, the thread's own, and one for each byte left
+     * to hand out. */
+    uint32_t refs = 1 + fresh->cap - len;
     atomic_store_explicit(&fresh->refcnt, 1 + refs, memory_order_relaxed);
     atomic_store_explicit(&fresh->owned, 1, memory_order_relaxed);
     atomic_store_explicit(&tc->shared_refs, refs, memory_order_relaxed);
     atomic_store_explicit(&tc->shared, fresh, memory_order_release);
     return fresh;
+}
+
+void jet__block_share_giveback(jet_block_t *b)
+{
+    bp_tcache_t *tc = &bp_tc;
+    if (atomic_load_explicit(&tc->shared, memory_order_relaxed) == b)
+        atomic_store_explicit(&tc->shared_refs,
+                              atomic_load_explicit(&tc->shared_refs, memory_order_relaxed) + 1,
+                              memory_order_relaxed);
+    else
+        jet__block_unref(b);
 }
 
 /* ---- statistics ----------------------------------------------------- */

@@ -94,6 +94,11 @@ jet_block_t *jet__block_alloc_default(void);
  * the references it took for them in advance, with no atomic operation.
  * NULL when memory is out. */
 jet_block_t *jet__block_share(uint32_t len, uint32_t *off_p);
+/* Gives back a reference jet__block_share returned that the caller needs no
+ * more (it extended a reference it holds over the piece): to the thread's
+ * store, with no atomic operation, while b is still the thread's shared
+ * block. */
+void jet__block_share_giveback(jet_block_t *b);
 static inline void jet__block_ref(jet_block_t *b)
 {
     atomic_fetch_add_explicit(&b->refcnt, 1, memory_order_relaxed);

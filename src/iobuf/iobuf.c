@@ -202,7 +202,15 @@ int jet_iobuf_append(jet_iobuf_t *buf, const void *data, size_t len)
             jet_block_t *b = jet__block_share((uint32_t)left, &off);
             if (!b) goto err_drop_blocks;
             memcpy(b->data + off, src + done, left);
-            iob_push(buf, b, off, (uint32_t)left);
+            jet_iobuf_ref_t *tr = buf->nref ? iob_ref(buf, buf->nref - 1) : NULL;
+            if (tr && tr->block == b && tr->off + tr->len == off) {
+                /* The piece follows the buffer's own end (its last append
+                 * came from the same shared block): one reference grows. */
+                tr->len += (uint32_t)left;
+                jet__block_share_giveback(b);
+            } else {
+                iob_push(buf, b, off, (uint32_t)left);
+            }
             done = len;
             break;
         }

@@ -620,6 +620,86 @@ static void test_shared_block_in_use_while_referenced(void)
     JT_CHECK(all_idle());
 }
 
+/* A shared block filled byte by byte by different buffers hands out every
+ * reference it took in advance, and is still the thread's own (it held one
+ * more): freed by its buffers, it does not go back to the pool while the
+ * thread still hands out its bytes, nor twice when the thread gives it up
+ * (helper-125: the block was freed, reused and freed again, and two
+ * allocations returned the same block). */
+static void *byte_by_byte_main(void *arg)
+{
+    int *bad = arg;
+    enum { N = JET_BLOCK_SIZE_8K };
+    jet_iobuf_t *q = calloc(N, sizeof *q);
+    if (!q) abort();
+    /* One byte at a time until the thread takes a fresh shared block, whose
+     * first byte q[0] then holds. */
+    jet_iobuf_init(&q[0]);
+    if (jet_iobuf_append(&q[0], "a", 1) != 0) (*bad)++;
+    for (;;) {
+        jet_iobuf_t next;
+        jet_iobuf_init(&next);
+        if (jet_iobuf_append(&next, "a", 1) != 0) (*bad)++;
+        jet_block_t *was = jet_iobuf_nref(&q[0]) ? ref_at(&q[0], 0)->block : NULL;
+        bool fresh = ref_at(&next, 0)->block != was;
+        jet_iobuf_clear(&q[0]);
+        if (jet_iobuf_move(&q[0], &next) != 0) (*bad)++;
+        jet_iobuf_fini(&next);
+        if (fresh) break;
+    }
+    /* The rest of that block, a byte for each buffer: it is full. */
+    for (int i = 1; i < N; i++) {
+        jet_iobuf_init(&q[i]);
+        char c = (char)('a' + i % 26);
+        if (jet_iobuf_append(&q[i], &c, 1) != 0) (*bad)++;
+    }
+    if (ref_at(&q[N - 1], 0)->block != ref_at(&q[0], 0)->block) (*bad)++;
+    for (int i = 0; i < N; i++)
+        jet_iobuf_fini(&q[i]);
+    /* The blocks come back from the pool whole, each once. */
+    jet_iobuf_t big, c;
+    jet_iobuf_init(&big);
+    jet_iobuf_init(&c);
+    char fill[5000];
+    memset(fill, 'B', sizeof fill);
+    if (jet_iobuf_append(&big, fill, sizeof fill) != 0) (*bad)++;
+    if (jet_iobuf_append(&c, "c", 1) != 0) (*bad)++;
+    jet_iobuf_fini(&big);
+    jet_block_t *x = jet__block_alloc_default(), *y = jet__block_alloc_default();
+    if (!x || !y || x == y) (*bad)++;
+    if (x) memset(x->data, 'D', x->cap);
+    if (y) memset(y->data, 'D', y->cap);
+    if (jet_iobuf_equals(&c, "c", 1) != 0) (*bad)++;
+    if (x) jet__block_unref(x);
+    if (y) jet__block_unref(y);
+    jet_iobuf_fini(&c);
+    free(q);
+    return NULL;
+}
+
+static void test_shared_block_filled_byte_by_byte(void)
+{
+    int bad = 0;
+    byte_by_byte_main(&bad); /* this thread, which goes on */
+    pthread_t th;
+    JT_REQUIRE(pthread_create(&th, NULL, byte_by_byte_main, &bad) == 0);
+    pthread_join(th, NULL); /* and one that exits */
+    JT_CHECK_EQ(bad, 0);
+    /* The free list is whole: 64 allocations, 64 blocks. */
+    jet_block_t *b[64];
+    int same = 0;
+    for (int i = 0; i < 64; i++) {
+        b[i] = jet__block_alloc_default();
+        JT_REQUIRE(b[i]);
+        for (int k = 0; k < i; k++)
+            same += b[k] == b[i];
+    }
+    JT_CHECK_EQ(same, 0);
+    for (int i = 0; i < 64; i++)
+        jet__block_unref(b[i]);
+    JT_CHECK(all_idle());
+}
+
 /* A thread's shared block is given back when the thread ends: what its
  * buffers still reference stays (a buffer handed to another thread), the
  * rest returns to the pool. */
@@ -1161,6 +1241,7 @@ int main(void)
     JT_RUN(test_small_appends_share_a_block);
     JT_RUN(test_shared_block_in_use_while_referenced);
     JT_RUN(test_shared_block_at_thread_exit);
+    JT_RUN(test_shared_block_filled_byte_by_byte);
     JT_RUN(test_user_blocks);
     JT_RUN(test_user_block_huge);
     JT_RUN(test_ref_array);
