@@ -850,6 +850,13 @@ static urma_status_t q_unimport(urma_target_jetty_t *tj)
         return URMA_FAIL;
     }
     pthread_mutex_lock(&softub__g.lock);
+    /* Checked again under the lock: of two threads unimporting the same
+     * handle at once, the second gives nothing back (the context's
+     * reference, the peer's import count, which lets the peer be freed). */
+    if (__atomic_load_n(&t->magic, __ATOMIC_ACQUIRE) != SUB_MAGIC_TJ) {
+        pthread_mutex_unlock(&softub__g.lock);
+        return URMA_EINVAL;
+    }
     atomic_fetch_sub(&tj->urma_ctx->ref, 1);
     /* Atomic: a queued WR's retry reads it without the lock. */
     __atomic_store_n(&t->magic, SUB_MAGIC_DEAD, __ATOMIC_RELEASE);

@@ -611,6 +611,11 @@ SUB_API urma_status_t urma_unimport_seg(urma_target_seg_t *tseg)
     if (t == NULL || t->registered || softub__ctx_check(tseg->urma_ctx) == NULL)
         return URMA_EINVAL;
     pthread_mutex_lock(&softub__g.lock);
+    /* Checked again under the lock, as urma_unimport_jetty. */
+    if (__atomic_load_n(&t->magic, __ATOMIC_ACQUIRE) != SUB_MAGIC_TSEG) {
+        pthread_mutex_unlock(&softub__g.lock);
+        return URMA_EINVAL;
+    }
     atomic_fetch_sub(&tseg->urma_ctx->ref, 1);
     __atomic_store_n(&t->magic, SUB_MAGIC_DEAD, __ATOMIC_RELEASE);
     /* After the magic, as urma_unimport_jetty. */
