@@ -117,22 +117,37 @@ static int good_call(int port)
     return rc;
 }
 
-/* Two silent peers hold 10 and 9 MiB of the child's 24; the good call needs
- * 6 MiB, more than is left, and gets it from the larger silent one. */
-static void test_silent_upload_closed_for_a_served_call(void)
+/* A child with server_shed_stalled_ms shed_ms; two peers hold 10 and 9 MiB
+ * of its 24 in unfinished requests (the larger one sends a complete request
+ * first_msg first; NULL: none) and stay silent quiet_ms; then a good call
+ * that needs 6 MiB, more than is left. It succeeds when served is set, and
+ * the larger silent peer is closed for it then; otherwise it fails and
+ * neither peer is closed. The smaller one is never needed. */
+static void shed_case(const char *shed_ms, const char *first_msg, int quiet_ms, bool served)
 {
     jt_child_t c;
-    JT_REQUIRE(child_start(&c, "200") == 0);
-    int big = silent_upload(c.port, 10 * MiB);
+    JT_REQUIRE(child_start(&c, shed_ms) == 0);
+    int big = silent_upload_after(c.port, 10 * MiB, first_msg);
     int small = silent_upload(c.port, 9 * MiB);
     JT_REQUIRE(big >= 0 && small >= 0);
-    usleep(400 * 1000); /* silent for longer than server_shed_stalled_ms */
-    JT_CHECK_EQ(good_call(c.port), 0);
-    JT_CHECK(jt_wait_eof(big, 5000));
-    JT_CHECK(!jt_wait_eof(small, 200)); /* the smaller one was not needed */
+    if (quiet_ms > 0) usleep((useconds_t)quiet_ms * 1000);
+    if (served) {
+        JT_CHECK_EQ(good_call(c.port), 0);
+        JT_CHECK(jt_wait_eof(big, 5000));
+    } else {
+        JT_CHECK(good_call(c.port) != 0);
+        JT_CHECK(!jt_wait_eof(big, 200));
+    }
+    JT_CHECK(!jt_wait_eof(small, 200));
     close(big);
     close(small);
     JT_CHECK_EQ(jt_child_stop(&c), 0);
+}
+
+/* Silent for longer than server_shed_stalled_ms: the larger peer is closed. */
+static void test_silent_upload_closed_for_a_served_call(void)
+{
+    shed_case("200", NULL, 400, true);
 }
 
 /* As above, but the larger silent peer has a call in flight (answered
@@ -142,51 +157,20 @@ static void test_silent_upload_closed_for_a_served_call(void)
  * connection was closed, and the good call failed all the same). */
 static void test_silent_upload_with_a_call_in_flight(void)
 {
-    jt_child_t c;
-    JT_REQUIRE(child_start(&c, "200") == 0);
-    int big = silent_upload_after(c.port, 10 * MiB, "later:3000");
-    int small = silent_upload(c.port, 9 * MiB);
-    JT_REQUIRE(big >= 0 && small >= 0);
-    usleep(400 * 1000);
-    JT_CHECK_EQ(good_call(c.port), 0);
-    JT_CHECK(jt_wait_eof(big, 5000));
-    JT_CHECK(!jt_wait_eof(small, 200));
-    close(big);
-    close(small);
-    JT_CHECK_EQ(jt_child_stop(&c), 0);
+    shed_case("200", "later:3000", 400, true);
 }
 
 /* Peers silent for less than server_shed_stalled_ms are left alone: the
  * connection being read fails instead (the call's error), and they stay. */
 static void test_recent_upload_kept(void)
 {
-    jt_child_t c;
-    JT_REQUIRE(child_start(&c, "60000") == 0);
-    int big = silent_upload(c.port, 10 * MiB);
-    int small = silent_upload(c.port, 9 * MiB);
-    JT_REQUIRE(big >= 0 && small >= 0);
-    JT_CHECK(good_call(c.port) != 0);
-    JT_CHECK(!jt_wait_eof(big, 200));
-    JT_CHECK(!jt_wait_eof(small, 200));
-    close(big);
-    close(small);
-    JT_CHECK_EQ(jt_child_stop(&c), 0);
+    shed_case("60000", NULL, 0, false);
 }
 
 /* server_shed_stalled_ms=0: never. */
 static void test_shedding_off(void)
 {
-    jt_child_t c;
-    JT_REQUIRE(child_start(&c, "0") == 0);
-    int big = silent_upload(c.port, 10 * MiB);
-    int small = silent_upload(c.port, 9 * MiB);
-    JT_REQUIRE(big >= 0 && small >= 0);
-    usleep(400 * 1000);
-    JT_CHECK(good_call(c.port) != 0);
-    JT_CHECK(!jt_wait_eof(big, 200));
-    close(big);
-    close(small);
-    JT_CHECK_EQ(jt_child_stop(&c), 0);
+    shed_case("0", NULL, 400, false);
 }
 
 /* ---- answers nobody reads yet ------------------------------------------------ */
