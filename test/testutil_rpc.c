@@ -328,3 +328,24 @@ int jt_conn_frame(jt_conn_t *c, int timeout_ms, jet_baidu_frame_t *f, uint8_t **
         if (jt_conn_pump(c, jt_left_ms(deadline)) < 0 && jt_conn_avail(c) == avail) return -1;
     }
 }
+
+/* ---- raw peers ---------------------------------------------------------------------- */
+
+int jt_silent_upload(int port, size_t announce, size_t bytes, const char *first_msg)
+{
+    int fd = jt_tcp_connect(port, 0);
+    if (fd < 0) return -1;
+    jt_bytes_t b = {0};
+    if (first_msg) jt_bytes_echo_request(&b, 7, first_msg, NULL, 0);
+    jt_bytes_header(&b, (uint32_t)announce, 10);
+    uint8_t *zeros = calloc(1, bytes);
+    if (zeros) jt_bytes_add(&b, zeros, bytes);
+    bool ok = zeros && jt_send_all(fd, b.p, b.len);
+    free(zeros);
+    free(b.p);
+    if (!ok) {
+        close(fd);
+        return -1;
+    }
+    return fd;
+}

@@ -116,6 +116,14 @@ bool jt_counter_wait(jt_counter_t *c, uint32_t target, int64_t guard_us);
 bool jt_server_wait_stats(jet_server_t *srv, uint64_t in_flight, uint64_t open_at_most,
                           int64_t guard_us, jet_server_stats_t *st_p);
 
+/* ---- raw peers ---------------------------------------------------------------------- */
+
+/* A raw TCP peer of the server on port that sends a complete echo request
+ * with message first_msg (NULL: none), then announces a request of
+ * announce bytes, sends `bytes` of it (zeros) and stops: a stalled upload
+ * holding that much of the server's memory. The fd, or -1. */
+int jt_silent_upload(int port, size_t announce, size_t bytes, const char *first_msg);
+
 /* ---- frames from a raw connection ------------------------------------------------- */
 
 /* The next baidu_std frame on c, decoded into f (initialised, empty). 1: a

@@ -236,6 +236,8 @@ typedef struct jet_urma_counters {
     uint64_t send_bounced;  /* SGEs copied because their memory was not registered */
     uint64_t window_waits;  /* writes held back: the SQ window or the peer's RQ window was empty */
     uint64_t recv_refused;  /* own receive queues: re-posts refused for want of room (held, retried) */
+    uint64_t recv_starved;  /* receives whose own block went to the parser for want of memory
+                               to copy or replace it (the slot waited for memory) */
 } jet_urma_counters_t;
 
 /* Counts of a loop, for tests and debug lines. */

@@ -26,6 +26,13 @@
  * queue's depth: a slot a sender holds, as a stalled one does) is tried
  * again this long after, by a timer, not at every batch end. */
 #define EP_RETRY_US 1000
+/* A receive whose data found no memory (iobuf_max_mb reached) gives its own
+ * block to the read buffer, and its slot waits for a fresh one: the owner
+ * is asked to free memory (a server closes a stalled upload) at most every
+ * EP_NOMEM_ASK_US, blocks are tried for every EP_RETRY_US, and a connection
+ * that got none in EP_STARVE_US fails with ENOMEM, as a TCP read does. */
+#define EP_NOMEM_ASK_US 10000
+#define EP_STARVE_US    200000
 /* Block bytes the unsignalled data WRs of a connection may hold once its
  * writer has sent all it had: the last WR of such a burst is signalled when
  * they hold more, so a connection that then goes quiet keeps at most this
@@ -111,6 +118,14 @@ struct jet_urma_ep {
      * the provider refused: slots in held, posted again before the others. */
     uint32_t *pend;
     uint32_t npend;
+    /* Receives whose block joined the read buffer for want of memory
+     * (EP_STARVE_US): their slots (on a shared queue only their count
+     * matters) wait for fresh blocks; the peer's window lacks them. */
+    uint32_t *starved;
+    uint32_t nstarved;
+    int64_t starved_us;   /* the last block fed to one, or the first starving */
+    int64_t nomem_ask_us; /* when the owner was last asked to free memory */
+    bool starve_logged;   /* once per connection */
     /* Own receive queue: when the provider last refused a re-post. Until
      * retry_timer runs, EP_RETRY_US later, nothing is posted: what comes
      * back is held, and the peer's window lacks the held data receives. */
@@ -218,6 +233,7 @@ static void ep_free_arrays(jet_urma_ep_t *ep)
     free(ep->held);
     free(ep->repost);
     free(ep->pend);
+    free(ep->starved);
 }
 
 static void ep_free(jet_urma_ep_t *ep)
@@ -289,8 +305,10 @@ static int ep_create(jet_socket_t *s, jet_urma_ep_ready_t ready, bool fresh, boo
     ep->held = calloc(ep->rq, sizeof *ep->held);
     ep->repost = calloc(ep->rq, sizeof *ep->repost);
     ep->pend = calloc(ep->rq, sizeof *ep->pend);
+    ep->starved = calloc(ep->rq, sizeof *ep->starved);
     int rc = -ENOMEM;
-    if (ep->slot_n && ep->slot_blk && ep->rbufs && ep->held && ep->repost && ep->pend)
+    if (ep->slot_n && ep->slot_blk && ep->rbufs && ep->held && ep->repost && ep->pend &&
+        ep->starved)
         rc = jet__urma_loop_attach(ul, ep, ep->sq, ep_set_rq(ep), ep->max_sge, fresh,
                                    &ep->index, &ep->gen, &ep->js, pooled_p);
     if (rc < 0) {
@@ -459,11 +477,13 @@ static bool ep_withholds(const jet_urma_ep_t *ep)
     return !ep->started || (ep->s && jet__socket_read_paused(ep->s));
 }
 
-/* Receives the peer may not fill yet: taken and not posted again, or posted
- * and not credited back (kept back, or not reported yet). */
+/* Receives the peer may not fill yet: taken and not posted again (or
+ * waiting for a block), or posted and not credited back (kept back, or not
+ * reported yet). */
 static uint32_t ep_owed(const jet_urma_ep_t *ep)
 {
-    return ep->nrepost + ep->withheld + atomic_load_explicit(&ep->credits, memory_order_relaxed);
+    return ep->nrepost + ep->nstarved + ep->withheld +
+           atomic_load_explicit(&ep->credits, memory_order_relaxed);
 }
 
 static void ep_release_withheld(jet_urma_ep_t *ep)
@@ -751,36 +771,105 @@ static void ep_release_all(jet_urma_ep_t *ep)
  * 64 KiB buffers 512-byte receives would pin 128 times theirs. */
 #define EP_ZC_MAX_PIN 16
 
-static void ep_to_read_buf(jet_urma_ep_t *ep, jet_block_t **b_p, uint32_t len)
+/* The receive's own block b joins the read buffer with its len bytes: no
+ * block is allocated (the buffer's reference array may grow: false when
+ * that failed, b is then freed). */
+static bool ep_block_joins(jet_urma_ep_t *ep, jet_block_t *b, uint32_t len)
 {
-    jet_socket_t *s = ep->s;
+    atomic_store_explicit(&b->used, len, memory_order_relaxed);
+    jet_iobuf_t one;
+    jet_iobuf_init(&one);
+    one.refs[0] = (jet_iobuf_ref_t){.block = b, .off = 0, .len = len};
+    one.nref = 1;
+    one.len = len;
+    if (jet_iobuf_move(&ep->s->read_buf, &one) == 0) return true;
+    jet_iobuf_fini(&one);
+    return false;
+}
+
+/* The len bytes received in *b_p go to the read buffer: copied (*b_p is
+ * re-posted), or the block itself (zero-copy: *b_p becomes a fresh block to
+ * re-post). 1 when there was memory for neither: the block itself went, and
+ * *b_p is NULL (the caller's slot starves, ep_starve); -1 when the
+ * connection failed (*b_p NULL). */
+static int ep_to_read_buf(jet_urma_ep_t *ep, jet_block_t **b_p, uint32_t len)
+{
     jet_block_t *b = *b_p;
     int32_t min = JET_FLAG(urma_zerocopy_min_size); /* one stored below 0 acts as 0 */
     bool zc = JET_FLAG(urma_recv_zerocopy) && (min <= 0 || len >= (uint32_t)min) &&
               len >= ep->recv_size / EP_ZC_MAX_PIN;
     jet_block_t *fresh = zc ? jet__block_alloc(ep->recv_size) : NULL;
-    if (fresh) {
-        /* The block itself joins the read buffer; a fresh one is posted. */
-        atomic_store_explicit(&b->used, len, memory_order_relaxed);
-        jet_iobuf_t one;
-        jet_iobuf_init(&one);
-        one.refs[0] = (jet_iobuf_ref_t){.block = b, .off = 0, .len = len};
-        one.nref = 1;
-        one.len = len;
-        if (jet_iobuf_move(&s->read_buf, &one) < 0) {
-            jet_iobuf_fini(&one);
-            jet__block_unref(fresh);
-            *b_p = NULL;
-            ep_fail(ep, -ENOMEM, "out of memory for received bytes", -1);
-            return;
-        }
-        *b_p = fresh;
-        ep->cnt->recv_zerocopy++;
-        return;
+    if (!zc && jet_iobuf_append(&ep->s->read_buf, b->data, len) == 0) {
+        ep->cnt->recv_copied++;
+        return 0;
     }
-    ep->cnt->recv_copied++;
-    if (jet_iobuf_append(&s->read_buf, b->data, len) < 0)
+    *b_p = NULL;
+    if (!ep_block_joins(ep, b, len)) {
+        if (fresh) jet__block_unref(fresh);
         ep_fail(ep, -ENOMEM, "out of memory for received bytes", -1);
+        return -1;
+    }
+    if (!fresh) {
+        ep->cnt->recv_starved++;
+        return 1;
+    }
+    *b_p = fresh;
+    ep->cnt->recv_zerocopy++;
+    return 0;
+}
+
+static void ep_retry_timeout(jet_timer_t *t);
+
+static void ep_retry_at(jet_urma_ep_t *ep, int64_t at_us)
+{
+    if (jet_timer_armed(&ep->retry_timer)) return;
+    ep->retry_timer.fn = ep_retry_timeout;
+    jet_loop_timer_start(jet__urma_loop_of(ep->ul), &ep->retry_timer, at_us);
+}
+
+/* A receive of slot gave its block to the read buffer for want of memory:
+ * the slot waits for a fresh block (ep_feed_starved), and its credit with
+ * it, so that the peer stops once its window is spent. */
+static void ep_starve(jet_urma_ep_t *ep, uint32_t slot)
+{
+    if (ep->nstarved == 0) ep->starved_us = jet_now_us();
+    if (!ep->starve_logged) {
+        ep->starve_logged = true;
+        JET_WARN_PEER("URMA connection %s: no memory to copy a receive (iobuf_max_mb): its "
+                      "buffer goes to the parser, the peer waits for its credit",
+                      ep->s->peer);
+    }
+    ep->starved[ep->nstarved++] = slot;
+}
+
+/* Starved receives get fresh blocks while there is memory, and are then
+ * re-posted and credited as the others. Otherwise the owner is asked to
+ * free memory and the retry timer tries again; the connection fails when
+ * none came in EP_STARVE_US. False when it failed. */
+static bool ep_feed_starved(jet_urma_ep_t *ep)
+{
+    while (ep->nstarved > 0) {
+        jet_block_t *b = jet__block_alloc(ep->recv_size);
+        if (!b) break;
+        uint32_t slot = ep->srq ? ep->nrepost : ep->starved[ep->nstarved - 1];
+        ep->nstarved--;
+        ep->held[slot] = b;
+        ep->repost[ep->nrepost++] = slot;
+        ep->starved_us = jet_now_us();
+    }
+    if (ep->nstarved == 0) return true;
+    int64_t now = jet_now_us();
+    if (now - ep->starved_us >= EP_STARVE_US) {
+        ep_fail(ep, -ENOMEM, "no memory for its receive buffers in 200 ms", -1);
+        return false;
+    }
+    jet_socket_t *s = ep->s;
+    if (now - ep->nomem_ask_us >= EP_NOMEM_ASK_US && s->handler && s->handler->on_nomem) {
+        ep->nomem_ask_us = now;
+        (void)s->handler->on_nomem(s);
+    }
+    ep_retry_at(ep, now + EP_RETRY_US);
+    return true;
 }
 
 /* The sender of a receive is the connection's peer. The sheet says to match
@@ -807,19 +896,13 @@ static int ep_give_back(jet_urma_ep_t *ep, uint32_t slot, jet_block_t *b)
     return rc;
 }
 
-static void ep_retry_timeout(jet_timer_t *t);
-
 /* The provider refused a re-post for want of room: everything waits for
  * the retry timer. */
 static void ep_refused(jet_urma_ep_t *ep)
 {
     ep->cnt->recv_refused++;
     ep->refused_us = jet_now_us();
-    if (!jet_timer_armed(&ep->retry_timer)) {
-        ep->retry_timer.fn = ep_retry_timeout;
-        jet_loop_timer_start(jet__urma_loop_of(ep->ul), &ep->retry_timer,
-                             ep->refused_us + EP_RETRY_US);
-    }
+    ep_retry_at(ep, ep->refused_us + EP_RETRY_US);
 }
 
 /* A receive that is no credit goes back to ep's queue, or waits in held for
@@ -908,12 +991,16 @@ static void ep_recv_block(jet_urma_ep_t *ep, const urma_cr_t *cr, uint32_t slot,
             return;
         }
         if (ep->srq) slot = ep->nrepost;
-        ep_to_read_buf(ep, &b, len);
-        if (!b) {
+        int rc = ep_to_read_buf(ep, &b, len);
+        if (rc < 0) {
             if (ep->srq) jet__urma_loop_srq_give(ep->ul, NULL);
             return;
         }
         ep->got_bytes = true;
+        if (rc > 0) {
+            ep_starve(ep, slot); /* on a shared queue it keeps its buffer's place */
+            return;
+        }
         ep->held[slot] = b;
         ep->repost[ep->nrepost++] = slot;
         return;
@@ -990,6 +1077,7 @@ bool jet__urma_ep_on_cr(jet_urma_ep_t *ep, const urma_cr_t *cr)
  * for the retry timer. */
 static void ep_repost_held(jet_urma_ep_t *ep)
 {
+    if (ep->nstarved > 0 && !ep_feed_starved(ep)) return;
     if (ep->refused_us) return; /* refused a moment ago: the timer tries again */
     while (ep->npend > 0) {
         uint32_t slot = ep->pend[ep->npend - 1];
@@ -1297,6 +1385,10 @@ static void ep_finish(jet_urma_ep_t *ep, bool reuse)
         jet__urma_loop_srq_leave(ul, ep->rq);
         ep->srq_joined = false;
     }
+    /* A starved receive's buffer went to the parser: the shared queue
+     * makes up one. */
+    for (; ep->srq && ep->nstarved > 0; ep->nstarved--)
+        jet__urma_loop_srq_give(ul, NULL);
     for (uint32_t i = 0; i < ep->rq; i++) {
         if (ep->held[i]) ep_put_block(ep, ep->held[i]);
         ep->held[i] = NULL;

@@ -79,33 +79,6 @@ static int child_start_unwritten(jt_child_t *c, const char *path, size_t limit)
     return jt_child_start(c, args, envs);
 }
 
-/* A peer that sends a complete request with message first_msg (NULL:
- * none), then announces a 16 MiB request, sends `bytes` of it and stops.
- * The fd, or -1. */
-static int silent_upload_after(int port, size_t bytes, const char *first_msg)
-{
-    int fd = jt_tcp_connect(port, 0);
-    if (fd < 0) return -1;
-    jt_bytes_t b = {0};
-    if (first_msg) jt_bytes_echo_request(&b, 7, first_msg, NULL, 0);
-    jt_bytes_header(&b, (uint32_t)(16 * MiB), 10);
-    uint8_t *zeros = calloc(1, bytes);
-    if (zeros) jt_bytes_add(&b, zeros, bytes);
-    bool ok = zeros && jt_send_all(fd, b.p, b.len);
-    free(zeros);
-    free(b.p);
-    if (!ok) {
-        close(fd);
-        return -1;
-    }
-    return fd;
-}
-
-static int silent_upload(int port, size_t bytes)
-{
-    return silent_upload_after(port, bytes, NULL);
-}
-
 /* Echo with a GOOD_ATT attachment over a fresh channel: 0, or the call's
  * error code. The answer's bytes are compared. */
 static int good_call(int port)
@@ -127,8 +100,8 @@ static void shed_case(const char *shed_ms, const char *first_msg, int quiet_ms, 
 {
     jt_child_t c;
     JT_REQUIRE(child_start(&c, shed_ms) == 0);
-    int big = silent_upload_after(c.port, 10 * MiB, first_msg);
-    int small = silent_upload(c.port, 9 * MiB);
+    int big = jt_silent_upload(c.port, 16 * MiB, 10 * MiB, first_msg);
+    int small = jt_silent_upload(c.port, 16 * MiB, 9 * MiB, NULL);
     JT_REQUIRE(big >= 0 && small >= 0);
     if (quiet_ms > 0) usleep((useconds_t)quiet_ms * 1000);
     if (served) {

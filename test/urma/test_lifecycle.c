@@ -16,6 +16,7 @@
  * the polling mode, which the URMA context fixes at its first use) run in a
  * "role=case" child of this binary. */
 #include "iobuf/block_pool.h"
+#include "testutil_rpc.h"
 #include "urma_test.h"
 
 #define GUARD_US (60 * 1000000LL)
@@ -437,12 +438,12 @@ static bool oom_allowed(int code, size_t len)
 }
 
 /* A server child capped at 64 MiB of iobuf memory gets 32 async 8 MiB
- * echoes (256 MiB) on one URMA channel: every call ends exactly once,
- * answered byte-exact or failed cleanly (out of memory, overcrowded, or
- * the connection closed - today the server closes it when a receive finds
- * no memory; never at its deadline, never wrong bytes), the child
- * survives, its memory comes back, and a new channel still echoes over
- * URMA. */
+ * echoes (256 MiB) on one URMA channel: every call ends exactly once and
+ * is answered byte-exact. A receive that finds no memory gives its own
+ * buffer to the parser and the client waits for its credit until answers
+ * sent free memory (before, the connection failed: 10 of 32 answered). The
+ * child survives, its memory comes back, and a new channel still echoes
+ * over URMA. */
 static void test_server_iobuf_exhausted(void)
 {
     enum { N = 32 };
@@ -468,6 +469,7 @@ static void test_server_iobuf_exhausted(void)
     JT_REQUIRE(jet_flag_set("socket_max_unwritten_bytes", "67108864") == 0);
     int ok = 0, failed = all ? lc_outcomes(cs, N, oom_allowed, &ok) : N;
     fprintf(stderr, "  %d of %d 8 MiB echoes answered, %d failed\n", ok, N, failed);
+    JT_CHECK_EQ(ok, N);
     ut_expect_urma(m, 1 + ok, -1);
     JT_CHECK_EQ(atomic_load(&b.twice), 0);
     jet_channel_destroy(ch);
@@ -484,6 +486,42 @@ static void test_server_iobuf_exhausted(void)
             p.blocks, p0.endpoints, p.endpoints);
     JT_CHECK_EQ(rc, 0);
     jet_channel_destroy(probe);
+    JT_CHECK_EQ(jt_child_stop(&c), 0);
+}
+
+/* A server child capped at 40 MiB of iobuf memory (small regions) holds two
+ * stalled uploads, raw TCP peers with 12 and 11 MiB of unfinished requests,
+ * silent for longer than its server_shed_stalled_ms. A 6 MiB echo over URMA
+ * then finds no memory for its receives: their buffers go to the parser
+ * and wait for memory, the server closes the larger upload (not the
+ * connection it is reading, as it did before), and the call succeeds over
+ * URMA, byte-exact. The smaller upload stays open. */
+static void test_server_sheds_for_a_urma_receive(void)
+{
+    const char *envs[] = {"JETRPC_IOBUF_MAX_MB=34",
+                          "JETRPC_URMA_RECV_BLOCK_SIZE=8192",
+                          "JETRPC_IOBUF_REGION_MB_8K=4",
+                          "JETRPC_IOBUF_REGION_MB_64K=2",
+                          "JETRPC_IOBUF_REGION_MB_2M=2",
+                          "JETRPC_SERVER_SHED_STALLED_MS=200",
+                          NULL};
+    const char *args[] = {NULL};
+    jt_child_t c;
+    JT_REQUIRE(jt_child_start(&c, args, envs) == 0);
+    int big = jt_silent_upload(c.port, 20 << 20, 14 << 20, NULL);
+    int small = jt_silent_upload(c.port, 20 << 20, 12 << 20, NULL);
+    JT_REQUIRE(big >= 0 && small >= 0);
+    usleep(400000);
+    jet_channel_t *ch = lc_channel(c.port, JET_CONNECTION_SINGLE, 10000, 0);
+    JT_REQUIRE(ch);
+    ut_urma_mark_t m = ut_urma_mark();
+    JT_CHECK_EQ(jt_echo_bytes(ch, 10 << 20, 1, "good"), 0);
+    ut_expect_urma(m, 1, 1);
+    JT_CHECK(jt_wait_eof(big, 5000));
+    JT_CHECK(!jt_wait_eof(small, 200));
+    jet_channel_destroy(ch);
+    close(big);
+    close(small);
     JT_CHECK_EQ(jt_child_stop(&c), 0);
 }
 
@@ -779,6 +817,7 @@ int main(int argc, char **argv)
     JT_RUN(test_server_stop_during_calls);
     JT_RUN(test_channel_destroyed_in_flight);
     JT_RUN(test_server_iobuf_exhausted);
+    JT_RUN(test_server_sheds_for_a_urma_receive);
     JT_RUN(test_client_iobuf_exhausted);
     JT_RUN(test_mixed_sizes_event_mode);
     JT_RUN(test_mixed_sizes_both_polling);
