@@ -27,8 +27,9 @@ int jet_socket_mode_parse(const char *name, jet_socket_mode_t *mode_p);
 
 typedef enum jet_connection_type {
     JET_CONNECTION_SINGLE = 0, /* one connection per channel, calls multiplexed */
-    JET_CONNECTION_POOLED = 1, /* one call at a time per connection, idle ones kept (a
-                                * connection whose call ended without its answer is closed) */
+    JET_CONNECTION_POOLED = 1, /* one call at a time per connection, idle ones kept, at
+                                * most max_connection_pool_size (a connection whose call
+                                * ended without its answer is closed) */
     JET_CONNECTION_SHORT = 2,  /* a new connection per call, closed after it */
 } jet_connection_type_t;
 

@@ -19,8 +19,6 @@
 #include "rpc/protocol.h"
 #include "rpc/transports.h"
 
-#define CH_POOL_MAX_IDLE 256
-
 struct jet_channel {
     jet_addr_t addr;
     char name[80];
@@ -28,8 +26,8 @@ struct jet_channel {
     uint32_t max_body;
     pthread_mutex_t lock;
     jet_socket_t *single;
-    jet_socket_t *idle[CH_POOL_MAX_IDLE];
-    int nidle;
+    jet_socket_t **idle; /* pooled: connections at rest, the latest last */
+    int nidle, idle_cap;
     /* Until this time (monotonic µs) new connections use TCP: the server
      * closed on our transport's hello. 0: use the channel's transport. */
     _Atomic int64_t tcp_until_us;
@@ -40,6 +38,10 @@ struct jet_channel {
     struct cli_conn *out; /* pooled and short connections in use by calls */
     jet_call_t *waiting;  /* calls in a retry's wait (ch_retry) */
 };
+
+JET_FLAG_DEFINE_INT32_RANGE(max_connection_pool_size, 100, 0, INT32_MAX,
+                            "Most idle connections a pooled channel keeps to its server; a "
+                            "connection coming back to a full pool is closed (brpc's flag)");
 
 JET_FLAG_DEFINE_INT32_RANGE(
     transport_reprobe_s, 60, 0, INT32_MAX,
@@ -206,9 +208,9 @@ void jet_channel_destroy(jet_channel_t *ch)
     jet_socket_t *single = ch->single;
     ch->single = NULL;
     int nidle = ch->nidle;
-    jet_socket_t *idle[CH_POOL_MAX_IDLE];
-    memcpy(idle, ch->idle, (size_t)nidle * sizeof idle[0]);
-    ch->nidle = 0;
+    jet_socket_t **idle = ch->idle;
+    ch->idle = NULL;
+    ch->nidle = ch->idle_cap = 0;
     /* Connections lent to calls: closed here (a failure posts its handler to
      * the loop), the list's references dropped (the calls hold their own). */
     while (ch->out) {
@@ -226,6 +228,7 @@ void jet_channel_destroy(jet_channel_t *ch)
         jet__socket_set_failed(idle[i], -JET_ECLOSE);
         jet__socket_unref(idle[i]);
     }
+    free(idle);
     ch_end_waiting(ch);
     ch_unref(ch);
 }
@@ -332,6 +335,19 @@ static int ch_get_socket(jet_channel_t *ch, jet_socket_t **s_p)
     return rc;
 }
 
+/* Room for one more idle connection (the list grows by doubling): false
+ * when there is no memory for it. ch->lock held. */
+static bool ch_idle_room_locked(jet_channel_t *ch)
+{
+    if (ch->nidle < ch->idle_cap) return true;
+    int cap = ch->idle_cap ? ch->idle_cap * 2 : 8;
+    jet_socket_t **p = realloc(ch->idle, (size_t)cap * sizeof *p);
+    if (!p) return false;
+    ch->idle = p;
+    ch->idle_cap = cap;
+    return true;
+}
+
 /* answered: the attempt on s got its answer. A pooled connection goes back
  * to the idle list only then (as in brpc): an answer still on its way would
  * reach the next call on it, which must have the connection to itself. */
@@ -344,7 +360,8 @@ static void ch_put_socket(jet_channel_t *ch, jet_socket_t *s, bool answered)
     pthread_mutex_lock(&ch->lock);
     bool lent = ch_out_del_locked(ch, s);
     bool idle = ch->opts.connection_type == JET_CONNECTION_POOLED && answered &&
-                !jet__socket_failed(s) && !ch->closed && ch->nidle < CH_POOL_MAX_IDLE;
+                !jet__socket_failed(s) && !ch->closed &&
+                ch->nidle < JET_FLAG_IN_RANGE(max_connection_pool_size) && ch_idle_room_locked(ch);
     if (idle) ch->idle[ch->nidle++] = s;
     pthread_mutex_unlock(&ch->lock);
     if (lent) jet__socket_unref(s);

@@ -291,6 +291,46 @@ static void test_pooled_connections(void)
     JT_CHECK(wait_open_at_most(g_srv, before.connections_open));
 }
 
+/* max_connection_pool_size=3: ten calls at once open ten connections; once
+ * they are answered only three stay open, and three calls after them open
+ * none. */
+static void test_pool_size_cap(void)
+{
+    enum { N = 10, KEEP = 3 };
+    JT_REQUIRE(jet_flag_set("max_connection_pool_size", "3") == 0);
+    jet_channel_t *ch = open_channel(g_port, JET_CONNECTION_POOLED);
+    JT_REQUIRE(ch);
+    jet_server_stats_t before, mid, after;
+    stats(g_srv, &before);
+    jt_counter_t done = {0};
+    jet_call_t *calls[N];
+    for (int i = 0; i < N; i++) {
+        calls[i] = jet_call_create();
+        JT_REQUIRE(calls[i]);
+        /* Answered 300 ms later: all N are in flight at once. */
+        JT_CHECK_EQ(jt_echo_call(ch, calls[i], "later:300", jt_count_done, &done), 0);
+    }
+    JT_CHECK(wait_count(&done, N));
+    for (int i = 0; i < N; i++) {
+        JT_CHECK(jt_echo_resp_is(calls[i], "later:300"));
+        jet_call_destroy(calls[i]);
+    }
+    stats(g_srv, &mid);
+    JT_CHECK_EQ(mid.connections_accepted - before.connections_accepted, N);
+    JT_CHECK(wait_open_at_most(g_srv, before.connections_open + KEEP));
+    for (int i = 0; i < KEEP; i++) {
+        jet_call_t *call = jet_call_create();
+        JT_REQUIRE(call);
+        JT_CHECK_EQ(sync_echo(ch, call, "again"), 0);
+        jet_call_destroy(call);
+    }
+    stats(g_srv, &after);
+    JT_CHECK_EQ(after.connections_accepted, mid.connections_accepted);
+    jet_channel_destroy(ch);
+    JT_CHECK(wait_open_at_most(g_srv, before.connections_open));
+    JT_REQUIRE(jet_flag_set("max_connection_pool_size", "100") == 0);
+}
+
 static void test_short_connections(void)
 {
     jet_channel_t *ch = open_channel(g_port, JET_CONNECTION_SHORT);
@@ -1304,6 +1344,7 @@ int main(void)
     RUN(test_async_calls);
     RUN(test_threads_single_connection);
     RUN(test_pooled_connections);
+    RUN(test_pool_size_cap);
     RUN(test_short_connections);
     RUN(test_attachments);
     RUN(test_request_over_max_body);
