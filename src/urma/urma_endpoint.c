@@ -27,12 +27,17 @@
  * again this long after, by a timer, not at every batch end. */
 #define EP_RETRY_US 1000
 /* A receive whose data found no memory (iobuf_max_mb reached) gives its own
- * block to the read buffer, and its slot waits for a fresh one: the owner
+ * block to the read buffer, and its slot waits for a fresh one (ep_starve).
+ * While the starved slots hold back more credits than a credit batch (the
+ * peer is short of its window: it has bytes it cannot send, as when a TCP
+ * read finds no memory), blocks are tried for every EP_RETRY_US, the owner
  * is asked to free memory (a server closes a stalled upload) at most every
- * EP_NOMEM_ASK_US, blocks are tried for every EP_RETRY_US, and a connection
- * that got none in EP_STARVE_US fails with ENOMEM, as a TCP read does. */
-#define EP_NOMEM_ASK_US 10000
-#define EP_STARVE_US    200000
+ * EP_NOMEM_ASK_US, and the connection fails with ENOMEM when none came in
+ * EP_STARVE_US. Otherwise they are tried for every EP_STARVE_IDLE_US, for as
+ * long as it takes. */
+#define EP_NOMEM_ASK_US   10000
+#define EP_STARVE_US      200000
+#define EP_STARVE_IDLE_US 10000
 /* Block bytes the unsignalled data WRs of a connection may hold once its
  * writer has sent all it had: the last WR of such a burst is signalled when
  * they hold more, so a connection that then goes quiet keeps at most this
@@ -123,7 +128,7 @@ struct jet_urma_ep {
      * matters) wait for fresh blocks; the peer's window lacks them. */
     uint32_t *starved;
     uint32_t nstarved;
-    int64_t starved_us;   /* the last block fed to one, or the first starving */
+    int64_t starved_us;   /* the peer short of credits since (0: it is not) */
     int64_t nomem_ask_us; /* when the owner was last asked to free memory */
     bool starve_logged;   /* once per connection */
     /* Own receive queue: when the provider last refused a re-post. Until
@@ -789,7 +794,8 @@ static bool ep_block_joins(jet_urma_ep_t *ep, jet_block_t *b, uint32_t len)
 
 /* The len bytes received in *b_p go to the read buffer: copied (*b_p is
  * re-posted), or the block itself (zero-copy: *b_p becomes a fresh block to
- * re-post). 1 when there was memory for neither: the block itself went, and
+ * re-post; copied when there is no fresh block). 1 when there was memory for
+ * neither: the block itself went, and
  * *b_p is NULL (the caller's slot starves, ep_starve); -1 when the
  * connection failed (*b_p NULL). */
 static int ep_to_read_buf(jet_urma_ep_t *ep, jet_block_t **b_p, uint32_t len)
@@ -799,7 +805,8 @@ static int ep_to_read_buf(jet_urma_ep_t *ep, jet_block_t **b_p, uint32_t len)
     bool zc = JET_FLAG(urma_recv_zerocopy) && (min <= 0 || len >= (uint32_t)min) &&
               len >= ep->recv_size / EP_ZC_MAX_PIN;
     jet_block_t *fresh = zc ? jet__block_alloc(ep->recv_size) : NULL;
-    if (!zc && jet_iobuf_append(&ep->s->read_buf, b->data, len) == 0) {
+    /* Also when no fresh block came: another size class may have room. */
+    if (!fresh && jet_iobuf_append(&ep->s->read_buf, b->data, len) == 0) {
         ep->cnt->recv_copied++;
         return 0;
     }
@@ -820,34 +827,43 @@ static int ep_to_read_buf(jet_urma_ep_t *ep, jet_block_t **b_p, uint32_t len)
 
 static void ep_retry_timeout(jet_timer_t *t);
 
+/* The retry timer runs at at_us, or earlier if it was set so. */
 static void ep_retry_at(jet_urma_ep_t *ep, int64_t at_us)
 {
-    if (jet_timer_armed(&ep->retry_timer)) return;
+    if (jet_timer_armed(&ep->retry_timer) && ep->retry_timer.deadline_us <= at_us) return;
     ep->retry_timer.fn = ep_retry_timeout;
     jet_loop_timer_start(jet__urma_loop_of(ep->ul), &ep->retry_timer, at_us);
 }
 
 /* A receive of slot gave its block to the read buffer for want of memory:
  * the slot waits for a fresh block (ep_feed_starved), and its credit with
- * it, so that the peer stops once its window is spent. */
+ * it. */
 static void ep_starve(jet_urma_ep_t *ep, uint32_t slot)
 {
-    if (ep->nstarved == 0) ep->starved_us = jet_now_us();
     if (!ep->starve_logged) {
         ep->starve_logged = true;
-        JET_WARN_PEER("URMA connection %s: no memory to copy a receive (iobuf_max_mb): its "
-                      "buffer goes to the parser, the peer waits for its credit",
+        JET_WARN_PEER("URMA connection %s: no memory for a receive (iobuf_max_mb): its buffer "
+                      "goes to the parser, and its credit waits for memory",
                       ep->s->peer);
     }
     ep->starved[ep->nstarved++] = slot;
 }
 
+/* The starved slots keep the peer short of its window: they hold back more
+ * credits than a batch (which the peer may be waiting for; brpc's waits for
+ * a whole window of its own size, unknown here). Not while input is paused:
+ * that keeps credits back on purpose. */
+static bool ep_starve_blocks_peer(const jet_urma_ep_t *ep)
+{
+    return ep->nstarved > ep->credit_batch && !ep_withholds(ep);
+}
+
 /* Starved receives get fresh blocks while there is memory, and are then
- * re-posted and credited as the others. Otherwise the owner is asked to
- * free memory and the retry timer tries again; the connection fails when
- * none came in EP_STARVE_US. False when it failed. */
+ * re-posted and credited as the others; the rest wait (EP_STARVE_US). False
+ * when the connection failed. */
 static bool ep_feed_starved(jet_urma_ep_t *ep)
 {
+    bool fed = false;
     while (ep->nstarved > 0) {
         jet_block_t *b = jet__block_alloc(ep->recv_size);
         if (!b) break;
@@ -855,16 +871,22 @@ static bool ep_feed_starved(jet_urma_ep_t *ep)
         ep->nstarved--;
         ep->held[slot] = b;
         ep->repost[ep->nrepost++] = slot;
-        ep->starved_us = jet_now_us();
+        fed = true;
     }
-    if (ep->nstarved == 0) return true;
     int64_t now = jet_now_us();
+    if (!ep_starve_blocks_peer(ep)) {
+        ep->starved_us = 0;
+        if (ep->nstarved > 0) ep_retry_at(ep, now + EP_STARVE_IDLE_US);
+        return true;
+    }
+    if (fed || ep->starved_us == 0) ep->starved_us = now;
     if (now - ep->starved_us >= EP_STARVE_US) {
         ep_fail(ep, -ENOMEM, "no memory for its receive buffers in 200 ms", -1);
         return false;
     }
     jet_socket_t *s = ep->s;
-    if (now - ep->nomem_ask_us >= EP_NOMEM_ASK_US && s->handler && s->handler->on_nomem) {
+    if (now - ep->nomem_ask_us >= EP_NOMEM_ASK_US && !jet__socket_failed(s) && s->handler &&
+        s->handler->on_nomem) {
         ep->nomem_ask_us = now;
         (void)s->handler->on_nomem(s);
     }

@@ -525,6 +525,139 @@ static void test_server_sheds_for_a_urma_receive(void)
     JT_CHECK_EQ(jt_child_stop(&c), 0);
 }
 
+/* ---- receives short of memory in one class ---------------------------------------- */
+
+/* Blocks of class 64 KiB taken so that none is left (the cap set at what is
+ * mapped: no region can come), while 8 KiB blocks still have room. */
+typedef struct lc_hoard {
+    jet_block_t **v;
+    size_t n, cap;
+} lc_hoard_t;
+
+static void lc_hoard_64k(lc_hoard_t *h)
+{
+    jet_block_pool_stats_t st;
+    jet__block_pool_stats(&st);
+    char cap[32];
+    snprintf(cap, sizeof cap, "%zu", st.bytes_mapped / (1024 * 1024));
+    JT_REQUIRE(jet_flag_set("iobuf_max_mb", cap) == 0);
+    for (jet_block_t *b; (b = jet__block_alloc(JET_BLOCK_SIZE_64K)) != NULL;) {
+        if (h->n == h->cap) {
+            h->cap = h->cap ? 2 * h->cap : 64;
+            h->v = realloc(h->v, h->cap * sizeof *h->v);
+            JT_REQUIRE(h->v);
+        }
+        h->v[h->n++] = b;
+    }
+}
+
+static void lc_hoard_free(lc_hoard_t *h, int32_t old_cap)
+{
+    for (size_t i = 0; i < h->n; i++)
+        jet__block_unref(h->v[i]);
+    free(h->v);
+    memset(h, 0, sizeof *h);
+    JET_FLAG_STORE(iobuf_max_mb, old_cap);
+}
+
+/* An in-process URMA server and a channel to it, warmed up. */
+static jet_server_t *lc_local_pair(jet_channel_t **ch_p)
+{
+    int port = 0;
+    jet_server_t *srv = ut_server_start(JET_SOCKET_MODE_URMA, &port);
+    if (!srv) return NULL;
+    *ch_p = lc_channel(port, JET_CONNECTION_SINGLE, 10000, 0);
+    if (!*ch_p || jt_echo_bytes(*ch_p, 100000, 1, "warm") != 0) {
+        if (*ch_p) jet_channel_destroy(*ch_p);
+        jet_server_destroy(srv);
+        return NULL;
+    }
+    return srv;
+}
+
+/* No 64 KiB block for a fresh receive buffer, but room in the 8 KiB class:
+ * a 30000-byte request (zero-copy size) is copied, as before receives
+ * could starve, and its handler may hold it 300 ms; nothing starves. (A
+ * first version starved it, and the connection failed 200 ms later.) */
+static void case_receive_copied_when_its_class_is_full(void)
+{
+    jet_channel_t *ch = NULL;
+    jet_server_t *srv = lc_local_pair(&ch);
+    JT_REQUIRE(srv);
+    int32_t old_cap = JET_FLAG(iobuf_max_mb);
+    lc_hoard_t h = {0};
+    lc_hoard_64k(&h);
+    jet_urma_loop_stats_t t0 = ut_urma_totals(NULL);
+    jet_call_t *call = jet_call_create();
+    JT_REQUIRE(call);
+    Example__EchoRequest req = EXAMPLE__ECHO_REQUEST__INIT;
+    req.message = "sleep:300"; /* answered "late", from a thread */
+    jt_echo_fill(call, 30000, 3);
+    JT_CHECK_EQ(
+        jet_channel_call(ch, &example__echo_service__descriptor, 0, call, &req.base, NULL, NULL),
+        0);
+    JT_CHECK_EQ(jt_echo_check(call, "late", 30000, 3), 0);
+    jet_call_destroy(call);
+    jet_urma_loop_stats_t t = ut_urma_totals(NULL);
+    JT_CHECK_EQ(t.c.recv_starved, t0.c.recv_starved);
+    JT_CHECK_EQ(t.attaches, t0.attaches);
+    lc_hoard_free(&h, old_cap);
+    jet_channel_destroy(ch);
+    jet_server_destroy(srv);
+}
+
+/* No memory at all but one 64 KiB block (the server's fresh receive
+ * buffer): the answer's receive starves in the client, whose caller keeps
+ * the answer 400 ms. One starved buffer leaves the server most of its
+ * window, so the connection waits for memory as long as it takes: the next
+ * call goes over the same connection. (A first version failed it after
+ * 200 ms.) */
+static void case_one_starved_receive_waits(void)
+{
+    jet_channel_t *ch = NULL;
+    jet_server_t *srv = lc_local_pair(&ch);
+    JT_REQUIRE(srv);
+    int32_t old_cap = JET_FLAG(iobuf_max_mb);
+    jet_call_t *call = jet_call_create();
+    JT_REQUIRE(call);
+    Example__EchoRequest req = EXAMPLE__ECHO_REQUEST__INIT;
+    req.message = "kept";
+    jt_echo_fill(call, 30000, 5);
+    lc_hoard_t h = {0};
+    lc_hoard_64k(&h);
+    jet__block_unref(h.v[--h.n]);
+    /* The 8 KiB class full too: the answer can be neither copied nor
+     * replaced. */
+    jet_block_t *small[4096];
+    size_t nsmall = 0;
+    while (nsmall < 4096 && (small[nsmall] = jet__block_alloc(JET_BLOCK_SIZE_8K)) != NULL)
+        nsmall++;
+    jet_urma_loop_stats_t t0 = ut_urma_totals(NULL);
+    JT_CHECK_EQ(
+        jet_channel_call(ch, &example__echo_service__descriptor, 0, call, &req.base, NULL, NULL),
+        0);
+    JT_CHECK_EQ(jt_echo_check(call, "kept", 30000, 5), 0);
+    jet_urma_loop_stats_t t = ut_urma_totals(NULL);
+    fprintf(stderr, "  starved receives: %llu; holding the answer 400 ms\n",
+            (unsigned long long)(t.c.recv_starved - t0.c.recv_starved));
+    JT_CHECK(t.c.recv_starved > t0.c.recv_starved);
+    usleep(400000);
+    jet_call_destroy(call);
+    while (nsmall > 0)
+        jet__block_unref(small[--nsmall]);
+    lc_hoard_free(&h, old_cap);
+    JT_CHECK_EQ(jt_echo_bytes(ch, 1000, 6, "next"), 0);
+    JT_CHECK_EQ(ut_urma_totals(NULL).attaches, t0.attaches);
+    jet_channel_destroy(ch);
+    jet_server_destroy(srv);
+}
+
+static void test_receives_short_of_memory(void)
+{
+    JT_CHECK_EQ(lc_run_case("copied_when_class_full", NULL), 0);
+    JT_CHECK_EQ(lc_run_case("one_starved_waits", NULL), 0);
+}
+
 /* The same from the client's side (brpc's try_memory_pool_empty): the
  * requests built, this process may map only 64 MiB more of iobuf memory
  * while 32 async 8 MiB echoes come back over one URMA channel. Every call
@@ -802,6 +935,9 @@ static int lc_case_role(int argc, char **argv)
         if (strcmp(argv[i], "name=destroy") == 0) JT_RUN(case_channel_destroyed_in_flight);
         if (strcmp(argv[i], "name=mixed") == 0) JT_RUN(case_mixed_sizes);
         if (strcmp(argv[i], "name=client_oom") == 0) JT_RUN(case_client_iobuf_exhausted);
+        if (strcmp(argv[i], "name=copied_when_class_full") == 0)
+            JT_RUN(case_receive_copied_when_its_class_is_full);
+        if (strcmp(argv[i], "name=one_starved_waits") == 0) JT_RUN(case_one_starved_receive_waits);
     }
     return jt_finish();
 }
@@ -818,6 +954,7 @@ int main(int argc, char **argv)
     JT_RUN(test_channel_destroyed_in_flight);
     JT_RUN(test_server_iobuf_exhausted);
     JT_RUN(test_server_sheds_for_a_urma_receive);
+    JT_RUN(test_receives_short_of_memory);
     JT_RUN(test_client_iobuf_exhausted);
     JT_RUN(test_mixed_sizes_event_mode);
     JT_RUN(test_mixed_sizes_both_polling);

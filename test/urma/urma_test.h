@@ -413,6 +413,7 @@ static UT_UNUSED jet_urma_loop_stats_t ut_urma_totals(int *spinning_p)
         sum.c.send_bounced += p.st.c.send_bounced;
         sum.c.window_waits += p.st.c.window_waits;
         sum.c.recv_refused += p.st.c.recv_refused;
+        sum.c.recv_starved += p.st.c.recv_starved;
     }
     if (spinning_p) *spinning_p = spinning;
     return sum;
