@@ -38,8 +38,10 @@ typedef void (*jet_call_done_cb_t)(jet_call_t *call, void *arg);
 
 /* NULL when memory is out. */
 jet_call_t *jet_call_create(void);
+/* A NULL call is ignored. */
 void jet_call_destroy(jet_call_t *call);
-/* Back to the state of a new call (attachments emptied, response freed). */
+/* Back to the state of a new call (attachments emptied, response freed). A
+ * NULL call is ignored. */
 void jet_call_reset(jet_call_t *call);
 
 /* --- client-side settings (before jet_channel_call) --- */
@@ -97,7 +99,8 @@ int jet_call_cancel(uint64_t id);
  * response's; NULL call or key), -EBUSY, -ENOMEM. A NULL value is "". */
 int jet_call_set_request_user_field(jet_call_t *call, const char *key, const char *value);
 int jet_call_set_response_user_field(jet_call_t *call, const char *key, const char *value);
-/* The value of key, or NULL. */
+/* The value of key, or NULL. The getters read a NULL call as one without
+ * fields. */
 const char *jet_call_request_user_field(const jet_call_t *call, const char *key);
 const char *jet_call_response_user_field(const jet_call_t *call, const char *key);
 size_t jet_call_request_user_field_count(const jet_call_t *call);
@@ -127,7 +130,9 @@ const char *jet_call_error_text(const jet_call_t *call);
 const ProtobufCMessage *jet_call_response(const jet_call_t *call);
 /* Client: microseconds from jet_channel_call to completion. */
 int64_t jet_call_latency_us(const jet_call_t *call);
-/* Attempts made (1 + retries, a backup request included). */
+/* Attempts made (1 + retries, a backup request included); an issue that
+ * failed before its first attempt was written (missing fields, EMSGSIZE)
+ * counts 1, one cancelled before it started 0. */
 int jet_call_attempts(const jet_call_t *call);
 /* The last issue sent a backup request (brpc's has_backup_request). */
 bool jet_call_has_backup_request(const jet_call_t *call);

@@ -58,7 +58,7 @@ extern "C" {
 
 typedef struct jet_channel jet_channel_t;
 
-/* opts may be NULL. 0, -EINVAL (bad address or options: a socket mode or
+/* opts may be NULL. 0, -EINVAL (ch_p NULL, bad address or options: a socket mode or
  * connection type outside its enum, a negative max_retry), -ENOMEM,
  * -EPROTONOSUPPORT (a socket mode not built in, i.e. RDMA; a protocol other
  * than baidu_std; SSL), or the error of starting the event loops (-EAGAIN,
@@ -81,14 +81,17 @@ int jet_channel_call(jet_channel_t *ch, const ProtobufCServiceDescriptor *servic
                      jet_call_done_cb_t done, void *arg);
 
 /* Waits until an asynchronous call is complete and its done callback has
- * returned (not from its loop thread). The library does not touch the call
- * once done has started, so done may destroy or reissue it; joining a call
- * that done destroyed is a use after free (join it or destroy it in done,
- * not both), and joining a call that done reissued waits for the new issue.
- * Called in the call's own done, it returns at once (the call is complete;
- * done returning is the rest), unless that done reissued the call. A call
- * never issued, or a synchronous one, returns at once. */
-void jet_call_join(jet_call_t *call);
+ * returned. The library does not touch the call once done has started, so
+ * done may destroy or reissue it; joining a call that done destroyed is a
+ * use after free (join it or destroy it in done, not both), and joining a
+ * call that done reissued waits for the new issue. Called in the call's own
+ * done, it returns at once (the call is complete; done returning is the
+ * rest). A call never issued, or a synchronous one, returns at once.
+ * Not from a loop thread (a done callback, a handler) for a call that is
+ * not complete there, such as one its own done reissued: the wait blocks
+ * that loop, and so the call too when its answer comes on it, until the
+ * call's deadline (for ever without one); a warning says so once. */
+void jet_call_join(jet_call_t *call); /* NULL: returns at once */
 
 #ifdef __cplusplus
 }

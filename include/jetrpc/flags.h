@@ -66,11 +66,14 @@ void jet_flag_register(jet_flag_t *flag);
  * arguments are removed from argv (argc updated); the others, and everything
  * after "--", stay. "--help" prints every flag and exits the process with 0.
  * Returns 0, or -EINVAL after printing the offending argument (unknown flag,
- * value that does not parse as the flag's type or lies outside its range). */
+ * value that does not parse as the flag's type or lies outside its range;
+ * argv is then left as it was, but flags set by the arguments before it
+ * keep their new values), or -ENOMEM (a string flag's copy). */
 int jet_flags_parse(int *argc, char ***argv);
 
-/* Sets one flag from text. 0, -ENOENT (no such flag) or -EINVAL (bad value:
- * not of the flag's type, or outside its range; the flag is unchanged). */
+/* Sets one flag from text. 0, -ENOENT (no such flag), -EINVAL (bad value:
+ * not of the flag's type, or outside its range; the flag is unchanged) or
+ * -ENOMEM (a string flag's copy). */
 int jet_flag_set(const char *name, const char *value);
 /* Finds a flag by name; NULL when there is none. */
 const jet_flag_t *jet_flag_find(const char *name);

@@ -95,7 +95,8 @@ const void *jet_iobuf_ref_data(const jet_iobuf_t *buf, uint32_t i, size_t *len_p
 
 /* Reads from fd into the buffer with readv(2): fills the free space of the
  * tail block, then new pool blocks, up to max bytes. Returns the bytes read,
- * 0 at EOF, or -errno (-EAGAIN included). */
+ * 0 at EOF (and, reading nothing, when max is 0), or -errno (-EAGAIN
+ * included). */
 ssize_t jet_iobuf_read_fd(jet_iobuf_t *buf, int fd, size_t max);
 /* Writes the front of the buffer to fd with writev(2) (at most max bytes,
  * at most IOV_MAX pieces) and drops what was written. Returns bytes written

@@ -46,12 +46,12 @@ extern "C" {
 
 typedef struct jet_server jet_server_t;
 
-/* opts may be NULL (defaults). 0, -EINVAL (bad options: a socket mode
- * outside its enum), -ENOMEM. Out-of-range numbers act as documented in
+/* opts may be NULL (defaults). 0, -EINVAL (srv_p NULL, or bad options: a
+ * socket mode outside its enum), -ENOMEM. Out-of-range numbers act as documented in
  * jet_server_options_t (0 or less: the default). */
 int jet_server_create(const jet_server_options_t *opts, jet_server_t **srv_p);
 /* Adds a service before start. -EEXIST for a duplicate full name, -EINVAL
- * for NULL (or a service without a descriptor) or once the server was
+ * for a NULL server or service (or a service without a descriptor) or once the server was
  * started. The service must outlive the server. */
 int jet_server_add_service(jet_server_t *srv, ProtobufCService *service);
 /* Listens on "ip:port", ":port", "port", "[v6]:port" or "unix:/path" (port 0
@@ -60,9 +60,11 @@ int jet_server_add_service(jet_server_t *srv, ProtobufCService *service);
  * server started before (also once stopped: a server starts once), a
  * negative errno of bind(2)/listen(2) (-EADDRINUSE...: also for a unix
  * path that holds a file other than a socket, or the socket of a live
- * server; a stale socket, its server gone, is replaced), or
+ * server; a stale socket, its server gone, is replaced),
  * -EPROTONOSUPPORT when opts asked for SSL (ssl_cert), in any socket mode,
- * or for a socket mode not built in (RDMA). A failed start may be retried. */
+ * or for a socket mode not built in (RDMA), or -EAGAIN, -EMFILE, -ENOMEM
+ * when the event loops or the worker threads cannot be started. A failed
+ * start may be retried. */
 int jet_server_start(jet_server_t *srv, const char *addr);
 /* The port listened on; 0 before start, after stop and for "unix:". */
 int jet_server_listen_port(const jet_server_t *srv);
@@ -75,7 +77,7 @@ int jet_server_listen_port(const jet_server_t *srv);
  * but waits for that handler's own call too: answer first. */
 int jet_server_stop(jet_server_t *srv);
 /* Stops (as above), then waits for every handler to have answered, however
- * long (a warning every 5 s names the calls still held), and frees the
+ * long (a warning every 5 s says how many calls are still held), and frees the
  * server. On an event-loop thread or in one of the server's own handlers
  * it does nothing but log an error: the server goes on, for its
  * controlling thread to destroy. NULL is ignored. */

@@ -694,6 +694,11 @@ static bool cid_wait(cid_wait_t *w, int64_t spin_us, jet_loop_t *loop)
     }
 }
 
+bool jet__cid_freed_since(uint32_t idx, uint32_t free_seq)
+{
+    return cid_seq(atomic_load_explicit(&cid_slot(idx)->state, memory_order_acquire)) != free_seq;
+}
+
 void jet__cid_join(uint32_t idx, uint32_t free_seq, int64_t spin_us, jet_loop_t *loop,
                    int64_t deadline_us, void (*expire)(void *arg), void *arg)
 {
@@ -771,7 +776,7 @@ void jet_call_destroy(jet_call_t *c)
 
 void jet_call_reset(jet_call_t *c)
 {
-    if (call_in_flight(c, "jet_call_reset")) return;
+    if (!c || call_in_flight(c, "jet_call_reset")) return;
     call_release_fields(c);
     call_init(c);
 }
@@ -840,21 +845,21 @@ int jet_call_set_response_user_field(jet_call_t *c, const char *key, const char 
 
 const char *jet_call_request_user_field(const jet_call_t *c, const char *key)
 {
-    return jet__uf_get(&c->req_uf, key);
+    return c ? jet__uf_get(&c->req_uf, key) : NULL;
 }
 
 const char *jet_call_response_user_field(const jet_call_t *c, const char *key)
 {
-    return jet__uf_get(&c->resp_uf, key);
+    return c ? jet__uf_get(&c->resp_uf, key) : NULL;
 }
 
 size_t jet_call_request_user_field_count(const jet_call_t *c)
 {
-    return c->req_uf.n;
+    return c ? c->req_uf.n : 0;
 }
 size_t jet_call_response_user_field_count(const jet_call_t *c)
 {
-    return c->resp_uf.n;
+    return c ? c->resp_uf.n : 0;
 }
 
 static bool uf_at(const jet_user_fields_t *uf, size_t i, const char **key_p, const char **value_p)
@@ -870,13 +875,13 @@ static bool uf_at(const jet_user_fields_t *uf, size_t i, const char **key_p, con
 bool jet_call_request_user_field_at(const jet_call_t *c, size_t i, const char **key_p,
                                     const char **value_p)
 {
-    return uf_at(&c->req_uf, i, key_p, value_p);
+    return c && uf_at(&c->req_uf, i, key_p, value_p);
 }
 
 bool jet_call_response_user_field_at(const jet_call_t *c, size_t i, const char **key_p,
                                      const char **value_p)
 {
-    return uf_at(&c->resp_uf, i, key_p, value_p);
+    return c && uf_at(&c->resp_uf, i, key_p, value_p);
 }
 
 void jet__call_set_error(jet_call_t *c, int code, const char *text)

@@ -262,6 +262,9 @@ void jet__cid_free(uint32_t slot);
  * nobody else owns it. */
 void jet__cid_join(uint32_t slot, uint32_t free_seq, int64_t spin_us, jet_loop_t *loop,
                    int64_t deadline_us, void (*expire)(void *arg), void *arg);
+/* True when slot has been freed more than free_seq times (a join would
+ * return at once). */
+bool jet__cid_freed_since(uint32_t slot, uint32_t free_seq);
 /* The slot and free count a join_token names. */
 static inline uint32_t jet__join_slot(uint64_t token) { return (uint32_t)(token >> 32) - 1; }
 static inline uint32_t jet__join_seq(uint64_t token) { return (uint32_t)token; }

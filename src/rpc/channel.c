@@ -82,6 +82,7 @@ static const jet_socket_handler_t cli_handler = {
 
 int jet_channel_create(const char *addr, const jet_channel_options_t *opts, jet_channel_t **ch_p)
 {
+    if (!ch_p) return -EINVAL;
     jet_channel_t *ch = calloc(1, sizeof *ch);
     if (!ch) return -ENOMEM;
     int rc = -EINVAL;
@@ -167,12 +168,21 @@ static bool ch_out_del_locked(jet_channel_t *ch, jet_socket_t *s)
 }
 
 static void ch_end_claimed(jet_call_t *call, int code, const char *text);
+static void ch_backoff_end(jet_call_t *call);
+
+/* A call of ch_end_waiting, its error set: ended on a loop. */
+static void ch_end_closed_task(jet_task_t *t)
+{
+    ch_end_claimed((jet_call_t *)((char *)t - offsetof(jet_call_t, srv_task)), 0, NULL);
+}
 
 /* The calls in a retry's wait end with ECLOSE, a bounded batch at a time:
  * each is claimed by the id of its wait (its owner), which the waiting
  * thread names right after it listed the call (looked at again until
  * then), unless its timer, a cancel or a backup claimed it first (which
- * then take it off the list). */
+ * then take it off the list). Each is taken off the list here and ended on
+ * a loop, so that its done runs there (as for any completion), not on the
+ * destroying thread, which may hold what done takes. */
 static void ch_end_waiting(jet_channel_t *ch)
 {
     char text[160];
@@ -191,7 +201,10 @@ static void ch_end_waiting(jet_channel_t *ch)
             jet_call_t *call = jet__cid_claim_issue(tokens[i], false, false, &cid, &next, NULL);
             if (!call) continue;
             call->cid = next;
-            ch_end_claimed(call, JET_ECLOSE, text);
+            ch_backoff_end(call);
+            jet__call_set_error(call, JET_ECLOSE, text);
+            call->srv_task.fn = ch_end_closed_task; /* a client call's is free */
+            jet_loop_post(jet_loop_pick(), &call->srv_task);
             ended++;
         }
         if (ended == 0) sched_yield();
@@ -1364,6 +1377,7 @@ void jet_call_join(jet_call_t *call)
      * frees its slot only after its done returned; a done that reissued
      * has by then published the new issue's token, which is waited for in
      * turn. A stale token (a complete issue) names a slot freed since. */
+    if (!call) return;
     uint64_t t = atomic_load_explicit(&call->join_token, memory_order_acquire);
     while (t != 0) {
         if (t == ch_tls_done_token) {
@@ -1375,6 +1389,11 @@ void jet_call_join(jet_call_t *call)
             t = now;
             continue;
         }
+        if (jet_loop_current() && !jet__cid_freed_since(jet__join_slot(t), jet__join_seq(t)))
+            JET_LOG_ONCE(JET_LOG_WARN,
+                         "jet_call_join on a loop thread for a call not complete (reissued by "
+                         "its done?): the loop waits, and the call with it if its answer "
+                         "comes on this loop, until the call's deadline");
         jet__cid_join(jet__join_slot(t), jet__join_seq(t), JET_FLAG(sync_call_spin_us),
                       atomic_load_explicit(&call->wait_loop, memory_order_relaxed), INT64_MAX,
                       ch_no_expire, NULL);
@@ -1582,6 +1601,8 @@ static void cli_handle_response(jet_socket_t *s, jet_baidu_frame_t *f, int bad_a
         char text[512];
         jet__format_parse_error(text, sizeof text, "response", call->method->output->name, meta,
                                 jet_iobuf_len(&f->body));
+        /* EREQUEST, as brpc's baidu_std client says it since it checks
+         * content and checksum types (older brpc said ERESPONSE). */
         ch_complete(call, JET_EREQUEST, text);
         return;
     }

@@ -101,6 +101,7 @@ JET_FLAG_DEFINE_INT32_RANGE(
 
 int jet_server_create(const jet_server_options_t *opts, jet_server_t **srv_p)
 {
+    if (!srv_p) return -EINVAL;
     jet_server_t *srv = calloc(1, sizeof *srv);
     if (!srv) return -ENOMEM;
     if (opts)
@@ -125,7 +126,7 @@ int jet_server_create(const jet_server_options_t *opts, jet_server_t **srv_p)
 
 int jet_server_add_service(jet_server_t *srv, ProtobufCService *service)
 {
-    if (!service || !service->descriptor || srv->started) return -EINVAL;
+    if (!srv || !service || !service->descriptor || srv->started) return -EINVAL;
     for (size_t i = 0; i < srv->nservices; i++)
         if (strcmp(srv->services[i]->descriptor->name, service->descriptor->name) == 0)
             return -EEXIST;

@@ -331,6 +331,24 @@ static void test_pool_size_cap(void)
     JT_REQUIRE(jet_flag_set("max_connection_pool_size", "100") == 0);
 }
 
+/* NULL where the headers say what it does. */
+static void test_null_arguments(void)
+{
+    JT_CHECK_EQ(jet_server_create(NULL, NULL), -EINVAL);
+    JT_CHECK_EQ(jet_channel_create("127.0.0.1:1", NULL, NULL), -EINVAL);
+    JT_CHECK_EQ(jet_server_add_service(NULL, &g_service.base.base), -EINVAL);
+    jet_call_reset(NULL);
+    jet_call_destroy(NULL);
+    jet_call_join(NULL);
+    JT_CHECK(jet_call_request_user_field(NULL, "k") == NULL);
+    JT_CHECK(jet_call_response_user_field(NULL, "k") == NULL);
+    JT_CHECK_EQ(jet_call_request_user_field_count(NULL), 0);
+    JT_CHECK_EQ(jet_call_response_user_field_count(NULL), 0);
+    JT_CHECK(!jet_call_request_user_field_at(NULL, 0, NULL, NULL));
+    JT_CHECK(!jet_call_response_user_field_at(NULL, 0, NULL, NULL));
+    JT_CHECK_EQ(jet_call_set_request_user_field(NULL, "k", "v"), -EINVAL);
+}
+
 static void test_short_connections(void)
 {
     jet_channel_t *ch = open_channel(g_port, JET_CONNECTION_SHORT);
@@ -1345,6 +1363,7 @@ int main(void)
     RUN(test_threads_single_connection);
     RUN(test_pooled_connections);
     RUN(test_pool_size_cap);
+    RUN(test_null_arguments);
     RUN(test_short_connections);
     RUN(test_attachments);
     RUN(test_request_over_max_body);

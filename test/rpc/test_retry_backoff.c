@@ -43,14 +43,34 @@ static jet_channel_t *open_channel(int port, int32_t timeout_ms, int32_t retries
     return jet_channel_create(addr, &o, &ch) == 0 ? ch : NULL;
 }
 
-/* Ends call (sync or async) and returns how long it took, in ms. */
+/* Records the thread the done callback ran on. */
+typedef struct done_on {
+    jt_counter_t n;
+    pthread_t thread;
+} done_on_t;
+
+static void done_record(jet_call_t *call, void *arg)
+{
+    done_on_t *d = arg;
+    d->thread = pthread_self();
+    jt_count_done(call, &d->n);
+}
+
+/* Ends call (sync or async) and returns how long it took, in ms; the
+ * thread its done ran on goes to *thread_p (async) when given. */
+static int64_t timed_call_on(jet_channel_t *ch, jet_call_t *call, bool async, pthread_t *thread_p)
+{
+    done_on_t done = {0};
+    uint64_t t0 = jt_now_us();
+    JT_CHECK_EQ(jt_echo_call(ch, call, "x", async ? done_record : NULL, async ? &done : NULL), 0);
+    if (async) JT_CHECK(jt_counter_wait(&done.n, 1, GUARD_US));
+    if (async && thread_p) *thread_p = done.thread;
+    return (int64_t)(jt_now_us() - t0) / 1000;
+}
+
 static int64_t timed_call(jet_channel_t *ch, jet_call_t *call, bool async)
 {
-    jt_counter_t done = {0};
-    uint64_t t0 = jt_now_us();
-    JT_CHECK_EQ(jt_echo_call(ch, call, "x", async ? jt_count_done : NULL, async ? &done : NULL), 0);
-    if (async) JT_CHECK(jt_counter_wait(&done, 1, GUARD_US));
-    return (int64_t)(jt_now_us() - t0) / 1000;
+    return timed_call_on(ch, call, async, NULL);
 }
 
 static void test_spaced_retries(void)
@@ -185,7 +205,9 @@ static void *destroyer_main(void *arg)
     return NULL;
 }
 
-/* The channel destroyed 50 ms into a 6 s wait: ECLOSE then. */
+/* The channel destroyed 50 ms into a 6 s wait: ECLOSE then. An
+ * asynchronous call's done runs on a loop thread, not on the destroying
+ * one, which may hold a lock that done takes (it ran there before). */
 static void test_destroy_during_a_wait(void)
 {
     int port = jt_tcp_free_port();
@@ -195,8 +217,13 @@ static void test_destroy_during_a_wait(void)
         JT_REQUIRE(d.ch);
         jet_call_t *call = jet_call_create();
         JT_REQUIRE(pthread_create(&d.t, NULL, destroyer_main, &d) == 0);
-        int64_t ms = timed_call(d.ch, call, async);
+        pthread_t done_thread = pthread_self();
+        int64_t ms = timed_call_on(d.ch, call, async, &done_thread);
         pthread_join(d.t, NULL);
+        if (async) {
+            JT_CHECK(!pthread_equal(done_thread, d.t));
+            JT_CHECK(!pthread_equal(done_thread, pthread_self()));
+        }
         fprintf(stderr, "  %s: ended after %lld ms\n", async ? "async" : "sync", (long long)ms);
         JT_CHECK_EQ(jet_call_error_code(call), JET_ECLOSE);
         JT_CHECK_EQ(jet_call_attempts(call), 1);
