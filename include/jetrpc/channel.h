@@ -87,10 +87,11 @@ int jet_channel_call(jet_channel_t *ch, const ProtobufCServiceDescriptor *servic
  * call that done reissued waits for the new issue. Called in the call's own
  * done, it returns at once (the call is complete; done returning is the
  * rest). A call never issued, or a synchronous one, returns at once.
- * Not from a loop thread (a done callback, a handler) for a call that is
- * not complete there, such as one its own done reissued: the wait blocks
- * that loop, and so the call too when its answer comes on it, until the
- * call's deadline (for ever without one); a warning says so once. */
+ * Not from a loop thread or the deadline thread (a done callback, a
+ * handler) for a call that is not complete there, such as one its own done
+ * reissued: the wait blocks that thread, and so the call too when it needs
+ * the thread (its answer comes on that loop; its deadline), for ever at
+ * worst; a warning says so once. */
 void jet_call_join(jet_call_t *call); /* NULL: returns at once */
 
 #ifdef __cplusplus

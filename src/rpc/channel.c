@@ -169,6 +169,7 @@ static bool ch_out_del_locked(jet_channel_t *ch, jet_socket_t *s)
 
 static void ch_end_claimed(jet_call_t *call, int code, const char *text);
 static void ch_backoff_end(jet_call_t *call);
+static jet_loop_t *ch_task_loop(const jet_call_t *call);
 
 /* A call of ch_end_waiting, its error set: ended on a loop. */
 static void ch_end_closed_task(jet_task_t *t)
@@ -203,8 +204,13 @@ static void ch_end_waiting(jet_channel_t *ch)
             call->cid = next;
             ch_backoff_end(call);
             jet__call_set_error(call, JET_ECLOSE, text);
-            call->srv_task.fn = ch_end_closed_task; /* a client call's is free */
-            jet_loop_post(jet_loop_pick(), &call->srv_task);
+            jet_loop_t *loop = ch_task_loop(call);
+            if (!loop) {
+                ch_end_claimed(call, 0, NULL);
+            } else {
+                call->srv_task.fn = ch_end_closed_task; /* a client call's is free */
+                jet_loop_post(loop, &call->srv_task);
+            }
             ended++;
         }
         if (ended == 0) sched_yield();
@@ -1389,11 +1395,12 @@ void jet_call_join(jet_call_t *call)
             t = now;
             continue;
         }
-        if (jet_loop_current() && !jet__cid_freed_since(jet__join_slot(t), jet__join_seq(t)))
+        if ((jet_loop_current() || jet__deadline_in_thread()) &&
+            !jet__cid_freed_since(jet__join_slot(t), jet__join_seq(t)))
             JET_LOG_ONCE(JET_LOG_WARN,
-                         "jet_call_join on a loop thread for a call not complete (reissued by "
-                         "its done?): the loop waits, and the call with it if its answer "
-                         "comes on this loop, until the call's deadline");
+                         "jet_call_join on a loop or the deadline thread for a call not "
+                         "complete (reissued by its done?): that thread waits, and the call "
+                         "with it if it needs the thread, until the call's deadline");
         jet__cid_join(jet__join_slot(t), jet__join_seq(t), JET_FLAG(sync_call_spin_us),
                       atomic_load_explicit(&call->wait_loop, memory_order_relaxed), INT64_MAX,
                       ch_no_expire, NULL);

@@ -306,6 +306,71 @@ static void test_sync_call_on_the_deadline_thread(void)
     jt_server_stop(srv);
 }
 
+/* A synchronous call made in a done callback (on a loop thread) waits
+ * between retries when the main thread destroys its channel: it ends with
+ * ECLOSE at once. Ending it was posted to any loop, the caller's own too,
+ * whose thread is blocked in that very call: it hung until the process
+ * ended. Trials whose connection landed on the caller's loop end with
+ * EDEADLK at once and are not counted. */
+typedef struct loop_caller {
+    int port;
+    jet_channel_t *_Atomic ch;
+    _Atomic int phase; /* 1: about to call, 2: returned */
+    int code;
+} loop_caller_t;
+
+static void loop_caller_done(jet_call_t *outer, void *arg)
+{
+    (void)outer;
+    loop_caller_t *lc = arg;
+    jet_channel_t *ch = open_channel(lc->port, 20000, 3, 6000, 0);
+    if (!ch) abort();
+    atomic_store(&lc->ch, ch);
+    atomic_store(&lc->phase, 1);
+    jet_call_t *call = jet_call_create();
+    if (!call) abort();
+    jt_echo_call(ch, call, "x", NULL, NULL);
+    lc->code = jet_call_error_code(call);
+    jet_call_destroy(call);
+    atomic_store(&lc->phase, 2);
+}
+
+static void test_destroy_while_a_loop_thread_waits(void)
+{
+    jt_echo_service_t svc;
+    jt_echo_service_init(&svc, NULL);
+    int sport = 0;
+    jet_server_t *srv = jt_echo_server_start_port(&svc, 0, NULL, &sport);
+    JT_REQUIRE(srv);
+    jet_channel_t *a = jt_channel_open_port(sport, JET_CONNECTION_SINGLE, 5000, 0);
+    JT_REQUIRE(a);
+    int waited = 0;
+    for (int trial = 0; trial < 12 && waited < 3; trial++) {
+        loop_caller_t lc = {.port = jt_tcp_free_port()};
+        JT_REQUIRE(lc.port > 0);
+        jet_call_t *call = jet_call_create();
+        JT_REQUIRE(call);
+        JT_CHECK_EQ(jt_echo_call(a, call, "hi", loop_caller_done, &lc), 0);
+        JT_REQUIRE(JT_WAIT_UNTIL(atomic_load(&lc.phase) != 0, GUARD_US));
+        jt_sleep_us(100000); /* into the 6 s wait, unless EDEADLK ended it */
+        bool in_wait = atomic_load(&lc.phase) == 1;
+        jet_channel_destroy(atomic_load(&lc.ch));
+        if (!JT_WAIT_UNTIL(atomic_load(&lc.phase) == 2, 5000000)) {
+            JT_CHECK(!"the call did not end within 5 s of the destroy");
+            return; /* the loop is stuck: everything is left as it is */
+        }
+        jet_call_join(call);
+        jet_call_destroy(call);
+        if (!in_wait) continue;
+        waited++;
+        JT_CHECK_EQ(lc.code, JET_ECLOSE);
+    }
+    fprintf(stderr, "  %d calls destroyed in their wait\n", waited);
+    JT_CHECK(waited > 0);
+    jet_channel_destroy(a);
+    jt_server_stop(srv);
+}
+
 int main(void)
 {
     JT_RUN(test_spaced_retries);
@@ -315,5 +380,6 @@ int main(void)
     JT_RUN(test_destroy_during_a_wait);
     JT_RUN(test_backup_cuts_a_wait);
     JT_RUN(test_sync_call_on_the_deadline_thread);
+    JT_RUN(test_destroy_while_a_loop_thread_waits);
     return jt_finish();
 }
