@@ -534,14 +534,10 @@ typedef struct lc_hoard {
     size_t n, cap;
 } lc_hoard_t;
 
-static void lc_hoard_64k(lc_hoard_t *h)
+/* Takes every free block of size bytes. */
+static void lc_hoard(lc_hoard_t *h, uint32_t size)
 {
-    jet_block_pool_stats_t st;
-    jet__block_pool_stats(&st);
-    char cap[32];
-    snprintf(cap, sizeof cap, "%zu", st.bytes_mapped / (1024 * 1024));
-    JT_REQUIRE(jet_flag_set("iobuf_max_mb", cap) == 0);
-    for (jet_block_t *b; (b = jet__block_alloc(JET_BLOCK_SIZE_64K)) != NULL;) {
+    for (jet_block_t *b; (b = jet__block_alloc(size)) != NULL;) {
         if (h->n == h->cap) {
             h->cap = h->cap ? 2 * h->cap : 64;
             h->v = realloc(h->v, h->cap * sizeof *h->v);
@@ -549,6 +545,16 @@ static void lc_hoard_64k(lc_hoard_t *h)
         }
         h->v[h->n++] = b;
     }
+}
+
+static void lc_hoard_64k(lc_hoard_t *h)
+{
+    jet_block_pool_stats_t st;
+    jet__block_pool_stats(&st);
+    char cap[32];
+    snprintf(cap, sizeof cap, "%zu", st.bytes_mapped / (1024 * 1024));
+    JT_REQUIRE(jet_flag_set("iobuf_max_mb", cap) == 0);
+    lc_hoard(h, JET_BLOCK_SIZE_64K);
 }
 
 static void lc_hoard_free(lc_hoard_t *h, int32_t old_cap)
@@ -626,12 +632,10 @@ static void case_one_starved_receive_waits(void)
     lc_hoard_t h = {0};
     lc_hoard_64k(&h);
     jet__block_unref(h.v[--h.n]);
-    /* The 8 KiB class full too: the answer can be neither copied nor
-     * replaced. */
-    jet_block_t *small[4096];
-    size_t nsmall = 0;
-    while (nsmall < 4096 && (small[nsmall] = jet__block_alloc(JET_BLOCK_SIZE_8K)) != NULL)
-        nsmall++;
+    /* The 8 KiB class full too, all of it: the answer can be neither
+     * copied nor replaced. */
+    lc_hoard_t small = {0};
+    lc_hoard(&small, JET_BLOCK_SIZE_8K);
     jet_urma_loop_stats_t t0 = ut_urma_totals(NULL);
     JT_CHECK_EQ(
         jet_channel_call(ch, &example__echo_service__descriptor, 0, call, &req.base, NULL, NULL),
@@ -643,8 +647,7 @@ static void case_one_starved_receive_waits(void)
     JT_CHECK(t.c.recv_starved > t0.c.recv_starved);
     usleep(400000);
     jet_call_destroy(call);
-    while (nsmall > 0)
-        jet__block_unref(small[--nsmall]);
+    lc_hoard_free(&small, old_cap);
     lc_hoard_free(&h, old_cap);
     JT_CHECK_EQ(jt_echo_bytes(ch, 1000, 6, "next"), 0);
     JT_CHECK_EQ(ut_urma_totals(NULL).attaches, t0.attaches);
