@@ -98,6 +98,13 @@ static cid_slot_t *cid_slot(uint32_t idx)
     return chunk ? &chunk[idx & (CID_CHUNK - 1)] : NULL;
 }
 
+/* The slot was freed more than free_seq times. Acquire: whoever sees it
+ * may read what the call's end wrote. */
+static bool cid_slot_freed_since(const cid_slot_t *slot, uint32_t free_seq)
+{
+    return cid_seq(atomic_load_explicit(&slot->state, memory_order_acquire)) != free_seq;
+}
+
 static void cid_push_free(uint32_t idx)
 {
     cid_slot_t *slot = cid_slot(idx);
@@ -480,8 +487,7 @@ static uint64_t cid_issue_attempt(const cid_slot_t *slot, uint64_t token, bool n
     if (not_last && (owner & JET_CID_OWNER_LAST)) return 0;
     /* Read as a seqlock: an owner written after this issue's end (by the
      * slot's next call) is seen with that end, and not claimed. */
-    if (cid_seq(atomic_load_explicit(&slot->state, memory_order_acquire)) != (uint32_t)token)
-        return 0;
+    if (cid_slot_freed_since(slot, (uint32_t)token)) return 0;
     uint32_t ver = (uint32_t)(owner >> 32);
     return ver ? (uint64_t)((uint32_t)(token >> 32) - 1) << 32 | ver : 0;
 }
@@ -491,8 +497,7 @@ int jet__cid_cancel(uint64_t token, jet_call_t **call_p)
     *call_p = NULL;
     cid_slot_t *slot = cid_token_slot(token);
     uint32_t seq = (uint32_t)token;
-    if (!slot || cid_seq(atomic_load_explicit(&slot->state, memory_order_acquire)) != seq)
-        return -EINVAL;
+    if (!slot || cid_slot_freed_since(slot, seq)) return -EINVAL;
     atomic_store_explicit(&slot->cancel, (uint64_t)1 << 32 | seq, memory_order_seq_cst);
     uint64_t owner;
     uint64_t cid = cid_issue_attempt(slot, token, false, &owner);
@@ -505,14 +510,12 @@ jet_call_t *jet__cid_claim_issue(uint64_t token, bool not_last, bool hold, uint6
 {
     if (live_p) *live_p = false;
     cid_slot_t *slot = cid_token_slot(token);
-    if (!slot ||
-        cid_seq(atomic_load_explicit(&slot->state, memory_order_acquire)) != (uint32_t)token)
-        return NULL;
+    if (!slot || cid_slot_freed_since(slot, (uint32_t)token)) return NULL;
     uint64_t owner = atomic_load_explicit(&slot->owner, memory_order_seq_cst);
     if (not_last && (owner & JET_CID_OWNER_LAST) &&
         cid_accepts(atomic_load_explicit(&slot->vers, memory_order_acquire),
                     (uint32_t)(owner >> 32)) &&
-        cid_seq(atomic_load_explicit(&slot->state, memory_order_acquire)) == (uint32_t)token)
+        !cid_slot_freed_since(slot, (uint32_t)token))
         return NULL; /* the issue's last attempt is out: nothing to back up */
     uint64_t cid = cid_issue_attempt(slot, token, not_last, &owner);
     /* A held attempt's answer is parked if it came on the connection the
@@ -535,9 +538,7 @@ jet_call_t *jet__cid_claim_issue(uint64_t token, bool not_last, bool hold, uint6
     }
     /* Not claimed, the issue still on: an attempt not named yet, or one
      * whose owner of the moment is ending or retrying it. */
-    if (live_p)
-        *live_p =
-            cid_seq(atomic_load_explicit(&slot->state, memory_order_acquire)) == (uint32_t)token;
+    if (live_p) *live_p = !cid_slot_freed_since(slot, (uint32_t)token);
     return NULL;
 }
 
@@ -609,7 +610,7 @@ typedef struct cid_wait {
 
 static bool cid_freed(const cid_wait_t *w)
 {
-    return cid_seq(atomic_load_explicit(&w->slot->state, memory_order_acquire)) != w->free_seq;
+    return cid_slot_freed_since(w->slot, w->free_seq);
 }
 
 /* Adds how this joiner waits to the slot's registrations: 0, -1 when the
@@ -696,7 +697,7 @@ static bool cid_wait(cid_wait_t *w, int64_t spin_us, jet_loop_t *loop)
 
 bool jet__cid_freed_since(uint32_t idx, uint32_t free_seq)
 {
-    return cid_seq(atomic_load_explicit(&cid_slot(idx)->state, memory_order_acquire)) != free_seq;
+    return cid_slot_freed_since(cid_slot(idx), free_seq);
 }
 
 void jet__cid_join(uint32_t idx, uint32_t free_seq, int64_t spin_us, jet_loop_t *loop,

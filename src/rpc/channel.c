@@ -171,10 +171,16 @@ static void ch_end_claimed(jet_call_t *call, int code, const char *text);
 static void ch_backoff_end(jet_call_t *call);
 static jet_loop_t *ch_task_loop(const jet_call_t *call);
 
+/* The client call whose srv_task (free in a client call) is t. */
+static jet_call_t *ch_call_of_task(jet_task_t *t)
+{
+    return (jet_call_t *)((char *)t - offsetof(jet_call_t, srv_task));
+}
+
 /* A call of ch_end_waiting, its error set: ended on a loop. */
 static void ch_end_closed_task(jet_task_t *t)
 {
-    ch_end_claimed((jet_call_t *)((char *)t - offsetof(jet_call_t, srv_task)), 0, NULL);
+    ch_end_claimed(ch_call_of_task(t), 0, NULL);
 }
 
 /* The calls in a retry's wait end with ECLOSE, a bounded batch at a time:
@@ -505,7 +511,7 @@ static void ch_notify_now(jet_call_t *call)
 
 static void ch_notify_task(jet_task_t *t)
 {
-    ch_notify_now((jet_call_t *)((char *)t - offsetof(jet_call_t, srv_task)));
+    ch_notify_now(ch_call_of_task(t));
 }
 
 /* Ends a completed call: its done callback, then its joiners. A thread that
