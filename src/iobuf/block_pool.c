@@ -1,7 +1,8 @@
 /* Block pool: memfd-backed regions carved into fixed-size blocks.
  *
  * Locks, in the only order they are ever nested:
- *   bp_grow_lock  (region creation, region table writes, registrar)
+ *   bp_grow_lock  (creating and giving back regions, region table writes,
+ *                  registrar)
  *   bp_class[c].lock  (free list of one class)
  *   bp_tc_lock  (list of thread caches, for statistics)
  * A registrar callback runs under bp_grow_lock: it must not allocate blocks
@@ -32,7 +33,8 @@ JET_FLAG_DEFINE_INT32_RANGE(iobuf_region_mb_2m, 128, 1, BP_REGION_MAX_MB,
 JET_FLAG_DEFINE_INT32_RANGE(
     iobuf_max_mb, BP_DEFAULT_MAX_MB, 0, INT32_MAX,
     "Cap in MiB on the memory mapped for iobuf blocks; allocations fail past "
-    "it (0: no cap)");
+    "it (0: no cap). At the cap, wholly free regions of other block sizes are "
+    "given back for the size that needs room");
 
 #define BP_MAX_REGIONS 1024
 #define BP_TCACHE_MAX  64 /* 8 KiB blocks kept per thread */
@@ -63,6 +65,8 @@ static pthread_mutex_t bp_grow_lock = PTHREAD_MUTEX_INITIALIZER;
 static jet_region_t *bp_by_age[BP_MAX_REGIONS]; /* creation order */
 static size_t bp_nregion;
 static size_t bp_bytes_mapped;
+static size_t bp_nreleased;    /* regions given back, for statistics */
+static jet_region_t *bp_spare; /* structs of regions given back, for reuse */
 static jet_registrar_t bp_registrar;
 static bool bp_registrar_set;
 
@@ -72,16 +76,17 @@ static jet_region_t *_Atomic bp_sorted[BP_MAX_REGIONS];
 
 /* ---- region table ---------------------------------------------------- */
 
-/* The sorted table is a seqlock-protected fixed array. Regions are never
- * removed or freed, and their base/len never change after creation, so any
- * pointer a reader loads from the table, even in the middle of a shift, is a
- * live region it may dereference; the sequence tells it whether the search
- * ran over a stable table, and it retries otherwise. Compared with publishing
- * a fresh sorted copy per insert this needs no allocation and leaks nothing,
- * and insertions (one per region, at most BP_MAX_REGIONS for the process)
- * are rare enough that readers practically never retry. Entries are stored
- * with release and loaded with acquire so a reader sees a region's fields
- * initialised whatever sequence value it started from. */
+/* The sorted table is a seqlock-protected fixed array. A region struct is
+ * never freed (one given back waits on bp_spare for reuse), and the search
+ * reads only its atomic lo/hi, so any pointer a reader loads from the table,
+ * even in the middle of a shift or of a reuse, is memory it may read; the
+ * sequence tells it whether the search ran over a stable table, and it
+ * retries otherwise. Compared with publishing a fresh sorted copy per change
+ * this needs no allocation and leaks nothing, and changes (one per region
+ * created or given back) are rare enough that readers practically never
+ * retry. Entries are stored with release and loaded with acquire so a
+ * reader sees a region's fields initialised whatever sequence value it
+ * started from. */
 static void bp_table_insert(jet_region_t *r)
 {
     uint32_t n = atomic_load_explicit(&bp_nsorted, memory_order_relaxed);
@@ -101,6 +106,26 @@ static void bp_table_insert(jet_region_t *r)
     atomic_store_explicit(&bp_seq, s + 2, memory_order_release);
 }
 
+/* Removes r, which is in the table. */
+static void bp_table_remove(const jet_region_t *r)
+{
+    uint32_t n = atomic_load_explicit(&bp_nsorted, memory_order_relaxed);
+    uint32_t pos = 0;
+    while (pos < n && atomic_load_explicit(&bp_sorted[pos], memory_order_relaxed) != r)
+        pos++;
+    if (pos == n) return;
+    uint32_t s = atomic_load_explicit(&bp_seq, memory_order_relaxed);
+    atomic_store_explicit(&bp_seq, s + 1, memory_order_relaxed);
+    atomic_thread_fence(memory_order_release);
+    for (uint32_t i = pos; i + 1 < n; i++)
+        atomic_store_explicit(&bp_sorted[i],
+                              atomic_load_explicit(&bp_sorted[i + 1], memory_order_relaxed),
+                              memory_order_release);
+    atomic_store_explicit(&bp_sorted[n - 1], NULL, memory_order_release);
+    atomic_store_explicit(&bp_nsorted, n - 1, memory_order_relaxed);
+    atomic_store_explicit(&bp_seq, s + 2, memory_order_release);
+}
+
 static inline void bp_cpu_relax(void)
 {
 #if defined(__x86_64__) || defined(__i386__)
@@ -112,7 +137,7 @@ static inline void bp_cpu_relax(void)
 
 const jet_region_t *jet__block_pool_find(const void *addr)
 {
-    const char *a = addr;
+    uintptr_t a = (uintptr_t)addr;
     for (;;) {
         uint32_t s1 = atomic_load_explicit(&bp_seq, memory_order_acquire);
         if (s1 & 1) {
@@ -126,9 +151,9 @@ const jet_region_t *jet__block_pool_find(const void *addr)
             uint32_t mid = lo + (hi - lo) / 2;
             const jet_region_t *r = atomic_load_explicit(&bp_sorted[mid], memory_order_acquire);
             if (!r) break; /* only mid-insert; the sequence check below retries */
-            if (a < r->base) {
+            if (a < atomic_load_explicit(&r->lo, memory_order_relaxed)) {
                 hi = mid;
-            } else if (a >= r->base + r->len) {
+            } else if (a >= atomic_load_explicit(&r->hi, memory_order_relaxed)) {
                 lo = mid + 1;
             } else {
                 found = r;
@@ -152,20 +177,23 @@ static size_t bp_region_bytes(int cls)
     return len < bs ? bs : len / bs * bs;
 }
 
+/* Unmaps r and keeps its struct for reuse (see bp_table_insert). */
 static void bp_region_unmap(jet_region_t *r)
 {
     munmap(r->base, r->len);
     close(r->memfd);
     free(r->descs);
-    free(r);
+    r->descs = NULL;
+    r->reg = NULL;
+    r->next_spare = bp_spare;
+    bp_spare = r;
 }
 
-/* Creates, registers and publishes a region of class cls; bp_grow_lock held.
- * Its blocks are not yet on any free list. NULL with *err_p set on failure. */
-static jet_region_t *bp_region_create(int cls, int *err_p)
+static size_t bp_reclaim(int cls, size_t need, bool need_slot);
+
+/* The cap in bytes (SIZE_MAX: none). */
+static size_t bp_cap_bytes(void)
 {
-    size_t bs = bp_class_size[cls];
-    size_t len = bp_region_bytes(cls);
     int64_t max_mb = JET_FLAG(iobuf_max_mb);
     if (max_mb < 0) {
         /* Only 0 lifts the cap: a negative value (stored by code past the
@@ -174,8 +202,25 @@ static jet_region_t *bp_region_create(int cls, int *err_p)
                      (long long)max_mb, BP_DEFAULT_MAX_MB);
         max_mb = BP_DEFAULT_MAX_MB;
     }
-    size_t cap = max_mb > 0 ? (size_t)max_mb * BP_MiB : SIZE_MAX;
+    return max_mb > 0 ? (size_t)max_mb * BP_MiB : SIZE_MAX;
+}
+
+/* Creates, registers and publishes a region of class cls; bp_grow_lock held.
+ * Its blocks are not yet on any free list. NULL with *err_p set on failure. */
+static jet_region_t *bp_region_create(int cls, int *err_p)
+{
+    size_t bs = bp_class_size[cls];
+    size_t len = bp_region_bytes(cls);
+    size_t cap = bp_cap_bytes();
     size_t room = cap > bp_bytes_mapped ? cap - bp_bytes_mapped : 0;
+    if (room < bs || bp_nregion == BP_MAX_REGIONS) {
+        /* No room for a block: regions of other classes that are wholly
+         * free make room for a region of this one, rather than a failure.
+         * (Only then: with room for a smaller region, taking memory another
+         * class mapped would have the classes take it from each other.) */
+        bp_reclaim(cls, room < len ? len - room : 0, bp_nregion == BP_MAX_REGIONS);
+        room = cap > bp_bytes_mapped ? cap - bp_bytes_mapped : 0;
+    }
     if (room < bs) {
         JET_LOG_ONCE(JET_LOG_WARN, "iobuf memory cap reached (iobuf_max_mb=%d)",
                      JET_FLAG(iobuf_max_mb));
@@ -190,8 +235,15 @@ static jet_region_t *bp_region_create(int cls, int *err_p)
         return NULL;
     }
 
-    jet_region_t *r = calloc(1, sizeof *r);
-    if (!r) goto err_none;
+    jet_region_t *r = bp_spare;
+    if (r) {
+        bp_spare = r->next_spare;
+        r->next_spare = NULL;
+    } else {
+        r = calloc(1, sizeof *r);
+        if (!r) goto err_none;
+    }
+    r->nfree = 0;
     r->nblock = (uint32_t)(len / bs);
     r->descs = calloc(r->nblock, sizeof *r->descs);
     if (!r->descs) goto err_free_region;
@@ -203,6 +255,8 @@ static jet_region_t *bp_region_create(int cls, int *err_p)
     r->len = len;
     r->cls = (uint8_t)cls;
     r->block_size = (uint32_t)bs;
+    atomic_store_explicit(&r->lo, (uintptr_t)r->base, memory_order_relaxed);
+    atomic_store_explicit(&r->hi, (uintptr_t)r->base + len, memory_order_relaxed);
     for (uint32_t i = 0; i < r->nblock; i++) {
         jet_block_t *b = &r->descs[i];
         b->cap = (uint32_t)bs;
@@ -231,8 +285,10 @@ err_close_fd:
     close(r->memfd);
 err_free_descs:
     free(r->descs);
+    r->descs = NULL;
 err_free_region:
-    free(r);
+    r->next_spare = bp_spare;
+    bp_spare = r;
 err_none:
     JET_WARN("iobuf: cannot create a %zu-byte region: %s", len, strerror(errno));
     *err_p = ENOMEM;
@@ -246,6 +302,7 @@ static void bp_push_locked(bp_class_t *c, jet_block_t *b)
     b->next_free = c->free;
     c->free = b;
     c->nfree++;
+    b->region->nfree++;
 }
 
 static jet_block_t *bp_pop_locked(bp_class_t *c)
@@ -254,8 +311,73 @@ static jet_block_t *bp_pop_locked(bp_class_t *c)
     if (b) {
         c->free = b->next_free;
         c->nfree--;
+        b->region->nfree--;
     }
     return b;
+}
+
+static void bp_tc_flush_own(void);
+
+/* Gives back wholly free regions of classes other than cls (whose free list
+ * was just seen empty) until need bytes and, if need_slot, a table slot are
+ * free; bp_grow_lock held. Newest regions go first: the likeliest to be a
+ * burst's. Returns the bytes given back. */
+static size_t bp_reclaim(int cls, size_t need, bool need_slot)
+{
+    /* The calling thread's cached 8 KiB blocks may be all that holds a
+     * region; other threads' caches are theirs alone. */
+    bp_tc_flush_own();
+    size_t got = 0;
+    jet_region_t *dead = NULL;
+    for (int k = 0; k < JET_BLOCK_NCLASS; k++) {
+        if (k == cls) continue;
+        bp_class_t *c = &bp_class[k];
+        pthread_mutex_lock(&c->lock);
+        size_t nblock = 0;
+        for (size_t i = bp_nregion; i-- > 0 && (got < need || (need_slot && !dead));) {
+            jet_region_t *r = bp_by_age[i];
+            if (r->cls != k || r->nfree != r->nblock) continue;
+            r->dying = true;
+            r->next_spare = dead;
+            dead = r;
+            got += r->len;
+            nblock += r->nblock;
+        }
+        if (nblock) {
+            for (jet_block_t **pp = &c->free; *pp;) {
+                if ((*pp)->region->dying) {
+                    (*pp)->region->nfree--;
+                    *pp = (*pp)->next_free;
+                    c->nfree--;
+                } else {
+                    pp = &(*pp)->next_free;
+                }
+            }
+            c->ntotal -= nblock;
+        }
+        pthread_mutex_unlock(&c->lock);
+    }
+    if (dead)
+        JET_LOG_ONCE(JET_LOG_INFO,
+                     "iobuf: memory cap or region table full: giving back wholly free "
+                     "regions of other block sizes to make room");
+    /* No block of a dead region is on a list or held: no reader but a
+     * table search can reach them now. */
+    while (dead) {
+        jet_region_t *r = dead;
+        dead = r->next_spare;
+        bp_table_remove(r);
+        size_t j = 0;
+        for (size_t i = 0; i < bp_nregion; i++)
+            if (bp_by_age[i] != r) bp_by_age[j++] = bp_by_age[i];
+        bp_nregion = j;
+        bp_bytes_mapped -= r->len;
+        bp_nreleased++;
+        if (bp_registrar_set) bp_registrar.dereg(bp_registrar.ctx, r->reg);
+        r->dying = false;
+        bp_region_unmap(r);
+    }
+    return got;
 }
 
 /* Called when the free list of cls was seen empty: returns one block, from the
@@ -339,6 +461,12 @@ static void bp_tc_flush(bp_tcache_t *tc, uint32_t keep)
         bp_push_locked(c, tc->blk[i]);
     atomic_store_explicit(&tc->n, keep, memory_order_relaxed);
     pthread_mutex_unlock(&c->lock);
+}
+
+static void bp_tc_flush_own(void)
+{
+    bp_tcache_t *tc = &bp_tc;
+    if (tc->linked) bp_tc_flush(tc, 0);
 }
 
 static void bp_share_end(bp_tcache_t *tc);
@@ -637,6 +765,7 @@ void jet__block_pool_stats(jet_block_pool_stats_t *out)
     pthread_mutex_lock(&bp_grow_lock);
     out->regions = bp_nregion;
     out->bytes_mapped = bp_bytes_mapped;
+    out->regions_given_back = bp_nreleased;
     pthread_mutex_unlock(&bp_grow_lock);
     for (int cls = 0; cls < JET_BLOCK_NCLASS; cls++) {
         bp_class_t *c = &bp_class[cls];
@@ -660,5 +789,6 @@ void jet__block_pool_stats(jet_block_pool_stats_t *out)
         }
         pthread_mutex_unlock(&c->lock);
         out->blocks_in_use[cls] = total > idle ? total - idle : 0;
+        out->bytes_mapped_class[cls] = total * bp_class_size[cls];
     }
 }

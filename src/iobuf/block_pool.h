@@ -14,8 +14,18 @@
  * process (-EBUSY for a second).
  *
  * Lookup: jet__block_pool_find(addr) returns the region holding addr in
- * O(log regions) (binary search over a sorted, append-only table read
- * without locks).
+ * O(log regions) (binary search over a sorted table read without locks).
+ *
+ * Giving back: a region none of whose blocks is in use or in a thread's
+ * cache is given back (deregistered, unmapped, its bytes off the cap) when
+ * another class needs a region and has no room left for even one block:
+ * the cap (iobuf_max_mb) is reached or the region table is full. So memory
+ * freed in one size class serves the others once the cap is reached,
+ * instead of idling in its class for good.
+ * Below the cap a region freed stays mapped for later use, as in brpc's
+ * block pool. The region of a block a caller holds is never given back, so
+ * the region jet__block_pool_find returns for a held block's address stays
+ * valid while the block is held.
  *
  * Threads: alloc/free are thread-safe; the 8 KiB class has a per-thread cache
  * so the common path takes no lock. */
@@ -23,6 +33,7 @@
 #define JET_IOBUF_BLOCK_POOL_H
 
 #include <stdatomic.h>
+#include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
 
@@ -67,6 +78,15 @@ typedef struct jet_region {
     uint32_t nblock;
     jet_block_t *descs; /* nblock descriptors */
     void *reg;          /* what the registrar returned for this region */
+    /* Blocks of the region on its class's free list (under the class's
+     * lock): at nblock the region is wholly free and may be given back. */
+    uint32_t nfree;
+    bool dying; /* being given back (under bp_grow_lock and the class lock) */
+    /* [lo, hi) = [base, base + len), read by the lock-free lookup: the
+     * struct of a region given back is kept and reused for a later one, so
+     * a lookup may read these while they change (and then retries). */
+    _Atomic uintptr_t lo, hi;
+    struct jet_region *next_spare;
 } jet_region_t;
 
 typedef struct jet_registrar {
@@ -126,6 +146,8 @@ ssize_t jet__iobuf_read_fd(jet_iobuf_t *buf, int fd, size_t max, size_t *offered
 typedef struct jet_block_pool_stats {
     size_t regions;
     size_t bytes_mapped;
+    size_t regions_given_back; /* since the process started */
+    size_t bytes_mapped_class[JET_BLOCK_NCLASS];
     size_t blocks_in_use[JET_BLOCK_NCLASS];
 } jet_block_pool_stats_t;
 void jet__block_pool_stats(jet_block_pool_stats_t *out);

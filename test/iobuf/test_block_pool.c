@@ -1,5 +1,6 @@
 /* Block pool: size classes, address lookup, registrar, threads, memory cap,
- * and re-mapping a region's memfd (the cross-process sharing property). */
+ * regions given back for other sizes, and re-mapping a region's memfd (the
+ * cross-process sharing property). */
 #include <errno.h>
 #include <fcntl.h>
 #include <pthread.h>
@@ -273,6 +274,7 @@ typedef struct fr_entry {
 
 typedef struct fake_reg {
     int nreg, ndereg, nfail;
+    int nslot;      /* entries of r[] ever used; a deregistered one is reused */
     int fail_after; /* fail the call after this many successes; -1 never */
     int fail_code;
     fr_entry_t r[FR_MAX];
@@ -286,8 +288,12 @@ static int fr_reg(void *ctx, void *base, size_t len, int memfd, void **reg_p)
         return f->fail_code;
     }
     if (f->fail_after > 0) f->fail_after--;
-    if (f->nreg >= FR_MAX) return -ENOSPC;
-    int i = f->nreg++;
+    int i = 0;
+    while (i < f->nslot && f->r[i].live)
+        i++;
+    if (i == FR_MAX) return -ENOSPC;
+    if (i == f->nslot) f->nslot++;
+    f->nreg++;
     f->r[i].base = base;
     f->r[i].len = len;
     f->r[i].memfd = memfd;
@@ -316,7 +322,7 @@ static jet_registrar_t fr_registrar(fake_reg_t *f)
 static int fr_live(const fake_reg_t *f)
 {
     int n = 0;
-    for (int i = 0; i < f->nreg; i++)
+    for (int i = 0; i < f->nslot; i++)
         n += f->r[i].live;
     return n;
 }
@@ -327,7 +333,7 @@ static void fr_check_block(const fake_reg_t *f, jet_block_t *b)
     const jet_region_t *g = jet__block_pool_find(b->data);
     JT_REQUIRE(g != NULL && g->reg != NULL);
     const fr_entry_t *e = g->reg;
-    JT_CHECK(e >= &f->r[0] && e < &f->r[f->nreg]);
+    JT_CHECK(e >= &f->r[0] && e < &f->r[f->nslot]);
     JT_CHECK(e->live == 1);
     JT_CHECK(e->base == g->base);
     JT_CHECK_EQ(e->len, g->len);
@@ -609,6 +615,131 @@ static void test_memory_cap(void)
     JT_CHECK(all_idle());
 }
 
+/* ---- giving regions back ----------------------------------------------- */
+
+/* Allocates blocks of size until the pool says ENOMEM (at most 100,000). */
+static size_t fill(blockset_t *s, size_t size)
+{
+    size_t n = 0;
+    jet_block_t *b;
+    errno = 0;
+    while (n < 100000 && (b = jet__block_alloc(size)) != NULL) {
+        bs_add(s, b);
+        n++;
+    }
+    JT_CHECK(n < 100000);
+    JT_CHECK_EQ(errno, ENOMEM);
+    return n;
+}
+
+/* After a fill of one class, every byte under the cap is that class's but
+ * less than one block: regions of the others were given back for it. */
+static void check_filled(int cls, size_t cap)
+{
+    static const size_t size[] = {JET_BLOCK_SIZE_8K, JET_BLOCK_SIZE_64K, JET_BLOCK_SIZE_2M};
+    jet_block_pool_stats_t s = stats();
+    JT_CHECK(s.bytes_mapped <= cap);
+    JT_CHECK(s.blocks_in_use[cls] * size[cls] + size[cls] > cap);
+    for (int k = 0; k < JET_BLOCK_NCLASS; k++)
+        if (k != cls) JT_CHECK_EQ(s.bytes_mapped_class[k], 0);
+    /* Every region mapped is registered once, and only those. */
+    JT_CHECK_EQ(fr_live(&fr), (int)s.regions);
+    JT_CHECK(fr.nfail < 1000);
+}
+
+static void test_give_back_for_other_sizes(void)
+{
+    int32_t cap0 = JET_FLAG(iobuf_max_mb);
+    JT_REQUIRE(all_idle());
+    memset(&fr, 0, sizeof fr);
+    fr.fail_after = -1;
+    jet_registrar_t r = fr_registrar(&fr);
+    JT_REQUIRE(jet__block_pool_set_registrar(&r) == 0);
+    jet_block_pool_stats_t s0 = stats();
+    size_t cap_mb = (s0.bytes_mapped + MiB - 1) / MiB + 16;
+    size_t cap = cap_mb * MiB;
+    JET_FLAG_STORE(iobuf_max_mb, (int32_t)cap_mb);
+
+    /* Each class in turn takes all the memory the previous one freed.
+     * Without giving back, a class could use only what it mapped before the
+     * cap was reached: the 64 KiB fill would get nothing of the 16 MiB the
+     * 2 MiB blocks held. */
+    static const size_t order[] = {JET_BLOCK_SIZE_2M, JET_BLOCK_SIZE_64K, JET_BLOCK_SIZE_8K,
+                                   JET_BLOCK_SIZE_2M};
+    static const int order_cls[] = {2, 1, 0, 2};
+    size_t given0 = s0.regions_given_back;
+    for (int i = 0; i < 4; i++) {
+        blockset_t held = {0};
+        fill(&held, order[i]);
+        check_filled(order_cls[i], cap);
+        for (size_t j = 0; j < held.n; j += 97)
+            fr_check_block(&fr, held.b[j]);
+        size_t given = stats().regions_given_back;
+        JT_CHECK(given > given0);
+        JT_CHECK_EQ((size_t)fr.ndereg, given - s0.regions_given_back);
+        given0 = given;
+        bs_free(&held);
+        JT_CHECK(all_idle());
+    }
+
+    /* A held block keeps its region: a fill of another class around it
+     * leaves that region mapped, registered and found. */
+    jet_block_t *keep = jet__block_alloc(JET_BLOCK_SIZE_64K);
+    JT_REQUIRE(keep);
+    memset(keep->data, 0x5a, keep->cap);
+    blockset_t held = {0};
+    fill(&held, JET_BLOCK_SIZE_2M);
+    JT_CHECK(jet__block_pool_find(keep->data) == keep->region);
+    fr_check_block(&fr, keep);
+    JT_CHECK_EQ(stats().bytes_mapped_class[1], keep->region->len);
+    bs_free(&held);
+    jet__block_unref(keep);
+
+    JET_FLAG_STORE(iobuf_max_mb, cap0);
+    jet__block_pool_clear_registrar();
+    JT_CHECK_EQ(fr_live(&fr), 0);
+    JT_CHECK(all_idle());
+}
+
+/* Readers search the table for blocks they hold while the main thread makes
+ * the pool give regions back and map new ones, again and again. */
+static void test_lookup_during_give_back(void)
+{
+    int32_t cap0 = JET_FLAG(iobuf_max_mb);
+    pthread_t th[2];
+    /* Held 8 KiB blocks, spread over regions, for the readers. */
+    size_t nheld = 0;
+    for (size_t i = 0; i < 256; i++) {
+        jet_block_t *b = jet__block_alloc(JET_BLOCK_SIZE_8K);
+        JT_REQUIRE(b);
+        lg_blocks[nheld++] = b;
+    }
+    atomic_store(&lg_n, nheld);
+    atomic_store(&lg_stop, 0);
+    atomic_store(&lg_bad, 0);
+    atomic_store(&lg_lookups, 0);
+    for (long i = 0; i < 2; i++)
+        pthread_create(&th[i], NULL, lg_reader, (void *)i);
+    size_t cap_mb = (stats().bytes_mapped + MiB - 1) / MiB + 12;
+    JET_FLAG_STORE(iobuf_max_mb, (int32_t)cap_mb);
+    size_t given0 = stats().regions_given_back;
+    for (int round = 0; round < 20; round++) {
+        blockset_t held = {0};
+        fill(&held, round % 2 ? JET_BLOCK_SIZE_64K : JET_BLOCK_SIZE_2M);
+        bs_free(&held);
+    }
+    atomic_store(&lg_stop, 1);
+    for (int i = 0; i < 2; i++)
+        pthread_join(th[i], NULL);
+    JET_FLAG_STORE(iobuf_max_mb, cap0);
+    JT_CHECK(stats().regions_given_back >= given0 + 19);
+    JT_CHECK_EQ(atomic_load(&lg_bad), 0);
+    JT_CHECK(atomic_load(&lg_lookups) > 0);
+    for (size_t i = 0; i < nheld; i++)
+        jet__block_unref(lg_blocks[i]);
+    JT_CHECK(all_idle());
+}
+
 /* ---- memfd sharing ------------------------------------------------------ */
 
 typedef struct remap_arg {
@@ -691,6 +822,8 @@ int main(void)
     JT_RUN(test_threads_churn);
     JT_RUN(test_thread_exit_flush);
     JT_RUN(test_memory_cap);
+    JT_RUN(test_give_back_for_other_sizes);
+    JT_RUN(test_lookup_during_give_back);
     JT_RUN(test_memfd_remap);
     return jt_finish();
 }

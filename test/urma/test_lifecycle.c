@@ -16,6 +16,7 @@
  * the polling mode, which the URMA context fixes at its first use) run in a
  * "role=case" child of this binary. */
 #include "iobuf/block_pool.h"
+#include "testutil_loop.h"
 #include "testutil_rpc.h"
 #include "urma_test.h"
 
@@ -489,17 +490,25 @@ static void test_server_iobuf_exhausted(void)
     JT_CHECK_EQ(jt_child_stop(&c), 0);
 }
 
-/* A server child capped at 40 MiB of iobuf memory (small regions) holds two
- * stalled uploads, raw TCP peers with 12 and 11 MiB of unfinished requests,
- * silent for longer than its server_shed_stalled_ms. A 6 MiB echo over URMA
+/* A server child capped at 34 MiB of iobuf memory (small regions) holds two
+ * stalled uploads, raw TCP peers with 14 and 12 MiB of unfinished requests,
+ * silent for longer than its server_shed_stalled_ms. A 10 MiB echo over URMA
  * then finds no memory for its receives: their buffers go to the parser
  * and wait for memory, the server closes the larger upload (not the
  * connection it is reading, as it did before), and the call succeeds over
- * URMA, byte-exact. The smaller upload stays open. */
-static void test_server_sheds_for_a_urma_receive(void)
+ * URMA, byte-exact. The smaller upload stays open.
+ *
+ * recv_block is the URMA receive buffer size. At 8 KiB, the uploads' blocks
+ * are the receives' class. At 64 KiB, the default, the receives wait for
+ * blocks of another class than the upload freed: the pool gives the freed
+ * 8 KiB regions back to make room for 64 KiB ones (before it could, the
+ * call failed with ENOMEM after 200 ms). */
+static void lc_sheds_for_a_urma_receive(int recv_block)
 {
+    char recv_env[64];
+    snprintf(recv_env, sizeof recv_env, "JETRPC_URMA_RECV_BLOCK_SIZE=%d", recv_block);
     const char *envs[] = {"JETRPC_IOBUF_MAX_MB=34",
-                          "JETRPC_URMA_RECV_BLOCK_SIZE=8192",
+                          recv_env,
                           "JETRPC_IOBUF_REGION_MB_8K=4",
                           "JETRPC_IOBUF_REGION_MB_64K=2",
                           "JETRPC_IOBUF_REGION_MB_2M=2",
@@ -509,6 +518,8 @@ static void test_server_sheds_for_a_urma_receive(void)
     jt_child_t c;
     JT_REQUIRE(jt_child_start(&c, args, envs) == 0);
     int big = jt_silent_upload(c.port, 20 << 20, 14 << 20, NULL);
+    /* Read before the next begins: the two do not share regions. */
+    usleep(200000);
     int small = jt_silent_upload(c.port, 20 << 20, 12 << 20, NULL);
     JT_REQUIRE(big >= 0 && small >= 0);
     usleep(400000);
@@ -523,6 +534,16 @@ static void test_server_sheds_for_a_urma_receive(void)
     close(big);
     close(small);
     JT_CHECK_EQ(jt_child_stop(&c), 0);
+}
+
+static void test_server_sheds_for_a_urma_receive(void)
+{
+    lc_sheds_for_a_urma_receive(8192);
+}
+
+static void test_server_sheds_for_a_urma_receive_of_another_size(void)
+{
+    lc_sheds_for_a_urma_receive(65536);
 }
 
 /* ---- receives short of memory in one class ---------------------------------------- */
@@ -545,6 +566,12 @@ static void lc_hoard(lc_hoard_t *h, uint32_t size)
         }
         h->v[h->n++] = b;
     }
+}
+
+/* On a loop's thread: its cached blocks too. */
+static void lc_hoard_8k(void *h)
+{
+    lc_hoard(h, JET_BLOCK_SIZE_8K);
 }
 
 static void lc_hoard_64k(lc_hoard_t *h)
@@ -612,29 +639,42 @@ static void case_receive_copied_when_its_class_is_full(void)
     jet_server_destroy(srv);
 }
 
-/* No memory at all but one 64 KiB block (the server's fresh receive
- * buffer): the answer's receive starves in the client, whose caller keeps
- * the answer 400 ms. One starved buffer leaves the server most of its
- * window, so the connection waits for memory as long as it takes: the next
- * call goes over the same connection. (A first version failed it after
- * 200 ms.) */
+/* No memory at all in the client: the answer's receive starves there, and
+ * its caller keeps the answer 400 ms. One starved buffer leaves the server
+ * most of its window, so the connection waits for memory as long as it
+ * takes: the next call goes over the same connection. (A first version
+ * failed it after 200 ms.) The server is a child: in this process, the
+ * block its answer's send frees could serve the answer's receive (1 run in
+ * 8 did). */
 static void case_one_starved_receive_waits(void)
 {
-    jet_channel_t *ch = NULL;
-    jet_server_t *srv = lc_local_pair(&ch);
-    JT_REQUIRE(srv);
+    const char *args[] = {NULL};
+    jt_child_t c;
+    JT_REQUIRE(jt_child_start(&c, args, NULL) == 0);
+    jet_channel_t *ch = lc_channel(c.port, JET_CONNECTION_SINGLE, 10000, 0);
+    JT_REQUIRE(ch);
+    JT_REQUIRE(jt_echo_bytes(ch, 100000, 1, "warm") == 0);
     int32_t old_cap = JET_FLAG(iobuf_max_mb);
     jet_call_t *call = jet_call_create();
     JT_REQUIRE(call);
     Example__EchoRequest req = EXAMPLE__ECHO_REQUEST__INIT;
     req.message = "kept";
     jt_echo_fill(call, 30000, 5);
+    /* The request's blocks stay held: freed when its send completes, they
+     * would serve the answer's receive. */
+    jet_iobuf_t req_held;
+    jet_iobuf_init(&req_held);
+    JT_REQUIRE(jet_iobuf_append_iobuf(&req_held, jet_call_request_attachment(call)) == 0);
     lc_hoard_t h = {0};
     lc_hoard_64k(&h);
-    jet__block_unref(h.v[--h.n]);
-    /* The 8 KiB class full too, all of it: the answer can be neither
-     * copied nor replaced. */
-    lc_hoard_t small = {0};
+    /* The 8 KiB class full too, all of it, the blocks each loop thread
+     * keeps for itself first: the answer can be neither copied nor
+     * replaced. */
+    enum { LC_LOOPS_MAX = 16 };
+    lc_hoard_t small = {0}, kept[LC_LOOPS_MAX] = {{0}};
+    int nloop = jet_loops_count() < LC_LOOPS_MAX ? jet_loops_count() : LC_LOOPS_MAX;
+    for (int i = 0; i < nloop; i++)
+        JT_REQUIRE(jt_loop_run_on(jet_loop_at(i), lc_hoard_8k, &kept[i]));
     lc_hoard(&small, JET_BLOCK_SIZE_8K);
     jet_urma_loop_stats_t t0 = ut_urma_totals(NULL);
     JT_CHECK_EQ(
@@ -647,12 +687,15 @@ static void case_one_starved_receive_waits(void)
     JT_CHECK(t.c.recv_starved > t0.c.recv_starved);
     usleep(400000);
     jet_call_destroy(call);
+    for (int i = 0; i < nloop; i++)
+        lc_hoard_free(&kept[i], old_cap);
+    jet_iobuf_fini(&req_held);
     lc_hoard_free(&small, old_cap);
     lc_hoard_free(&h, old_cap);
     JT_CHECK_EQ(jt_echo_bytes(ch, 1000, 6, "next"), 0);
     JT_CHECK_EQ(ut_urma_totals(NULL).attaches, t0.attaches);
     jet_channel_destroy(ch);
-    jet_server_destroy(srv);
+    JT_CHECK_EQ(jt_child_stop(&c), 0);
 }
 
 static void test_receives_short_of_memory(void)
@@ -957,6 +1000,7 @@ int main(int argc, char **argv)
     JT_RUN(test_channel_destroyed_in_flight);
     JT_RUN(test_server_iobuf_exhausted);
     JT_RUN(test_server_sheds_for_a_urma_receive);
+    JT_RUN(test_server_sheds_for_a_urma_receive_of_another_size);
     JT_RUN(test_receives_short_of_memory);
     JT_RUN(test_client_iobuf_exhausted);
     JT_RUN(test_mixed_sizes_event_mode);
