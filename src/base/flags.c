@@ -26,6 +26,10 @@ typedef struct flags_extra {
         double d;
         const char *s;
     } def;              /* value at registration, shown by --help */
+    /* The bad JETRPC_ value registration printed (getenv's pointer, only
+     * compared): the first jet_flags_parse that fails on it prints no
+     * second line. */
+    const char *env_reported;
     struct flags_extra *next;
 } flags_extra_t;
 
@@ -210,13 +214,16 @@ static const char *flags_env_locked(const jet_flag_t *f, char *var, size_t cap)
     return getenv(var);
 }
 
-static int flags_apply_env_locked(jet_flag_t *f)
+static int flags_apply_env_locked(jet_flag_t *f, bool at_register)
 {
     char var[256];
     const char *value = flags_env_locked(f, var, sizeof var);
     if (!value) return 0;
     int rc = flags_set_locked(f, value);
-    if (rc < 0) {
+    flags_extra_t *x = rc < 0 ? flags_extra_locked(f) : NULL;
+    bool said = !at_register && x && x->env_reported == value;
+    if (x) x->env_reported = at_register ? value : NULL;
+    if (rc < 0 && !said) {
         char why[96];
         flags_expected(f, why, sizeof why);
         fprintf(stderr, "jetrpc: bad value '%s' in %s for flag --%s (%s): %s\n", value, var,
@@ -280,7 +287,7 @@ void jet_flag_register(jet_flag_t *flag)
     flags_head = flag;
     /* The environment applies from the start, so that programs (and tests)
      * that never call jet_flags_parse() still honour JETRPC_<NAME>. */
-    flags_apply_env_locked(flag);
+    flags_apply_env_locked(flag, true);
     pthread_mutex_unlock(&flags_lock);
 }
 
@@ -458,7 +465,7 @@ int jet_flags_parse(int *argc, char ***argv)
     bool help = false;
     pthread_mutex_lock(&flags_lock);
     for (jet_flag_t *f = flags_head; f; f = f->next) {
-        rc = flags_apply_env_locked(f);
+        rc = flags_apply_env_locked(f, false);
         if (rc < 0) goto out_unlock;
     }
     for (int i = 1; i < n; i++) {

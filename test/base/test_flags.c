@@ -23,6 +23,7 @@ JET_FLAG_DEFINE_BOOL(notf_real, true, "a bool whose name starts with no");
 
 /* Set by the re-executed child through the environment only (see main). */
 #define CHILD_ENV_MARK "child:env"
+#define CHILD_BAD_ENV_MARK "child:bad-env"
 
 static void reset_flags(void)
 {
@@ -514,6 +515,33 @@ static void test_env_without_parse(void)
     JT_CHECK_EQ(jt_wait(pid), 0);
 }
 
+/* A bad environment value is checked at registration and again by
+ * jet_flags_parse, which fails on it: one line says so, not two. */
+static void test_bad_env_reported_once(void)
+{
+    char path[] = "/tmp/jt_flags_errXXXXXX";
+    int fd = mkstemp(path);
+    JT_REQUIRE(fd >= 0);
+    pid_t pid = fork();
+    JT_REQUIRE(pid >= 0);
+    if (pid == 0) {
+        dup2(fd, 2);
+        setenv("JETRPC_TF_I64", "lots", 1);
+        execl("/proc/self/exe", "test_flags", CHILD_BAD_ENV_MARK, (char *)NULL);
+        _exit(127);
+    }
+    JT_CHECK_EQ(jt_wait(pid), 0);
+    char err[4096] = {0};
+    ssize_t n = pread(fd, err, sizeof err - 1, 0);
+    close(fd);
+    unlink(path);
+    JT_REQUIRE(n > 0);
+    int lines = 0;
+    for (const char *p = err; (p = strstr(p, "JETRPC_TF_I64")) != NULL; p++)
+        lines++;
+    JT_CHECK_EQ(lines, 1);
+}
+
 static void test_duplicate(void)
 {
     static int32_t other = 99;
@@ -653,6 +681,11 @@ static void test_set_while_read(void)
 
 int main(int argc, char **argv)
 {
+    if (argc == 2 && strcmp(argv[1], CHILD_BAD_ENV_MARK) == 0) {
+        int ac = 1;
+        char *av0[] = {argv[0], NULL}, **av = av0;
+        return jet_flags_parse(&ac, &av) == -EINVAL ? 0 : 1;
+    }
     if (argc == 2 && strcmp(argv[1], CHILD_ENV_MARK) == 0)
         return JET_FLAG(tf_i64) == 4242 && JET_FLAG(tf_i32) == 7 && JET_FLAG(tf_r32) == 5 ? 0 : 1;
     JT_RUN(test_find);
@@ -671,6 +704,7 @@ int main(int argc, char **argv)
     JT_RUN(test_register_ranges);
     JT_RUN(test_env_order);
     JT_RUN(test_env_without_parse);
+    JT_RUN(test_bad_env_reported_once);
     JT_RUN(test_duplicate);
     JT_RUN(test_help);
     JT_RUN(test_help_exits);
