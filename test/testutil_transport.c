@@ -272,6 +272,7 @@ void jt_closer_fn(int fd, int index, void *arg)
         char rest[256];
         jt_read_n(fd, rest, c->rest_len < sizeof rest ? c->rest_len : sizeof rest, c->rest_ms);
         atomic_fetch_add(&c->hellos, 1);
+        if (c->answer) jt_send_all(fd, c->answer, strlen(c->answer));
         if (c->reset) {
             struct linger l = {.l_onoff = 1, .l_linger = 0};
             setsockopt(fd, SOL_SOCKET, SO_LINGER, &l, sizeof l);

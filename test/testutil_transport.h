@@ -95,7 +95,8 @@ void jt_fake_stop(jt_fake_t *f);
 /* A brpc server without the transport, in front of a real TCP server: a
  * connection whose first head_len bytes are one of the transport's magics
  * (a hello) is closed after reading up to rest_len more bytes for rest_ms
- * (brpc: "unknown message"); any other is proxied to real_port. For
+ * (brpc: "unknown message"; with answer, after sending it); any other is
+ * proxied to real_port. For
  * jt_fake_start with jt_closer_fn and the closer as arg. */
 typedef struct jt_closer {
     int real_port;
@@ -104,6 +105,7 @@ typedef struct jt_closer {
     size_t rest_len;       /* at most 256 */
     int rest_ms;
     bool reset;            /* close with a reset (SO_LINGER 0), as a crashing server */
+    const char *answer;    /* sent back before the close (a server of another protocol) */
     _Atomic int hellos, proxied;
 } jt_closer_t;
 

@@ -717,9 +717,10 @@ static void ub_client_step(jet_socket_t *s, jet_hello_ts_t *hts)
     if (used < 0) {
         JET_WARN_PEER(
             "close %s: the server answered the UBRing hello with bytes that are not a valid "
-            "hello (%02x %02x %02x %02x)",
+            "hello (%02x %02x %02x %02x): the channel retries over TCP",
             s->peer, flat[0], n > 1 ? flat[1] : 0, n > 2 ? flat[2] : 0, n > 3 ? flat[3] : 0);
-        jet__socket_set_failed(s, -EPROTO);
+        /* As a server that closes on the hello: TCP for a while. */
+        jet__socket_set_failed(s, -JET__EHELLO_REFUSED);
         return;
     }
     jet_iobuf_pop_front(&hts->hs_buf, (size_t)used);

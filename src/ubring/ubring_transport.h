@@ -18,7 +18,8 @@
  * with length 64 * (own tail + 1) + 64, ACK 1, ON; a refusing hello or a
  * mapping failure -> ACK 0, OFF. EOF before any answer (a brpc TCP-only
  * server closes on the hello) -> the socket fails with JET__EHELLO_REFUSED:
- * the channel retries over TCP. Garbage / msg_len < 64 -> EPROTO.
+ * the channel retries over TCP. An answer that is no valid hello (garbage,
+ * msg_len < 64: a server of another protocol) -> JET__EHELLO_REFUSED too.
  * Server (first input bytes): not "UB" -> OFF, the bytes go to the protocol
  * parser. A hello -> map the client segment, create <name up to last _>_S,
  * initialise both (UBRING.md §3.3), answer; any failure or other versions ->

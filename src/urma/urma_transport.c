@@ -226,18 +226,22 @@ static void ut_client_step(jet_socket_t *s, jet_hello_ts_t *hts)
     switch (jet__urma_hello_parse(flat, n, &h, &used)) {
     case JET_URMA_HELLO_INCOMPLETE:
         return;
+    /* Not a server that speaks URMA as brpc and jetrpc do: as one that
+     * closes on the hello, the channel goes on over TCP for a while (brpc's
+     * client falls back on this connection, without the ACK its server
+     * waits for: URMA-TRANSPORT.md D3). */
     case JET_URMA_HELLO_NOT_HELLO:
         JET_WARN_PEER(
             "close %s: the server answered the URMA hello with bytes that are not a hello "
-            "(%02x %02x %02x %02x)",
+            "(%02x %02x %02x %02x): the channel retries over TCP",
             s->peer, flat[0], n > 1 ? flat[1] : 0, n > 2 ? flat[2] : 0, n > 3 ? flat[3] : 0);
-        jet__socket_set_failed(s, -EPROTO);
+        jet__socket_set_failed(s, -JET__EHELLO_REFUSED);
         return;
     case JET_URMA_HELLO_BAD_FRAME:
         JET_WARN_PEER("close %s: the server's URMA hello is malformed (length out of range or "
-                      "undecodable)",
+                      "undecodable): the channel retries over TCP",
                       s->peer);
-        jet__socket_set_failed(s, -EPROTO);
+        jet__socket_set_failed(s, -JET__EHELLO_REFUSED);
         return;
     case JET_URMA_HELLO_DECLINED:
         jet_iobuf_pop_front(&hts->hs_buf, used);

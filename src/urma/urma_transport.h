@@ -23,7 +23,9 @@
  * EOF before any answer (brpc TCP-only servers close on a URMA hello) fails
  * the socket with JET__EHELLO_REFUSED: the channel retries over TCP.
  * The server's hello to a client whose hello has caps 0 carries none.
- * Garbage or a broken frame → EPROTO.
+ * An answer that is no hello, or a broken frame (a server of another
+ * protocol) → JET__EHELLO_REFUSED too. A client's broken frame → EPROTO at
+ * the server.
  *
  * Server (first input bytes): not a hello prefix → OFF, the bytes go to the
  * protocol parser (TCP clients and brpc TCP clients work unchanged). A valid

@@ -96,6 +96,35 @@ static void test_ubring_channel_closing_server(void)
     JT_CHECK(ubt_shm_wait_clean(&before, 10000000));
 }
 
+/* A server of another kind that answers the UBRing hello with bytes that
+ * are no hello (an HTTP error here) and closes: as with a server that only
+ * closes, the call goes again over TCP and the channel stays on TCP (before,
+ * every call failed with EPROTO). */
+static void test_ubring_channel_garbage_answer(void)
+{
+    int real = 0;
+    jet_server_t *srv = ubt_server_start(JET_SOCKET_MODE_TCP, 0, &real);
+    JT_REQUIRE(srv);
+    jt_closer_t c = {.real_port = real,
+                     .head_len = 2,
+                     .magics = {"UB", NULL},
+                     .rest_len = 62,
+                     .rest_ms = 200,
+                     .answer = "HTTP/1.1 400 Bad Request\r\nContent-Length: 0\r\n\r\n"};
+    jt_fake_t f;
+    jt_fake_start(&f, jt_closer_fn, &c);
+    jet_channel_t *ch =
+        ubt_channel(f.port, JET_SOCKET_MODE_UBRING, 20000, JET_CONNECTION_SINGLE, 0);
+    JT_REQUIRE(ch);
+    JT_CHECK_EQ(jt_echo_bytes(ch, 2000, 1, "garbage-answer"), 0);
+    JT_CHECK_EQ(jt_echo_bytes(ch, 2000, 2, "garbage-answer"), 0);
+    JT_CHECK_EQ(atomic_load(&c.hellos), 1);
+    JT_CHECK_EQ(atomic_load(&c.proxied), 1);
+    jet_channel_destroy(ch);
+    jt_fake_stop(&f);
+    jet_server_destroy(srv);
+}
+
 /* ---- TCP channel -> UBRing server ---------------------------------------------------------- */
 
 static void test_tcp_channel_ubring_server(void)
@@ -437,6 +466,7 @@ int main(int argc, char **argv)
     if (argc > 1 && strcmp(argv[1], "role=server") == 0) return ubt_server_role(argc, argv);
     JT_RUN(test_ubring_channel_tcp_server);
     JT_RUN(test_ubring_channel_closing_server);
+    JT_RUN(test_ubring_channel_garbage_answer);
     JT_RUN(test_tcp_channel_ubring_server);
     JT_RUN(test_raw_hello_v3_ubring_server);
     JT_RUN(test_raw_hello_v3_tcp_server);
