@@ -3,7 +3,8 @@
  * Locks, in the only order they are ever nested:
  *   bp_grow_lock  (creating and giving back regions, region table writes,
  *                  registrar)
- *   bp_class[c].lock  (free list of one class)
+ *   bp_class[c].lock  (free list of one class; giving back holds those of
+ *                      several classes, taken in ascending class order)
  *   bp_tc_lock  (list of thread caches, for statistics)
  * A registrar callback runs under bp_grow_lock: it must not allocate blocks
  * from this pool (the allocation could need to grow and would deadlock). */
@@ -19,6 +20,7 @@
 
 #include "base/log.h"
 #include "base/pool.h"
+#include "base/time.h"
 #include "jetrpc/flags.h"
 
 #define BP_REGION_MAX_MB 4096 /* the iobuf_region_mb_* flags: [1, this] */
@@ -29,6 +31,10 @@ JET_FLAG_DEFINE_INT32_RANGE(iobuf_region_mb_64k, 64, 1, BP_REGION_MAX_MB,
                             "Size in MiB of each memory region of 64 KiB iobuf blocks");
 JET_FLAG_DEFINE_INT32_RANGE(iobuf_region_mb_2m, 128, 1, BP_REGION_MAX_MB,
                             "Size in MiB of each memory region of 2 MiB iobuf blocks");
+JET_FLAG_DEFINE_INT32_RANGE(
+    iobuf_region_min_age_ms, 50, 0, 3600000,
+    "At the iobuf memory cap, a wholly free region of one block size may be given "
+    "back to make room for another size once it is this old (milliseconds)");
 #define BP_DEFAULT_MAX_MB 4096
 JET_FLAG_DEFINE_INT32_RANGE(
     iobuf_max_mb, BP_DEFAULT_MAX_MB, 0, INT32_MAX,
@@ -214,11 +220,11 @@ static jet_region_t *bp_region_create(int cls, int *err_p)
     size_t cap = bp_cap_bytes();
     size_t room = cap > bp_bytes_mapped ? cap - bp_bytes_mapped : 0;
     if (room < bs || bp_nregion == BP_MAX_REGIONS) {
-        /* No room for a block: regions of other classes that are wholly
-         * free make room for a region of this one, rather than a failure.
-         * (Only then: with room for a smaller region, taking memory another
-         * class mapped would have the classes take it from each other.) */
-        bp_reclaim(cls, room < len ? len - room : 0, bp_nregion == BP_MAX_REGIONS);
+        /* No room for a block: idle regions of other classes make room,
+         * rather than a failure. (Only then, and only for one block: taking
+         * more memory another class mapped would have the classes take it
+         * from each other.) */
+        bp_reclaim(cls, room < bs ? bs - room : 0, bp_nregion == BP_MAX_REGIONS);
         room = cap > bp_bytes_mapped ? cap - bp_bytes_mapped : 0;
     }
     if (room < bs) {
@@ -244,6 +250,7 @@ static jet_region_t *bp_region_create(int cls, int *err_p)
         if (!r) goto err_none;
     }
     r->nfree = 0;
+    r->created_us = jet_now_us();
     r->nblock = (uint32_t)(len / bs);
     r->descs = calloc(r->nblock, sizeof *r->descs);
     if (!r->descs) goto err_free_region;
@@ -299,64 +306,71 @@ err_none:
 
 static void bp_push_locked(bp_class_t *c, jet_block_t *b)
 {
+    b->prev_free = NULL;
     b->next_free = c->free;
+    if (c->free) c->free->prev_free = b;
     c->free = b;
     c->nfree++;
     b->region->nfree++;
 }
 
+static void bp_unlink_locked(bp_class_t *c, jet_block_t *b)
+{
+    if (b->prev_free)
+        b->prev_free->next_free = b->next_free;
+    else
+        c->free = b->next_free;
+    if (b->next_free) b->next_free->prev_free = b->prev_free;
+    b->next_free = b->prev_free = NULL;
+    c->nfree--;
+    b->region->nfree--;
+}
+
 static jet_block_t *bp_pop_locked(bp_class_t *c)
 {
     jet_block_t *b = c->free;
-    if (b) {
-        c->free = b->next_free;
-        c->nfree--;
-        b->region->nfree--;
-    }
+    if (b) bp_unlink_locked(c, b);
     return b;
 }
 
 static void bp_tc_flush_own(void);
 
-/* Gives back wholly free regions of classes other than cls (whose free list
- * was just seen empty) until need bytes and, if need_slot, a table slot are
- * free; bp_grow_lock held. Newest regions go first: the likeliest to be a
- * burst's. Returns the bytes given back. */
+/* Gives back wholly free regions of classes other than cls (whose free
+ * list was just seen empty), at least iobuf_region_min_age_ms old, until
+ * need bytes and, if need_slot, a table slot are free; bp_grow_lock
+ * held. None when they would not make that much. Newest regions go first:
+ * the likeliest to be a burst's. Returns the bytes given back. */
 static size_t bp_reclaim(int cls, size_t need, bool need_slot)
 {
     /* The calling thread's cached 8 KiB blocks may be all that holds a
      * region; other threads' caches are theirs alone. */
     bp_tc_flush_own();
+    for (int k = 0; k < JET_BLOCK_NCLASS; k++)
+        if (k != cls) pthread_mutex_lock(&bp_class[k].lock);
+    int64_t age_us = (int64_t)JET_FLAG_IN_RANGE(iobuf_region_min_age_ms) * 1000;
+    int64_t now = jet_now_us();
     size_t got = 0;
     jet_region_t *dead = NULL;
-    for (int k = 0; k < JET_BLOCK_NCLASS; k++) {
-        if (k == cls) continue;
-        bp_class_t *c = &bp_class[k];
-        pthread_mutex_lock(&c->lock);
-        size_t nblock = 0;
-        for (size_t i = bp_nregion; i-- > 0 && (got < need || (need_slot && !dead));) {
-            jet_region_t *r = bp_by_age[i];
-            if (r->cls != k || r->nfree != r->nblock) continue;
-            r->dying = true;
-            r->next_spare = dead;
-            dead = r;
-            got += r->len;
-            nblock += r->nblock;
-        }
-        if (nblock) {
-            for (jet_block_t **pp = &c->free; *pp;) {
-                if ((*pp)->region->dying) {
-                    (*pp)->region->nfree--;
-                    *pp = (*pp)->next_free;
-                    c->nfree--;
-                } else {
-                    pp = &(*pp)->next_free;
-                }
-            }
-            c->ntotal -= nblock;
-        }
-        pthread_mutex_unlock(&c->lock);
+    for (size_t i = bp_nregion; i-- > 0 && (got < need || (need_slot && !dead));) {
+        jet_region_t *r = bp_by_age[i];
+        if (r->cls == cls || r->nfree != r->nblock || now - r->created_us < age_us) continue;
+        r->next_spare = dead;
+        dead = r;
+        got += r->len;
     }
+    if (got < need) {
+        /* Not enough to serve the allocation: keep them all. */
+        got = 0;
+        dead = NULL;
+    }
+    for (jet_region_t *r = dead; r; r = r->next_spare) {
+        bp_class_t *c = &bp_class[r->cls];
+        for (uint32_t i = 0; i < r->nblock; i++)
+            bp_unlink_locked(c, &r->descs[i]);
+        c->ntotal -= r->nblock;
+    }
+    for (int k = JET_BLOCK_NCLASS; k-- > 0;)
+        if (k != cls) pthread_mutex_unlock(&bp_class[k].lock);
     if (dead)
         JET_LOG_ONCE(JET_LOG_INFO,
                      "iobuf: memory cap or region table full: giving back wholly free "
@@ -374,7 +388,6 @@ static size_t bp_reclaim(int cls, size_t need, bool need_slot)
         bp_bytes_mapped -= r->len;
         bp_nreleased++;
         if (bp_registrar_set) bp_registrar.dereg(bp_registrar.ctx, r->reg);
-        r->dying = false;
         bp_region_unmap(r);
     }
     return got;
@@ -779,8 +792,11 @@ void jet__block_pool_stats(jet_block_pool_stats_t *out)
                 /* A shared block that only its thread references (the
                  * references it holds to hand out) is idle; one a buffer
                  * still references is in use, so that a leaked small buffer
-                 * shows. (Descriptors are never freed: reading one the
-                 * thread has just replaced is safe, if stale.) */
+                 * shows. (Reading a descriptor the thread has just
+                 * replaced is safe, if stale: its region cannot be given
+                 * back meanwhile, since that needs the block on this
+                 * class's free list and this lock, held for the whole
+                 * walk.) */
                 jet_block_t *s = atomic_load_explicit(&tc->shared, memory_order_acquire);
                 idle += s && atomic_load_explicit(&s->refcnt, memory_order_relaxed) ==
                                  atomic_load_explicit(&tc->shared_refs, memory_order_relaxed);

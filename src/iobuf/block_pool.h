@@ -17,11 +17,14 @@
  * O(log regions) (binary search over a sorted table read without locks).
  *
  * Giving back: a region none of whose blocks is in use or in a thread's
- * cache is given back (deregistered, unmapped, its bytes off the cap) when
- * another class needs a region and has no room left for even one block:
- * the cap (iobuf_max_mb) is reached or the region table is full. So memory
- * freed in one size class serves the others once the cap is reached,
- * instead of idling in its class for good.
+ * cache, and at least iobuf_region_min_age_ms old, is given back
+ * (deregistered, unmapped, its bytes off the cap) when another class needs
+ * a region and has no room left for even one block: the cap (iobuf_max_mb)
+ * is reached or the region table is full. Only as many as make room for
+ * one block of that class, and none when they would not. So memory freed in
+ * one size class serves the others once the cap is reached, instead of
+ * idling in its class for good; the minimum age keeps two classes from
+ * taking a region from each other on every allocation.
  * Below the cap a region freed stays mapped for later use, as in brpc's
  * block pool. The region of a block a caller holds is never given back, so
  * the region jet__block_pool_find returns for a held block's address stays
@@ -66,7 +69,10 @@ typedef struct jet_block {
     struct jet_region *region; /* NULL for user blocks */
     jet_iobuf_free_cb_t free_cb; /* user blocks */
     void *free_arg;
-    struct jet_block *next_free;
+    /* The class's free list, doubly linked so that a region given back
+     * unlinks its blocks in O(its blocks). A user block's next_free names
+     * the block that owns its callback (iobuf.c). */
+    struct jet_block *next_free, *prev_free;
 } jet_block_t;
 
 typedef struct jet_region {
@@ -81,7 +87,7 @@ typedef struct jet_region {
     /* Blocks of the region on its class's free list (under the class's
      * lock): at nblock the region is wholly free and may be given back. */
     uint32_t nfree;
-    bool dying; /* being given back (under bp_grow_lock and the class lock) */
+    int64_t created_us;
     /* [lo, hi) = [base, base + len), read by the lock-free lookup: the
      * struct of a region given back is kept and reused for a later one, so
      * a lookup may read these while they change (and then retries). */

@@ -180,7 +180,14 @@ static void ctx_hello_seg_drop(jet_urma_ctx_t *c)
 static void ctx_dereg(void *arg, void *reg)
 {
     jet_urma_ctx_t *c = arg;
-    JET_URMA_FN(c, urma_unregister_seg)(reg);
+    urma_status_t st = JET_URMA_FN(c, urma_unregister_seg)(reg);
+    /* The pool unmaps the region next; a segment left registered keeps its
+     * pages pinned outside the iobuf_max_mb count. */
+    if (st != URMA_SUCCESS)
+        JET_LOG_ONCE(JET_LOG_WARN,
+                     "URMA: urma_unregister_seg of an iobuf region failed (status %d): its "
+                     "memory stays pinned",
+                     (int)st);
 }
 
 uint8_t jet__urma_priority(const urma_device_attr_t *a, bool master, uint32_t tp)
