@@ -382,13 +382,24 @@ static void ch_put_socket(jet_channel_t *ch, jet_socket_t *s, bool answered)
         jet__socket_unref(s);
         return;
     }
+    enum { CH_TRIM_MAX = 8 };
+    jet_socket_t *trim[CH_TRIM_MAX];
+    int ntrim = 0;
+    int32_t cap = JET_FLAG_IN_RANGE(max_connection_pool_size);
     pthread_mutex_lock(&ch->lock);
     bool lent = ch_out_del_locked(ch, s);
     bool idle = ch->opts.connection_type == JET_CONNECTION_POOLED && answered &&
-                !jet__socket_failed(s) && !ch->closed &&
-                ch->nidle < JET_FLAG_IN_RANGE(max_connection_pool_size) && ch_idle_room_locked(ch);
+                !jet__socket_failed(s) && !ch->closed && ch->nidle < cap && ch_idle_room_locked(ch);
     if (idle) ch->idle[ch->nidle++] = s;
+    /* The flag lowered at run time: each connection coming back closes a
+     * few of those idle above it. */
+    while (ch->nidle > cap && ntrim < CH_TRIM_MAX)
+        trim[ntrim++] = ch->idle[--ch->nidle];
     pthread_mutex_unlock(&ch->lock);
+    for (int i = 0; i < ntrim; i++) {
+        jet__socket_set_failed(trim[i], -JET_ECLOSE);
+        jet__socket_unref(trim[i]);
+    }
     if (lent) jet__socket_unref(s);
     if (idle) return;
     jet__socket_set_failed(s, -JET_ECLOSE);

@@ -326,6 +326,14 @@ static void test_pool_size_cap(void)
     }
     stats(g_srv, &after);
     JT_CHECK_EQ(after.connections_accepted, mid.connections_accepted);
+    /* Lowered at run time: the next call that comes back closes the idle
+     * connections above the new cap (before, they stayed open). */
+    JT_REQUIRE(jet_flag_set("max_connection_pool_size", "1") == 0);
+    jet_call_t *call = jet_call_create();
+    JT_REQUIRE(call);
+    JT_CHECK_EQ(sync_echo(ch, call, "lowered"), 0);
+    jet_call_destroy(call);
+    JT_CHECK(wait_open_at_most(g_srv, before.connections_open + 1));
     jet_channel_destroy(ch);
     JT_CHECK(wait_open_at_most(g_srv, before.connections_open));
     JT_REQUIRE(jet_flag_set("max_connection_pool_size", "100") == 0);

@@ -644,8 +644,8 @@ static void case_receive_copied_when_its_class_is_full(void)
  * most of its window, so the connection waits for memory as long as it
  * takes: the next call goes over the same connection. (A first version
  * failed it after 200 ms.) The server is a child: in this process, the
- * block its answer's send frees could serve the answer's receive (1 run in
- * 8 did). */
+ * block its answer's send frees could serve the answer's receive (3 runs in
+ * 16 did). */
 static void case_one_starved_receive_waits(void)
 {
     const char *args[] = {NULL};
@@ -655,43 +655,52 @@ static void case_one_starved_receive_waits(void)
     JT_REQUIRE(ch);
     JT_REQUIRE(jt_echo_bytes(ch, 100000, 1, "warm") == 0);
     int32_t old_cap = JET_FLAG(iobuf_max_mb);
-    jet_call_t *call = jet_call_create();
-    JT_REQUIRE(call);
-    Example__EchoRequest req = EXAMPLE__ECHO_REQUEST__INIT;
-    req.message = "kept";
-    jt_echo_fill(call, 30000, 5);
-    /* The request's blocks stay held: freed when its send completes, they
-     * would serve the answer's receive. */
-    jet_iobuf_t req_held;
-    jet_iobuf_init(&req_held);
-    JT_REQUIRE(jet_iobuf_append_iobuf(&req_held, jet_call_request_attachment(call)) == 0);
-    lc_hoard_t h = {0};
-    lc_hoard_64k(&h);
-    /* The 8 KiB class full too, all of it, the blocks each loop thread
-     * keeps for itself first: the answer can be neither copied nor
-     * replaced. */
-    enum { LC_LOOPS_MAX = 16 };
-    lc_hoard_t small = {0}, kept[LC_LOOPS_MAX] = {{0}};
-    int nloop = jet_loops_count() < LC_LOOPS_MAX ? jet_loops_count() : LC_LOOPS_MAX;
-    for (int i = 0; i < nloop; i++)
-        JT_REQUIRE(jt_loop_run_on(jet_loop_at(i), lc_hoard_8k, &kept[i]));
-    lc_hoard(&small, JET_BLOCK_SIZE_8K);
     jet_urma_loop_stats_t t0 = ut_urma_totals(NULL);
-    JT_CHECK_EQ(
-        jet_channel_call(ch, &example__echo_service__descriptor, 0, call, &req.base, NULL, NULL),
-        0);
-    JT_CHECK_EQ(jt_echo_check(call, "kept", 30000, 5), 0);
-    jet_urma_loop_stats_t t = ut_urma_totals(NULL);
-    fprintf(stderr, "  starved receives: %llu; holding the answer 400 ms\n",
-            (unsigned long long)(t.c.recv_starved - t0.c.recv_starved));
-    JT_CHECK(t.c.recv_starved > t0.c.recv_starved);
-    usleep(400000);
-    jet_call_destroy(call);
-    for (int i = 0; i < nloop; i++)
-        lc_hoard_free(&kept[i], old_cap);
-    jet_iobuf_fini(&req_held);
-    lc_hoard_free(&small, old_cap);
-    lc_hoard_free(&h, old_cap);
+    /* Taking every block is best effort (a block some thread frees at the
+     * wrong moment serves the answer: 1 run in 30 under load): a round in
+     * which nothing starved is done again, at most three times. */
+    bool starved = false;
+    for (int round = 0; round < 3 && !starved; round++) {
+        jet_call_t *call = jet_call_create();
+        JT_REQUIRE(call);
+        Example__EchoRequest req = EXAMPLE__ECHO_REQUEST__INIT;
+        req.message = "kept";
+        jt_echo_fill(call, 30000, 5);
+        /* The request's blocks stay held: freed when its send completes,
+         * they would serve the answer's receive. */
+        jet_iobuf_t req_held;
+        jet_iobuf_init(&req_held);
+        JT_REQUIRE(jet_iobuf_append_iobuf(&req_held, jet_call_request_attachment(call)) == 0);
+        lc_hoard_t h = {0};
+        lc_hoard_64k(&h);
+        /* The 8 KiB class full too, all of it, the blocks each loop thread
+         * keeps for itself first: the answer can be neither copied nor
+         * replaced. */
+        enum { LC_LOOPS_MAX = 16 };
+        lc_hoard_t small = {0}, kept[LC_LOOPS_MAX] = {{0}};
+        int nloop = jet_loops_count() < LC_LOOPS_MAX ? jet_loops_count() : LC_LOOPS_MAX;
+        for (int i = 0; i < nloop; i++)
+            JT_REQUIRE(jt_loop_run_on(jet_loop_at(i), lc_hoard_8k, &kept[i]));
+        lc_hoard(&small, JET_BLOCK_SIZE_8K);
+        jet_urma_loop_stats_t r0 = ut_urma_totals(NULL);
+        JT_CHECK_EQ(jet_channel_call(ch, &example__echo_service__descriptor, 0, call, &req.base,
+                                     NULL, NULL),
+                    0);
+        JT_CHECK_EQ(jt_echo_check(call, "kept", 30000, 5), 0);
+        jet_urma_loop_stats_t r = ut_urma_totals(NULL);
+        starved = r.c.recv_starved > r0.c.recv_starved;
+        fprintf(stderr, "  round %d: starved receives: %llu%s\n", round,
+                (unsigned long long)(r.c.recv_starved - r0.c.recv_starved),
+                starved ? "; holding the answer 400 ms" : "");
+        if (starved) usleep(400000);
+        jet_call_destroy(call);
+        for (int i = 0; i < nloop; i++)
+            lc_hoard_free(&kept[i], old_cap);
+        jet_iobuf_fini(&req_held);
+        lc_hoard_free(&small, old_cap);
+        lc_hoard_free(&h, old_cap);
+    }
+    JT_CHECK(starved);
     JT_CHECK_EQ(jt_echo_bytes(ch, 1000, 6, "next"), 0);
     JT_CHECK_EQ(ut_urma_totals(NULL).attaches, t0.attaches);
     jet_channel_destroy(ch);
