@@ -19,7 +19,7 @@ const char *jet_strerror(int code)
     case 0:
         return "OK";
     case JET__EHELLO_REFUSED:
-        return "The peer closed the connection on the transport's hello";
+        return "The server refused the transport's hello (closed, or answered with no hello)";
     default:
         break;
     }

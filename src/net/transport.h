@@ -111,10 +111,11 @@ typedef struct jet_transport_ops {
 
 /* Internal socket error JET__EHELLO_REFUSED (base/status.h): the peer closed
  * the connection on the transport's application hello without answering (a
- * brpc TCP-only server closes on a URMA hello). A channel retries such a call
- * on a plain TCP connection and uses TCP for that server for
- * transport_reprobe_s; if it cannot retry, the call sees EEOF. Never sent on
- * the wire nor shown to users. */
+ * brpc TCP-only server closes on a URMA hello), or answered with bytes that
+ * are no hello (a server of another protocol). A channel retries such a
+ * call at once on a plain TCP connection, not counted as a retry, and uses
+ * TCP for that server for transport_reprobe_s; if it cannot retry, the call
+ * sees EEOF. Never sent on the wire nor shown to users. */
 
 /* Registers the built-in transports (once; later calls return at once). */
 void jet__transports_init(void);

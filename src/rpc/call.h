@@ -74,6 +74,10 @@ struct jet_call {
     /* A synchronous call made on the deadline thread, which its retries'
      * waits would need: they are not taken. */
     bool no_backoff;
+    /* Its server refused the transport's hello: the next attempt, not
+     * counted, goes at once, and a connection it makes is plain TCP (the
+     * channel's TCP-for-a-while could end during a wait). */
+    bool via_tcp;
     jet_task_t retry_task;       /* a retry after its wait, run on a loop */
     bool backoff_armed;          /* `deadline` times a retry's wait */
     /* While it waits: on its channel's list of waiting calls (under the

@@ -261,7 +261,7 @@ void jet_channel_destroy(jet_channel_t *ch)
 
 /* ---- connections ------------------------------------------------------------ */
 
-static int ch_connect(jet_channel_t *ch, jet_socket_t **s_p)
+static int ch_connect(jet_channel_t *ch, bool tcp, jet_socket_t **s_p)
 {
     static _Atomic uint32_t conn_tags;
     cli_conn_t *conn = calloc(1, sizeof *conn);
@@ -273,7 +273,8 @@ static int ch_connect(jet_channel_t *ch, jet_socket_t **s_p)
     } while (conn->tag == 0);
     conn->max_body = ch->max_body;
     int64_t until = atomic_load_explicit(&ch->tcp_until_us, memory_order_relaxed);
-    int mode = until != 0 && jet_now_us() < until ? JET_SOCKET_MODE_TCP : (int)ch->opts.socket_mode;
+    int mode = tcp || (until != 0 && jet_now_us() < until) ? JET_SOCKET_MODE_TCP
+                                                           : (int)ch->opts.socket_mode;
     int rc = jet__socket_connect(&ch->addr, mode, &cli_handler, conn, ch->opts.connect_timeout_ms,
                                  s_p);
     if (rc < 0) {
@@ -297,8 +298,9 @@ static void ch_note_refused(jet_channel_t *ch)
                  jet_socket_mode_name(ch->opts.socket_mode), again_s > 0 ? " for a while" : "");
 }
 
-/* A connection for one attempt, with a reference for the call. */
-static int ch_get_socket(jet_channel_t *ch, jet_socket_t **s_p)
+/* A connection for one attempt, with a reference for the call; tcp: one
+ * it makes is plain TCP. */
+static int ch_get_socket(jet_channel_t *ch, bool tcp, jet_socket_t **s_p)
 {
     int rc = 0;
     jet_socket_t *s = NULL;
@@ -319,7 +321,7 @@ static int ch_get_socket(jet_channel_t *ch, jet_socket_t **s_p)
             s = ch->single = NULL;
         }
         if (!s) {
-            rc = ch_connect(ch, &s);
+            rc = ch_connect(ch, tcp, &s);
             if (rc == 0) ch->single = s;
         }
         if (rc == 0) jet__socket_ref(s);
@@ -338,10 +340,10 @@ static int ch_get_socket(jet_channel_t *ch, jet_socket_t **s_p)
             s = NULL;
         }
         pthread_mutex_unlock(&ch->lock);
-        if (!s) rc = ch_connect(ch, &s);
+        if (!s) rc = ch_connect(ch, tcp, &s);
         break;
     case JET_CONNECTION_SHORT:
-        rc = ch_connect(ch, &s);
+        rc = ch_connect(ch, tcp, &s);
         break;
     }
     if (rc == 0 && ch->opts.connection_type != JET_CONNECTION_SINGLE) {
@@ -650,7 +652,7 @@ static bool ch_retriable(int err)
 static int64_t ch_backoff_us(const jet_call_t *call)
 {
     const jet_channel_options_t *o = &call->channel->opts;
-    if (o->retry_backoff_ms <= 0 || call->no_backoff) return 0;
+    if (o->retry_backoff_ms <= 0 || call->no_backoff || call->via_tcp) return 0;
     int64_t ms = o->retry_backoff_ms;
     if (o->retry_backoff_max_ms > o->retry_backoff_ms) {
         static __thread uint64_t rng;
@@ -823,6 +825,7 @@ static void ch_attempt_failed(jet_call_t *call, int err, const char *why)
          * does not count. */
         ch_note_refused(call->channel);
         call->attempts--;
+        call->via_tcp = true;
         err = -JET_EEOF;
     }
     if (call->attempts < call->max_attempts && ch_retriable(err) &&
@@ -1052,7 +1055,8 @@ static void ch_issue(jet_call_t *call)
     call->attempts++;
     call->answered = false;
     jet_socket_t *s = NULL;
-    int rc = ch_get_socket(ch, &s);
+    int rc = ch_get_socket(ch, call->via_tcp, &s);
+    call->via_tcp = false;
     if (rc < 0) {
         ch_attempt_failed(call, rc, NULL);
         return;
@@ -1267,6 +1271,7 @@ int jet_channel_call(jet_channel_t *ch, const ProtobufCServiceDescriptor *servic
     call->done_arg = arg;
     call->waiter_loop = NULL;
     call->no_backoff = !done && jet__deadline_in_thread();
+    call->via_tcp = false;
     call->attempts = 0;
     call->remote[0] = '\0';
     call->resp_compress = 0;

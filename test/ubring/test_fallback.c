@@ -121,6 +121,33 @@ static void test_ubring_channel_garbage_answer(void)
     JT_CHECK_EQ(atomic_load(&c.hellos), 1);
     JT_CHECK_EQ(atomic_load(&c.proxied), 1);
     jet_channel_destroy(ch);
+
+    /* The retry after a refusal goes at once and over TCP, whatever the
+     * channel's backoff: with a backoff longer than the TCP stretch
+     * (transport_reprobe_s), each retry offered the hello again, was refused
+     * again and was not counted; a call without a deadline never ended
+     * (helper-132). */
+    JT_REQUIRE(jet_flag_set("transport_reprobe_s", "1") == 0);
+    jet_connection_type_t types[] = {JET_CONNECTION_POOLED, JET_CONNECTION_SHORT};
+    for (int i = 0; i < 2; i++) {
+        char addr[64];
+        snprintf(addr, sizeof addr, "127.0.0.1:%d", f.port);
+        jet_channel_options_t o;
+        jet_channel_options_init(&o);
+        o.socket_mode = JET_SOCKET_MODE_UBRING;
+        o.connection_type = types[i];
+        o.timeout_ms = -1;
+        o.max_retry = 1;
+        o.retry_backoff_ms = 1100;
+        JT_REQUIRE(jet_channel_create(addr, &o, &ch) == 0);
+        int hellos = atomic_load(&c.hellos);
+        int64_t t0 = jt_now_us();
+        JT_CHECK_AT(i ? "short" : "pooled", jt_echo_bytes(ch, 2000, 3, "refused-retry") == 0);
+        JT_CHECK_AT(i ? "short" : "pooled", jt_now_us() - t0 < 1000000);
+        JT_CHECK_AT(i ? "short" : "pooled", atomic_load(&c.hellos) == hellos + 1);
+        jet_channel_destroy(ch);
+    }
+    JT_REQUIRE(jet_flag_set("transport_reprobe_s", "60") == 0);
     jt_fake_stop(&f);
     jet_server_destroy(srv);
 }
