@@ -195,10 +195,10 @@ static void bp_region_unmap(jet_region_t *r)
     bp_spare = r;
 }
 
-static size_t bp_reclaim(int cls, size_t need, bool need_slot);
+static void bp_reclaim(int cls, size_t need, bool need_slot);
 
-/* The cap in bytes (SIZE_MAX: none). */
-static size_t bp_cap_bytes(void)
+/* Bytes that may still be mapped under the cap. */
+static size_t bp_room(void)
 {
     int64_t max_mb = JET_FLAG(iobuf_max_mb);
     if (max_mb < 0) {
@@ -208,7 +208,8 @@ static size_t bp_cap_bytes(void)
                      (long long)max_mb, BP_DEFAULT_MAX_MB);
         max_mb = BP_DEFAULT_MAX_MB;
     }
-    return max_mb > 0 ? (size_t)max_mb * BP_MiB : SIZE_MAX;
+    size_t cap = max_mb > 0 ? (size_t)max_mb * BP_MiB : SIZE_MAX;
+    return cap > bp_bytes_mapped ? cap - bp_bytes_mapped : 0;
 }
 
 /* Creates, registers and publishes a region of class cls; bp_grow_lock held.
@@ -217,15 +218,14 @@ static jet_region_t *bp_region_create(int cls, int *err_p)
 {
     size_t bs = bp_class_size[cls];
     size_t len = bp_region_bytes(cls);
-    size_t cap = bp_cap_bytes();
-    size_t room = cap > bp_bytes_mapped ? cap - bp_bytes_mapped : 0;
+    size_t room = bp_room();
     if (room < bs || bp_nregion == BP_MAX_REGIONS) {
         /* No room for a block: idle regions of other classes make room,
          * rather than a failure. (Only then, and only for one block: taking
          * more memory another class mapped would have the classes take it
          * from each other.) */
         bp_reclaim(cls, room < bs ? bs - room : 0, bp_nregion == BP_MAX_REGIONS);
-        room = cap > bp_bytes_mapped ? cap - bp_bytes_mapped : 0;
+        room = bp_room();
     }
     if (room < bs) {
         JET_LOG_ONCE(JET_LOG_WARN, "iobuf memory cap reached (iobuf_max_mb=%d)",
@@ -339,8 +339,8 @@ static void bp_tc_flush_own(void);
  * list was just seen empty), at least iobuf_region_min_age_ms old, until
  * need bytes and, if need_slot, a table slot are free; bp_grow_lock
  * held. None when they would not make that much. Newest regions go first:
- * the likeliest to be a burst's. Returns the bytes given back. */
-static size_t bp_reclaim(int cls, size_t need, bool need_slot)
+ * the likeliest to be a burst's. */
+static void bp_reclaim(int cls, size_t need, bool need_slot)
 {
     /* The calling thread's cached 8 KiB blocks may be all that holds a
      * region; other threads' caches are theirs alone. */
@@ -358,11 +358,7 @@ static size_t bp_reclaim(int cls, size_t need, bool need_slot)
         dead = r;
         got += r->len;
     }
-    if (got < need) {
-        /* Not enough to serve the allocation: keep them all. */
-        got = 0;
-        dead = NULL;
-    }
+    if (got < need) dead = NULL; /* not enough to serve the allocation: keep them all */
     for (jet_region_t *r = dead; r; r = r->next_spare) {
         bp_class_t *c = &bp_class[r->cls];
         for (uint32_t i = 0; i < r->nblock; i++)
@@ -390,7 +386,6 @@ static size_t bp_reclaim(int cls, size_t need, bool need_slot)
         if (bp_registrar_set) bp_registrar.dereg(bp_registrar.ctx, r->reg);
         bp_region_unmap(r);
     }
-    return got;
 }
 
 /* Called when the free list of cls was seen empty: returns one block, from the

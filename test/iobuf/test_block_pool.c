@@ -618,6 +618,29 @@ static void test_memory_cap(void)
 
 /* ---- giving regions back ----------------------------------------------- */
 
+/* The flags a case changes, as they were. */
+typedef struct pool_limits {
+    int32_t cap_mb, min_age_ms;
+} pool_limits_t;
+
+/* Sets the cap extra_mb above what is mapped now (*cap_p: the cap in bytes)
+ * and the regions' minimum age; pool_limits_restore puts both back. */
+static pool_limits_t pool_limits_set(size_t extra_mb, int32_t min_age_ms, size_t *cap_p)
+{
+    pool_limits_t was = {JET_FLAG(iobuf_max_mb), JET_FLAG(iobuf_region_min_age_ms)};
+    size_t cap_mb = (stats().bytes_mapped + MiB - 1) / MiB + extra_mb;
+    JET_FLAG_STORE(iobuf_max_mb, (int32_t)cap_mb);
+    JET_FLAG_STORE(iobuf_region_min_age_ms, min_age_ms);
+    if (cap_p) *cap_p = cap_mb * MiB;
+    return was;
+}
+
+static void pool_limits_restore(pool_limits_t was)
+{
+    JET_FLAG_STORE(iobuf_max_mb, was.cap_mb);
+    JET_FLAG_STORE(iobuf_region_min_age_ms, was.min_age_ms);
+}
+
 /* Allocates blocks of size until the pool says ENOMEM (at most 100,000). */
 static size_t fill(blockset_t *s, size_t size)
 {
@@ -653,17 +676,14 @@ static void check_filled(int cls, size_t cap, bool registrar)
 
 static void test_give_back_for_other_sizes(void)
 {
-    int32_t cap0 = JET_FLAG(iobuf_max_mb), idle0 = JET_FLAG(iobuf_region_min_age_ms);
-    JET_FLAG_STORE(iobuf_region_min_age_ms, 0);
     JT_REQUIRE(all_idle());
     memset(&fr, 0, sizeof fr);
     fr.fail_after = -1;
     jet_registrar_t r = fr_registrar(&fr);
     JT_REQUIRE(jet__block_pool_set_registrar(&r) == 0);
     jet_block_pool_stats_t s0 = stats();
-    size_t cap_mb = (s0.bytes_mapped + MiB - 1) / MiB + 16;
-    size_t cap = cap_mb * MiB;
-    JET_FLAG_STORE(iobuf_max_mb, (int32_t)cap_mb);
+    size_t cap;
+    pool_limits_t was = pool_limits_set(16, 0, &cap);
 
     /* Each class in turn takes all the memory the previous one freed.
      * Without giving back, a class could use only what it mapped before the
@@ -700,8 +720,7 @@ static void test_give_back_for_other_sizes(void)
     bs_free(&held);
     jet__block_unref(keep);
 
-    JET_FLAG_STORE(iobuf_max_mb, cap0);
-    JET_FLAG_STORE(iobuf_region_min_age_ms, idle0);
+    pool_limits_restore(was);
     jet__block_pool_clear_registrar();
     JT_CHECK_EQ(fr_live(&fr), 0);
     JT_CHECK(all_idle());
@@ -712,10 +731,7 @@ static void test_give_back_for_other_sizes(void)
  * on every allocation. */
 static void test_give_back_spares_young_regions(void)
 {
-    int32_t cap0 = JET_FLAG(iobuf_max_mb), age0 = JET_FLAG(iobuf_region_min_age_ms);
-    JET_FLAG_STORE(iobuf_region_min_age_ms, 300);
-    size_t cap_mb = (stats().bytes_mapped + MiB - 1) / MiB + 8;
-    JET_FLAG_STORE(iobuf_max_mb, (int32_t)cap_mb);
+    pool_limits_t was = pool_limits_set(8, 300, NULL);
     blockset_t held = {0};
     jet_block_pool_stats_t s0 = stats();
     /* At least 8 MiB of new (young) 2 MiB regions, then all free. */
@@ -735,8 +751,7 @@ static void test_give_back_spares_young_regions(void)
     JT_CHECK(stats().bytes_mapped_class[2] < young);
     JT_CHECK(held.n > n64);
     bs_free(&held);
-    JET_FLAG_STORE(iobuf_max_mb, cap0);
-    JET_FLAG_STORE(iobuf_region_min_age_ms, age0);
+    pool_limits_restore(was);
     JT_CHECK(all_idle());
 }
 
@@ -746,13 +761,11 @@ static void test_give_back_spares_young_regions(void)
  * it again). */
 static void test_give_back_none_when_short(void)
 {
-    int32_t cap0 = JET_FLAG(iobuf_max_mb), idle0 = JET_FLAG(iobuf_region_min_age_ms);
-    JET_FLAG_STORE(iobuf_region_min_age_ms, 0);
-    size_t cap_mb = (stats().bytes_mapped + MiB - 1) / MiB + 8;
-    JET_FLAG_STORE(iobuf_max_mb, (int32_t)cap_mb);
+    size_t cap;
+    pool_limits_t was = pool_limits_set(8, 0, &cap);
     blockset_t held = {0};
     fill(&held, JET_BLOCK_SIZE_8K); /* every byte under the cap is 8 KiB blocks */
-    check_filled(0, cap_mb * MiB, false);
+    check_filled(0, cap, false);
     /* One whole region of them freed: 1 MiB (regions of 1 MiB here). */
     const jet_region_t *r = held.b[held.n / 2]->region;
     JT_REQUIRE(r->len == MiB);
@@ -777,8 +790,7 @@ static void test_give_back_none_when_short(void)
     JT_CHECK(b->region == r);
     jet__block_unref(b);
     bs_free(&held);
-    JET_FLAG_STORE(iobuf_max_mb, cap0);
-    JET_FLAG_STORE(iobuf_region_min_age_ms, idle0);
+    pool_limits_restore(was);
     JT_CHECK(all_idle());
 }
 
@@ -786,8 +798,6 @@ static void test_give_back_none_when_short(void)
  * the pool give regions back and map new ones, again and again. */
 static void test_lookup_during_give_back(void)
 {
-    int32_t cap0 = JET_FLAG(iobuf_max_mb), idle0 = JET_FLAG(iobuf_region_min_age_ms);
-    JET_FLAG_STORE(iobuf_region_min_age_ms, 0);
     pthread_t th[2];
     /* Held 8 KiB blocks, spread over regions, for the readers. */
     size_t nheld = 0;
@@ -802,8 +812,7 @@ static void test_lookup_during_give_back(void)
     atomic_store(&lg_lookups, 0);
     for (long i = 0; i < 2; i++)
         pthread_create(&th[i], NULL, lg_reader, (void *)i);
-    size_t cap_mb = (stats().bytes_mapped + MiB - 1) / MiB + 12;
-    JET_FLAG_STORE(iobuf_max_mb, (int32_t)cap_mb);
+    pool_limits_t was = pool_limits_set(12, 0, NULL);
     size_t given0 = stats().regions_given_back;
     for (int round = 0; round < 20; round++) {
         blockset_t held = {0};
@@ -813,8 +822,7 @@ static void test_lookup_during_give_back(void)
     atomic_store(&lg_stop, 1);
     for (int i = 0; i < 2; i++)
         pthread_join(th[i], NULL);
-    JET_FLAG_STORE(iobuf_max_mb, cap0);
-    JET_FLAG_STORE(iobuf_region_min_age_ms, idle0);
+    pool_limits_restore(was);
     JT_CHECK(stats().regions_given_back >= given0 + 19);
     JT_CHECK_EQ(atomic_load(&lg_bad), 0);
     JT_CHECK(atomic_load(&lg_lookups) > 0);
